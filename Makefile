@@ -1,0 +1,42 @@
+# The two entry points a newcomer needs (see README.md): `make run` and `make test`.
+# Both install what they need first, so each works on a fresh Debian 12 machine as root.
+
+PYTHON ?= /usr/bin/python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+DEB_PACKAGES := python3 python3-venv python3-dev gcc iproute2 iptables ipset conntrack \
+	wireguard-tools wireguard-go etcd-server etcd-client tcpdump iputils-ping
+
+.PHONY: run test deps venv lint typecheck pytest clean
+
+run: venv
+	$(BIN)/pyfelix validate examples/
+
+test: venv lint typecheck pytest
+
+lint: venv
+	$(BIN)/ruff check src dataplane tests
+	$(BIN)/ruff format --check src dataplane tests
+
+typecheck: venv
+	$(BIN)/mypy
+
+# pytest exits 5 when it collected nothing; that is a failure here, like any other non-zero code.
+pytest: venv
+	$(BIN)/pytest
+
+deps: .deps-installed
+.deps-installed:
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(DEB_PACKAGES)
+	touch $@
+
+venv: $(BIN)/pyfelix
+$(BIN)/pyfelix: pyproject.toml | .deps-installed
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+clean:
+	rm -rf $(VENV) .deps-installed .mypy_cache .ruff_cache .pytest_cache

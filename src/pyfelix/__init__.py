@@ -1,0 +1,3 @@
+"""pyfelix: a per-node Calico-compatible network policy agent, in Python on Trio."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,7 @@
+"""``python -m pyfelix`` runs the command line."""
+
+import sys
+
+from pyfelix.cli import main
+
+sys.exit(main())

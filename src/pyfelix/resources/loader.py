@@ -1,0 +1,228 @@
+"""Read calicoctl-format manifests from files and directories.
+
+Accepted: multi-document YAML, JSON, a document that is a plain list of resources (what
+``calicoctl get`` prints for several), and ``List``/``<Kind>List`` documents with ``items``.
+Every problem is reported with the file, the line where the document (or list item) starts,
+the resource and the field path. A file that does not parse at all yields no resources and is
+flagged ``unparsable`` so that a watcher can keep the resources it held before.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import yaml
+
+from pyfelix.errors import Problem
+from pyfelix.resources.meta import KINDS, Resource, load_document
+from pyfelix.resources.schema import JSON
+
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+@attrs.frozen
+class Located:
+    """A resource and where it was read from."""
+
+    resource: Resource
+    source: str
+    line: int | None
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        r = self.resource
+        return (r.KIND, r.namespace, r.name)
+
+
+@attrs.frozen
+class LoadResult:
+    resources: tuple[Located, ...] = ()
+    problems: tuple[Problem, ...] = ()
+    unparsable: frozenset[str] = frozenset()
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate keys and keeps timestamps as strings (as Go does)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+_StrictLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def _is_list_document(data: JSON) -> bool:
+    return (
+        isinstance(data, Mapping)
+        and isinstance(data.get("kind"), str)
+        and data["kind"].endswith("List")
+        and data["kind"] not in KINDS
+        and "items" in data
+    )
+
+
+def _list_item_kind(list_kind: str) -> str | None:
+    kind = list_kind.removesuffix("List")
+    return kind if kind in KINDS else None
+
+
+def _expand(data: JSON, line: int, item_lines: list[int]) -> Iterator[tuple[JSON, int]]:
+    """Yield (document, line) for each resource a parsed document holds."""
+    if data is None:
+        return
+    if isinstance(data, list):
+        for index, item in enumerate(data):
+            yield item, item_lines[index] if index < len(item_lines) else line
+        return
+    if _is_list_document(data):
+        items = data["items"]
+        if not isinstance(items, list):
+            yield {"kind": data["kind"], "items": items}, line
+            return
+        default_kind = _list_item_kind(data["kind"])
+        for index, item in enumerate(items or []):
+            doc = item
+            if isinstance(item, Mapping) and "kind" not in item and default_kind:
+                doc = {"apiVersion": KINDS[default_kind].API_VERSION, **item, "kind": default_kind}
+            yield doc, item_lines[index] if index < len(item_lines) else line
+        return
+    yield data, line
+
+
+def _item_lines(node: yaml.Node) -> list[int]:
+    """Start lines of a sequence document's items, or of a List document's ``items``."""
+    if isinstance(node, yaml.SequenceNode):
+        return [item.start_mark.line + 1 for item in node.value]
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            if getattr(key, "value", None) == "items" and isinstance(value, yaml.SequenceNode):
+                return [item.start_mark.line + 1 for item in value.value]
+    return []
+
+
+def parse_yaml(text: str) -> list[tuple[JSON, int, list[int]]]:
+    """Every document with its start line; raises yaml.YAMLError on any syntax problem."""
+    loader = _StrictLoader(text)
+    documents: list[tuple[JSON, int, list[int]]] = []
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            if node is None:
+                continue
+            data = loader.construct_document(node)
+            documents.append((data, node.start_mark.line + 1, _item_lines(node)))
+    finally:
+        loader.dispose()
+    return documents
+
+
+def _parse(text: str, source: str) -> list[tuple[JSON, int, list[int]]]:
+    if source.endswith(".json"):
+        data = json.loads(text)
+        return [(data, 1, [])]
+    return parse_yaml(text)
+
+
+def _parse_error(source: str, exc: Exception) -> Problem:
+    if isinstance(exc, json.JSONDecodeError):
+        return Problem(source, f"cannot parse JSON: {exc.msg}", exc.lineno)
+    mark = getattr(exc, "problem_mark", None)
+    line = mark.line + 1 if mark is not None else None
+    reason = getattr(exc, "problem", None) or str(exc)
+    return Problem(source, f"cannot parse YAML: {reason}", line)
+
+
+def load_text(text: str, source: str = "<input>") -> LoadResult:
+    """Load the resources in one file's text (duplicates within it are reported)."""
+    try:
+        documents = _parse(text, source)
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        return LoadResult(problems=(_parse_error(source, exc),), unparsable=frozenset({source}))
+    located: list[Located] = []
+    problems: list[Problem] = []
+    for data, line, item_lines in documents:
+        for doc, doc_line in _expand(data, line, item_lines):
+            resource, found = load_document(doc, source, doc_line)
+            problems.extend(found)
+            if resource is not None:
+                located.append(Located(resource, source, doc_line))
+    return _without_duplicates(LoadResult(tuple(located), tuple(problems)))
+
+
+def _without_duplicates(result: LoadResult) -> LoadResult:
+    """Keep the first of each Kind/namespace/name; every later one is an error."""
+    first: dict[tuple[str, str, str], Located] = {}
+    problems = list(result.problems)
+    kept: list[Located] = []
+    for item in result.resources:
+        earlier = first.get(item.key)
+        if earlier is None:
+            first[item.key] = item
+            kept.append(item)
+            continue
+        where = earlier.source if earlier.line is None else f"{earlier.source}:{earlier.line}"
+        problems.append(
+            Problem(
+                item.source,
+                f"duplicate resource, already defined at {where}",
+                item.line,
+                item.resource.ident,
+            )
+        )
+    return LoadResult(tuple(kept), tuple(problems), result.unparsable)
+
+
+def manifest_files(path: Path) -> list[Path]:
+    """``path`` itself, or the manifest files below a directory (sorted, hidden ones skipped)."""
+    if not path.is_dir():
+        return [path]
+    return sorted(
+        p
+        for p in path.rglob("*")
+        if p.is_file()
+        and p.suffix in MANIFEST_SUFFIXES
+        and not any(part.startswith(".") for part in p.relative_to(path).parts)
+    )
+
+
+def load_paths(paths: Iterable[Path | str]) -> LoadResult:
+    """Load files and directories; duplicates across files are errors too."""
+    located: list[Located] = []
+    problems: list[Problem] = []
+    unparsable: set[str] = set()
+    for given in paths:
+        path = Path(given)
+        if not path.exists():
+            problems.append(Problem(str(path), "no such file or directory"))
+            continue
+        for file in manifest_files(path):
+            try:
+                text = file.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                problems.append(Problem(str(file), f"cannot read: {exc}"))
+                unparsable.add(str(file))
+                continue
+            result = load_text(text, str(file))
+            located.extend(result.resources)
+            problems.extend(result.problems)
+            unparsable.update(result.unparsable)
+    return _without_duplicates(LoadResult(tuple(located), tuple(problems), frozenset(unparsable)))

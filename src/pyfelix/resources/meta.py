@@ -1,0 +1,195 @@
+"""The resource envelope (apiVersion, kind, metadata, spec[, status]) and the kind registry."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar, Self, TypeVar
+
+import attrs
+
+from pyfelix.errors import FieldProblem, ManifestError, Problem
+from pyfelix.resources.schema import (
+    INT,
+    JSON,
+    RAW,
+    STR,
+    STR_LIST,
+    STR_MAP,
+    Context,
+    FrozenMap,
+    Missing,
+    Spec,
+    decode,
+    encode,
+    field,
+)
+
+CALICO_API_VERSION = "projectcalico.org/v3"
+
+
+@attrs.frozen
+class ObjectMeta(Spec):
+    name: str = field("name", STR, default="")
+    generate_name: str = field("generateName", STR, default="")
+    namespace: str = field("namespace", STR, default="")
+    self_link: str = field("selfLink", STR, default="")
+    uid: str = field("uid", STR, default="")
+    resource_version: str = field("resourceVersion", STR, default="")
+    generation: int = field("generation", INT, default=0)
+    creation_timestamp: str = field("creationTimestamp", STR, default="")
+    deletion_timestamp: str = field("deletionTimestamp", STR, default="")
+    deletion_grace_period_seconds: int | None = field("deletionGracePeriodSeconds", INT)
+    labels: FrozenMap[str] = field("labels", STR_MAP, factory=FrozenMap)
+    annotations: FrozenMap[str] = field("annotations", STR_MAP, factory=FrozenMap)
+    owner_references: JSON = field("ownerReferences", RAW)
+    finalizers: tuple[str, ...] = field("finalizers", STR_LIST, factory=tuple)
+    managed_fields: JSON = field("managedFields", RAW)
+
+
+@attrs.frozen
+class Resource:
+    """Base of every kind: class attributes describe the kind, instances hold one object.
+
+    Subclasses declare ``spec`` (and ``status`` where the kind has one) as attrs fields whose
+    types are :class:`Spec` classes, and set ``SPEC``/``STATUS`` to those classes.
+    """
+
+    KIND: ClassVar[str]
+    API_VERSION: ClassVar[str] = CALICO_API_VERSION
+    PLURAL: ClassVar[str]
+    NAMESPACED: ClassVar[bool] = False
+    SPEC: ClassVar[type[Spec] | None] = None
+    STATUS: ClassVar[type[Spec] | None] = None
+    # Kubernetes kinds such as EndpointSlice keep their body at the top level, not under spec.
+    BODY_AT_TOP_LEVEL: ClassVar[bool] = False
+
+    metadata: ObjectMeta
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def namespace(self) -> str:
+        return self.metadata.namespace
+
+    @property
+    def labels(self) -> FrozenMap[str]:
+        return self.metadata.labels
+
+    @property
+    def ident(self) -> str:
+        """``Kind/namespace/name`` (``Kind/name`` for cluster-wide kinds), as errors print it."""
+        return resource_ident(self.KIND, self.namespace, self.name)
+
+    @classmethod
+    def decode_body(cls, doc: Mapping[str, JSON], ctx: Context) -> Self | Missing:
+        """Decode a document whose apiVersion/kind are already checked."""
+        meta = decode(ObjectMeta, doc.get("metadata"), ctx.at("metadata"))
+        kwargs: dict[str, Any] = {}
+        envelope = {"apiVersion", "kind", "metadata"}
+        if cls.BODY_AT_TOP_LEVEL:
+            assert cls.SPEC is not None
+            body = {k: v for k, v in doc.items() if k not in envelope}
+            kwargs["spec"] = decode(cls.SPEC, body, ctx)
+        else:
+            for key in doc:
+                if key not in envelope | {"spec", "status"} or (
+                    key == "status" and cls.STATUS is None
+                ):
+                    ctx.at(key).error("unknown field")
+            if cls.SPEC is not None:
+                kwargs["spec"] = decode(cls.SPEC, doc.get("spec"), ctx.at("spec"))
+            if cls.STATUS is not None and doc.get("status") is not None:
+                kwargs["status"] = decode(cls.STATUS, doc.get("status"), ctx.at("status"))
+        if isinstance(meta, Missing) or any(isinstance(v, Missing) for v in kwargs.values()):
+            return Missing()
+        if cls.NAMESPACED and not meta.namespace:
+            meta = attrs.evolve(meta, namespace="default")
+        return cls(metadata=meta, **kwargs)
+
+    @classmethod
+    def from_manifest(cls, doc: Mapping[str, JSON], source: str = "<manifest>") -> Self:
+        """Build from one calicoctl-format document; raises ManifestError listing every problem."""
+        resource, problems = load_document(doc, source, expected=cls)
+        if resource is None:
+            raise ManifestError(problems)
+        assert isinstance(resource, cls)
+        return resource
+
+    def to_manifest(self) -> dict[str, JSON]:
+        """What ``calicoctl get -o yaml`` prints for this object (empty fields left out)."""
+        out: dict[str, JSON] = {"apiVersion": self.API_VERSION, "kind": self.KIND}
+        out["metadata"] = encode(self.metadata)
+        spec = getattr(self, "spec", None)
+        if self.BODY_AT_TOP_LEVEL and spec is not None:
+            out.update(encode(spec))
+        elif spec is not None:
+            out["spec"] = encode(spec)
+        status = getattr(self, "status", None)
+        if status is not None:
+            encoded = encode(status)
+            if encoded:
+                out["status"] = encoded
+        return out
+
+
+def resource_ident(kind: str, namespace: str, name: str) -> str:
+    return f"{kind}/{namespace}/{name}" if namespace else f"{kind}/{name}"
+
+
+KINDS: dict[str, type[Resource]] = {}
+R = TypeVar("R", bound=type[Resource])
+
+
+def register(cls: R) -> R:
+    """Class decorator adding a kind to the registry the loader consults."""
+    KINDS[cls.KIND] = cls
+    return cls
+
+
+def _problems_from(
+    field_problems: list[FieldProblem], source: str, line: int | None, ident: str | None
+) -> list[Problem]:
+    return [Problem(source, p.message, line, ident, p.field) for p in field_problems]
+
+
+def load_document(
+    doc: JSON,
+    source: str,
+    line: int | None = None,
+    expected: type[Resource] | None = None,
+) -> tuple[Resource | None, list[Problem]]:
+    """Turn one document (not a List) into a resource, or report why not."""
+    if not isinstance(doc, Mapping):
+        return None, [Problem(source, f"expected a mapping, got {doc!r}", line)]
+    kind = doc.get("kind")
+    metadata = doc.get("metadata")
+    name = metadata.get("name", "") if isinstance(metadata, Mapping) else ""
+    namespace = metadata.get("namespace", "") if isinstance(metadata, Mapping) else ""
+    ident = resource_ident(str(kind), str(namespace or ""), str(name or "")) if kind else None
+    cls = KINDS.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        message = "missing field 'kind'" if kind is None else f"unknown kind {kind!r}"
+        return None, [Problem(source, message, line, ident, "kind" if kind else "")]
+    if expected is not None and cls is not expected:
+        return None, [Problem(source, f"expected kind {expected.KIND}", line, ident, "kind")]
+    ctx = Context()
+    api_version = doc.get("apiVersion")
+    if api_version != cls.API_VERSION:
+        ctx.at("apiVersion").error(f"expected {cls.API_VERSION!r}, got {api_version!r}")
+    if cls.NAMESPACED and not namespace and ident is not None:
+        ident = resource_ident(cls.KIND, "default", str(name or ""))
+    resource = cls.decode_body(doc, ctx)
+    if not name:
+        ctx.at("metadata.name").error("a name is required")
+    if ctx.problems or isinstance(resource, Missing):
+        return None, _problems_from(ctx.problems, source, line, ident)
+    return resource, []
+
+
+@attrs.frozen
+class ConditionsStatus(Spec):
+    """The status block of Tier and IPPool: Kubernetes conditions, carried verbatim."""
+
+    conditions: JSON = field("conditions", RAW)

@@ -1,0 +1,151 @@
+"""The policy rule model shared by policies and profiles (Calico's v3 Rule and EntityRule).
+
+Values are kept as the user wrote them (``protocol: TCP`` stays ``"TCP"``, ``6`` stays ``6``) so
+that ``to_manifest()`` prints what calicoctl would; normalisation belongs to the update processors.
+"""
+
+from __future__ import annotations
+
+import re
+
+import attrs
+
+from pyfelix.resources.schema import (
+    INT,
+    INT_OR_STR,
+    JSON,
+    MISSING,
+    RAW,
+    STR,
+    STR_LIST,
+    STR_MAP,
+    Context,
+    FrozenMap,
+    ListOf,
+    Missing,
+    Nested,
+    Spec,
+    field,
+)
+
+_RANGE = re.compile(r"^(\d+):(\d+)$")
+_NUMBER = re.compile(r"^\d+$")
+
+
+@attrs.frozen
+class Port:
+    """A port, a ``"min:max"`` range, or a named port (resolved per endpoint by Felix)."""
+
+    min_port: int = 0
+    max_port: int = 0
+    name: str = ""
+
+    @classmethod
+    def parse(cls, value: int | str) -> Port:
+        """Parse Calico's numorstring.Port; raises ValueError for anything else."""
+        if isinstance(value, bool):
+            raise ValueError(f"invalid port {value!r}")  # noqa: TRY004 (a value problem for users)
+        if isinstance(value, int):
+            return cls(value, value)
+        value = value.strip()
+        if _NUMBER.match(value):
+            return cls(int(value), int(value))
+        match = _RANGE.match(value)
+        if match:
+            return cls(int(match.group(1)), int(match.group(2)))
+        if not value or ":" in value:
+            raise ValueError(f"invalid port range {value!r}: expected N, N:M or a port name")
+        return cls(name=value)
+
+    @property
+    def is_named(self) -> bool:
+        return bool(self.name)
+
+    def __str__(self) -> str:
+        if self.name:
+            return self.name
+        if self.min_port == self.max_port:
+            return str(self.min_port)
+        return f"{self.min_port}:{self.max_port}"
+
+
+@attrs.frozen
+class PortCodec:
+    """JSON number for a single port, string for a range or a name (as calicoctl prints)."""
+
+    def decode(self, value: JSON, ctx: Context) -> Port | Missing:
+        if not isinstance(value, int | str) or isinstance(value, bool):
+            ctx.error(f"expected a port number, range or name, got {value!r}")
+            return MISSING
+        try:
+            return Port.parse(value)
+        except ValueError as exc:
+            ctx.error(str(exc))
+            return MISSING
+
+    def encode(self, value: Port) -> JSON:
+        if not value.name and value.min_port == value.max_port:
+            return value.min_port
+        return str(value)
+
+
+PORTS = ListOf(PortCodec())
+
+
+@attrs.frozen
+class ICMPFields(Spec):
+    type: int | None = field("type", INT)
+    code: int | None = field("code", INT)
+
+
+@attrs.frozen
+class ServiceAccountMatch(Spec):
+    names: tuple[str, ...] = field("names", STR_LIST, factory=tuple)
+    selector: str = field("selector", STR, default="")
+
+
+@attrs.frozen
+class ServiceMatch(Spec):
+    name: str = field("name", STR, default="")
+    namespace: str = field("namespace", STR, default="")
+
+
+@attrs.frozen
+class EntityRule(Spec):
+    """One side (source or destination) of a rule."""
+
+    nets: tuple[str, ...] = field("nets", STR_LIST, factory=tuple)
+    selector: str = field("selector", STR, default="")
+    namespace_selector: str = field("namespaceSelector", STR, default="")
+    ports: tuple[Port, ...] = field("ports", PORTS, factory=tuple)
+    not_nets: tuple[str, ...] = field("notNets", STR_LIST, factory=tuple)
+    not_selector: str = field("notSelector", STR, default="")
+    not_ports: tuple[Port, ...] = field("notPorts", PORTS, factory=tuple)
+    service_accounts: ServiceAccountMatch | None = field(
+        "serviceAccounts", Nested(ServiceAccountMatch)
+    )
+    services: ServiceMatch | None = field("services", Nested(ServiceMatch))
+
+
+@attrs.frozen
+class RuleMetadata(Spec):
+    annotations: FrozenMap[str] = field("annotations", STR_MAP, factory=FrozenMap)
+
+
+@attrs.frozen
+class Rule(Spec):
+    """A policy or profile rule. ``http`` is carried but not enforced (no L7 proxy here)."""
+
+    action: str = field("action", STR, default="")
+    ip_version: int | None = field("ipVersion", INT)
+    protocol: int | str | None = field("protocol", INT_OR_STR)
+    icmp: ICMPFields | None = field("icmp", Nested(ICMPFields))
+    not_protocol: int | str | None = field("notProtocol", INT_OR_STR)
+    not_icmp: ICMPFields | None = field("notICMP", Nested(ICMPFields))
+    source: EntityRule = field("source", Nested(EntityRule), factory=EntityRule)
+    destination: EntityRule = field("destination", Nested(EntityRule), factory=EntityRule)
+    http: JSON = field("http", RAW)
+    metadata: RuleMetadata | None = field("metadata", Nested(RuleMetadata))
+
+
+RULES = ListOf(Nested(Rule))

@@ -1,0 +1,310 @@
+"""Declarative JSON <-> attrs mapping for manifest types.
+
+A spec class is an ``@attrs.frozen`` class whose fields carry a JSON name and a :class:`Codec`
+(see :func:`field`). :func:`decode` reads a JSON-like mapping into such a class, collecting every
+structural problem (unknown field, wrong type) with its path instead of stopping at the first;
+:func:`encode` writes it back, omitting empty values the way calicoctl's ``omitempty`` does.
+
+Structure only: whether a value is *allowed* (a CIDR parses, a port is in range) is the
+validation stage's business, so that a structurally sound but invalid resource can still be
+named and reported with all its problems.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
+
+import attrs
+
+from pyfelix.errors import FieldProblem
+
+T = TypeVar("T")
+JSON = Any
+
+
+@attrs.define
+class Context:
+    """Where the decoder is (a field path) and what it has found wrong so far."""
+
+    path: str = ""
+    problems: list[FieldProblem] = attrs.Factory(list)
+
+    def at(self, key: str | int) -> Context:
+        if isinstance(key, int):
+            path = f"{self.path}[{key}]"
+        else:
+            path = f"{self.path}.{key}" if self.path else key
+        return Context(path, self.problems)
+
+    def error(self, message: str) -> None:
+        self.problems.append(FieldProblem(self.path, message))
+
+
+class Missing:
+    """Marker for "decode failed"; callers substitute the field default."""
+
+
+MISSING = Missing()
+
+
+class Codec(Protocol[T]):
+    def decode(self, value: JSON, ctx: Context) -> T | Missing: ...
+
+    def encode(self, value: T) -> JSON: ...
+
+
+def type_name(value: JSON) -> str:
+    names = {bool: "boolean", int: "integer", float: "number", str: "string", list: "list"}
+    if isinstance(value, Mapping):
+        return "mapping"
+    return names.get(type(value), type(value).__name__)
+
+
+@attrs.frozen
+class Scalar(Generic[T]):
+    """str, int, bool or float; an int is accepted where a float is wanted, never the reverse."""
+
+    kind: type[T]
+    name: str
+
+    def decode(self, value: JSON, ctx: Context) -> T | Missing:
+        ok = isinstance(value, self.kind) and not (self.kind is int and isinstance(value, bool))
+        if self.kind is float and isinstance(value, int) and not isinstance(value, bool):
+            return cast(T, float(value))
+        if not ok:
+            ctx.error(f"expected {self.name}, got {type_name(value)} {value!r}")
+            return MISSING
+        return cast(T, value)
+
+    def encode(self, value: T) -> JSON:
+        # Go prints a float64 that holds a whole number without a fraction (order: 100).
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        return value
+
+
+STR: Scalar[str] = Scalar(str, "a string")
+INT: Scalar[int] = Scalar(int, "an integer")
+BOOL: Scalar[bool] = Scalar(bool, "a boolean")
+FLOAT: Scalar[float] = Scalar(float, "a number")
+
+
+@attrs.frozen
+class IntOrStr:
+    """Calico's numorstring fields (ports, protocols): JSON number or string, kept as given."""
+
+    def decode(self, value: JSON, ctx: Context) -> int | str | Missing:
+        if isinstance(value, bool) or not isinstance(value, int | str):
+            ctx.error(f"expected a number or a string, got {type_name(value)} {value!r}")
+            return MISSING
+        return value
+
+    def encode(self, value: int | str) -> JSON:
+        return value
+
+
+INT_OR_STR = IntOrStr()
+
+
+@attrs.frozen
+class RawJSON:
+    """Kept verbatim (HTTP matches, Kubernetes status blocks): carried, not interpreted."""
+
+    def decode(self, value: JSON, ctx: Context) -> JSON:
+        return freeze(value)
+
+    def encode(self, value: JSON) -> JSON:
+        return thaw(value)
+
+
+RAW = RawJSON()
+
+
+@attrs.frozen
+class ListOf(Generic[T]):
+    item: Codec[T]
+
+    def decode(self, value: JSON, ctx: Context) -> tuple[T, ...] | Missing:
+        if not isinstance(value, list):
+            ctx.error(f"expected a list, got {type_name(value)} {value!r}")
+            return MISSING
+        out: list[T] = []
+        for index, item in enumerate(value):
+            decoded = self.item.decode(item, ctx.at(index))
+            if not isinstance(decoded, Missing):
+                out.append(decoded)
+        return tuple(out)
+
+    def encode(self, value: tuple[T, ...]) -> JSON:
+        return [self.item.encode(v) for v in value]
+
+
+@attrs.frozen
+class MapOf(Generic[T]):
+    """A string-keyed map (labels, annotations), decoded into a hashable :class:`FrozenMap`."""
+
+    item: Codec[T]
+
+    def decode(self, value: JSON, ctx: Context) -> FrozenMap[T] | Missing:
+        if not isinstance(value, Mapping):
+            ctx.error(f"expected a mapping, got {type_name(value)} {value!r}")
+            return MISSING
+        out: dict[str, T] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                ctx.error(f"expected string keys, got {key!r}")
+                continue
+            decoded = self.item.decode(item, ctx.at(key))
+            if not isinstance(decoded, Missing):
+                out[key] = decoded
+        return FrozenMap(out)
+
+    def encode(self, value: FrozenMap[T]) -> JSON:
+        return {k: self.item.encode(v) for k, v in sorted(value.items())}
+
+
+class FrozenMap(Mapping[str, T]):
+    """An immutable, hashable mapping so resources stay usable as dict keys."""
+
+    __slots__ = ("_data", "_hash")
+
+    def __init__(self, data: Mapping[str, T] | None = None) -> None:
+        self._data: dict[str, T] = dict(data or {})
+        self._hash: int | None = None
+
+    def __getitem__(self, key: str) -> T:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash(frozenset(self._data.items()))
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Mapping):
+            return self._data == dict(other)
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"FrozenMap({self._data!r})"
+
+
+def freeze(value: JSON) -> JSON:
+    """Make arbitrary JSON hashable (lists -> tuples, objects -> FrozenMap)."""
+    if isinstance(value, Mapping):
+        return FrozenMap({k: freeze(v) for k, v in value.items()})
+    if isinstance(value, list | tuple):
+        return tuple(freeze(v) for v in value)
+    return value
+
+
+def thaw(value: JSON) -> JSON:
+    if isinstance(value, Mapping):
+        return {k: thaw(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [thaw(v) for v in value]
+    return value
+
+
+STR_LIST: ListOf[str] = ListOf(STR)
+STR_MAP: MapOf[str] = MapOf(STR)
+
+S = TypeVar("S", bound="Spec")
+
+
+class Spec:
+    """Base of every declarative class; ``attrs`` fields made with :func:`field`."""
+
+    __attrs_attrs__: ClassVar[tuple[attrs.Attribute[Any], ...]]
+
+
+@attrs.frozen
+class Nested(Generic[S]):
+    cls: type[S]
+
+    def decode(self, value: JSON, ctx: Context) -> S | Missing:
+        return decode(self.cls, value, ctx)
+
+    def encode(self, value: S) -> JSON:
+        return encode(value)
+
+
+def field(
+    json: str,
+    codec: Codec[Any],
+    *,
+    default: Any = None,
+    factory: Callable[[], Any] | None = None,
+    keep_empty: bool = False,
+) -> Any:
+    """An attrs field bound to JSON key ``json``; empty values are omitted on output unless
+    ``keep_empty`` (for fields where ``false``/``0`` means something different from unset)."""
+    metadata = {"json": json, "codec": codec, "keep_empty": keep_empty}
+    if factory is not None:
+        return attrs.field(factory=factory, metadata=metadata)
+    return attrs.field(default=default, metadata=metadata)
+
+
+def json_fields(cls: type[Spec]) -> dict[str, attrs.Attribute[Any]]:
+    return {a.metadata["json"]: a for a in attrs.fields(cls) if "json" in a.metadata}
+
+
+def decode(cls: type[S], value: JSON, ctx: Context) -> S | Missing:
+    """Build ``cls`` from a mapping, recording unknown keys and wrong types in ``ctx``."""
+    if value is None:
+        value = {}
+    if not isinstance(value, Mapping):
+        ctx.error(f"expected a mapping, got {type_name(value)} {value!r}")
+        return MISSING
+    custom = getattr(cls, "decode_json", None)
+    if custom is not None:
+        return cast(S | Missing, custom(value, ctx))
+    known = json_fields(cls)
+    kwargs: dict[str, Any] = {}
+    for key, item in value.items():
+        attribute = known.get(key)
+        if attribute is None:
+            ctx.at(str(key)).error("unknown field")
+            continue
+        if item is None:
+            continue
+        decoded = attribute.metadata["codec"].decode(item, ctx.at(key))
+        if not isinstance(decoded, Missing):
+            kwargs[attribute.name] = decoded
+    return cls(**kwargs)
+
+
+def _is_empty(value: Any) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, bool | int | float):
+        return not value
+    if isinstance(value, str | tuple | Mapping):
+        return len(value) == 0
+    return False
+
+
+def encode(obj: Spec) -> dict[str, JSON]:
+    """The JSON form of ``obj``, keys in declaration order, empty values left out."""
+    custom = getattr(obj, "encode_json", None)
+    if custom is not None:
+        return cast(dict[str, JSON], custom())
+    out: dict[str, JSON] = {}
+    for attribute in attrs.fields(type(obj)):
+        if "json" not in attribute.metadata:
+            continue
+        value = getattr(obj, attribute.name)
+        if value is None or (_is_empty(value) and not attribute.metadata["keep_empty"]):
+            continue
+        encoded = attribute.metadata["codec"].encode(value)
+        if isinstance(encoded, dict) and not encoded and not attribute.metadata["keep_empty"]:
+            continue
+        out[attribute.metadata["json"]] = encoded
+    return out

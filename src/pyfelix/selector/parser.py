@@ -1,0 +1,198 @@
+"""Recursive-descent parser for selectors and the compiled :class:`Selector` value.
+
+Grammar (Calico's; ``||`` binds loosest, a run of ``!`` collapses to its parity)::
+
+    selector  := <empty> | or_expr
+    or_expr   := and_expr ("||" and_expr)*
+    and_expr  := operation ("&&" operation)*
+    operation := "!"* ( "has(" label ")" | "all()" | "global()" | "(" or_expr ")"
+                      | label ("==" | "!=" | "contains" | "starts with" | "ends with") string
+                      | label ("in" | "not in") "{" [string ("," string)* [","]] "}" )
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+from collections.abc import Callable, Mapping
+
+import attrs
+
+from pyfelix.selector.ast import (
+    AllNode,
+    AndNode,
+    CompareNode,
+    Evaluator,
+    GlobalNode,
+    HasNode,
+    InSetNode,
+    LabelRestriction,
+    Node,
+    NotNode,
+    OrNode,
+    compile_node,
+)
+from pyfelix.selector.tokenizer import Kind, SelectorError, Token, tokenize
+
+_COMPARISONS = {
+    Kind.EQ: "==",
+    Kind.NE: "!=",
+    Kind.CONTAINS: "contains",
+    Kind.STARTS_WITH: "starts with",
+    Kind.ENDS_WITH: "ends with",
+}
+
+
+def make_unique_id(prefix: str, content: str) -> str:
+    """Felix's id scheme: prefix + ":" + unpadded base64url(SHA-224(prefix + ":" + content))."""
+    digest = hashlib.sha224(f"{prefix}:{content}".encode()).digest()
+    return f"{prefix}:" + base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+@attrs.frozen(eq=False)
+class Selector:
+    """A parsed selector: equal (and hashed) by its canonical text."""
+
+    root: Node
+    canonical: str = attrs.field(init=False)
+    unique_id: str = attrs.field(init=False)
+    _evaluate: Evaluator = attrs.field(init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        canonical = self.root.canonical()
+        object.__setattr__(self, "canonical", canonical)
+        object.__setattr__(self, "unique_id", make_unique_id("s", canonical))
+        object.__setattr__(self, "_evaluate", compile_node(self.root))
+
+    def evaluate(self, labels: Mapping[str, str]) -> bool:
+        return self._evaluate(labels)
+
+    @functools.cached_property
+    def label_restrictions(self) -> Mapping[str, LabelRestriction]:
+        """Per-label constraints that every matching label set satisfies.
+
+        Labels not named are unconstrained. An index keyed on these (required keys and
+        key=value sets) lets the calculation graph test a selector only against candidates.
+        """
+        return self.root.restrictions()
+
+    @property
+    def can_match(self) -> bool:
+        return all(r.satisfiable for r in self.label_restrictions.values())
+
+    def with_label_prefix(self, prefix: str) -> Selector:
+        """The same selector over labels renamed to ``prefix + name`` (pcns./pcsa. folding)."""
+        return Selector(self.root.map_labels(lambda label: prefix + label))
+
+    def __str__(self) -> str:
+        return self.canonical
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Selector) and other.canonical == self.canonical
+
+    def __hash__(self) -> int:
+        return hash(self.canonical)
+
+
+class _Parser:
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tokens = tokenize(text)
+        self.index = 0
+
+    def peek(self) -> Token:
+        return self.tokens[self.index]
+
+    def take(self) -> Token:
+        token = self.tokens[self.index]
+        if token.kind is not Kind.EOF:
+            self.index += 1
+        return token
+
+    def fail(self, token: Token, reason: str) -> SelectorError:
+        return SelectorError(self.text, token.position, reason)
+
+    def parse(self) -> Node:
+        if self.peek().kind is Kind.EOF:
+            return AllNode()
+        node = self.or_expr()
+        if self.peek().kind is not Kind.EOF:
+            raise self.fail(self.peek(), "unexpected content after the end of the selector")
+        return node
+
+    def _joined(
+        self, op: Kind, inner: Callable[[], Node], make: Callable[[tuple[Node, ...]], Node]
+    ) -> Node:
+        nodes = [inner()]
+        while self.peek().kind is op:
+            self.take()
+            nodes.append(inner())
+        return nodes[0] if len(nodes) == 1 else make(tuple(nodes))
+
+    def or_expr(self) -> Node:
+        return self._joined(Kind.OR, self.and_expr, OrNode)
+
+    def and_expr(self) -> Node:
+        return self._joined(Kind.AND, self.operation, AndNode)
+
+    def operation(self) -> Node:
+        negated = False
+        while self.peek().kind is Kind.NOT:
+            self.take()
+            negated = not negated
+        token = self.take()
+        node: Node
+        if token.kind is Kind.HAS:
+            node = HasNode(token.value)
+        elif token.kind is Kind.ALL:
+            node = AllNode()
+        elif token.kind is Kind.GLOBAL:
+            node = GlobalNode()
+        elif token.kind is Kind.LPAREN:
+            node = self.or_expr()
+            closing = self.take()
+            if closing.kind is not Kind.RPAREN:
+                raise self.fail(closing, "expected )")
+        elif token.kind is Kind.LABEL:
+            node = self.label_operation(token.value)
+        else:
+            raise self.fail(token, f"unexpected {token.kind.value!r}")
+        return NotNode(node) if negated else node
+
+    def label_operation(self, label: str) -> Node:
+        op = self.take()
+        if op.kind in _COMPARISONS:
+            value = self.take()
+            if value.kind is not Kind.STRING:
+                raise self.fail(value, "expected a quoted string")
+            return CompareNode(label, _COMPARISONS[op.kind], value.value)
+        if op.kind in (Kind.IN, Kind.NOT_IN):
+            brace = self.take()
+            if brace.kind is not Kind.LBRACE:
+                raise self.fail(brace, "expected a set literal {...}")
+            values: list[str] = []
+            while self.peek().kind is Kind.STRING:
+                values.append(self.take().value)
+                if self.peek().kind is not Kind.COMMA:
+                    break
+                self.take()
+            closing = self.take()
+            if closing.kind is not Kind.RBRACE:
+                raise self.fail(closing, "expected }")
+            return InSetNode.build(label, values, negated=op.kind is Kind.NOT_IN)
+        raise self.fail(op, f"expected an operator after label {label!r}")
+
+
+# Selectors repeat heavily (every rule of every policy, every endpoint update); parsing once
+# per distinct text keeps the calculation graph's cost proportional to distinct selectors.
+_PARSE_CACHE_SIZE = 65536
+
+
+@functools.lru_cache(maxsize=_PARSE_CACHE_SIZE)
+def parse_selector(text: str) -> Selector:
+    """Parse ``text``; raises :class:`SelectorError` naming the position of the problem."""
+    try:
+        return Selector(_Parser(text).parse())
+    except RecursionError:
+        raise SelectorError(text, 0, "selector is nested too deeply") from None

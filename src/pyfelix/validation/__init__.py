@@ -1,0 +1,61 @@
+"""Calico's v3 validation rules, applied to loaded resources.
+
+``validate_resource`` answers for one resource (used by the pipeline's validation filter, where an
+invalid resource becomes a deletion); ``validate_loaded`` checks a whole load result and returns
+every problem located in its file, as ``pyfelix validate`` prints them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pyfelix.errors import FieldProblem, Problem
+from pyfelix.resources import FelixConfiguration, LoadResult, Located, Resource
+from pyfelix.validation.felixconfig import ParamError, ProtoPort, parse_duration, parse_param
+from pyfelix.validation.kinds import ValidationContext, check_resource
+
+
+def validate_resource(
+    resource: Resource, context: ValidationContext | None = None
+) -> list[FieldProblem]:
+    """Every problem with one resource (empty when valid)."""
+    return check_resource(resource, context or ValidationContext()).problems
+
+
+def context_from(resources: Iterable[Resource]) -> ValidationContext:
+    """The cluster settings checks depend on, from the global FelixConfiguration if present."""
+    for resource in resources:
+        if isinstance(resource, FelixConfiguration) and resource.name == "default":
+            spoofing = resource.spec.values.get("workloadSourceSpoofing")
+            if isinstance(spoofing, str) and spoofing.lower() == "any":
+                return ValidationContext(workload_source_spoofing="Any")
+    return ValidationContext()
+
+
+def validate_located(item: Located, context: ValidationContext) -> list[Problem]:
+    return [
+        Problem(item.source, p.message, item.line, item.resource.ident, p.field)
+        for p in validate_resource(item.resource, context)
+    ]
+
+
+def validate_loaded(result: LoadResult) -> list[Problem]:
+    """Load problems plus validation problems, in file order."""
+    context = context_from(item.resource for item in result.resources)
+    problems = list(result.problems)
+    for item in result.resources:
+        problems.extend(validate_located(item, context))
+    return sorted(problems, key=lambda p: (p.source, p.line or 0))
+
+
+__all__ = [
+    "ParamError",
+    "ProtoPort",
+    "ValidationContext",
+    "context_from",
+    "parse_duration",
+    "parse_param",
+    "validate_loaded",
+    "validate_located",
+    "validate_resource",
+]

@@ -1,0 +1,487 @@
+"""Per-kind validation, one function per kind, dispatched by class."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import attrs
+
+from pyfelix.resources import (
+    BGPConfiguration,
+    BlockAffinity,
+    ClusterInformation,
+    EndpointSlice,
+    FelixConfiguration,
+    GlobalNetworkPolicy,
+    GlobalNetworkSet,
+    HostEndpoint,
+    IPAMBlock,
+    IPPool,
+    Namespace,
+    NetworkPolicy,
+    NetworkSet,
+    Node,
+    Profile,
+    Resource,
+    Service,
+    ServiceAccount,
+    StagedGlobalNetworkPolicy,
+    StagedNetworkPolicy,
+    Tier,
+    WorkloadEndpoint,
+)
+from pyfelix.resources.endpoints import EndpointPort, WorkloadEndpointPort
+from pyfelix.resources.policy import GlobalNetworkPolicySpec, NetworkPolicySpec
+from pyfelix.validation.common import (
+    Checker,
+    check_annotations,
+    check_cidr,
+    check_enum,
+    check_interface_name,
+    check_ip,
+    check_labels,
+    check_mac,
+    check_name,
+    check_port_number,
+    check_protocol,
+    check_selector,
+    check_single_address,
+    check_wireguard_key,
+    port_name_problem,
+    supports_ports,
+)
+from pyfelix.validation.felixconfig import ParamError, check_felix_configuration, parse_duration
+from pyfelix.validation.rules import check_rule
+
+_LABEL_RE = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_NAMESPACED_POLICY_NAME = re.compile(
+    rf"^({_LABEL_RE}(\.{_LABEL_RE})?|(knp|ossg)\.default\.{_LABEL_RE}(\.{_LABEL_RE})*)$"
+)
+_GLOBAL_POLICY_NAME = re.compile(rf"^({_LABEL_RE}\.)?{_LABEL_RE}$")
+RESERVED_TIERS = {
+    "default": (1_000_000.0, "Deny"),
+    "kube-admin": (1_000.0, "Pass"),
+    "kube-baseline": (10_000_000.0, "Pass"),
+}
+MAX_RULES = 1024
+NAMESPACE_LABEL = "projectcalico.org/namespace"
+
+
+@attrs.frozen
+class ValidationContext:
+    """Cluster settings some checks depend on (Felix's validation filter has them too)."""
+
+    workload_source_spoofing: str = "Disabled"
+
+
+Check = Callable[[Checker, Any, ValidationContext], None]
+_CHECKS: dict[type[Resource], Check] = {}
+F = TypeVar("F", bound=Check)
+
+
+def _for(*kinds: type[Resource]) -> Callable[[F], F]:
+    def register(fn: F) -> F:
+        for kind in kinds:
+            _CHECKS[kind] = fn
+        return fn
+
+    return register
+
+
+def check_metadata(c: Checker, resource: Resource) -> None:
+    meta = c.at("metadata")
+    if not isinstance(resource, FelixConfiguration):
+        check_name(meta.at("name"), resource.name, label=isinstance(resource, Tier | Namespace))
+    if resource.NAMESPACED:
+        check_name(meta.at("namespace"), resource.namespace, label=True)
+    check_labels(meta.at("labels"), resource.metadata.labels)
+    check_annotations(meta.at("annotations"), resource.metadata.annotations)
+
+
+def check_resource(resource: Resource, context: ValidationContext) -> Checker:
+    c = Checker()
+    check_metadata(c, resource)
+    check = _CHECKS.get(type(resource))
+    if check is not None:
+        check(c, resource, context)
+    return c
+
+
+@_for(Tier)
+def _tier(c: Checker, tier: Tier, _: ValidationContext) -> None:
+    spec = c.at("spec")
+    if tier.spec.default_action:
+        check_enum(spec.at("defaultAction"), tier.spec.default_action, ("Deny", "Pass"))
+    reserved = RESERVED_TIERS.get(tier.name)
+    if reserved is not None:
+        order, action = reserved
+        if tier.spec.order is not None and tier.spec.order != order:
+            spec.at("order").error(f"the {tier.name!r} tier's order must be {order:g}")
+        if tier.spec.default_action and tier.spec.default_action != action:
+            spec.at("defaultAction").error(
+                f"the {tier.name!r} tier must have default action {action!r}"
+            )
+
+
+def _policy_spec(c: Checker, spec: NetworkPolicySpec, *, is_global: bool) -> None:
+    if spec.tier:
+        check_name(c.at("tier"), spec.tier)
+    check_selector(c.at("selector"), spec.selector)
+    check_selector(c.at("serviceAccountSelector"), spec.service_account_selector)
+    seen: set[str] = set()
+    for index, policy_type in enumerate(spec.types):
+        tc = c.at("types").at(index)
+        check_enum(tc, policy_type, ("Ingress", "Egress"))
+        tc.check(policy_type not in seen, f"{policy_type!r} type specified more than once")
+        seen.add(policy_type)
+    for index, hint in enumerate(spec.performance_hints):
+        check_enum(c.at("performanceHints").at(index), hint, ("AssumeNeededOnEveryNode",))
+    for direction in ("ingress", "egress"):
+        rules = getattr(spec, direction)
+        c.at(direction).check(len(rules) <= MAX_RULES, f"at most {MAX_RULES} rules")
+        for index, rule in enumerate(rules):
+            check_rule(
+                c.at(direction).at(index), rule, direction=direction, global_policy=is_global
+            )
+    if isinstance(spec, GlobalNetworkPolicySpec):
+        check_selector(c.at("namespaceSelector"), spec.namespace_selector)
+        if spec.pre_dnat and spec.do_not_track:
+            c.error("preDNAT and doNotTrack cannot both be true")
+        if spec.pre_dnat and spec.egress:
+            c.at("egress").error("preDNAT policy cannot have any egress rules")
+        if spec.pre_dnat and "Egress" in spec.types:
+            c.at("types").error("preDNAT policy cannot have 'Egress' type")
+        if (spec.pre_dnat or spec.do_not_track) and not spec.apply_on_forward:
+            c.at("applyOnForward").error(
+                "applyOnForward must be true if either preDNAT or doNotTrack is true"
+            )
+
+
+@_for(NetworkPolicy, GlobalNetworkPolicy, StagedNetworkPolicy, StagedGlobalNetworkPolicy)
+def _policy(c: Checker, policy: Any, _: ValidationContext) -> None:
+    is_global = not policy.NAMESPACED
+    pattern = _GLOBAL_POLICY_NAME if is_global else _NAMESPACED_POLICY_NAME
+    if policy.name and len(policy.name) <= 253 and not pattern.match(policy.name):
+        c.at("metadata.name").error(
+            f"invalid policy name {policy.name!r}: expected a DNS label, optionally prefixed "
+            "by '<tier>.'"
+        )
+    spec = policy.spec
+    staged_action = getattr(spec, "staged_action", None)
+    if staged_action:
+        check_enum(c.at("spec.stagedAction"), staged_action, ("Set", "Delete", "Learn", "Ignore"))
+        if staged_action == "Delete":
+            blank = attrs.evolve(type(spec)(), tier=spec.tier, staged_action=staged_action)
+            c.at("spec").check(
+                spec == blank, "spec fields, except tier, must be empty if stagedAction is Delete"
+            )
+            return
+    _policy_spec(c.at("spec"), spec, is_global=is_global)
+
+
+@_for(Profile)
+def _profile(c: Checker, profile: Profile, _: ValidationContext) -> None:
+    spec = c.at("spec")
+    for direction in ("ingress", "egress"):
+        for index, rule in enumerate(getattr(profile.spec, direction)):
+            check_rule(spec.at(direction).at(index), rule, direction=direction)
+    check_labels(spec.at("labelsToApply"), profile.spec.labels_to_apply)
+
+
+def _endpoint_port(c: Checker, port: EndpointPort, *, workload: bool) -> None:
+    if port.name:
+        problem = port_name_problem(port.name)
+        if problem:
+            c.at("name").error(f"invalid port name {port.name!r}: {problem}")
+    elif not workload or not getattr(port, "host_port", 0):
+        c.at("name").error("a port name is required")
+    check_protocol(c.at("protocol"), port.protocol)
+    c.at("protocol").check(
+        supports_ports(port.protocol), f"protocol {port.protocol!r} does not support ports"
+    )
+    check_port_number(c.at("port"), port.port)
+
+
+@_for(WorkloadEndpoint)
+def _workload(c: Checker, wep: WorkloadEndpoint, context: ValidationContext) -> None:
+    spec = c.at("spec")
+    s = wep.spec
+    for name in ("orchestrator", "workload", "node", "pod", "endpoint", "service_account_name"):
+        value = getattr(s, name)
+        if value:
+            check_name(spec.at(_camel(name)), value)
+    if spec.at("interfaceName").check(bool(s.interface_name), "an interface name is required"):
+        check_interface_name(spec.at("interfaceName"), s.interface_name, allow_star=False)
+    for index, net in enumerate(s.ip_networks):
+        check_single_address(spec.at("ipNetworks").at(index), net)
+    if s.ipv4_gateway:
+        check_ip(spec.at("ipv4Gateway"), s.ipv4_gateway, version=4)
+    if s.ipv6_gateway:
+        check_ip(spec.at("ipv6Gateway"), s.ipv6_gateway, version=6)
+    networks = []
+    for net in s.ip_networks:
+        try:
+            networks.append(ipaddress.ip_network(net, strict=False))
+        except ValueError:
+            continue
+    for index, nat in enumerate(s.ip_nats):
+        nc = spec.at("ipNATs").at(index)
+        check_ip(nc.at("internalIP"), nat.internal_ip)
+        check_ip(nc.at("externalIP"), nat.external_ip)
+        try:
+            internal = ipaddress.ip_address(nat.internal_ip)
+            external = ipaddress.ip_address(nat.external_ip)
+        except ValueError:
+            continue
+        nc.check(internal.version == external.version, "mismatched IP versions")
+        nc.at("internalIP").check(
+            any(internal in n for n in networks), "NAT is not in the endpoint networks"
+        )
+    for index, profile in enumerate(s.profiles):
+        check_name(spec.at("profiles").at(index), profile)
+    if s.mac:
+        check_mac(spec.at("mac"), s.mac)
+    for index, port in enumerate(s.ports):
+        _endpoint_port(spec.at("ports").at(index), port, workload=True)
+        if isinstance(port, WorkloadEndpointPort) and port.host_ip:
+            check_ip(spec.at("ports").at(index).at("hostIP"), port.host_ip)
+    for index, prefix in enumerate(s.allow_spoofed_source_prefixes):
+        check_cidr(spec.at("allowSpoofedSourcePrefixes").at(index), prefix)
+    if s.allow_spoofed_source_prefixes and context.workload_source_spoofing != "Any":
+        spec.at("allowSpoofedSourcePrefixes").error(
+            "allowSpoofedSourcePrefixes needs FelixConfiguration workloadSourceSpoofing: Any"
+        )
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+@_for(HostEndpoint)
+def _host_endpoint(c: Checker, hep: HostEndpoint, _: ValidationContext) -> None:
+    spec = c.at("spec")
+    s = hep.spec
+    if spec.at("node").check(bool(s.node), "node must be specified"):
+        check_name(spec.at("node"), s.node)
+    spec.check(
+        bool(s.interface_name or s.expected_ips),
+        "at least one of interfaceName or expectedIPs must be specified",
+    )
+    if s.interface_name:
+        check_interface_name(spec.at("interfaceName"), s.interface_name, allow_star=True)
+    for index, ip in enumerate(s.expected_ips):
+        check_ip(spec.at("expectedIPs").at(index), ip)
+    for index, profile in enumerate(s.profiles):
+        check_name(spec.at("profiles").at(index), profile)
+    for index, port in enumerate(s.ports):
+        _endpoint_port(spec.at("ports").at(index), port, workload=False)
+
+
+@_for(GlobalNetworkSet, NetworkSet)
+def _network_set(c: Checker, netset: Any, _: ValidationContext) -> None:
+    for index, net in enumerate(netset.spec.nets):
+        check_cidr(c.at("spec.nets").at(index), net)
+    if NAMESPACE_LABEL in netset.labels:
+        c.at("metadata.labels").at(NAMESPACE_LABEL).error(
+            f"{NAMESPACE_LABEL} is not a valid label name"
+        )
+
+
+_LINK_LOCAL = {4: ipaddress.ip_network("169.254.0.0/16"), 6: ipaddress.ip_network("fe80::/10")}
+
+
+@_for(IPPool)
+def _ip_pool(c: Checker, pool: IPPool, _: ValidationContext) -> None:
+    spec = c.at("spec")
+    s = pool.spec
+    network = None
+    if spec.at("cidr").check(bool(s.cidr), "IPPool CIDR must be specified"):
+        network = check_cidr(spec.at("cidr"), s.cidr, strict=True)
+    for name, mode in (("vxlanMode", s.vxlan_mode), ("ipipMode", s.ipip_mode)):
+        if mode:
+            check_enum(spec.at(name), mode, ("Never", "Always", "CrossSubnet"))
+    if s.vxlan_mode not in ("", "Never") and s.ipip_mode not in ("", "Never"):
+        spec.error("ipipMode and vxlanMode cannot both be enabled")
+    check_selector(spec.at("nodeSelector"), s.node_selector)
+    check_selector(spec.at("namespaceSelector"), s.namespace_selector)
+    if s.assignment_mode:
+        check_enum(spec.at("assignmentMode"), s.assignment_mode, ("Automatic", "Manual"))
+    for index, use in enumerate(s.allowed_uses):
+        check_enum(spec.at("allowedUses").at(index), use, ("Workload", "Tunnel", "LoadBalancer"))
+    if "LoadBalancer" in s.allowed_uses and {"Workload", "Tunnel"} & set(s.allowed_uses):
+        spec.at("allowedUses").error("LoadBalancer cannot be combined with Workload or Tunnel")
+    if network is None:
+        return
+    if network.overlaps(_LINK_LOCAL[network.version]):
+        spec.at("cidr").error(
+            f"IPPool CIDR overlaps with the IPv{network.version} link-local range"
+        )
+    if network.version == 6 and s.ipip_mode not in ("", "Never"):
+        spec.at("ipipMode").error("IPIP is not supported on IPv6 pools")
+    low, high = (20, 32) if network.version == 4 else (116, 128)
+    block = s.effective_block_size
+    if (
+        spec.at("blockSize").check(
+            low <= block <= high,
+            f"blockSize must be between {low} and {high} for IPv{network.version} pools",
+        )
+        and not s.disabled
+    ):
+        spec.at("cidr").check(
+            network.prefixlen <= block,
+            "IP pool size is too small: it must be at least as large as the block size",
+        )
+
+
+@_for(Node)
+def _node(c: Checker, node: Node, _: ValidationContext) -> None:
+    spec = c.at("spec")
+    s = node.spec
+    if s.bgp is not None:
+        bgp = spec.at("bgp")
+        if s.bgp.ipv4_address:
+            check_cidr(bgp.at("ipv4Address"), s.bgp.ipv4_address, version=4)
+        if s.bgp.ipv6_address:
+            check_cidr(bgp.at("ipv6Address"), s.bgp.ipv6_address, version=6)
+        if s.bgp.ipv4_ipip_tunnel_addr:
+            check_ip(bgp.at("ipv4IPIPTunnelAddr"), s.bgp.ipv4_ipip_tunnel_addr, version=4)
+        if s.bgp.route_reflector_cluster_id:
+            check_ip(bgp.at("routeReflectorClusterID"), s.bgp.route_reflector_cluster_id, version=4)
+    if s.ipv4_vxlan_tunnel_addr:
+        check_ip(spec.at("ipv4VXLANTunnelAddr"), s.ipv4_vxlan_tunnel_addr, version=4)
+    if s.ipv6_vxlan_tunnel_addr:
+        check_ip(spec.at("ipv6VXLANTunnelAddr"), s.ipv6_vxlan_tunnel_addr, version=6)
+    if s.vxlan_tunnel_mac_addr:
+        check_mac(spec.at("vxlanTunnelMACAddr"), s.vxlan_tunnel_mac_addr)
+    if s.vxlan_tunnel_mac_addr_v6:
+        check_mac(spec.at("vxlanTunnelMACAddrV6"), s.vxlan_tunnel_mac_addr_v6)
+    if s.wireguard is not None:
+        if s.wireguard.interface_ipv4_address:
+            check_ip(
+                spec.at("wireguard.interfaceIPv4Address"),
+                s.wireguard.interface_ipv4_address,
+                version=4,
+            )
+        if s.wireguard.interface_ipv6_address:
+            check_ip(
+                spec.at("wireguard.interfaceIPv6Address"),
+                s.wireguard.interface_ipv6_address,
+                version=6,
+            )
+    for index, address in enumerate(s.addresses):
+        ac = spec.at("addresses").at(index)
+        check_cidr(ac.at("address"), address.address)
+        if address.type:
+            check_enum(ac.at("type"), address.type, ("CalicoNodeIP", "InternalIP", "ExternalIP"))
+    if node.status is not None:
+        for name, key in (
+            ("wireguardPublicKey", node.status.wireguard_public_key),
+            ("wireguardPublicKeyV6", node.status.wireguard_public_key_v6),
+        ):
+            if key:
+                check_wireguard_key(c.at("status").at(name), key)
+
+
+@_for(FelixConfiguration)
+def _felix_configuration(c: Checker, config: FelixConfiguration, _: ValidationContext) -> None:
+    check_felix_configuration(c, config)
+
+
+@_for(ClusterInformation)
+def _cluster_information(c: Checker, info: ClusterInformation, _: ValidationContext) -> None:
+    c.at("metadata.name").check(
+        info.name == "default", "ClusterInformation must be named 'default'"
+    )
+
+
+@_for(BGPConfiguration)
+def _bgp_configuration(c: Checker, bgp: BGPConfiguration, _: ValidationContext) -> None:
+    spec = c.at("spec")
+    s = bgp.spec
+    for name in ("serviceClusterIPs", "serviceExternalIPs", "serviceLoadBalancerIPs"):
+        attribute = {
+            "serviceClusterIPs": s.service_cluster_ips,
+            "serviceExternalIPs": s.service_external_ips,
+            "serviceLoadBalancerIPs": s.service_load_balancer_ips,
+        }[name]
+        for index, block in enumerate(attribute):
+            check_cidr(spec.at(name).at(index).at("cidr"), block.cidr, strict=True)
+    if s.listen_port:
+        check_port_number(spec.at("listenPort"), s.listen_port)
+    if s.bind_mode:
+        check_enum(spec.at("bindMode"), s.bind_mode, ("None", "NodeIP"))
+    if s.node_mesh_max_restart_time:
+        try:
+            parse_duration(s.node_mesh_max_restart_time)
+        except ParamError as exc:
+            spec.at("nodeMeshMaxRestartTime").error(str(exc))
+
+
+@_for(IPAMBlock)
+def _ipam_block(c: Checker, block: IPAMBlock, _: ValidationContext) -> None:
+    check_cidr(c.at("spec.cidr"), block.spec.cidr, strict=True)
+    affinity = block.spec.affinity
+    if affinity:
+        c.at("spec.affinity").check(
+            bool(re.match(r"^(host|virtual):[^\s]+$", affinity)),
+            f"invalid affinity {affinity!r}: expected host:<node> or virtual:<node>",
+        )
+
+
+@_for(BlockAffinity)
+def _block_affinity(c: Checker, affinity: BlockAffinity, _: ValidationContext) -> None:
+    spec = c.at("spec")
+    check_enum(spec.at("state"), affinity.spec.state, ("confirmed", "pending", "pendingDeletion"))
+    check_name(spec.at("node"), affinity.spec.node)
+    check_cidr(spec.at("cidr"), affinity.spec.cidr, strict=True)
+    if affinity.spec.type:
+        check_enum(spec.at("type"), affinity.spec.type, ("host", "virtual"))
+
+
+@_for(Service)
+def _service(c: Checker, service: Service, _: ValidationContext) -> None:
+    spec = c.at("spec")
+    for ip_field, values in (
+        ("clusterIPs", service.spec.cluster_ips),
+        ("externalIPs", service.spec.external_ips),
+    ):
+        for index, ip in enumerate(values):
+            if ip != "None":
+                check_ip(spec.at(ip_field).at(index), ip)
+    if service.spec.cluster_ip and service.spec.cluster_ip != "None":
+        check_ip(spec.at("clusterIP"), service.spec.cluster_ip)
+    for index, port in enumerate(service.spec.ports):
+        pc = spec.at("ports").at(index)
+        if port.protocol:
+            check_enum(pc.at("protocol"), port.protocol, ("TCP", "UDP", "SCTP"))
+        check_port_number(pc.at("port"), port.port)
+
+
+@_for(EndpointSlice)
+def _endpoint_slice(c: Checker, eps: EndpointSlice, _: ValidationContext) -> None:
+    address_type = eps.spec.address_type
+    check_enum(c.at("addressType"), address_type, ("IPv4", "IPv6", "FQDN"))
+    version = {"IPv4": 4, "IPv6": 6}.get(address_type)
+    for index, endpoint in enumerate(eps.spec.endpoints):
+        for a_index, address in enumerate(endpoint.addresses):
+            if version is not None:
+                check_ip(
+                    c.at("endpoints").at(index).at("addresses").at(a_index),
+                    address,
+                    version=version,
+                )
+    for index, port in enumerate(eps.spec.ports):
+        pc = c.at("ports").at(index)
+        if port.protocol is not None:
+            check_enum(pc.at("protocol"), port.protocol, ("TCP", "UDP", "SCTP"))
+        if port.port is not None:
+            check_port_number(pc.at("port"), port.port)
+
+
+@_for(Namespace, ServiceAccount)
+def _nothing_more(c: Checker, resource: Any, _: ValidationContext) -> None:
+    """Metadata (names, labels) is all Calico reads from these kinds."""

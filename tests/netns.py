@@ -1,0 +1,41 @@
+"""Temporary network namespaces for tests, always removed afterwards.
+
+Namespaces are created with pyroute2 (the same library the dataplane uses) under a unique
+``pft-`` prefix, so a leftover is easy to recognise; nothing here touches the root namespace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import subprocess
+from collections.abc import Iterator
+
+from pyroute2 import netns as _netns
+
+PREFIX = "pft-"
+_counter = itertools.count()
+
+
+def namespace_exists(name: str) -> bool:
+    return name in _netns.listnetns()
+
+
+@contextlib.contextmanager
+def temporary_netns(label: str = "ns") -> Iterator[str]:
+    """Create a fresh namespace with ``lo`` up; delete it on exit, whatever happens inside."""
+    name = f"{PREFIX}{label}-{os.getpid()}-{next(_counter)}"
+    _netns.create(name)
+    try:
+        subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
+        yield name
+    finally:
+        _netns.remove(name)
+
+
+def run_in(name: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    """Run a command inside namespace ``name`` and return its completed process."""
+    return subprocess.run(
+        ["ip", "netns", "exec", name, *argv], capture_output=True, text=True, check=False
+    )
