@@ -125,7 +125,10 @@ class Resource:
         if self.BODY_AT_TOP_LEVEL and spec is not None:
             out.update(encode(spec))
         elif spec is not None:
-            out["spec"] = encode(spec)
+            encoded_spec = encode(spec)
+            # Calico kinds always print a spec; Kubernetes kinds omit an empty one.
+            if encoded_spec or self.API_VERSION == CALICO_API_VERSION:
+                out["spec"] = encoded_spec
         status = getattr(self, "status", None)
         if status is not None:
             encoded = encode(status)

@@ -301,7 +301,11 @@ def encode(obj: Spec) -> dict[str, JSON]:
         if "json" not in attribute.metadata:
             continue
         value = getattr(obj, attribute.name)
-        if value is None or (_is_empty(value) and not attribute.metadata["keep_empty"]):
+        # Fields defaulting to None are Go pointers: only "unset" is omitted, 0 and false print.
+        pointer = attribute.default is None
+        if value is None or (
+            not pointer and _is_empty(value) and not attribute.metadata["keep_empty"]
+        ):
             continue
         encoded = attribute.metadata["codec"].encode(value)
         if isinstance(encoded, dict) and not encoded and not attribute.metadata["keep_empty"]:

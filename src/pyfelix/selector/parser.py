@@ -158,7 +158,11 @@ class _Parser:
             node = self.label_operation(token.value)
         else:
             raise self.fail(token, f"unexpected {token.kind.value!r}")
-        return NotNode(node) if negated else node
+        if not negated:
+            return node
+        # "!(!x)" is x. Calico would print it as "!!x", which re-parses as x: collapsing here
+        # keeps the canonical form a fixed point (the only place we differ from Calico's text).
+        return node.operand if isinstance(node, NotNode) else NotNode(node)
 
     def label_operation(self, label: str) -> Node:
         op = self.take()

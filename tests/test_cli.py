@@ -1,0 +1,78 @@
+"""``pyfelix validate`` as a user runs it: a real process, real files, exit codes and output."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO
+
+
+def pyfelix(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pyfelix", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+    )
+
+
+def test_bundled_example_is_valid() -> None:
+    """The example cluster validates, and the summary counts what was loaded."""
+    result = pyfelix("validate", "examples/")
+    assert result.returncode == 0, result.stdout + result.stderr
+    (line,) = result.stdout.splitlines()
+    assert line.startswith("valid: ")
+    assert "4 WorkloadEndpoint" in line
+    assert "3 Tier" in line
+
+
+def test_invalid_input_lists_every_problem(tmp_path: Path) -> None:
+    """Problems print as file:line: Kind/namespace/name: field: message, and exit code is 1."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        """\
+apiVersion: projectcalico.org/v3
+kind: NetworkPolicy
+metadata:
+  name: web
+  namespace: prod
+spec:
+  selector: app = "web"
+  ingress:
+  - action: Allow
+    destination:
+      ports: [80]
+---
+apiVersion: projectcalico.org/v3
+kind: Tier
+metadata:
+  name: ops
+spec:
+  order: first
+"""
+    )
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("kind: [\n")
+    result = pyfelix("validate", str(tmp_path))
+    assert result.returncode == 1
+    assert result.stdout.splitlines() == [
+        f"{bad}:1: NetworkPolicy/prod/web: spec.selector: invalid selector 'app = \"web\"': "
+        "expected == at position 4",
+        f"{bad}:1: NetworkPolicy/prod/web: spec.ingress[0].destination.ports: "
+        "rules with numeric ports or port ranges must set protocol to TCP, UDP or SCTP",
+        f"{bad}:13: Tier/ops: spec.order: expected a number, got string 'first'",
+        f"{broken}:2: cannot parse YAML: expected the node content, but found '<stream end>'",
+    ]
+    assert "4 problem(s) found" in result.stderr
+
+
+def test_usage_errors() -> None:
+    """No command, or validate without paths, is a usage error (exit 2)."""
+    assert pyfelix().returncode == 2
+    assert pyfelix("validate").returncode == 2
+    version = pyfelix("--version")
+    assert version.returncode == 0
+    assert version.stdout.startswith("pyfelix ")
