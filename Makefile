@@ -15,8 +15,8 @@ run: venv
 test: venv lint typecheck pytest
 
 lint: venv
-	$(BIN)/ruff check src dataplane tests
-	$(BIN)/ruff format --check src dataplane tests
+	$(BIN)/ruff check src dataplane tests bench
+	$(BIN)/ruff format --check src dataplane tests bench
 
 typecheck: venv
 	$(BIN)/mypy
