@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.etcd_server import EtcdServer, running_etcd
 from tests.netns import temporary_netns
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,3 +53,10 @@ def netns() -> Iterator[str]:
 @pytest.fixture
 def examples_dir() -> Path:
     return REPO / "examples"
+
+
+@pytest.fixture
+def etcd() -> Iterator[EtcdServer]:
+    """A fresh etcd server on 127.0.0.1 (Debian's etcd-server), stopped after the test."""
+    with running_etcd() as server:
+        yield server

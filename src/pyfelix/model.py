@@ -1,0 +1,395 @@
+"""Felix's internal data model: the keys and values the calculation graph consumes.
+
+The update processors (:mod:`pyfelix.syncer.processors`) turn v3 resources into these, so both
+datastores feed the graph identically. Keys mirror Felix's model keys (with the policy's tier in
+its key, as our architecture asks); values record the v3 resource they came from (``origin``,
+excluded from equality) so the validation filter can check it and name it in warnings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from pyfelix.resources import Resource
+from pyfelix.resources.rules import Port
+from pyfelix.resources.schema import FrozenMap
+
+NAMESPACE_LABEL = "projectcalico.org/namespace"
+ORCHESTRATOR_LABEL = "projectcalico.org/orchestrator"
+SERVICE_ACCOUNT_LABEL = "projectcalico.org/serviceaccount"
+NAME_LABEL = "projectcalico.org/name"
+NAMESPACE_LABEL_PREFIX = "pcns."
+SERVICE_ACCOUNT_LABEL_PREFIX = "pcsa."
+NAMESPACE_PROFILE_PREFIX = "kns."
+SERVICE_ACCOUNT_PROFILE_PREFIX = "ksa."
+
+
+def _escape(segment: str) -> str:
+    return segment.replace("%", "%25").replace("/", "%2f")
+
+
+# ---------------------------------------------------------------------------------------- keys
+
+
+@attrs.frozen
+class WorkloadEndpointKey:
+    hostname: str
+    orchestrator: str
+    workload: str
+    endpoint: str
+
+    @property
+    def namespace(self) -> str:
+        return self.workload.partition("/")[0] if "/" in self.workload else ""
+
+    def __str__(self) -> str:
+        return (
+            f"/calico/v1/host/{self.hostname}/workload/{_escape(self.orchestrator)}/"
+            f"{_escape(self.workload)}/endpoint/{_escape(self.endpoint)}"
+        )
+
+
+@attrs.frozen
+class HostEndpointKey:
+    hostname: str
+    endpoint: str
+
+    def __str__(self) -> str:
+        return f"/calico/v1/host/{self.hostname}/endpoint/{_escape(self.endpoint)}"
+
+
+@attrs.frozen
+class PolicyKey:
+    name: str
+    namespace: str
+    kind: str
+    tier: str
+
+    @property
+    def staged(self) -> bool:
+        return self.kind.startswith("Staged")
+
+    def __str__(self) -> str:
+        return f"/calico/v1/policy/{self.kind}/{self.namespace}/{self.name}"
+
+
+@attrs.frozen
+class TierKey:
+    name: str
+
+    def __str__(self) -> str:
+        return f"/calico/v1/policy/tier/{self.name}/metadata"
+
+
+@attrs.frozen
+class ProfileRulesKey:
+    name: str
+
+    def __str__(self) -> str:
+        return f"/calico/v1/policy/profile/{_escape(self.name)}/rules"
+
+
+@attrs.frozen
+class ProfileLabelsKey:
+    name: str
+
+    def __str__(self) -> str:
+        return f"/calico/v1/policy/profile/{_escape(self.name)}/labels"
+
+
+@attrs.frozen
+class NetworkSetKey:
+    """``name`` is "<namespace>/<name>" for a namespaced NetworkSet."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return f"/calico/v1/netset/{_escape(self.name)}"
+
+
+@attrs.frozen
+class IPPoolKey:
+    cidr: str
+
+    def __str__(self) -> str:
+        version = 6 if ":" in self.cidr else 4
+        return f"/calico/v1/ipam/v{version}/pool/{self.cidr.replace('/', '-')}"
+
+
+@attrs.frozen
+class BlockKey:
+    cidr: str
+
+    def __str__(self) -> str:
+        version = 6 if ":" in self.cidr else 4
+        return f"/calico/ipam/v2/assignment/ipv{version}/block/{self.cidr.replace('/', '-')}"
+
+
+@attrs.frozen
+class HostIPKey:
+    hostname: str
+
+    def __str__(self) -> str:
+        return f"/calico/v1/host/{self.hostname}/bird_ip"
+
+
+@attrs.frozen
+class HostConfigKey:
+    hostname: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"/calico/v1/host/{self.hostname}/config/{self.name}"
+
+
+@attrs.frozen
+class GlobalConfigKey:
+    name: str
+
+    def __str__(self) -> str:
+        return f"/calico/v1/config/{self.name}"
+
+
+@attrs.frozen
+class ReadyFlagKey:
+    def __str__(self) -> str:
+        return "/calico/v1/Ready"
+
+
+@attrs.frozen
+class WireguardKey:
+    hostname: str
+
+    def __str__(self) -> str:
+        return f"/calico/v1/host/{self.hostname}/wireguard"
+
+
+@attrs.frozen
+class ResourceKey:
+    """A v3 resource passed through unconverted (Node, Service, EndpointSlice, ...)."""
+
+    kind: str
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        path = f"{self.namespace}/{self.name}" if self.namespace else self.name
+        return f"{self.kind}({path})"
+
+
+# -------------------------------------------------------------------------------------- values
+
+
+def _origin() -> Any:
+    """The v3 resource a value came from: not part of its identity, not printed."""
+    return attrs.field(default=None, eq=False, repr=False, kw_only=True)
+
+
+@attrs.frozen
+class Rule:
+    """A rule after conversion: selectors folded, action and protocol normalised.
+
+    Ports stay mixed (numeric and named); the rule scanner splits them, as Felix does.
+    """
+
+    action: str
+    ip_version: int | None = None
+    protocol: int | str | None = None
+    not_protocol: int | str | None = None
+    icmp_type: int | None = None
+    icmp_code: int | None = None
+    not_icmp_type: int | None = None
+    not_icmp_code: int | None = None
+    src_nets: tuple[str, ...] = ()
+    not_src_nets: tuple[str, ...] = ()
+    src_selector: str = ""
+    not_src_selector: str = ""
+    src_ports: tuple[Port, ...] = ()
+    not_src_ports: tuple[Port, ...] = ()
+    src_service: str = ""
+    src_service_namespace: str = ""
+    dst_nets: tuple[str, ...] = ()
+    not_dst_nets: tuple[str, ...] = ()
+    dst_selector: str = ""
+    not_dst_selector: str = ""
+    dst_ports: tuple[Port, ...] = ()
+    not_dst_ports: tuple[Port, ...] = ()
+    dst_service: str = ""
+    dst_service_namespace: str = ""
+    http: object = None
+    annotations: FrozenMap[str] = attrs.field(factory=FrozenMap)
+    original_src_selector: str = ""
+    original_src_namespace_selector: str = ""
+    original_dst_selector: str = ""
+    original_dst_namespace_selector: str = ""
+
+
+@attrs.frozen
+class Policy:
+    namespace: str
+    tier: str
+    order: float | None
+    inbound_rules: tuple[Rule, ...]
+    outbound_rules: tuple[Rule, ...]
+    selector: str
+    types: tuple[str, ...] = ()
+    do_not_track: bool = False
+    pre_dnat: bool = False
+    apply_on_forward: bool = False
+    performance_hints: tuple[str, ...] = ()
+    staged_action: str = ""
+    origin: Resource | None = _origin()
+
+
+@attrs.frozen
+class Tier:
+    order: float | None
+    default_action: str
+    origin: Resource | None = _origin()
+
+
+@attrs.frozen
+class ProfileRules:
+    inbound_rules: tuple[Rule, ...]
+    outbound_rules: tuple[Rule, ...]
+    origin: Resource | None = _origin()
+
+
+@attrs.frozen
+class ProfileLabels:
+    labels: FrozenMap[str]
+    origin: Resource | None = _origin()
+
+
+@attrs.frozen
+class EndpointPort:
+    name: str
+    protocol: int | str
+    port: int
+
+
+@attrs.frozen
+class IPNAT:
+    int_ip: str
+    ext_ip: str
+
+
+@attrs.frozen
+class WorkloadEndpoint:
+    state: str
+    name: str
+    mac: str
+    profile_ids: tuple[str, ...]
+    ipv4_nets: tuple[str, ...]
+    ipv6_nets: tuple[str, ...]
+    labels: FrozenMap[str]
+    ipv4_nat: tuple[IPNAT, ...] = ()
+    ipv6_nat: tuple[IPNAT, ...] = ()
+    ipv4_gateway: str = ""
+    ipv6_gateway: str = ""
+    ports: tuple[EndpointPort, ...] = ()
+    allow_spoofed_source_prefixes: tuple[str, ...] = ()
+    origin: Resource | None = _origin()
+
+
+@attrs.frozen
+class HostEndpoint:
+    name: str
+    expected_ipv4_addrs: tuple[str, ...]
+    expected_ipv6_addrs: tuple[str, ...]
+    labels: FrozenMap[str]
+    profile_ids: tuple[str, ...]
+    ports: tuple[EndpointPort, ...] = ()
+    origin: Resource | None = _origin()
+
+
+@attrs.frozen
+class NetworkSet:
+    nets: tuple[str, ...]
+    labels: FrozenMap[str]
+    profile_ids: tuple[str, ...] = ()
+    origin: Resource | None = _origin()
+
+
+@attrs.frozen
+class IPPool:
+    cidr: str
+    ipip_mode: str
+    vxlan_mode: str
+    masquerade: bool
+    disabled: bool
+    disable_bgp_export: bool = False
+    allowed_uses: tuple[str, ...] = ("Workload", "Tunnel")
+    assignment_mode: str = "Automatic"
+    origin: Resource | None = _origin()
+
+
+@attrs.frozen
+class AllocationBlock:
+    cidr: str
+    affinity: str
+    allocations: tuple[int | None, ...] = ()
+    attributes: tuple[Mapping[str, object], ...] = ()
+    deleted: bool = False
+    origin: Resource | None = _origin()
+
+    @property
+    def host(self) -> str:
+        kind, _, host = self.affinity.partition(":")
+        return host if kind == "host" else ""
+
+
+@attrs.frozen
+class Wireguard:
+    public_key: str = ""
+    interface_ipv4_addr: str = ""
+    public_key_v6: str = ""
+    interface_ipv6_addr: str = ""
+    origin: Resource | None = _origin()
+
+
+@attrs.frozen
+class ConfigValue:
+    """A Felix parameter as text, as Felix's config keys carry it (durations in seconds)."""
+
+    value: str
+    origin: Resource | None = _origin()
+
+
+@attrs.frozen
+class ReadyFlag:
+    ready: bool
+    origin: Resource | None = _origin()
+
+
+@attrs.frozen
+class Passthrough:
+    """A v3 resource the graph consumes as is; equal when the resources are equal."""
+
+    resource: Resource
+
+    @property
+    def origin(self) -> Resource:
+        return self.resource
+
+
+ModelKey = (
+    WorkloadEndpointKey
+    | HostEndpointKey
+    | PolicyKey
+    | TierKey
+    | ProfileRulesKey
+    | ProfileLabelsKey
+    | NetworkSetKey
+    | IPPoolKey
+    | BlockKey
+    | HostIPKey
+    | HostConfigKey
+    | GlobalConfigKey
+    | ReadyFlagKey
+    | WireguardKey
+    | ResourceKey
+)

@@ -1,0 +1,669 @@
+"""Update processors: v3 resources -> Felix model keys and values, shared by both datastores.
+
+``convert(resource)`` gives the (key, value) pairs one resource stands for; a value of None means
+"this key is absent" (a WorkloadEndpoint without addresses, a staged Delete). ``Converter``
+remembers which keys each source produced, so a change that drops a key (a Node losing its
+VXLAN address) emits that key's deletion, and deleting the source deletes them all.
+
+Selector folding follows Calico's string forms exactly, since Felix's IP set ids hash the
+canonical form of the folded selector.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable, Hashable, Iterator, Mapping
+from typing import Any
+
+import attrs
+
+from pyfelix import model
+from pyfelix.model import (
+    NAME_LABEL,
+    NAMESPACE_LABEL,
+    NAMESPACE_LABEL_PREFIX,
+    NAMESPACE_PROFILE_PREFIX,
+    ORCHESTRATOR_LABEL,
+    SERVICE_ACCOUNT_LABEL,
+    SERVICE_ACCOUNT_LABEL_PREFIX,
+    SERVICE_ACCOUNT_PROFILE_PREFIX,
+)
+from pyfelix.resources import (
+    BGPConfiguration,
+    BlockAffinity,
+    ClusterInformation,
+    EndpointSlice,
+    FelixConfiguration,
+    GlobalNetworkPolicy,
+    GlobalNetworkSet,
+    HostEndpoint,
+    IPAMBlock,
+    IPPool,
+    Namespace,
+    NetworkPolicy,
+    NetworkSet,
+    Node,
+    Profile,
+    Resource,
+    Service,
+    ServiceAccount,
+    StagedGlobalNetworkPolicy,
+    StagedNetworkPolicy,
+    Tier,
+    WorkloadEndpoint,
+)
+from pyfelix.resources.felixconfig_params import BY_JSON
+from pyfelix.resources.rules import EntityRule
+from pyfelix.resources.rules import Rule as V3Rule
+from pyfelix.resources.schema import FrozenMap
+from pyfelix.selector import SelectorError, parse_selector
+from pyfelix.syncer.api import Update, UpdateType
+from pyfelix.validation.felixconfig import ParamError, parse_duration
+
+KV = tuple[Hashable, object | None]
+
+
+# ------------------------------------------------------------------------ selector folding
+
+
+def prefixed_canonical(text: str, prefix: str) -> str | None:
+    """``text`` with every label prefixed, in canonical form; None if it does not parse."""
+    try:
+        return str(parse_selector(text).with_label_prefix(prefix))
+    except SelectorError:
+        return None
+
+
+def _append(current: str, addition: str | None) -> str:
+    if addition is None:
+        return current
+    return f"({current}) && {addition}" if current else addition
+
+
+def policy_selector(spec: Any, namespace: str) -> str:
+    """The endpoint selector Felix uses for a policy (namespace and SA selectors folded in)."""
+    if namespace:
+        scope = f"{NAMESPACE_LABEL} == '{namespace}'"
+        selector = f"({spec.selector}) && {scope}" if spec.selector else scope
+    else:
+        selector = spec.selector
+        ns_selector = getattr(spec, "namespace_selector", "")
+        if ns_selector:
+            selector = _append(selector, prefixed_canonical(ns_selector, NAMESPACE_LABEL_PREFIX))
+            selector = selector.replace("all()", f"has({NAMESPACE_LABEL})")
+    if spec.service_account_selector:
+        selector = _append(
+            selector,
+            prefixed_canonical(spec.service_account_selector, SERVICE_ACCOUNT_LABEL_PREFIX),
+        )
+        if not namespace:
+            selector = selector.replace("all()", f"has({SERVICE_ACCOUNT_LABEL})")
+    return selector
+
+
+def entity_selector(entity: EntityRule, namespace: str) -> str:
+    """A rule side's selector with its namespace selector, service accounts and scope."""
+    ns_part = ""
+    if entity.namespace_selector:
+        ns_part = prefixed_canonical(entity.namespace_selector, NAMESPACE_LABEL_PREFIX) or ""
+        ns_part = ns_part.replace("all()", f"has({NAMESPACE_LABEL})")
+        ns_part = ns_part.replace("global()", f"!has({NAMESPACE_LABEL})")
+    elif namespace:
+        ns_part = f"{NAMESPACE_LABEL} == '{namespace}'"
+    sa_part = ""
+    accounts = entity.service_accounts
+    if accounts is not None:
+        sa_selector = (
+            prefixed_canonical(accounts.selector, SERVICE_ACCOUNT_LABEL_PREFIX)
+            if accounts.selector
+            else None
+        )
+        names = ""
+        if accounts.names:
+            quoted = ", ".join(f'"{n}"' for n in sorted(set(accounts.names)))
+            names = f"{SERVICE_ACCOUNT_LABEL} in {{{quoted}}}"
+        both = f"({sa_selector}) && ({names})"
+        sa_part = both if sa_selector and names else (sa_selector or names)
+    if sa_part and entity.selector:
+        body = f"({sa_part}) && ({entity.selector})"
+    else:
+        body = sa_part or entity.selector
+    if ns_part and (body or entity.not_selector or entity.namespace_selector):
+        return f"({ns_part}) && ({body})" if body else ns_part
+    return body
+
+
+# ---------------------------------------------------------------------------------- rules
+
+
+def normalise_action(action: str) -> str:
+    return "next-tier" if action == "Pass" else action.lower()
+
+
+def normalise_protocol(protocol: int | str | None) -> int | str | None:
+    if isinstance(protocol, str):
+        return int(protocol) if protocol.isdigit() else protocol.lower()
+    return protocol
+
+
+def _nets(values: tuple[str, ...]) -> tuple[str, ...]:
+    """CIDRs or bare IPs, masked; unparsable entries are skipped (validation reports them)."""
+    out = []
+    for value in values:
+        try:
+            out.append(str(ipaddress.ip_network(value, strict=False)))
+        except ValueError:
+            continue
+    return tuple(out)
+
+
+def convert_rule(rule: V3Rule, namespace: str) -> model.Rule:
+    src, dst = rule.source, rule.destination
+    icmp, not_icmp = rule.icmp, rule.not_icmp
+    return model.Rule(
+        action=normalise_action(rule.action),
+        ip_version=rule.ip_version,
+        protocol=normalise_protocol(rule.protocol),
+        not_protocol=normalise_protocol(rule.not_protocol),
+        icmp_type=icmp.type if icmp else None,
+        icmp_code=icmp.code if icmp else None,
+        not_icmp_type=not_icmp.type if not_icmp else None,
+        not_icmp_code=not_icmp.code if not_icmp else None,
+        src_nets=_nets(src.nets),
+        not_src_nets=_nets(src.not_nets),
+        src_selector=entity_selector(src, namespace),
+        not_src_selector=src.not_selector,
+        src_ports=src.ports,
+        not_src_ports=src.not_ports,
+        src_service=src.services.name if src.services else "",
+        src_service_namespace=(src.services.namespace or namespace) if src.services else "",
+        dst_nets=_nets(dst.nets),
+        not_dst_nets=_nets(dst.not_nets),
+        dst_selector=entity_selector(dst, namespace),
+        not_dst_selector=dst.not_selector,
+        dst_ports=dst.ports,
+        not_dst_ports=dst.not_ports,
+        dst_service=dst.services.name if dst.services else "",
+        dst_service_namespace=(dst.services.namespace or namespace) if dst.services else "",
+        http=rule.http,
+        annotations=rule.metadata.annotations if rule.metadata else FrozenMap(),
+        original_src_selector=src.selector,
+        original_src_namespace_selector=src.namespace_selector,
+        original_dst_selector=dst.selector,
+        original_dst_namespace_selector=dst.namespace_selector,
+    )
+
+
+def _rules(rules: tuple[V3Rule, ...], namespace: str) -> tuple[model.Rule, ...]:
+    return tuple(convert_rule(r, namespace) for r in rules)
+
+
+# ------------------------------------------------------------------------------ per kind
+
+
+def _policy(resource: Any) -> list[KV]:
+    spec = resource.spec
+    namespace = resource.namespace if resource.NAMESPACED else ""
+    key = model.PolicyKey(resource.name, namespace, resource.KIND, spec.effective_tier)
+    staged_action = getattr(spec, "staged_action", "")
+    if staged_action == "Delete":
+        return [(key, None)]
+    value = model.Policy(
+        namespace=namespace,
+        tier=spec.effective_tier,
+        order=spec.order,
+        inbound_rules=_rules(spec.ingress, namespace),
+        outbound_rules=_rules(spec.egress, namespace),
+        selector=policy_selector(spec, namespace),
+        types=tuple(t.lower() for t in spec.types),
+        do_not_track=getattr(spec, "do_not_track", False),
+        pre_dnat=getattr(spec, "pre_dnat", False),
+        apply_on_forward=getattr(spec, "apply_on_forward", False),
+        performance_hints=spec.performance_hints,
+        staged_action=staged_action,
+        origin=resource,
+    )
+    return [(key, value)]
+
+
+def _tier(tier: Tier) -> list[KV]:
+    action = "Pass" if tier.spec.default_action == "Pass" else "Deny"
+    return [(model.TierKey(tier.name), model.Tier(tier.spec.order, action, origin=tier))]
+
+
+def _profile_kvs(
+    name: str,
+    labels: Mapping[str, str],
+    ingress: tuple[model.Rule, ...],
+    egress: tuple[model.Rule, ...],
+    origin: Resource,
+) -> list[KV]:
+    label_value = model.ProfileLabels(FrozenMap(labels), origin=origin) if labels else None
+    return [
+        (model.ProfileLabelsKey(name), label_value),
+        (model.ProfileRulesKey(name), model.ProfileRules(ingress, egress, origin=origin)),
+    ]
+
+
+def _profile(profile: Profile) -> list[KV]:
+    spec = profile.spec
+    kvs = _profile_kvs(
+        profile.name,
+        spec.labels_to_apply,
+        _rules(spec.ingress, ""),
+        _rules(spec.egress, ""),
+        profile,
+    )
+    return [*kvs, (model.ResourceKey("Profile", "", profile.name), model.Passthrough(profile))]
+
+
+_ALLOW_ALL = (model.Rule(action="allow"),)
+
+
+def _namespace(ns: Namespace) -> list[KV]:
+    """Kubernetes' conversion: profile kns.<ns> applying pcns.* labels, allowing all."""
+    labels = {f"{NAMESPACE_LABEL_PREFIX}{k}": v for k, v in ns.labels.items()}
+    labels[f"{NAMESPACE_LABEL_PREFIX}{NAME_LABEL}"] = ns.name
+    return _profile_kvs(f"{NAMESPACE_PROFILE_PREFIX}{ns.name}", labels, _ALLOW_ALL, _ALLOW_ALL, ns)
+
+
+def _service_account(sa: ServiceAccount) -> list[KV]:
+    labels = {f"{SERVICE_ACCOUNT_LABEL_PREFIX}{k}": v for k, v in sa.labels.items()}
+    labels[f"{SERVICE_ACCOUNT_LABEL_PREFIX}{NAME_LABEL}"] = sa.name
+    name = f"{SERVICE_ACCOUNT_PROFILE_PREFIX}{sa.namespace}.{sa.name}"
+    return _profile_kvs(name, labels, (), (), sa)
+
+
+def _unescape_name_parts(name: str) -> list[str]:
+    """Split a WorkloadEndpoint name on single dashes ("--" is an escaped dash)."""
+    parts, current, i = [], [], 0
+    while i < len(name):
+        if name.startswith("--", i):
+            current.append("-")
+            i += 2
+        elif name[i] == "-":
+            parts.append("".join(current))
+            current = []
+            i += 1
+        else:
+            current.append(name[i])
+            i += 1
+    parts.append("".join(current))
+    return parts
+
+
+def workload_key(wep: WorkloadEndpoint) -> model.WorkloadEndpointKey:
+    """From the spec when it names node and endpoint, else parsed from Calico's name format."""
+    spec = wep.spec
+    workload = spec.pod or spec.workload
+    if spec.node and spec.endpoint and workload:
+        orchestrator = spec.orchestrator or "k8s"
+        return model.WorkloadEndpointKey(
+            spec.node, orchestrator, f"{wep.namespace}/{workload}", spec.endpoint
+        )
+    parts = _unescape_name_parts(wep.name)
+    if len(parts) == 4:
+        node, orchestrator, workload, endpoint = parts
+    else:
+        node, orchestrator, endpoint = spec.node, spec.orchestrator, spec.endpoint or "eth0"
+        workload = workload or wep.name
+    return model.WorkloadEndpointKey(
+        spec.node or node,
+        spec.orchestrator or orchestrator,
+        f"{wep.namespace}/{workload}",
+        spec.endpoint or endpoint,
+    )
+
+
+def _split_nets(values: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    nets = _nets(values)
+    return (
+        tuple(n for n in nets if ":" not in n),
+        tuple(n for n in nets if ":" in n),
+    )
+
+
+def _workload_endpoint(wep: WorkloadEndpoint) -> list[KV]:
+    spec = wep.spec
+    key = workload_key(wep)
+    v4, v6 = _split_nets(spec.ip_networks)
+    if not (v4 or v6):
+        return [(key, None)]
+    labels = {
+        k: v
+        for k, v in wep.labels.items()
+        if not k.startswith((NAMESPACE_LABEL_PREFIX, SERVICE_ACCOUNT_LABEL_PREFIX))
+    }
+    labels[NAMESPACE_LABEL] = wep.namespace
+    labels[ORCHESTRATOR_LABEL] = spec.orchestrator or key.orchestrator
+    if spec.service_account_name:
+        labels[SERVICE_ACCOUNT_LABEL] = spec.service_account_name
+    nats = [model.IPNAT(n.internal_ip, n.external_ip) for n in spec.ip_nats]
+    value = model.WorkloadEndpoint(
+        state="active",
+        name=spec.interface_name,
+        mac=spec.mac,
+        profile_ids=spec.profiles,
+        ipv4_nets=v4,
+        ipv6_nets=v6,
+        labels=FrozenMap(labels),
+        ipv4_nat=tuple(n for n in nats if ":" not in n.int_ip),
+        ipv6_nat=tuple(n for n in nats if ":" in n.int_ip),
+        ipv4_gateway=spec.ipv4_gateway,
+        ipv6_gateway=spec.ipv6_gateway,
+        ports=tuple(
+            model.EndpointPort(p.name, normalise_protocol(p.protocol) or "tcp", p.port)
+            for p in spec.ports
+            if p.name
+        ),
+        allow_spoofed_source_prefixes=_nets(spec.allow_spoofed_source_prefixes),
+        origin=wep,
+    )
+    return [(key, value)]
+
+
+def _host_endpoint(hep: HostEndpoint) -> list[KV]:
+    spec = hep.spec
+    addresses = []
+    for ip in spec.expected_ips:
+        try:
+            addresses.append(ipaddress.ip_address(ip))
+        except ValueError:
+            continue
+    value = model.HostEndpoint(
+        name=spec.interface_name,
+        expected_ipv4_addrs=tuple(str(a) for a in addresses if a.version == 4),
+        expected_ipv6_addrs=tuple(str(a) for a in addresses if a.version == 6),
+        labels=hep.labels,
+        profile_ids=spec.profiles,
+        ports=tuple(
+            model.EndpointPort(p.name, normalise_protocol(p.protocol) or "tcp", p.port)
+            for p in spec.ports
+        ),
+        origin=hep,
+    )
+    return [(model.HostEndpointKey(spec.node, hep.name), value)]
+
+
+def _network_set(netset: GlobalNetworkSet | NetworkSet) -> list[KV]:
+    if isinstance(netset, NetworkSet):
+        labels = {**netset.labels, NAMESPACE_LABEL: netset.namespace}
+        value = model.NetworkSet(
+            _nets(netset.spec.nets),
+            FrozenMap(labels),
+            (f"{NAMESPACE_PROFILE_PREFIX}{netset.namespace}",),
+            origin=netset,
+        )
+        return [(model.NetworkSetKey(f"{netset.namespace}/{netset.name}"), value)]
+    value = model.NetworkSet(_nets(netset.spec.nets), netset.labels, origin=netset)
+    return [(model.NetworkSetKey(netset.name), value)]
+
+
+_ENCAP_MODES = {"Always": "always", "CrossSubnet": "cross-subnet"}
+
+
+def _ip_pool(pool: IPPool) -> list[KV]:
+    spec = pool.spec
+    try:
+        cidr = str(ipaddress.ip_network(spec.cidr, strict=False))
+    except ValueError:
+        return []
+    value = model.IPPool(
+        cidr=cidr,
+        ipip_mode=_ENCAP_MODES.get(spec.ipip_mode, ""),
+        vxlan_mode=_ENCAP_MODES.get(spec.vxlan_mode, ""),
+        masquerade=spec.nat_outgoing,
+        disabled=spec.disabled,
+        disable_bgp_export=spec.disable_bgp_export,
+        allowed_uses=spec.allowed_uses or ("Workload", "Tunnel"),
+        assignment_mode=spec.assignment_mode or "Automatic",
+        origin=pool,
+    )
+    return [(model.IPPoolKey(cidr), value)]
+
+
+def _ipam_block(block: IPAMBlock) -> list[KV]:
+    spec = block.spec
+    allocations = tuple(a if isinstance(a, int) else None for a in (spec.allocations or ()))
+    attributes = tuple(a for a in (spec.attributes or ()) if isinstance(a, Mapping))
+    value = model.AllocationBlock(
+        spec.cidr, spec.affinity, allocations, attributes, spec.deleted, origin=block
+    )
+    return [(model.BlockKey(spec.cidr), value)]
+
+
+def _host_ip(address: str) -> str:
+    """The address part of "10.0.0.1/24" or "10.0.0.1" ("" if neither)."""
+    try:
+        return str(ipaddress.ip_interface(address).ip)
+    except ValueError:
+        return ""
+
+
+NODE_CONFIG_FIELDS = (
+    "IpInIpTunnelAddr",
+    "IPv4VXLANTunnelAddr",
+    "VXLANTunnelMACAddr",
+    "IPv6VXLANTunnelAddr",
+    "VXLANTunnelMACAddrV6",
+)
+
+
+def _node(node: Node) -> list[KV]:
+    spec = node.spec
+    name = node.name
+    bgp = spec.bgp
+    values = {
+        "IpInIpTunnelAddr": _host_ip(bgp.ipv4_ipip_tunnel_addr) if bgp else "",
+        "IPv4VXLANTunnelAddr": _host_ip(spec.ipv4_vxlan_tunnel_addr),
+        "VXLANTunnelMACAddr": spec.vxlan_tunnel_mac_addr,
+        "IPv6VXLANTunnelAddr": _host_ip(spec.ipv6_vxlan_tunnel_addr),
+        "VXLANTunnelMACAddrV6": spec.vxlan_tunnel_mac_addr_v6,
+    }
+    kvs: list[KV] = [
+        (model.HostConfigKey(name, field), model.ConfigValue(v, origin=node) if v else None)
+        for field, v in values.items()
+    ]
+    host_ip = _host_ip(bgp.ipv4_address) if bgp else ""
+    kvs.append(
+        (model.HostIPKey(name), model.ConfigValue(host_ip, origin=node) if host_ip else None)
+    )
+    status = node.status
+    wireguard = model.Wireguard(
+        public_key=status.wireguard_public_key if status else "",
+        interface_ipv4_addr=spec.wireguard.interface_ipv4_address if spec.wireguard else "",
+        public_key_v6=status.wireguard_public_key_v6 if status else "",
+        interface_ipv6_addr=spec.wireguard.interface_ipv6_address if spec.wireguard else "",
+        origin=node,
+    )
+    has_wireguard = any(
+        (
+            wireguard.public_key,
+            wireguard.interface_ipv4_addr,
+            wireguard.public_key_v6,
+            wireguard.interface_ipv6_addr,
+        )
+    )
+    kvs.append((model.WireguardKey(name), wireguard if has_wireguard else None))
+    kvs.append((model.ResourceKey("Node", "", name), model.Passthrough(node)))
+    return kvs
+
+
+def felix_config_text(json_name: str, value: Any) -> str:
+    """A FelixConfiguration value as the text Felix's config keys carry."""
+    param = BY_JSON[json_name]
+    if param.kind == "duration":
+        try:
+            seconds = parse_duration(value)
+        except ParamError:
+            return str(value)
+        if param.felix.endswith("Millis"):
+            seconds *= 1000
+        return f"{seconds:g}"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if param.kind == "port-list":
+        entries = []
+        for item in value:
+            net = item.get("net", "")
+            middle = f"[{net}]:" if ":" in net else (f"{net}:" if net else "")
+            entries.append(f"{str(item.get('protocol', '')).lower()}:{middle}{item.get('port')}")
+        return ",".join(entries) or "none"
+    if param.kind in ("list-string", "cidr-list") or (
+        param.kind == "other" and isinstance(value, tuple)
+    ):
+        return ",".join(str(v) for v in value)
+    if param.kind == "map":
+        return "".join(f"{k}={v}," for k, v in value.items())
+    if json_name in ("routeTableRange",):
+        return f"{value.get('min')}-{value.get('max')}"
+    if json_name == "routeTableRanges":
+        return ",".join(f"{r.get('min')}-{r.get('max')}" for r in value)
+    if json_name == "healthTimeoutOverrides":
+        return ",".join(f"{r.get('name')}={r.get('timeout')}" for r in value)
+    if json_name == "bpfConntrackTimeouts":
+        return ",".join(f"{k[0].upper()}{k[1:]}={v}" for k, v in value.items())
+    return str(value)
+
+
+def _felix_configuration(config: FelixConfiguration) -> list[KV]:
+    name = config.name
+    make_key: Callable[[str], Hashable]
+    if name == "default":
+        make_key = model.GlobalConfigKey
+    elif name.startswith("node."):
+        hostname = name.removeprefix("node.")
+
+        def make_key(param: str) -> Hashable:
+            return model.HostConfigKey(hostname, param)
+
+    else:
+        return [(model.ResourceKey(config.KIND, "", name), model.Passthrough(config))]
+    kvs: list[KV] = []
+    for param in BY_JSON.values():
+        if not param.felix:
+            continue
+        raw = config.spec.values.get(param.json)
+        text = None if raw is None or raw == "" else felix_config_text(param.json, raw)
+        kvs.append(
+            (make_key(param.felix), model.ConfigValue(text, origin=config) if text else None)
+        )
+    return kvs
+
+
+def _cluster_information(info: ClusterInformation) -> list[KV]:
+    spec = info.spec
+    ready = spec.datastore_ready
+    kvs: list[KV] = [
+        (model.ReadyFlagKey(), None if ready is None else model.ReadyFlag(ready, origin=info))
+    ]
+    for felix_name, value in (
+        ("ClusterGUID", spec.cluster_guid),
+        ("ClusterType", spec.cluster_type),
+        ("CalicoVersion", spec.calico_version),
+        ("Variant", spec.variant),
+    ):
+        kvs.append(
+            (
+                model.GlobalConfigKey(felix_name),
+                model.ConfigValue(value, origin=info) if value else None,
+            )
+        )
+    return kvs
+
+
+def _passthrough(resource: Resource) -> list[KV]:
+    key = model.ResourceKey(resource.KIND, resource.namespace, resource.name)
+    return [(key, model.Passthrough(resource))]
+
+
+_CONVERTERS: dict[type[Resource], Callable[[Any], list[KV]]] = {
+    GlobalNetworkPolicy: _policy,
+    NetworkPolicy: _policy,
+    StagedGlobalNetworkPolicy: _policy,
+    StagedNetworkPolicy: _policy,
+    Tier: _tier,
+    Profile: _profile,
+    Namespace: _namespace,
+    ServiceAccount: _service_account,
+    WorkloadEndpoint: _workload_endpoint,
+    HostEndpoint: _host_endpoint,
+    GlobalNetworkSet: _network_set,
+    NetworkSet: _network_set,
+    IPPool: _ip_pool,
+    IPAMBlock: _ipam_block,
+    Node: _node,
+    FelixConfiguration: _felix_configuration,
+    ClusterInformation: _cluster_information,
+    BGPConfiguration: _passthrough,
+    Service: _passthrough,
+    EndpointSlice: _passthrough,
+    BlockAffinity: _passthrough,
+}
+
+
+def convert(resource: Resource) -> list[KV]:
+    """The model keys and values ``resource`` stands for (None values mean "absent")."""
+    return _CONVERTERS[type(resource)](resource)
+
+
+@attrs.define
+class Converter:
+    """Tracks the keys each source (a datastore key or file identity) produced.
+
+    Two sources producing the same model key (two pools with one CIDR) resolve as Calico's
+    conflict-resolving cache does: the source that sorts lowest wins, and the other takes over
+    when the winner goes away.
+    """
+
+    _produced: dict[Hashable, dict[Hashable, object | None]] = attrs.Factory(dict)
+    _owners: dict[Hashable, set[Hashable]] = attrs.Factory(dict)
+
+    def update(
+        self, source: Hashable, resource: Resource | None, revision: str = ""
+    ) -> list[Update]:
+        """The Updates that bring downstream from the old to the new form of ``source``."""
+        old = self._produced.get(source, {})
+        new = dict(convert(resource)) if resource is not None else {}
+        keys = list(old) + [k for k in new if k not in old]
+        before = {key: self._winning_value(key) for key in keys}
+        if new:
+            self._produced[source] = new
+        else:
+            self._produced.pop(source, None)
+        for key in keys:
+            owners = self._owners.setdefault(key, set())
+            if key in new:
+                owners.add(source)
+            else:
+                owners.discard(source)
+            if not owners:
+                del self._owners[key]
+        updates = []
+        for key in keys:
+            after = self._winning_value(key)
+            if _same(before[key], after):
+                continue
+            updates.append(Update(key, after, revision, self._update_type(before[key], after)))
+        return updates
+
+    def _winning_value(self, key: Hashable) -> object | None:
+        owners = self._owners.get(key)
+        if not owners:
+            return None
+        winner = min(owners, key=repr)
+        return self._produced.get(winner, {}).get(key)
+
+    @staticmethod
+    def _update_type(before: object | None, after: object | None) -> UpdateType:
+        if after is None:
+            return UpdateType.DELETED
+        return UpdateType.NEW if before is None else UpdateType.UPDATED
+
+    def keys(self) -> Iterator[Hashable]:
+        return iter(self._owners)
+
+
+def _same(a: object | None, b: object | None) -> bool:
+    """Equal values from equal resources: anything else is worth an update downstream."""
+    return a == b and getattr(a, "origin", None) == getattr(b, "origin", None)

@@ -1,0 +1,87 @@
+"""The etcd JSON-gateway client against a real etcd server."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from pyfelix.datastore.etcd import EtcdClient, EtcdCompacted, EtcdConfig, EtcdUnavailable
+from tests.etcd_server import EtcdServer, free_port
+
+
+async def test_put_get_range_delete(etcd: EtcdServer) -> None:
+    """Basic key-value operations round-trip keys and values and report revisions."""
+    async with EtcdClient(EtcdConfig.from_url(etcd.etcd_url)) as client:
+        rev = await client.put("/calico/a/1", "one")
+        await client.put("/calico/a/2", b"two")
+        await client.put("/calico/b", "other")
+        kv = await client.get("/calico/a/1")
+        assert kv is not None
+        assert (kv.value, kv.mod_revision) == (b"one", rev)
+        kvs, revision = await client.list_all("/calico/a/", page=1)
+        assert [(k.key, k.value) for k in kvs] == [("/calico/a/1", b"one"), ("/calico/a/2", b"two")]
+        assert revision >= rev
+        assert await client.delete("/calico/a/", prefix=True) == 2
+        assert await client.get("/calico/a/1") is None
+
+
+async def test_conditional_writes(etcd: EtcdServer) -> None:
+    """put_if creates only when absent and replaces only at the expected revision."""
+    async with EtcdClient(EtcdConfig.from_url(etcd.etcd_url)) as client:
+        created = await client.put_if("/k", "v1", mod_revision=0)
+        assert created is not None
+        assert await client.put_if("/k", "again", mod_revision=0) is None
+        assert await client.put_if("/k", "v2", mod_revision=created) is not None
+        assert await client.put_if("/k", "v3", mod_revision=created) is None
+
+
+async def test_watch_sees_puts_and_deletes(etcd: EtcdServer) -> None:
+    """A watch from a revision streams later puts and deletes under the prefix only."""
+    async with EtcdClient(EtcdConfig.from_url(etcd.etcd_url)) as client:
+        start = await client.put("/w/seed", "0")
+        events = []
+
+        async def watch() -> None:
+            async for event in client.watch("/w/", start + 1):
+                events.append((event.deleted, event.kv.key, event.kv.value))
+                if len(events) == 3:
+                    return
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch)
+            await client.put("/w/x", "1")
+            await client.put("/other", "ignored")
+            await client.put("/w/x", "2")
+            await client.delete("/w/x")
+        assert events == [(False, "/w/x", b"1"), (False, "/w/x", b"2"), (True, "/w/x", b"")]
+
+
+async def test_watch_from_compacted_revision(etcd: EtcdServer) -> None:
+    """Watching from before a compaction raises EtcdCompacted with the compacted revision."""
+    async with EtcdClient(EtcdConfig.from_url(etcd.etcd_url)) as client:
+        await client.put("/c/1", "a")
+        rev = await client.put("/c/1", "b")
+        await client.compact(rev)
+        with pytest.raises(EtcdCompacted) as info:
+            await anext(aiter(client.watch("/c/", 1)))
+        assert info.value.compact_revision == rev
+
+
+async def test_unreachable_endpoint_then_failover(etcd: EtcdServer) -> None:
+    """A dead endpoint is skipped in favour of a live one; all dead raises EtcdUnavailable."""
+    dead = f"http://127.0.0.1:{free_port()}"
+    async with EtcdClient(EtcdConfig(endpoints=(dead, etcd.url))) as client:
+        await client.put("/f", "ok")
+    async with EtcdClient(EtcdConfig(endpoints=(dead,))) as client:
+        with pytest.raises(EtcdUnavailable, match=dead):
+            await client.put("/f", "x")
+
+
+def test_config_from_env_and_url() -> None:
+    """Endpoints and TLS files come from calico-node's variables or an etcd:// URL."""
+    env = {"ETCD_ENDPOINTS": "https://a:2379, https://b:2379", "ETCD_CA_CERT_FILE": "/ca.pem"}
+    config = EtcdConfig.from_env(env)
+    assert config.endpoints == ("https://a:2379", "https://b:2379")
+    assert config.ca_file == "/ca.pem"
+    assert EtcdConfig.from_url("etcd://h1:1,h2:2", {}).endpoints == ("http://h1:1", "http://h2:2")
+    assert EtcdConfig.from_url("etcds://h:1", {}).endpoints == ("https://h:1",)

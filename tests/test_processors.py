@@ -1,0 +1,307 @@
+"""Update processors: v3 resources become Felix's model keys and values, with Calico's selector
+folding, label handling and config naming."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyfelix import model
+from pyfelix.resources import KINDS, Resource
+from pyfelix.selector import parse_selector
+from pyfelix.syncer.api import UpdateType
+from pyfelix.syncer.processors import Converter, convert
+from tests.test_resources import document
+
+
+def make(kind: str, name: str = "x", namespace: str = "", **body: Any) -> Resource:
+    doc: dict[str, Any] = {
+        "apiVersion": KINDS[kind].API_VERSION,
+        "kind": kind,
+        "metadata": {"name": name, **({"namespace": namespace} if namespace else {})},
+        **body,
+    }
+    return KINDS[kind].from_manifest(doc)
+
+
+def only(kvs: list[tuple[Any, Any]]) -> tuple[Any, Any]:
+    (kv,) = kvs
+    return kv
+
+
+def test_namespaced_policy_is_scoped_to_its_namespace() -> None:
+    """A NetworkPolicy's selector gains its namespace, in Calico's exact text."""
+    policy = make("NetworkPolicy", "web", "prod", spec={"selector": 'app == "web"'})
+    key, value = only(convert(policy))
+    assert key == model.PolicyKey("web", "prod", "NetworkPolicy", "default")
+    assert value.selector == "(app == \"web\") && projectcalico.org/namespace == 'prod'"
+    empty = make("NetworkPolicy", "all", "prod", spec={"serviceAccountSelector": "role == 'dev'"})
+    assert only(convert(empty))[1].selector == (
+        "(projectcalico.org/namespace == 'prod') && pcsa.role == \"dev\""
+    )
+
+
+def test_global_policy_folds_namespace_and_account_selectors() -> None:
+    """namespaceSelector and serviceAccountSelector fold in with pcns./pcsa. prefixes."""
+    spec = {"selector": 'x == "y"', "namespaceSelector": "team == 'a'"}
+    assert only(convert(make("GlobalNetworkPolicy", spec=spec)))[1].selector == (
+        '(x == "y") && pcns.team == "a"'
+    )
+    spec = {"selector": "all()", "namespaceSelector": "all()", "serviceAccountSelector": "has(r)"}
+    assert only(convert(make("GlobalNetworkPolicy", spec=spec)))[1].selector == (
+        "((has(projectcalico.org/namespace)) && has(projectcalico.org/namespace)) && has(pcsa.r)"
+    )
+
+
+def test_policy_value() -> None:
+    """Tier from the spec, lowercased types, normalised actions and protocols."""
+    policy = make(
+        "GlobalNetworkPolicy",
+        "security.p",
+        spec={
+            "tier": "security",
+            "order": 5,
+            "types": ["Ingress"],
+            "doNotTrack": True,
+            "applyOnForward": True,
+            "ingress": [
+                {"action": "Pass"},
+                {"action": "Deny", "protocol": "TCP", "destination": {"ports": [80, "http"]}},
+                {"action": "Log", "protocol": 132},
+            ],
+        },
+    )
+    key, value = only(convert(policy))
+    assert key.tier == value.tier == "security"
+    assert (value.order, value.types, value.do_not_track) == (5.0, ("ingress",), True)
+    actions = [(r.action, r.protocol) for r in value.inbound_rules]
+    assert actions == [("next-tier", None), ("deny", "tcp"), ("log", 132)]
+    assert [str(p) for p in value.inbound_rules[1].dst_ports] == ["80", "http"]
+    assert value.origin is policy
+
+
+def test_rule_selectors() -> None:
+    """Rule sides fold namespace selectors, service accounts and the policy's namespace."""
+    rules = [
+        {"action": "Allow", "source": {"selector": 'app == "db"'}},
+        {"action": "Allow", "source": {"notSelector": "has(x)"}},
+        {"action": "Allow", "source": {"nets": ["10.0.0.1"]}},
+        {
+            "action": "Allow",
+            "source": {"serviceAccounts": {"names": ["sa2", "sa1"], "selector": "key == 'v'"}},
+        },
+        {"action": "Allow", "source": {"namespaceSelector": "global()"}},
+        {"action": "Allow", "source": {"namespaceSelector": "team == 'a'", "selector": "has(b)"}},
+    ]
+    value = only(convert(make("NetworkPolicy", "p", "prod", spec={"ingress": rules})))[1]
+    src = [r.src_selector for r in value.inbound_rules]
+    assert src == [
+        "(projectcalico.org/namespace == 'prod') && (app == \"db\")",
+        "projectcalico.org/namespace == 'prod'",
+        "",
+        "(projectcalico.org/namespace == 'prod') && ((pcsa.key == \"v\") && "
+        '(projectcalico.org/serviceaccount in {"sa1", "sa2"}))',
+        "!has(projectcalico.org/namespace)",
+        '(pcns.team == "a") && (has(b))',
+    ]
+    assert value.inbound_rules[1].not_src_selector == "has(x)"
+    assert value.inbound_rules[2].src_nets == ("10.0.0.1/32",)
+    for selector in src:
+        parse_selector(selector)
+
+
+def test_staged_policy() -> None:
+    """Staged policies keep their kind; a staged Delete is an absent key."""
+    staged = make("StagedNetworkPolicy", "s", "prod", spec={"stagedAction": "Set"})
+    key, value = only(convert(staged))
+    assert key.kind == "StagedNetworkPolicy"
+    assert key.staged
+    assert value.staged_action == "Set"
+    deleted = make("StagedNetworkPolicy", "s", "prod", spec={"stagedAction": "Delete"})
+    assert only(convert(deleted)) == (key, None)
+
+
+def test_tier() -> None:
+    """Tier order is kept (None when unset); any default action but Pass means Deny."""
+    assert only(convert(make("Tier", "t", spec={"order": 7, "defaultAction": "Pass"}))) == (
+        model.TierKey("t"),
+        model.Tier(7.0, "Pass"),
+    )
+    assert only(convert(make("Tier", "t", spec={}))) == (
+        model.TierKey("t"),
+        model.Tier(None, "Deny"),
+    )
+
+
+def test_kubernetes_namespace_and_service_account_profiles() -> None:
+    """Namespaces and service accounts become kns./ksa. profiles with prefixed labels."""
+    ns = dict(convert(KINDS["Namespace"].from_manifest(document("Namespace", "shop"))))
+    labels = ns[model.ProfileLabelsKey("kns.shop")]
+    assert isinstance(labels, model.ProfileLabels)
+    assert labels.labels == {"pcns.team": "a", "pcns.projectcalico.org/name": "shop"}
+    rules = ns[model.ProfileRulesKey("kns.shop")]
+    assert isinstance(rules, model.ProfileRules)
+    assert [r.action for r in rules.inbound_rules + rules.outbound_rules] == ["allow", "allow"]
+    sa_doc = document("ServiceAccount", "web")
+    sa = dict(convert(KINDS["ServiceAccount"].from_manifest(sa_doc)))
+    sa_labels = sa[model.ProfileLabelsKey("ksa.prod.web")]
+    assert isinstance(sa_labels, model.ProfileLabels)
+    assert sa_labels.labels == {
+        "pcsa.app": "x",
+        "pcsa.projectcalico.org/name": "web",
+    }
+
+
+def test_workload_endpoint() -> None:
+    """Key from node/orchestrator/namespace+pod/endpoint; pcns./pcsa. labels replaced by ours."""
+    doc = document("WorkloadEndpoint", "node--a-k8s-web--1-eth0")
+    doc["metadata"]["labels"] = {"app": "web", "pcns.team": "forged", "pcsa.x": "forged"}
+    wep = KINDS["WorkloadEndpoint"].from_manifest(doc)
+    key, value = only(convert(wep))
+    assert key == model.WorkloadEndpointKey("node-a", "k8s", "prod/web-1", "eth0")
+    assert str(key) == "/calico/v1/host/node-a/workload/k8s/prod%2fweb-1/endpoint/eth0"
+    assert value.labels == {
+        "app": "web",
+        "projectcalico.org/namespace": "prod",
+        "projectcalico.org/orchestrator": "k8s",
+        "projectcalico.org/serviceaccount": "web",
+    }
+    assert (value.ipv4_nets, value.ipv6_nets) == (("10.65.0.2/32",), ("fd00::2/128",))
+    assert value.ports == (model.EndpointPort("http", "tcp", 80),)
+    assert value.name == "cali12345678901"
+
+
+def test_workload_endpoint_key_from_name_and_without_ips() -> None:
+    """A spec without node/pod falls back to Calico's name format; no IPs means absent."""
+    wep = make(
+        "WorkloadEndpoint",
+        "node--b-k8s-db--0-eth0",
+        "prod",
+        spec={"interfaceName": "calia", "ipNetworks": []},
+    )
+    assert only(convert(wep)) == (
+        model.WorkloadEndpointKey("node-b", "k8s", "prod/db-0", "eth0"),
+        None,
+    )
+
+
+def test_network_sets() -> None:
+    """Namespaced sets are keyed ns/name, labelled with their namespace, parented by kns.<ns>."""
+    key, value = only(convert(make("NetworkSet", "gw", "shop", spec={"nets": ["10.0.0.1"]})))
+    assert key == model.NetworkSetKey("shop/gw")
+    assert value.labels == {"projectcalico.org/namespace": "shop"}
+    assert value.profile_ids == ("kns.shop",)
+    assert value.nets == ("10.0.0.1/32",)
+    key, value = only(convert(make("GlobalNetworkSet", "bad", spec={"nets": ["1.2.3.0/24"]})))
+    assert (key, value.profile_ids) == (model.NetworkSetKey("bad"), ())
+
+
+def test_node() -> None:
+    """A Node gives its host IP, tunnel address and MAC, WireGuard key, and itself."""
+    kvs = dict(convert(KINDS["Node"].from_manifest(document("Node", "node-a"))))
+    assert kvs[model.HostIPKey("node-a")] == model.ConfigValue("192.168.1.1")
+    assert kvs[model.HostConfigKey("node-a", "IPv4VXLANTunnelAddr")] == model.ConfigValue(
+        "10.65.0.1"
+    )
+    assert kvs[model.HostConfigKey("node-a", "VXLANTunnelMACAddr")] == model.ConfigValue(
+        "66:00:00:00:00:01"
+    )
+    assert kvs[model.HostConfigKey("node-a", "IPv6VXLANTunnelAddr")] is None
+    wireguard = kvs[model.WireguardKey("node-a")]
+    assert isinstance(wireguard, model.Wireguard)
+    assert wireguard.public_key.startswith("jNk0")
+    assert wireguard.interface_ipv4_addr == "10.65.0.9"
+    assert isinstance(kvs[model.ResourceKey("Node", "", "node-a")], model.Passthrough)
+
+
+def test_felix_configuration_keys() -> None:
+    """default -> global keys, node.<name> -> host keys, Felix names, durations in seconds."""
+    spec = {
+        "reportingTTL": "1m30s",
+        "iptablesLockProbeInterval": "50ms",
+        "ipipEnabled": True,
+        "failsafeInboundHostPorts": [
+            {"protocol": "TCP", "port": 22},
+            {"protocol": "UDP", "port": 68, "net": "fd00::/8"},
+        ],
+    }
+    kvs = dict(convert(make("FelixConfiguration", "default", spec=spec)))
+    assert kvs[model.GlobalConfigKey("ReportingTTLSecs")] == model.ConfigValue("90")
+    assert kvs[model.GlobalConfigKey("IptablesLockProbeIntervalMillis")] == model.ConfigValue("50")
+    assert kvs[model.GlobalConfigKey("IpInIpEnabled")] == model.ConfigValue("true")
+    assert kvs[model.GlobalConfigKey("FailsafeInboundHostPorts")] == model.ConfigValue(
+        "tcp:22,udp:[fd00::/8]:68"
+    )
+    assert kvs[model.GlobalConfigKey("LogSeverityScreen")] is None
+    node = dict(
+        convert(make("FelixConfiguration", "node.node-b", spec={"logSeverityScreen": "Debug"}))
+    )
+    assert node[model.HostConfigKey("node-b", "LogSeverityScreen")] == model.ConfigValue("Debug")
+    scoped = only(convert(make("FelixConfiguration", "gpu", spec={})))
+    assert scoped[0] == model.ResourceKey("FelixConfiguration", "", "gpu")
+
+
+def test_cluster_information_and_pools() -> None:
+    """ClusterInformation sets the ready flag; pools are keyed by CIDR with Felix's modes."""
+    kvs = dict(convert(make("ClusterInformation", "default", spec={"datastoreReady": True})))
+    assert kvs[model.ReadyFlagKey()] == model.ReadyFlag(True)
+    pool = make(
+        "IPPool",
+        "p",
+        spec={"cidr": "10.65.0.0/16", "vxlanMode": "CrossSubnet", "natOutgoing": True},
+    )
+    key, value = only(convert(pool))
+    assert key == model.IPPoolKey("10.65.0.0/16")
+    assert (value.vxlan_mode, value.ipip_mode, value.masquerade) == ("cross-subnet", "", True)
+
+
+def test_passthrough_kinds() -> None:
+    """Services, EndpointSlices and BGPConfiguration pass through as ResourceKeys."""
+    key, value = only(convert(KINDS["EndpointSlice"].from_manifest(document("EndpointSlice", "e"))))
+    assert key == model.ResourceKey("EndpointSlice", "prod", "e")
+    assert value.resource.KIND == "EndpointSlice"
+
+
+def test_converter_emits_only_what_changed() -> None:
+    """Re-applying a resource emits nothing; a changed Node re-sends its present keys (with
+    the new origin, for validation) and deletes the one it lost."""
+    converter = Converter()
+    node = KINDS["Node"].from_manifest(document("Node", "n1"))
+    first = converter.update("n1", node, "1")
+    assert {u.update_type for u in first} == {UpdateType.NEW}
+    assert converter.update("n1", node, "2") == []
+    doc = document("Node", "n1")
+    del doc["spec"]["vxlanTunnelMACAddr"]
+    changes = {u.key: u for u in converter.update("n1", KINDS["Node"].from_manifest(doc), "3")}
+    assert set(changes) == {
+        model.HostIPKey("n1"),
+        model.HostConfigKey("n1", "IPv4VXLANTunnelAddr"),
+        model.HostConfigKey("n1", "VXLANTunnelMACAddr"),
+        model.WireguardKey("n1"),
+        model.ResourceKey("Node", "", "n1"),
+    }
+    assert changes[model.HostConfigKey("n1", "VXLANTunnelMACAddr")].value is None
+    assert changes[model.ResourceKey("Node", "", "n1")].update_type is UpdateType.UPDATED
+    gone = converter.update("n1", None, "4")
+    assert {u.key for u in gone} == {
+        model.HostIPKey("n1"),
+        model.HostConfigKey("n1", "IPv4VXLANTunnelAddr"),
+        model.WireguardKey("n1"),
+        model.ResourceKey("Node", "", "n1"),
+    }
+    assert all(u.value is None for u in gone)
+
+
+def test_converter_resolves_conflicts_by_source_order() -> None:
+    """Two pools with one CIDR: the lowest-sorting source wins; the other takes over after."""
+    converter = Converter()
+    a = make("IPPool", "a", spec={"cidr": "10.0.0.0/16", "natOutgoing": True})
+    b = make("IPPool", "b", spec={"cidr": "10.0.0.0/16"})
+    (first,) = converter.update("b", b)
+    assert isinstance(first.value, model.IPPool)
+    assert first.value.masquerade is False
+    (takeover,) = converter.update("a", a)
+    assert isinstance(takeover.value, model.IPPool)
+    assert takeover.value.masquerade is True
+    assert converter.update("b", None) == []
+    (back,) = converter.update("a", None)
+    assert back.value is None
