@@ -1,0 +1,161 @@
+"""Where resources live in etcd and how they are encoded: Calico's layout.
+
+* Calico kinds: ``/calico/resources/v3/projectcalico.org/<plural>/[<namespace>/]<name>``, the
+  value being the resource's JSON without ``resourceVersion`` (etcd's mod revision is the
+  version, filled in on read).
+* IPAM blocks: ``/calico/ipam/v2/assignment/ipv4/block/10.65.0.0-26`` in Calico's v2 IPAM JSON
+  (snake_case attributes, ``affinity: "host:<node>"``), shown to the rest of pyfelix as the v3
+  IPAMBlock kind.
+* Kubernetes kinds, which Calico itself only reads from the Kubernetes API, are kept beside
+  them so one etcd holds a whole cluster: ``/calico/resources/v3/core/<plural>/...`` for ``v1``
+  kinds and ``/calico/resources/v3/discovery.k8s.io/endpointslices/...``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import attrs
+
+from pyfelix.errors import ManifestError, Problem
+from pyfelix.resources import KINDS, IPAMBlock, Resource
+from pyfelix.resources.meta import load_document
+
+RESOURCES_PREFIX = "/calico/resources/v3/"
+IPAM_BLOCK_PREFIX = "/calico/ipam/v2/assignment/"
+WATCH_PREFIX = "/calico/"
+_BY_PLURAL = {(cls.API_VERSION, cls.PLURAL): cls for cls in KINDS.values()}
+
+
+def group_of(api_version: str) -> str:
+    return api_version.rpartition("/")[0] if "/" in api_version else "core"
+
+
+def _api_version_of(group: str) -> str:
+    for cls in KINDS.values():
+        if group_of(cls.API_VERSION) == group:
+            return cls.API_VERSION
+    return ""
+
+
+def cidr_segment(cidr: str) -> str:
+    return cidr.replace("/", "-", 1)
+
+
+def block_name(cidr: str) -> str:
+    """Calico's IPAMBlock resource name: the CIDR with '.', ':' and '/' as '-'."""
+    return cidr.replace(".", "-").replace(":", "-").replace("/", "-")
+
+
+def key_for(kind: type[Resource], namespace: str, name: str, spec: Any = None) -> str:
+    """The etcd key of a resource (IPAM blocks need their spec for the CIDR)."""
+    if kind is IPAMBlock:
+        cidr = spec.cidr if spec is not None else ""
+        version = 6 if ":" in cidr else 4
+        return f"{IPAM_BLOCK_PREFIX}ipv{version}/block/{cidr_segment(cidr)}"
+    group = group_of(kind.API_VERSION)
+    path = f"{namespace}/{name}" if kind.NAMESPACED else name
+    return f"{RESOURCES_PREFIX}{group}/{kind.PLURAL}/{path}"
+
+
+def resource_key(resource: Resource) -> str:
+    return key_for(
+        type(resource), resource.namespace, resource.name, getattr(resource, "spec", None)
+    )
+
+
+def list_prefix(kind: type[Resource], namespace: str = "") -> str:
+    if kind is IPAMBlock:
+        return IPAM_BLOCK_PREFIX
+    base = f"{RESOURCES_PREFIX}{group_of(kind.API_VERSION)}/{kind.PLURAL}/"
+    return f"{base}{namespace}/" if namespace and kind.NAMESPACED else base
+
+
+def encode(resource: Resource) -> str:
+    """The stored JSON: the manifest without resourceVersion (IPAM blocks in v2 form)."""
+    if isinstance(resource, IPAMBlock):
+        spec = resource.to_manifest()["spec"]
+        return json.dumps(
+            {
+                "cidr": spec["cidr"],
+                "affinity": spec.get("affinity") or None,
+                "allocations": spec.get("allocations", []),
+                "unallocated": spec.get("unallocated", []),
+                "attributes": spec.get("attributes", []),
+                "sequenceNumber": spec.get("sequenceNumber", 0),
+                "sequenceNumberForAllocation": spec.get("sequenceNumberForAllocation"),
+                "deleted": spec.get("deleted", False),
+            },
+            separators=(",", ":"),
+        )
+    manifest = resource.to_manifest()
+    manifest["metadata"].pop("resourceVersion", None)
+    return json.dumps(manifest, separators=(",", ":"))
+
+
+def _block_document(key: str, data: dict[str, Any]) -> dict[str, Any]:
+    cidr = str(data.get("cidr", ""))
+    if not cidr:
+        segment = key.rsplit("/", 1)[-1]
+        head, _, bits = segment.rpartition("-")
+        cidr = f"{head}/{bits}"
+    spec = {
+        "cidr": cidr,
+        "affinity": data.get("affinity") or "",
+        "allocations": data.get("allocations") or [],
+        "unallocated": data.get("unallocated") or [],
+        "attributes": data.get("attributes") or [],
+        "sequenceNumber": data.get("sequenceNumber", 0),
+        "sequenceNumberForAllocation": data.get("sequenceNumberForAllocation"),
+        "deleted": bool(data.get("deleted", False)),
+        "strictAffinity": bool(data.get("strictAffinity", False)),
+    }
+    return {
+        "apiVersion": IPAMBlock.API_VERSION,
+        "kind": IPAMBlock.KIND,
+        "metadata": {"name": block_name(cidr)},
+        "spec": spec,
+    }
+
+
+def decode(key: str, value: bytes, mod_revision: int = 0) -> Resource | None:
+    """The resource stored at ``key``; None for keys pyfelix does not read (status, handles).
+
+    Raises ManifestError when the value is not JSON or not a valid resource of the kind its
+    key names.
+    """
+    if key.startswith(IPAM_BLOCK_PREFIX):
+        if "/block/" not in key:
+            return None
+        document = _block_document(key, _json(key, value))
+    elif key.startswith(RESOURCES_PREFIX):
+        parts = key[len(RESOURCES_PREFIX) :].split("/")
+        if len(parts) < 3:
+            return None
+        group, plural = parts[0], parts[1]
+        cls = _BY_PLURAL.get((_api_version_of(group), plural))
+        if cls is None:
+            return None
+        document = _json(key, value)
+        if document.get("kind") != cls.KIND:
+            raise ManifestError([Problem(key, f"expected kind {cls.KIND}", None, None, "kind")])
+    else:
+        return None
+    resource, problems = load_document(document, key)
+    if resource is None:
+        raise ManifestError(problems)
+    if mod_revision:
+        metadata = attrs.evolve(resource.metadata, resource_version=str(mod_revision))
+        resource = attrs.evolve(resource, metadata=metadata)
+    return resource
+
+
+def _json(key: str, value: bytes) -> dict[str, Any]:
+    try:
+        data = json.loads(value)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ManifestError([Problem(key, f"value is not valid JSON: {exc}")]) from None
+    if not isinstance(data, dict):
+        raise ManifestError([Problem(key, "value is not a JSON object")])
+    return data

@@ -1,0 +1,174 @@
+"""The etcd syncer against a real etcd: list then watch, invalid values, restarts, compaction,
+and concurrent writers."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import pytest
+import trio
+
+from pyfelix import model
+from pyfelix.datastore.etcd import EtcdClient, EtcdCompacted, EtcdConfig
+from pyfelix.datastore.layout import encode, resource_key
+from pyfelix.resources import Tier
+from pyfelix.syncer.api import SyncStatus, Update
+from pyfelix.syncer.etcd import EtcdSyncer
+from tests.etcd_server import EtcdServer
+
+WAIT = 10.0
+
+
+@attrs.define
+class State:
+    """Applies what the syncer sends, like the calc graph would."""
+
+    values: dict[object, object] = attrs.Factory(dict)
+    statuses: list[SyncStatus] = attrs.Factory(list)
+    deletes: int = 0
+    changed: trio.Event = attrs.Factory(trio.Event)
+
+    def on_updates(self, updates: Sequence[Update]) -> None:
+        for update in updates:
+            if update.value is None:
+                self.deletes += 1
+                self.values.pop(update.key, None)
+            else:
+                self.values[update.key] = update.value
+        self.changed.set()
+
+    def on_status(self, status: SyncStatus) -> None:
+        self.statuses.append(status)
+        self.changed.set()
+
+    async def until(self, predicate: Any) -> None:
+        with trio.fail_after(WAIT):
+            while not predicate():
+                await self.changed.wait()
+                self.changed = trio.Event()
+
+    def tiers(self) -> dict[str, float | None]:
+        return {
+            k.name: v.order
+            for k, v in self.values.items()
+            if isinstance(k, model.TierKey) and isinstance(v, model.Tier)
+        }
+
+
+def tier(name: str, order: float) -> Tier:
+    return Tier.from_manifest(
+        {
+            "apiVersion": "projectcalico.org/v3",
+            "kind": "Tier",
+            "metadata": {"name": name},
+            "spec": {"order": order},
+        }
+    )
+
+
+async def put_tier(client: EtcdClient, name: str, order: float) -> int:
+    resource = tier(name, order)
+    return await client.put(resource_key(resource), encode(resource))
+
+
+@asynccontextmanager
+async def running(etcd: EtcdServer) -> AsyncIterator[tuple[EtcdClient, State, EtcdSyncer]]:
+    state = State()
+    async with EtcdClient(EtcdConfig.from_url(etcd.etcd_url)) as client:
+        syncer = EtcdSyncer(client, state)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(syncer.run)
+            yield client, state, syncer
+            nursery.cancel_scope.cancel()
+
+
+async def test_list_then_watch(etcd: EtcdServer) -> None:
+    """Existing resources arrive before IN_SYNC; later puts and deletes stream in."""
+    async with EtcdClient(EtcdConfig.from_url(etcd.etcd_url)) as writer:
+        await put_tier(writer, "a", 1)
+        async with running(etcd) as (client, state, _):
+            assert state.statuses[-1] is SyncStatus.IN_SYNC
+            assert state.tiers() == {"a": 1.0}
+            await put_tier(client, "b", 2)
+            await put_tier(client, "a", 3)
+            await state.until(lambda: state.tiers() == {"a": 3.0, "b": 2.0})
+            await client.delete(resource_key(tier("b", 0)))
+            await state.until(lambda: state.tiers() == {"a": 3.0})
+
+
+async def test_invalid_values_are_absent_and_stream_goes_on(
+    etcd: EtcdServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A value that is not JSON, or not a valid resource, deletes that key; others still flow."""
+    async with running(etcd) as (client, state, _):
+        await put_tier(client, "a", 1)
+        await state.until(lambda: state.tiers() == {"a": 1.0})
+        key = resource_key(tier("a", 0))
+        await client.put(key, "{not json")
+        await state.until(lambda: state.tiers() == {})
+        await client.put(key.replace("/a", "/bad"), '{"kind": "Tier", "spec": {"order": "x"}}')
+        await put_tier(client, "c", 4)
+        await state.until(lambda: state.tiers() == {"c": 4.0})
+    messages = " ".join(r.getMessage() for r in caplog.records)
+    assert "not valid JSON" in messages
+    assert "spec.order" in messages
+
+
+async def test_etcd_restart_during_watch(etcd: EtcdServer) -> None:
+    """Stopping etcd deletes nothing; after a restart changes flow again."""
+    async with running(etcd) as (client, state, syncer):
+        await put_tier(client, "a", 1)
+        await state.until(lambda: state.tiers() == {"a": 1.0})
+        etcd.stop()
+        await trio.sleep(1.0)
+        assert state.tiers() == {"a": 1.0}
+        assert state.deletes == 0
+        etcd.start()
+        await put_tier(client, "b", 2)
+        await state.until(lambda: state.tiers() == {"a": 1.0, "b": 2.0})
+        assert syncer.resyncs >= 2
+
+
+async def test_compaction_while_behind(etcd: EtcdServer) -> None:
+    """A watcher behind a compaction re-lists and sends just the differences."""
+    state = State()
+    async with EtcdClient(EtcdConfig.from_url(etcd.etcd_url)) as client:
+        await put_tier(client, "keep", 1)
+        await put_tier(client, "gone", 2)
+        syncer = EtcdSyncer(client, state)
+        revision = await syncer._resync()
+        assert state.tiers() == {"keep": 1.0, "gone": 2.0}
+        await client.delete(resource_key(tier("gone", 0)))
+        await put_tier(client, "new", 3)
+        latest = await put_tier(client, "new", 4)
+        await client.compact(latest)
+        with pytest.raises(EtcdCompacted):
+            await syncer._watch(revision + 1)
+        deletes_before = state.deletes
+        await syncer._resync()
+        assert state.tiers() == {"keep": 1.0, "new": 4.0}
+        assert state.deletes == deletes_before + 1
+
+
+async def test_concurrent_writers(etcd: EtcdServer) -> None:
+    """Many writers racing on the same keys: the syncer ends where etcd ends."""
+    async with running(etcd) as (client, state, _):
+
+        async def writer(offset: int) -> None:
+            for i in range(25):
+                await put_tier(client, f"t{(i + offset) % 10}", offset * 100 + i)
+
+        async with trio.open_nursery() as nursery:
+            for offset in range(4):
+                nursery.start_soon(writer, offset)
+        kvs, _ = await client.list_all("/calico/resources/v3/projectcalico.org/tiers/")
+        expected = {}
+        for kv in kvs:
+            doc = json.loads(kv.value)
+            expected[doc["metadata"]["name"]] = float(doc["spec"]["order"])
+        await state.until(lambda: state.tiers() == expected)
+        assert len(expected) == 10

@@ -1,0 +1,216 @@
+"""The file datastore against real files: initial sync, minimal updates on edits, deletes,
+renames, partial writes, unparsable files, new directories, polling, and 10k files."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+import trio
+import yaml
+
+from pyfelix import model
+from pyfelix.syncer.api import SyncStatus, Update
+from pyfelix.syncer.files import FileSyncer
+
+# How long a test waits for the watcher to report a change before failing.
+CHANGE_TIMEOUT = 5.0
+# How long a test waits to be sure that nothing is reported.
+QUIET = 0.5
+
+
+@attrs.define
+class Recorder:
+    batches: list[list[Update]] = attrs.Factory(list)
+    statuses: list[SyncStatus] = attrs.Factory(list)
+    changed: trio.Event = attrs.Factory(trio.Event)
+
+    def on_updates(self, updates: Sequence[Update]) -> None:
+        self.batches.append(list(updates))
+        self.changed.set()
+
+    def on_status(self, status: SyncStatus) -> None:
+        self.statuses.append(status)
+
+    async def next_batch(self) -> list[Update]:
+        with trio.fail_after(CHANGE_TIMEOUT):
+            while not self.batches:
+                await self.changed.wait()
+                self.changed = trio.Event()
+        return self.batches.pop(0)
+
+    async def nothing_more(self) -> None:
+        await trio.sleep(QUIET)
+        assert self.batches == []
+
+
+def tier(name: str, order: float) -> dict[str, Any]:
+    return {
+        "apiVersion": "projectcalico.org/v3",
+        "kind": "Tier",
+        "metadata": {"name": name},
+        "spec": {"order": order},
+    }
+
+
+def write(path: Path, *docs: dict[str, Any]) -> None:
+    path.write_text(yaml.safe_dump_all(docs))
+
+
+def keys(batch: list[Update]) -> dict[object, object | None]:
+    return {u.key: u.value for u in batch}
+
+
+@asynccontextmanager
+async def syncer(root: Path, **options: Any) -> AsyncIterator[tuple[FileSyncer, Recorder]]:
+    recorder = Recorder()
+    file_syncer = FileSyncer(root, recorder, **options)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(file_syncer.run)
+        yield file_syncer, recorder
+        nursery.cancel_scope.cancel()
+
+
+async def test_initial_load_then_in_sync(tmp_path: Path) -> None:
+    """Everything is sent before IN_SYNC, and the syncer is 'started' only then."""
+    write(tmp_path / "a.yaml", tier("a", 1), tier("b", 2))
+    async with syncer(tmp_path) as (_, recorder):
+        assert recorder.statuses == [
+            SyncStatus.WAIT_FOR_DATASTORE,
+            SyncStatus.RESYNC_IN_PROGRESS,
+            SyncStatus.IN_SYNC,
+        ]
+        (batch,) = recorder.batches
+        assert keys(batch) == {
+            model.TierKey("a"): model.Tier(1.0, "Deny"),
+            model.TierKey("b"): model.Tier(2.0, "Deny"),
+        }
+
+
+async def test_edit_emits_only_the_changed_resource(tmp_path: Path) -> None:
+    """Changing one resource in a multi-document file updates just that resource."""
+    path = tmp_path / "tiers.yaml"
+    write(path, tier("a", 1), tier("b", 2))
+    async with syncer(tmp_path) as (_, recorder):
+        recorder.batches.clear()
+        write(path, tier("a", 1), tier("b", 3))
+        assert keys(await recorder.next_batch()) == {model.TierKey("b"): model.Tier(3.0, "Deny")}
+        await recorder.nothing_more()
+
+
+async def test_delete_and_rename(tmp_path: Path) -> None:
+    """A rename changes nothing; a deleted file deletes its resources."""
+    write(tmp_path / "a.yaml", tier("a", 1))
+    async with syncer(tmp_path) as (_, recorder):
+        recorder.batches.clear()
+        (tmp_path / "a.yaml").rename(tmp_path / "renamed.yaml")
+        await recorder.nothing_more()
+        (tmp_path / "renamed.yaml").unlink()
+        assert keys(await recorder.next_batch()) == {model.TierKey("a"): None}
+
+
+async def test_unparsable_file_keeps_last_values(tmp_path: Path) -> None:
+    """Broken YAML is not a deletion; once fixed, only real changes are sent."""
+    path = tmp_path / "a.yaml"
+    write(path, tier("a", 1), tier("b", 2))
+    async with syncer(tmp_path) as (file_syncer, recorder):
+        recorder.batches.clear()
+        path.write_text("kind: [\n")
+        await recorder.nothing_more()
+        assert set(file_syncer.resources) == {("Tier", "", "a"), ("Tier", "", "b")}
+        write(path, tier("a", 1), tier("b", 5))
+        assert keys(await recorder.next_batch()) == {model.TierKey("b"): model.Tier(5.0, "Deny")}
+
+
+async def test_partial_write_is_not_read_until_closed(tmp_path: Path) -> None:
+    """A writer that pauses mid-file causes no update until it closes the file."""
+    path = tmp_path / "a.yaml"
+    write(path, tier("a", 1), tier("b", 2))
+    full = yaml.safe_dump_all([tier("a", 1), tier("b", 7)])
+    async with syncer(tmp_path) as (_, recorder):
+        recorder.batches.clear()
+        with path.open("w") as handle:
+            handle.write(full[: len(full) // 3])
+            handle.flush()
+            await recorder.nothing_more()
+            handle.write(full[len(full) // 3 :])
+        assert keys(await recorder.next_batch()) == {model.TierKey("b"): model.Tier(7.0, "Deny")}
+
+
+async def test_editor_save_by_rename(tmp_path: Path) -> None:
+    """Write a hidden temp file and rename it over the original: one minimal update."""
+    path = tmp_path / "a.yaml"
+    write(path, tier("a", 1), tier("b", 2))
+    async with syncer(tmp_path) as (_, recorder):
+        recorder.batches.clear()
+        temp = tmp_path / ".a.yaml.tmp"
+        write(temp, tier("a", 1), tier("b", 2), tier("c", 3))
+        os.replace(temp, path)
+        assert keys(await recorder.next_batch()) == {model.TierKey("c"): model.Tier(3.0, "Deny")}
+        await recorder.nothing_more()
+
+
+async def test_editor_delete_and_recreate(tmp_path: Path) -> None:
+    """Delete then quickly recreate (some editors do): no delete-then-add of everything."""
+    path = tmp_path / "a.yaml"
+    write(path, tier("a", 1), tier("b", 2))
+    async with syncer(tmp_path) as (_, recorder):
+        recorder.batches.clear()
+        path.unlink()
+        write(path, tier("a", 1), tier("b", 2))
+        await recorder.nothing_more()
+
+
+async def test_new_subdirectory_is_watched(tmp_path: Path) -> None:
+    """Files in a directory created after start-up are picked up, and edits in it too."""
+    async with syncer(tmp_path) as (_, recorder):
+        sub = tmp_path / "team"
+        sub.mkdir()
+        write(sub / "t.yaml", tier("t", 1))
+        assert keys(await recorder.next_batch()) == {model.TierKey("t"): model.Tier(1.0, "Deny")}
+        write(sub / "t.yaml", tier("t", 2))
+        assert keys(await recorder.next_batch()) == {model.TierKey("t"): model.Tier(2.0, "Deny")}
+
+
+async def test_polling_fallback(tmp_path: Path) -> None:
+    """Without inotify, changes are still found by polling."""
+    write(tmp_path / "a.yaml", tier("a", 1))
+    async with syncer(tmp_path, use_inotify=False, poll_interval=0.1) as (_, recorder):
+        recorder.batches.clear()
+        time.sleep(0.01)
+        write(tmp_path / "a.yaml", tier("a", 9))
+        assert keys(await recorder.next_batch()) == {model.TierKey("a"): model.Tier(9.0, "Deny")}
+        (tmp_path / "a.yaml").unlink()
+        assert keys(await recorder.next_batch()) == {model.TierKey("a"): None}
+
+
+async def test_duplicate_across_files_first_path_wins(tmp_path: Path) -> None:
+    """The same resource in two files: the first path wins, the other takes over after."""
+    write(tmp_path / "a.yaml", tier("t", 1))
+    write(tmp_path / "b.yaml", tier("t", 2))
+    async with syncer(tmp_path) as (_, recorder):
+        (batch,) = recorder.batches
+        assert keys(batch) == {model.TierKey("t"): model.Tier(1.0, "Deny")}
+        recorder.batches.clear()
+        (tmp_path / "a.yaml").unlink()
+        assert keys(await recorder.next_batch()) == {model.TierKey("t"): model.Tier(2.0, "Deny")}
+
+
+@pytest.mark.parametrize("count", [10_000])
+async def test_ten_thousand_files(tmp_path: Path, count: int) -> None:
+    """A directory of 10k manifests loads fully, and one edit among them is one update."""
+    for i in range(count):
+        write(tmp_path / f"t{i:05}.yaml", tier(f"t{i:05}", i))
+    async with syncer(tmp_path) as (_, recorder):
+        assert sum(len(b) for b in recorder.batches) == count
+        recorder.batches.clear()
+        write(tmp_path / "t04242.yaml", tier("t04242", -1))
+        assert keys(await recorder.next_batch()) == {
+            model.TierKey("t04242"): model.Tier(-1.0, "Deny")
+        }
