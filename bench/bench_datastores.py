@@ -1,0 +1,183 @@
+"""Datastore benchmark: time to IN_SYNC and peak RSS for N workload endpoints and M policies,
+loaded by the file syncer from a manifest directory and by the etcd syncer from a real etcd.
+
+Run: .venv/bin/python bench/bench_datastores.py [--endpoints 100000] [--policies 1000]
+
+Each scenario runs in its own process so peak RSS is that scenario's alone. etcd is Debian's
+etcd-server on a free 127.0.0.1 port; the resources are written to it with batched
+transactions (128 puts each) before timing starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import trio
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.etcd_server import running_etcd
+
+from pyfelix.datastore.etcd import EtcdClient, EtcdConfig
+from pyfelix.datastore.layout import encode, resource_key
+from pyfelix.resources import KINDS
+from pyfelix.syncer.api import SyncStatus, Update
+from pyfelix.syncer.etcd import EtcdSyncer
+from pyfelix.syncer.files import FileSyncer
+
+PER_FILE = 1000
+
+
+def workload(i: int) -> dict[str, Any]:
+    node = f"node-{i % 100}"
+    return {
+        "apiVersion": "projectcalico.org/v3",
+        "kind": "WorkloadEndpoint",
+        "metadata": {
+            "name": f"{node.replace('-', '--')}-k8s-pod--{i}-eth0",
+            "namespace": f"ns-{i % 50}",
+            "labels": {"app": f"app-{i % 200}", "tier": ("web", "db", "cache")[i % 3]},
+        },
+        "spec": {
+            "orchestrator": "k8s",
+            "node": node,
+            "pod": f"pod-{i}",
+            "endpoint": "eth0",
+            "interfaceName": f"cali{i:011x}",
+            "ipNetworks": [f"10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}/32"],
+            "profiles": [f"kns.ns-{i % 50}"],
+        },
+    }
+
+
+def policy(i: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "projectcalico.org/v3",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": f"policy-{i}", "namespace": f"ns-{i % 50}"},
+        "spec": {
+            "order": i,
+            "selector": f'app == "app-{i % 200}"',
+            "ingress": [
+                {
+                    "action": "Allow",
+                    "protocol": "TCP",
+                    "source": {"selector": f'tier == "{("web", "db")[i % 2]}"'},
+                    "destination": {"ports": [80, 443, "8000:8100"]},
+                }
+            ],
+            "egress": [{"action": "Allow"}],
+        },
+    }
+
+
+def documents(endpoints: int, policies: int) -> list[dict[str, Any]]:
+    return [workload(i) for i in range(endpoints)] + [policy(i) for i in range(policies)]
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.updates = 0
+        self.in_sync = trio.Event()
+
+    def on_updates(self, updates: Sequence[Update]) -> None:
+        self.updates += len(updates)
+
+    def on_status(self, status: SyncStatus) -> None:
+        if status is SyncStatus.IN_SYNC:
+            self.in_sync.set()
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+async def time_files(directory: Path) -> tuple[float, int]:
+    counter = Counter()
+    start = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(FileSyncer(directory, counter).run)
+        elapsed = time.perf_counter() - start
+        nursery.cancel_scope.cancel()
+    return elapsed, counter.updates
+
+
+async def time_etcd(url: str) -> tuple[float, int]:
+    counter = Counter()
+    async with EtcdClient(EtcdConfig.from_url(url)) as client:
+        start = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            await nursery.start(EtcdSyncer(client, counter).run)
+            elapsed = time.perf_counter() - start
+            nursery.cancel_scope.cancel()
+    return elapsed, counter.updates
+
+
+async def fill_etcd(url: str, docs: list[dict[str, Any]]) -> None:
+    async with EtcdClient(EtcdConfig.from_url(url)) as client:
+        items = []
+        for doc in docs:
+            res = KINDS[doc["kind"]].from_manifest(doc)
+            items.append((resource_key(res), encode(res)))
+        await client.put_many(items)
+
+
+def child(mode: str, target: str) -> None:
+    """Runs in a fresh process: one timed sync, then a JSON line with the result."""
+    runner = time_files(Path(target)) if mode == "files" else time_etcd(target)
+    elapsed, updates = trio.run(lambda: runner)
+    print(json.dumps({"seconds": elapsed, "updates": updates, "peak_rss_mb": peak_rss_mb()}))
+
+
+def measure(mode: str, target: str) -> dict[str, float]:
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", mode, target],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--endpoints", type=int, default=100_000)
+    parser.add_argument("--policies", type=int, default=1_000)
+    parser.add_argument("--child", nargs=2, metavar=("MODE", "TARGET"))
+    args = parser.parse_args()
+    if args.child:
+        child(*args.child)
+        return
+    docs = documents(args.endpoints, args.policies)
+    print(f"{args.endpoints} workload endpoints, {args.policies} policies")
+    with tempfile.TemporaryDirectory(prefix="pfb-") as directory:
+        for start in range(0, len(docs), PER_FILE):
+            path = Path(directory) / f"m{start // PER_FILE:05}.yaml"
+            path.write_text(yaml.safe_dump_all(docs[start : start + PER_FILE]))
+        result = measure("files", directory)
+        print(
+            f"files: {result['seconds']:.1f} s to IN_SYNC, {result['updates']:.0f} updates, "
+            f"peak RSS {result['peak_rss_mb']:.0f} MB"
+        )
+    with running_etcd() as etcd:
+        trio.run(fill_etcd, etcd.etcd_url, docs)
+        result = measure("etcd", etcd.etcd_url)
+        print(
+            f"etcd:  {result['seconds']:.1f} s to IN_SYNC, {result['updates']:.0f} updates, "
+            f"peak RSS {result['peak_rss_mb']:.0f} MB"
+        )
+
+
+if __name__ == "__main__":
+    main()
