@@ -23,19 +23,34 @@ T = TypeVar("T")
 JSON = Any
 
 
-@attrs.define
 class Context:
-    """Where the decoder is (a field path) and what it has found wrong so far."""
+    """Where the decoder is (a field path, built only when a problem needs it) and what it has
+    found wrong so far. Decoding touches every field, so descending must be cheap."""
 
-    path: str = ""
-    problems: list[FieldProblem] = attrs.Factory(list)
+    __slots__ = ("_key", "_parent", "problems")
+
+    def __init__(
+        self,
+        path: str | int = "",
+        problems: list[FieldProblem] | None = None,
+        *,
+        parent: Context | None = None,
+    ) -> None:
+        self._key: str | int = path
+        self._parent = parent
+        self.problems: list[FieldProblem] = [] if problems is None else problems
+
+    @property
+    def path(self) -> str:
+        if self._parent is None:
+            return str(self._key)
+        base = self._parent.path
+        if isinstance(self._key, int):
+            return f"{base}[{self._key}]"
+        return f"{base}.{self._key}" if base else str(self._key)
 
     def at(self, key: str | int) -> Context:
-        if isinstance(key, int):
-            path = f"{self.path}[{key}]"
-        else:
-            path = f"{self.path}.{key}" if self.path else key
-        return Context(path, self.problems)
+        return Context(key, self.problems, parent=self)
 
     def error(self, message: str) -> None:
         self.problems.append(FieldProblem(self.path, message))
@@ -252,8 +267,16 @@ def field(
     return attrs.field(default=default, metadata=metadata)
 
 
+_JSON_FIELDS: dict[type[Spec], dict[str, attrs.Attribute[Any]]] = {}
+
+
 def json_fields(cls: type[Spec]) -> dict[str, attrs.Attribute[Any]]:
-    return {a.metadata["json"]: a for a in attrs.fields(cls) if "json" in a.metadata}
+    """JSON name -> attrs field, computed once per class (decoding is on the hot path)."""
+    known = _JSON_FIELDS.get(cls)
+    if known is None:
+        known = {a.metadata["json"]: a for a in attrs.fields(cls) if "json" in a.metadata}
+        _JSON_FIELDS[cls] = known
+    return known
 
 
 def decode(cls: type[S], value: JSON, ctx: Context) -> S | Missing:
