@@ -4,7 +4,7 @@
 PYTHON ?= /usr/bin/python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-DEB_PACKAGES := python3 python3-venv python3-dev gcc iproute2 iptables ipset conntrack \
+DEB_PACKAGES := python3 python3-venv python3-dev gcc openssl iproute2 iptables ipset conntrack \
 	wireguard-tools wireguard-go etcd-server etcd-client tcpdump iputils-ping
 
 .PHONY: run test deps venv lint typecheck pytest clean

@@ -14,6 +14,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 
@@ -26,19 +27,49 @@ def free_port() -> int:
 
 
 class EtcdServer:
-    def __init__(self, data_dir: str) -> None:
+    """``tls`` is a directory with ca.pem, server.pem and server-key.pem: clients must then
+    present a certificate signed by that CA."""
+
+    def __init__(self, data_dir: str, tls: Path | None = None) -> None:
         self.data_dir = data_dir
+        self.tls = tls
         self.client_port = free_port()
         self.peer_port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
+        self._log = open(os.path.join(data_dir, "etcd.log"), "ab")  # noqa: SIM115 (kept open)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.client_port}"
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://127.0.0.1:{self.client_port}"
 
     @property
     def etcd_url(self) -> str:
-        return f"etcd://127.0.0.1:{self.client_port}"
+        scheme = "etcds" if self.tls else "etcd"
+        return f"{scheme}://127.0.0.1:{self.client_port}"
+
+    def _tls_flags(self) -> list[str]:
+        if self.tls is None:
+            return []
+        return [
+            "--cert-file",
+            str(self.tls / "server.pem"),
+            "--key-file",
+            str(self.tls / "server-key.pem"),
+            "--trusted-ca-file",
+            str(self.tls / "ca.pem"),
+            "--client-cert-auth",
+        ]
+
+    def _healthy(self) -> bool:
+        if self.tls is None:
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=1) as response:
+                    return b"true" in response.read()
+            except OSError:
+                return False
+        with socket.socket() as sock:
+            return sock.connect_ex(("127.0.0.1", self.client_port)) == 0
 
     def start(self, timeout: float = 20.0) -> None:
         peer = f"http://127.0.0.1:{self.peer_port}"
@@ -61,24 +92,26 @@ class EtcdServer:
                 f"pft={peer}",
                 "--log-level",
                 "error",
+                *self._tls_flags(),
             ],
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=self._log,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"etcd exited with {self.process.returncode}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=1) as response:
-                    if b"true" in response.read():
-                        return
-            except OSError:
-                time.sleep(0.1)
+                log = Path(self.data_dir, "etcd.log").read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"etcd exited with {self.process.returncode}:\n{log}")
+            if self._healthy():
+                return
+            time.sleep(0.1)
         raise RuntimeError("etcd did not become healthy")
 
     def stop(self) -> None:
         if self.process is None:
+            return
+        if self.process.poll() is not None:
+            self.process = None
             return
         os.kill(self.process.pid, signal.SIGTERM)
         try:
@@ -89,13 +122,68 @@ class EtcdServer:
         self.process = None
 
 
+def make_certificates(directory: Path) -> None:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, with openssl."""
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=directory)
+
+    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    openssl(
+        "req",
+        "-x509",
+        *key,
+        "-keyout",
+        "ca-key.pem",
+        "-out",
+        "ca.pem",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=pft-test-ca",
+    )
+    for name, extension in (
+        ("server", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth"),
+        ("client", "extendedKeyUsage=clientAuth"),
+    ):
+        (directory / f"{name}.ext").write_text(extension + "\n")
+        openssl(
+            "req",
+            *key,
+            "-keyout",
+            f"{name}-key.pem",
+            "-out",
+            f"{name}.csr",
+            "-subj",
+            f"/CN=pft-{name}",
+        )
+        openssl(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca-key.pem",
+            "-CAcreateserial",
+            "-out",
+            f"{name}.pem",
+            "-days",
+            "1",
+            "-extfile",
+            f"{name}.ext",
+        )
+
+
 @contextmanager
-def running_etcd() -> Iterator[EtcdServer]:
+def running_etcd(tls: Path | None = None) -> Iterator[EtcdServer]:
     data = tempfile.mkdtemp(prefix="pft-etcd-")
-    server = EtcdServer(data)
+    server = EtcdServer(data, tls)
     try:
         server.start()
         yield server
     finally:
         server.stop()
+        server._log.close()
         shutil.rmtree(data, ignore_errors=True)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import trio
 
 from pyfelix.datastore.etcd import EtcdClient, EtcdCompacted, EtcdConfig, EtcdUnavailable
-from tests.etcd_server import EtcdServer, free_port
+from tests.etcd_server import EtcdServer, free_port, make_certificates, running_etcd
 
 
 async def test_put_get_range_delete(etcd: EtcdServer) -> None:
@@ -85,3 +87,26 @@ def test_config_from_env_and_url() -> None:
     assert config.ca_file == "/ca.pem"
     assert EtcdConfig.from_url("etcd://h1:1,h2:2", {}).endpoints == ("http://h1:1", "http://h2:2")
     assert EtcdConfig.from_url("etcds://h:1", {}).endpoints == ("https://h:1",)
+
+
+async def test_tls_with_client_certificates(tmp_path: Path) -> None:
+    """TLS files configured like calico-node reach an etcd that demands client certificates;
+    without a client certificate the connection is refused."""
+    make_certificates(tmp_path)
+    env = {
+        "ETCD_CA_CERT_FILE": str(tmp_path / "ca.pem"),
+        "ETCD_CERT_FILE": str(tmp_path / "client.pem"),
+        "ETCD_KEY_FILE": str(tmp_path / "client-key.pem"),
+    }
+    with running_etcd(tls=tmp_path) as server:
+        config = EtcdConfig.from_url(server.etcd_url, env)
+        assert config.endpoints[0].startswith("https://")
+        async with EtcdClient(config) as client:
+            await client.put("/tls", "yes")
+            kv = await client.get("/tls")
+            assert kv is not None
+            assert kv.value == b"yes"
+        anonymous = EtcdConfig(endpoints=config.endpoints, ca_file=str(tmp_path / "ca.pem"))
+        async with EtcdClient(anonymous) as client:
+            with pytest.raises(EtcdUnavailable):
+                await client.put("/tls", "no")
