@@ -1,0 +1,1 @@
+"""The calculation graph: plain synchronous components, wired in :mod:`pyfelix.calc.graph`."""

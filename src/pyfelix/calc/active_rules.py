@@ -1,0 +1,128 @@
+"""The active rules calculator: which policies and profiles this node needs.
+
+Policy selectors are matched against the *local* endpoints (with their profiles' labels). A
+policy that matches at least one local endpoint is active: its rules go to the rule scanner and
+the dataplane. A profile named by a local endpoint is active too; if it does not exist, a
+deny-all stand-in takes its place, so an endpoint never falls open. Staged policies are never
+matched: they are carried for visibility only.
+
+Each policy/endpoint match change is passed to the policy resolver, which orders the matches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping
+
+from pyfelix import model
+from pyfelix.calc.labelindex import LabelIndex
+from pyfelix.selector import SelectorError, parse_selector
+
+EndpointKey = model.WorkloadEndpointKey | model.HostEndpointKey
+Endpoint = model.WorkloadEndpoint | model.HostEndpoint
+DENY_ALL = model.ProfileRules((model.Rule(action="deny"),), (model.Rule(action="deny"),))
+
+
+class ActiveRulesCalculator:
+    def __init__(
+        self,
+        *,
+        on_policy_active: Callable[[model.PolicyKey, model.Policy], None],
+        on_policy_inactive: Callable[[model.PolicyKey], None],
+        on_profile_active: Callable[[str, model.ProfileRules], None],
+        on_profile_inactive: Callable[[str], None],
+        on_match_started: Callable[[model.PolicyKey, EndpointKey], None],
+        on_match_stopped: Callable[[model.PolicyKey, EndpointKey], None],
+    ) -> None:
+        self._policy_active = on_policy_active
+        self._policy_inactive = on_policy_inactive
+        self._profile_active = on_profile_active
+        self._profile_inactive = on_profile_inactive
+        self._match_started = on_match_started
+        self._match_stopped = on_match_stopped
+        self._index = LabelIndex(self._started, self._stopped)
+        self._policies: dict[model.PolicyKey, model.Policy] = {}
+        self._match_counts: dict[model.PolicyKey, int] = {}
+        self._profiles: dict[str, model.ProfileRules] = {}
+        self._profile_users: dict[str, set[EndpointKey]] = {}
+        self._endpoint_profiles: dict[EndpointKey, tuple[str, ...]] = {}
+
+    # Policies.
+
+    def on_policy(self, key: model.PolicyKey, policy: model.Policy | None) -> None:
+        if key.staged:
+            return
+        old = self._policies.get(key)
+        if policy is None:
+            if old is not None:
+                self._index.delete_selector(key)
+                del self._policies[key]
+            return
+        try:
+            selector = parse_selector(policy.selector)
+        except SelectorError:
+            selector = parse_selector("!all()")
+        self._policies[key] = policy
+        if old is not None and self._match_counts.get(key) and old != policy:
+            self._policy_active(key, policy)
+        self._index.update_selector(key, selector)
+
+    def _started(self, sel_id: Hashable, item_id: Hashable) -> None:
+        assert isinstance(sel_id, model.PolicyKey)
+        assert isinstance(item_id, model.WorkloadEndpointKey | model.HostEndpointKey)
+        count = self._match_counts.get(sel_id, 0) + 1
+        self._match_counts[sel_id] = count
+        if count == 1:
+            self._policy_active(sel_id, self._policies[sel_id])
+        self._match_started(sel_id, item_id)
+
+    def _stopped(self, sel_id: Hashable, item_id: Hashable) -> None:
+        assert isinstance(sel_id, model.PolicyKey)
+        assert isinstance(item_id, model.WorkloadEndpointKey | model.HostEndpointKey)
+        self._match_stopped(sel_id, item_id)
+        count = self._match_counts[sel_id] - 1
+        if count:
+            self._match_counts[sel_id] = count
+        else:
+            del self._match_counts[sel_id]
+            self._policy_inactive(sel_id)
+
+    # Profiles.
+
+    def on_profile_rules(self, name: str, rules: model.ProfileRules | None) -> None:
+        if rules is None:
+            self._profiles.pop(name, None)
+        else:
+            self._profiles[name] = rules
+        if name in self._profile_users:
+            self._profile_active(name, self._profiles.get(name, DENY_ALL))
+
+    def on_profile_labels(self, name: str, labels: Mapping[str, str] | None) -> None:
+        if labels is None:
+            self._index.delete_parent_labels(name)
+        else:
+            self._index.update_parent_labels(name, labels)
+
+    # Local endpoints.
+
+    def on_endpoint(self, key: EndpointKey, endpoint: Endpoint | None) -> None:
+        profiles = endpoint.profile_ids if endpoint is not None else ()
+        old = self._endpoint_profiles.get(key, ())
+        for name in profiles:
+            users = self._profile_users.setdefault(name, set())
+            if not users:
+                self._profile_active(name, self._profiles.get(name, DENY_ALL))
+            users.add(key)
+        for name in old:
+            if name in profiles:
+                continue
+            users = self._profile_users.get(name, set())
+            users.discard(key)
+            if not users:
+                self._profile_users.pop(name, None)
+                self._profile_inactive(name)
+        if endpoint is None:
+            self._endpoint_profiles.pop(key, None)
+            self._index.delete_item(key)
+        else:
+            self._endpoint_profiles[key] = profiles
+            self._index.update_item(key, endpoint.labels, profiles)

@@ -1,0 +1,55 @@
+"""The encapsulation resolver: is VXLAN (or IPIP) in use on this cluster?
+
+From the IP pools (any pool with a VXLAN or IPIP mode turns it on), unless FelixConfiguration's
+vxlanEnabled/ipipEnabled says otherwise. The connector restarts the agent if this changes after
+start-up, as Felix does.
+"""
+
+from __future__ import annotations
+
+from pyfelix import messages as m
+from pyfelix import model
+from pyfelix.sequencer import EventSequencer
+
+
+class EncapsulationResolver:
+    def __init__(self, sequencer: EventSequencer) -> None:
+        self._seq = sequencer
+        self._pools: dict[str, model.IPPool] = {}
+        self._overrides: dict[str, bool] = {}
+        self._in_sync = False
+
+    def on_pool(self, cidr: str, pool: model.IPPool | None) -> None:
+        if pool is None:
+            self._pools.pop(cidr, None)
+        else:
+            self._pools[cidr] = pool
+        self._send()
+
+    def on_global_config(self, name: str, value: model.ConfigValue | None) -> None:
+        if name not in ("VXLANEnabled", "IpInIpEnabled"):
+            return
+        if value is None:
+            self._overrides.pop(name, None)
+        else:
+            self._overrides[name] = value.value.lower() == "true"
+        self._send()
+
+    def on_in_sync(self) -> None:
+        self._in_sync = True
+        self._send()
+
+    def current(self) -> m.Encapsulation:
+        pools = [p for p in self._pools.values() if not p.disabled]
+        vxlan_v4 = any(p.vxlan_mode for p in pools if ":" not in p.cidr)
+        vxlan_v6 = any(p.vxlan_mode for p in pools if ":" in p.cidr)
+        ipip = any(p.ipip_mode for p in pools)
+        return m.Encapsulation(
+            ipip_enabled=self._overrides.get("IpInIpEnabled", ipip),
+            vxlan_enabled=self._overrides.get("VXLANEnabled", vxlan_v4),
+            vxlan_enabled_v6=vxlan_v6,
+        )
+
+    def _send(self) -> None:
+        if self._in_sync:
+            self._seq.on_encapsulation(self.current())

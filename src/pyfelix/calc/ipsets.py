@@ -1,0 +1,138 @@
+"""The IP set member index: members of the active selector and named-port IP sets.
+
+Every endpoint (local or remote) and network set is an item in a label index, inheriting its
+profiles' labels; every active selector or named-port IP set is a selector in it. When a set
+starts matching an item, the item's addresses (or ``ip,proto:port`` pairs for a named port)
+become members. Members are reference counted, since two items may share an address, and a
+network set's ``/0`` is split into two ``/1`` halves, which ipsets can hold.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable, Hashable, Mapping
+
+from pyfelix import model
+from pyfelix.calc.labelindex import LabelIndex
+from pyfelix.calc.rule_scanner import IPSetData
+from pyfelix.selector import parse_selector
+
+Item = model.WorkloadEndpoint | model.HostEndpoint | model.NetworkSet
+
+
+def split_default_route(cidr: str) -> tuple[str, ...]:
+    """ipsets cannot hold a /0: use the two /1 halves instead."""
+    network = ipaddress.ip_network(cidr, strict=False)
+    if network.prefixlen:
+        return (str(network),)
+    return tuple(str(half) for half in network.subnets(new_prefix=1))
+
+
+def _addresses(item: Item) -> tuple[str, ...]:
+    if isinstance(item, model.NetworkSet):
+        return tuple(m for net in item.nets for m in split_default_route(net))
+    if isinstance(item, model.HostEndpoint):
+        return tuple(
+            f"{ip}/{32 if ':' not in ip else 128}"
+            for ip in item.expected_ipv4_addrs + item.expected_ipv6_addrs
+        )
+    return item.ipv4_nets + item.ipv6_nets
+
+
+_PROTOCOL_NAMES: dict[int | str, str] = {6: "tcp", 17: "udp", 132: "sctp"}
+
+
+def _members(data: IPSetData, item: Item) -> frozenset[str]:
+    if not data.named_port:
+        return frozenset(_addresses(item))
+    if isinstance(item, model.NetworkSet):
+        return frozenset()
+    out = set()
+    for port in item.ports:
+        protocol = _PROTOCOL_NAMES.get(port.protocol, str(port.protocol))
+        if port.name != data.named_port or protocol != data.protocol:
+            continue
+        for address in _addresses(item):
+            out.add(f"{address.split('/')[0]},{data.protocol}:{port.port}")
+    return frozenset(out)
+
+
+class IPSetMemberIndex:
+    def __init__(
+        self,
+        on_member_added: Callable[[str, str], None],
+        on_member_removed: Callable[[str, str], None],
+    ) -> None:
+        self._added = on_member_added
+        self._removed = on_member_removed
+        self._index = LabelIndex(self._match_started, self._match_stopped)
+        self._sets: dict[str, IPSetData] = {}
+        self._items: dict[Hashable, Item] = {}
+        self._contributions: dict[tuple[str, Hashable], frozenset[str]] = {}
+        self._counts: dict[tuple[str, str], int] = {}
+
+    # IP sets (from the rule scanner).
+
+    def on_ipset_active(self, data: IPSetData) -> None:
+        if data.service:
+            return
+        self._sets[data.id] = data
+        self._index.update_selector(data.id, parse_selector(data.selector))
+
+    def on_ipset_inactive(self, data: IPSetData) -> None:
+        if data.service or data.id not in self._sets:
+            return
+        self._index.delete_selector(data.id)
+        del self._sets[data.id]
+
+    # Items (from the dispatcher).
+
+    def on_item_update(self, item_id: Hashable, item: Item | None) -> None:
+        if item is None:
+            self._items.pop(item_id, None)
+            self._index.delete_item(item_id)
+            return
+        self._items[item_id] = item
+        for set_id in self._index.item_matches(item_id):
+            assert isinstance(set_id, str)
+            self._contribute(set_id, item_id)
+        self._index.update_item(item_id, item.labels, item.profile_ids)
+
+    def on_parent_labels(self, parent: str, labels: Mapping[str, str] | None) -> None:
+        if labels is None:
+            self._index.delete_parent_labels(parent)
+        else:
+            self._index.update_parent_labels(parent, labels)
+
+    # Membership.
+
+    def _match_started(self, set_id: Hashable, item_id: Hashable) -> None:
+        assert isinstance(set_id, str)
+        self._contribute(set_id, item_id)
+
+    def _match_stopped(self, set_id: Hashable, item_id: Hashable) -> None:
+        assert isinstance(set_id, str)
+        for member in self._contributions.pop((set_id, item_id), frozenset()):
+            self._decrement(set_id, member)
+
+    def _contribute(self, set_id: str, item_id: Hashable) -> None:
+        new = _members(self._sets[set_id], self._items[item_id])
+        old = self._contributions.get((set_id, item_id), frozenset())
+        if new == old:
+            return
+        self._contributions[(set_id, item_id)] = new
+        for member in new - old:
+            count = self._counts.get((set_id, member), 0)
+            self._counts[(set_id, member)] = count + 1
+            if count == 0:
+                self._added(set_id, member)
+        for member in old - new:
+            self._decrement(set_id, member)
+
+    def _decrement(self, set_id: str, member: str) -> None:
+        count = self._counts[(set_id, member)] - 1
+        if count:
+            self._counts[(set_id, member)] = count
+        else:
+            del self._counts[(set_id, member)]
+            self._removed(set_id, member)

@@ -1,0 +1,261 @@
+"""An index of selectors against labelled items, with label inheritance from parents.
+
+Items are endpoints and network sets; parents are profiles whose labels the items inherit (an
+item's own labels win; among parents, the first listed wins). The index reports when a selector
+starts or stops matching an item.
+
+It is indexed both ways by the selectors' label restrictions: a selector that requires
+``app in {"a", "b"}`` is filed under (app, a) and (app, b), one that only requires ``has(app)``
+under app, and only the rest (e.g. ``!has(x)``, ``a != "b"``) is tested against every item. So an
+item change evaluates only selectors that could match it, and a new selector naming a label
+value is tested only against items carrying that value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+
+from pyfelix.selector import Selector
+
+SelectorID = Hashable
+ItemID = Hashable
+MatchCallback = Callable[[SelectorID, ItemID], None]
+
+
+class _Item:
+    __slots__ = ("effective", "own", "parents")
+
+    def __init__(self, own: Mapping[str, str], parents: tuple[str, ...]) -> None:
+        self.own = own
+        self.parents = parents
+        self.effective: Mapping[str, str] = own
+
+
+class LabelIndex:
+    def __init__(self, on_match_started: MatchCallback, on_match_stopped: MatchCallback) -> None:
+        self._started = on_match_started
+        self._stopped = on_match_stopped
+        self._selectors: dict[SelectorID, Selector] = {}
+        self._items: dict[ItemID, _Item] = {}
+        self._parent_labels: dict[str, Mapping[str, str]] = {}
+        self._parent_items: dict[str, set[ItemID]] = {}
+        self._matches: dict[SelectorID, set[ItemID]] = {}
+        self._item_matches: dict[ItemID, set[SelectorID]] = {}
+        # Selector side of the index.
+        self._sel_by_value: dict[tuple[str, str], set[SelectorID]] = {}
+        self._sel_by_key: dict[str, set[SelectorID]] = {}
+        self._sel_unindexed: set[SelectorID] = set()
+        self._sel_filing: dict[SelectorID, tuple[str, str | None, tuple[str, ...]]] = {}
+        # Item side of the index.
+        self._items_by_value: dict[tuple[str, str], set[ItemID]] = {}
+        self._items_by_key: dict[str, set[ItemID]] = {}
+
+    # ----------------------------------------------------------------------------- selectors
+
+    def update_selector(self, sel_id: SelectorID, selector: Selector) -> None:
+        old = self._selectors.get(sel_id)
+        if old is not None and old == selector:
+            return
+        if old is not None:
+            self._unfile_selector(sel_id)
+        self._selectors[sel_id] = selector
+        self._file_selector(sel_id, selector)
+        matches = self._matches.setdefault(sel_id, set())
+        for item_id in list(matches):
+            if not selector.evaluate(self._items[item_id].effective):
+                self._stop(sel_id, item_id)
+        for item_id in self._candidate_items(sel_id):
+            if item_id not in matches and selector.evaluate(self._items[item_id].effective):
+                self._start(sel_id, item_id)
+
+    def delete_selector(self, sel_id: SelectorID) -> None:
+        if sel_id not in self._selectors:
+            return
+        for item_id in list(self._matches.get(sel_id, ())):
+            self._stop(sel_id, item_id)
+        self._unfile_selector(sel_id)
+        del self._selectors[sel_id]
+        self._matches.pop(sel_id, None)
+
+    def _file_selector(self, sel_id: SelectorID, selector: Selector) -> None:
+        restrictions = selector.label_restrictions
+        if not selector.can_match:
+            self._sel_filing[sel_id] = ("never", None, ())
+            return
+        best: tuple[str, frozenset[str]] | None = None
+        for label, restriction in restrictions.items():
+            if restriction.values is not None and (
+                best is None or len(restriction.values) < len(best[1])
+            ):
+                best = (label, restriction.values)
+        if best is not None:
+            label, values = best
+            for value in values:
+                self._sel_by_value.setdefault((label, value), set()).add(sel_id)
+            self._sel_filing[sel_id] = ("value", label, tuple(values))
+            return
+        present = sorted(k for k, r in restrictions.items() if r.must_be_present)
+        if present:
+            self._sel_by_key.setdefault(present[0], set()).add(sel_id)
+            self._sel_filing[sel_id] = ("key", present[0], ())
+            return
+        self._sel_unindexed.add(sel_id)
+        self._sel_filing[sel_id] = ("all", None, ())
+
+    def _unfile_selector(self, sel_id: SelectorID) -> None:
+        how, label, values = self._sel_filing.pop(sel_id)
+        if how == "value" and label is not None:
+            for value in values:
+                bucket = self._sel_by_value.get((label, value))
+                if bucket is not None:
+                    bucket.discard(sel_id)
+                    if not bucket:
+                        del self._sel_by_value[(label, value)]
+        elif how == "key" and label is not None:
+            bucket = self._sel_by_key.get(label)
+            if bucket is not None:
+                bucket.discard(sel_id)
+                if not bucket:
+                    del self._sel_by_key[label]
+        elif how == "all":
+            self._sel_unindexed.discard(sel_id)
+
+    def _candidate_items(self, sel_id: SelectorID) -> Iterable[ItemID]:
+        how, label, values = self._sel_filing[sel_id]
+        if how == "never":
+            return ()
+        if how == "value" and label is not None:
+            found: set[ItemID] = set()
+            for value in values:
+                found |= self._items_by_value.get((label, value), set())
+            return found
+        if how == "key" and label is not None:
+            return set(self._items_by_key.get(label, ()))
+        return list(self._items)
+
+    # -------------------------------------------------------------------------------- items
+
+    def update_item(
+        self, item_id: ItemID, labels: Mapping[str, str], parents: Sequence[str] = ()
+    ) -> None:
+        old = self._items.get(item_id)
+        parents = tuple(parents)
+        filed = None
+        if old is not None:
+            if old.own == labels and old.parents == parents:
+                return
+            filed = old.effective
+            for parent in old.parents:
+                self._parent_items.get(parent, set()).discard(item_id)
+        self._items[item_id] = _Item(labels, parents)
+        for parent in parents:
+            self._parent_items.setdefault(parent, set()).add(item_id)
+        self._recalculate(item_id, filed)
+
+    def delete_item(self, item_id: ItemID) -> None:
+        item = self._items.get(item_id)
+        if item is None:
+            return
+        for sel_id in list(self._item_matches.get(item_id, ())):
+            self._stop(sel_id, item_id)
+        self._unfile_item(item_id, item.effective)
+        for parent in item.parents:
+            members = self._parent_items.get(parent)
+            if members is not None:
+                members.discard(item_id)
+                if not members:
+                    del self._parent_items[parent]
+        del self._items[item_id]
+        self._item_matches.pop(item_id, None)
+
+    def update_parent_labels(self, parent: str, labels: Mapping[str, str]) -> None:
+        if self._parent_labels.get(parent) == labels:
+            return
+        self._parent_labels[parent] = labels
+        for item_id in list(self._parent_items.get(parent, ())):
+            self._recalculate(item_id, self._items[item_id].effective)
+
+    def delete_parent_labels(self, parent: str) -> None:
+        if self._parent_labels.pop(parent, None) is None:
+            return
+        for item_id in list(self._parent_items.get(parent, ())):
+            self._recalculate(item_id, self._items[item_id].effective)
+
+    def _effective(self, item: _Item) -> Mapping[str, str]:
+        inherited = [self._parent_labels[p] for p in item.parents if p in self._parent_labels]
+        if not inherited:
+            return item.own
+        merged: dict[str, str] = {}
+        for labels in reversed(inherited):
+            merged.update(labels)
+        merged.update(item.own)
+        return merged
+
+    def _recalculate(self, item_id: ItemID, filed: Mapping[str, str] | None) -> None:
+        """Re-file the item under its effective labels and re-test candidate selectors."""
+        item = self._items[item_id]
+        labels = self._effective(item)
+        if filed is not None:
+            self._unfile_item(item_id, filed)
+        item.effective = labels
+        self._file_item(item_id, labels)
+        matched = self._item_matches.setdefault(item_id, set())
+        candidates = self._candidate_selectors(labels)
+        for sel_id in list(matched):
+            if sel_id not in candidates or not self._selectors[sel_id].evaluate(labels):
+                self._stop(sel_id, item_id)
+        for sel_id in candidates:
+            if sel_id not in matched and self._selectors[sel_id].evaluate(labels):
+                self._start(sel_id, item_id)
+
+    def _candidate_selectors(self, labels: Mapping[str, str]) -> set[SelectorID]:
+        found = set(self._sel_unindexed)
+        by_value, by_key = self._sel_by_value, self._sel_by_key
+        for key, value in labels.items():
+            bucket = by_value.get((key, value))
+            if bucket:
+                found |= bucket
+            bucket = by_key.get(key)
+            if bucket:
+                found |= bucket
+        return found
+
+    def _file_item(self, item_id: ItemID, labels: Mapping[str, str]) -> None:
+        for key, value in labels.items():
+            self._items_by_value.setdefault((key, value), set()).add(item_id)
+            self._items_by_key.setdefault(key, set()).add(item_id)
+
+    def _unfile_item(self, item_id: ItemID, labels: Mapping[str, str]) -> None:
+        for key, value in labels.items():
+            bucket = self._items_by_value.get((key, value))
+            if bucket is not None:
+                bucket.discard(item_id)
+                if not bucket:
+                    del self._items_by_value[(key, value)]
+            keyed = self._items_by_key.get(key)
+            if keyed is not None:
+                keyed.discard(item_id)
+                if not keyed:
+                    del self._items_by_key[key]
+
+    # ------------------------------------------------------------------------------ matches
+
+    def _start(self, sel_id: SelectorID, item_id: ItemID) -> None:
+        self._matches.setdefault(sel_id, set()).add(item_id)
+        self._item_matches.setdefault(item_id, set()).add(sel_id)
+        self._started(sel_id, item_id)
+
+    def _stop(self, sel_id: SelectorID, item_id: ItemID) -> None:
+        self._matches.get(sel_id, set()).discard(item_id)
+        self._item_matches.get(item_id, set()).discard(sel_id)
+        self._stopped(sel_id, item_id)
+
+    def matches(self, sel_id: SelectorID) -> frozenset[ItemID]:
+        return frozenset(self._matches.get(sel_id, ()))
+
+    def item_matches(self, item_id: ItemID) -> frozenset[SelectorID]:
+        return frozenset(self._item_matches.get(item_id, ()))
+
+    def labels_of(self, item_id: ItemID) -> Mapping[str, str] | None:
+        item = self._items.get(item_id)
+        return None if item is None else item.effective

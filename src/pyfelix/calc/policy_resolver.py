@@ -1,0 +1,152 @@
+"""The policy resolver: for each local endpoint, its policies grouped into ordered tiers.
+
+Tiers sort by order (unset last), then name; the default tier has order 1,000,000 unless a Tier
+resource says otherwise. Within a tier, policies sort by order (unset last), then by
+"name/namespace/kind". A policy applies to ingress, egress or both according to its types
+(none listed: both). For host endpoints, untracked (doNotTrack), pre-DNAT and apply-on-forward
+policies are listed separately, as Felix renders them into other chains.
+
+Nothing is sent before the datastore is in sync: until then endpoints are only marked dirty.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from pyfelix import messages, model
+from pyfelix.resources.policy import DEFAULT_TIER, DEFAULT_TIER_ORDER
+
+EndpointKey = model.WorkloadEndpointKey | model.HostEndpointKey
+Endpoint = model.WorkloadEndpoint | model.HostEndpoint
+EndpointMessage = messages.WorkloadEndpointUpdate | messages.HostEndpointUpdate
+
+
+def policy_id(key: model.PolicyKey) -> messages.PolicyID:
+    return messages.PolicyID(key.tier, key.name, key.namespace, key.kind)
+
+
+def _policy_sort_key(item: tuple[model.PolicyKey, model.Policy]) -> tuple[float, str]:
+    key, policy = item
+    order = math.inf if policy.order is None else policy.order
+    return (order, f"{key.name}/{key.namespace}/{key.kind}")
+
+
+class PolicyResolver:
+    def __init__(
+        self,
+        on_endpoint_update: Callable[[EndpointMessage], None],
+        on_endpoint_remove: Callable[[EndpointKey], None],
+    ) -> None:
+        self._update = on_endpoint_update
+        self._remove = on_endpoint_remove
+        self._tiers: dict[str, model.Tier] = {}
+        self._policies: dict[model.PolicyKey, model.Policy] = {}
+        self._endpoints: dict[EndpointKey, Endpoint] = {}
+        self._matches: dict[EndpointKey, set[model.PolicyKey]] = {}
+        self._policy_endpoints: dict[model.PolicyKey, set[EndpointKey]] = {}
+        self._dirty: set[EndpointKey] = set()
+        self._sent: set[EndpointKey] = set()
+        self._in_sync = False
+
+    def on_tier(self, name: str, tier: model.Tier | None) -> None:
+        if tier is None:
+            self._tiers.pop(name, None)
+        else:
+            self._tiers[name] = tier
+        for key, policies in self._matches.items():
+            if any(p.tier == name for p in policies):
+                self._dirty.add(key)
+
+    def on_policy(self, key: model.PolicyKey, policy: model.Policy | None) -> None:
+        if policy is None:
+            self._policies.pop(key, None)
+        else:
+            self._policies[key] = policy
+        self._dirty.update(self._policy_endpoints.get(key, ()))
+
+    def on_match_started(self, key: model.PolicyKey, endpoint: EndpointKey) -> None:
+        self._matches.setdefault(endpoint, set()).add(key)
+        self._policy_endpoints.setdefault(key, set()).add(endpoint)
+        self._dirty.add(endpoint)
+
+    def on_match_stopped(self, key: model.PolicyKey, endpoint: EndpointKey) -> None:
+        self._matches.get(endpoint, set()).discard(key)
+        users = self._policy_endpoints.get(key)
+        if users is not None:
+            users.discard(endpoint)
+            if not users:
+                del self._policy_endpoints[key]
+        self._dirty.add(endpoint)
+
+    def on_endpoint(self, key: EndpointKey, endpoint: Endpoint | None) -> None:
+        if endpoint is None:
+            self._endpoints.pop(key, None)
+            self._matches.pop(key, None)
+        else:
+            self._endpoints[key] = endpoint
+        self._dirty.add(key)
+
+    def on_in_sync(self) -> None:
+        self._in_sync = True
+
+    def flush(self) -> None:
+        """Send every dirty endpoint (only once in sync)."""
+        if not self._in_sync:
+            return
+        for key in sorted(self._dirty, key=str):
+            endpoint = self._endpoints.get(key)
+            if endpoint is None:
+                if key in self._sent:
+                    self._sent.discard(key)
+                    self._remove(key)
+                continue
+            self._sent.add(key)
+            self._update(self._message(key, endpoint))
+        self._dirty.clear()
+
+    def _tier_info(
+        self, tier: str, matched: list[tuple[model.PolicyKey, model.Policy]]
+    ) -> messages.TierInfo:
+        definition = self._tiers.get(tier)
+        action = definition.default_action if definition is not None else "Deny"
+        ingress = tuple(policy_id(k) for k, p in matched if not p.types or "ingress" in p.types)
+        egress = tuple(policy_id(k) for k, p in matched if not p.types or "egress" in p.types)
+        return messages.TierInfo(tier, action, ingress, egress)
+
+    def _tier_order(self, tier: str) -> tuple[float, str]:
+        definition = self._tiers.get(tier)
+        if definition is not None and definition.order is not None:
+            return (definition.order, tier)
+        return (DEFAULT_TIER_ORDER if tier == DEFAULT_TIER else math.inf, tier)
+
+    def tiers(
+        self, key: EndpointKey, wanted: Callable[[model.Policy], bool]
+    ) -> tuple[messages.TierInfo, ...]:
+        """The ordered tiers of the policies matching ``key`` that ``wanted`` accepts."""
+        by_tier: dict[str, list[tuple[model.PolicyKey, model.Policy]]] = {}
+        for policy_key in self._matches.get(key, ()):
+            policy = self._policies.get(policy_key)
+            if policy is not None and wanted(policy):
+                by_tier.setdefault(policy.tier, []).append((policy_key, policy))
+        return tuple(
+            self._tier_info(tier, sorted(by_tier[tier], key=_policy_sort_key))
+            for tier in sorted(by_tier, key=self._tier_order)
+        )
+
+    def _message(self, key: EndpointKey, endpoint: Endpoint) -> EndpointMessage:
+        def normal(p: model.Policy) -> bool:
+            return not (p.do_not_track or p.pre_dnat)
+
+        if isinstance(key, model.WorkloadEndpointKey):
+            assert isinstance(endpoint, model.WorkloadEndpoint)
+            return messages.WorkloadEndpointUpdate(key, endpoint, self.tiers(key, normal))
+        assert isinstance(endpoint, model.HostEndpoint)
+        return messages.HostEndpointUpdate(
+            key,
+            endpoint,
+            self.tiers(key, normal),
+            untracked_tiers=self.tiers(key, lambda p: p.do_not_track),
+            pre_dnat_tiers=self.tiers(key, lambda p: p.pre_dnat),
+            forward_tiers=self.tiers(key, lambda p: p.apply_on_forward and normal(p)),
+        )

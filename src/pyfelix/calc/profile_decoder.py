@@ -1,0 +1,42 @@
+"""The profile decoder: kns.<ns> and ksa.<ns>.<sa> profiles back into namespace and service
+account updates (their pcns./pcsa. labels without the prefix), for the dataplane's benefit."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pyfelix import messages as m
+from pyfelix.model import (
+    NAMESPACE_LABEL_PREFIX,
+    NAMESPACE_PROFILE_PREFIX,
+    SERVICE_ACCOUNT_LABEL_PREFIX,
+    SERVICE_ACCOUNT_PROFILE_PREFIX,
+)
+from pyfelix.resources.schema import FrozenMap
+from pyfelix.sequencer import EventSequencer
+
+
+def _strip(labels: Mapping[str, str], prefix: str) -> FrozenMap[str]:
+    return FrozenMap({k[len(prefix) :]: v for k, v in labels.items() if k.startswith(prefix)})
+
+
+class ProfileDecoder:
+    def __init__(self, sequencer: EventSequencer) -> None:
+        self._seq = sequencer
+
+    def on_profile_labels(self, name: str, labels: Mapping[str, str] | None) -> None:
+        if name.startswith(NAMESPACE_PROFILE_PREFIX):
+            namespace = name[len(NAMESPACE_PROFILE_PREFIX) :]
+            if labels is None:
+                self._seq.namespaces.remove(namespace)
+            else:
+                message = m.NamespaceUpdate(namespace, _strip(labels, NAMESPACE_LABEL_PREFIX))
+                self._seq.namespaces.update(namespace, message)
+        elif name.startswith(SERVICE_ACCOUNT_PROFILE_PREFIX):
+            namespace, _, account = name[len(SERVICE_ACCOUNT_PROFILE_PREFIX) :].partition(".")
+            key = m.ServiceAccountID(namespace, account)
+            if labels is None:
+                self._seq.service_accounts.remove(key)
+            else:
+                stripped = _strip(labels, SERVICE_ACCOUNT_LABEL_PREFIX)
+                self._seq.service_accounts.update(key, m.ServiceAccountUpdate(key, stripped))

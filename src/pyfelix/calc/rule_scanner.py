@@ -1,0 +1,151 @@
+"""The rule scanner: which IP sets the active rules need, reference counted.
+
+Each active policy or profile hands over its rules; the scanner works out the IP sets they refer
+to (selectors, named ports, services) with Felix's ids, and reports a set as active when the
+first rule needs it and inactive when the last one stops. The IP set member index and the
+service index fill the active sets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from functools import cached_property
+
+import attrs
+
+from pyfelix import model
+from pyfelix.resources.rules import Port
+from pyfelix.selector import make_unique_id, parse_selector
+
+IP_NET = "hash:net"
+IP_PORT = "hash:ip,port"
+IP_ONLY = "hash:ip"
+_PORT_PROTOCOLS = {"tcp": "tcp", "udp": "udp", "sctp": "sctp", 6: "tcp", 17: "udp", 132: "sctp"}
+
+
+@attrs.frozen
+class IPSetData:
+    """What an IP set holds: a selector's addresses, a named port, or a service's endpoints."""
+
+    selector: str = ""
+    named_port: str = ""
+    protocol: str = ""
+    service: str = ""
+    include_ports: bool = False
+
+    @cached_property
+    def id(self) -> str:
+        """Felix's id: "s:..." for selectors, "n:..." named ports, "svc:"/"svcnoport:"."""
+        if self.service:
+            return make_unique_id("svc" if self.include_ports else "svcnoport", self.service)
+        selector_id = parse_selector(self.selector).unique_id
+        if not self.named_port:
+            return selector_id
+        return make_unique_id("n", f"{selector_id},{self.protocol},{self.named_port}")
+
+    @property
+    def type(self) -> str:
+        if self.service:
+            return IP_PORT if self.include_ports else IP_ONLY
+        return IP_PORT if self.named_port else IP_NET
+
+    def describe(self) -> dict[str, str]:
+        """The ``source`` field of the dry-run snapshot."""
+        if self.service:
+            return {"service": self.service}
+        if self.named_port:
+            return {
+                "selector": str(parse_selector(self.selector)),
+                "named_port": self.named_port,
+                "protocol": self.protocol,
+            }
+        return {"selector": str(parse_selector(self.selector))}
+
+
+def _named_port_protocols(protocol: int | str | None) -> tuple[str, ...]:
+    """Named ports on a rule without a protocol match both TCP and UDP ports."""
+    if protocol is None:
+        return ("tcp", "udp")
+    named = _PORT_PROTOCOLS.get(protocol)
+    return (named,) if named else ()
+
+
+def _side_ipsets(
+    selector: str,
+    not_selector: str,
+    ports: tuple[Port, ...],
+    not_ports: tuple[Port, ...],
+    protocol: int | str | None,
+) -> list[IPSetData]:
+    sets = []
+    named = [p for p in ports if p.is_named]
+    numeric = [p for p in ports if not p.is_named]
+    if selector and (numeric or not named):
+        sets.append(IPSetData(selector=selector))
+    for port in [*named, *(p for p in not_ports if p.is_named)]:
+        for proto in _named_port_protocols(protocol):
+            sets.append(
+                IPSetData(selector=selector or "all()", named_port=port.name, protocol=proto)
+            )
+    if not_selector:
+        sets.append(IPSetData(selector=not_selector))
+    return sets
+
+
+def rule_ipsets(rule: model.Rule) -> list[IPSetData]:
+    """Every IP set one rule refers to (the renderer uses the same ids)."""
+    sets = _side_ipsets(
+        rule.src_selector, rule.not_src_selector, rule.src_ports, rule.not_src_ports, rule.protocol
+    )
+    sets += _side_ipsets(
+        rule.dst_selector, rule.not_dst_selector, rule.dst_ports, rule.not_dst_ports, rule.protocol
+    )
+    if rule.src_service:
+        sets.append(IPSetData(service=f"{rule.src_service_namespace}/{rule.src_service}"))
+    if rule.dst_service:
+        sets.append(
+            IPSetData(
+                service=f"{rule.dst_service_namespace}/{rule.dst_service}", include_ports=True
+            )
+        )
+    return sets
+
+
+class RuleScanner:
+    def __init__(
+        self,
+        on_ipset_active: Callable[[IPSetData], None],
+        on_ipset_inactive: Callable[[IPSetData], None],
+    ) -> None:
+        self._active = on_ipset_active
+        self._inactive = on_ipset_inactive
+        self._by_rules: dict[Hashable, frozenset[IPSetData]] = {}
+        self._users: dict[IPSetData, set[Hashable]] = {}
+
+    def on_rules_update(self, rules_id: Hashable, rules: Iterable[model.Rule]) -> None:
+        wanted = frozenset(s for rule in rules for s in rule_ipsets(rule))
+        old = self._by_rules.get(rules_id, frozenset())
+        self._by_rules[rules_id] = wanted
+        for data in wanted - old:
+            users = self._users.setdefault(data, set())
+            users.add(rules_id)
+            if len(users) == 1:
+                self._active(data)
+        self._release(rules_id, old - wanted)
+
+    def on_rules_remove(self, rules_id: Hashable) -> None:
+        self._release(rules_id, self._by_rules.pop(rules_id, frozenset()))
+
+    def _release(self, rules_id: Hashable, sets: Iterable[IPSetData]) -> None:
+        for data in sets:
+            users = self._users.get(data)
+            if users is None:
+                continue
+            users.discard(rules_id)
+            if not users:
+                del self._users[data]
+                self._inactive(data)
+
+    @property
+    def active_ipsets(self) -> Sequence[IPSetData]:
+        return list(self._users)

@@ -1,0 +1,325 @@
+"""Messages between the calculation graph and the dataplane, named after Felix's.
+
+This module is the only seam between ``pyfelix`` and ``pyfelix_dataplane``: the sequencer emits
+these, the connector forwards them, the driver consumes them, and the status messages at the end
+flow back. All are frozen attrs classes, hashable and comparable, so the sequencer can key its
+buffers on them and tests can compare them.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from pyfelix import model
+from pyfelix.resources.schema import FrozenMap
+
+# ------------------------------------------------------------------------------------ to driver
+
+
+@attrs.frozen
+class InSync:
+    """The dataplane has been sent a complete, consistent snapshot."""
+
+
+@attrs.frozen
+class ConfigUpdate:
+    """The merged Felix configuration (global, then per-node) as Felix parameter strings."""
+
+    config: FrozenMap[str]
+
+
+@attrs.frozen
+class DatastoreNotReady:
+    """ClusterInformation says the datastore is not ready: the agent must stop."""
+
+
+@attrs.frozen
+class IPSetUpdate:
+    """A whole IP set: ``type`` is "hash:ip", "hash:net" or "hash:ip,port"."""
+
+    id: str
+    type: str
+    members: frozenset[str]
+
+
+@attrs.frozen
+class IPSetDeltaUpdate:
+    id: str
+    added: frozenset[str]
+    removed: frozenset[str]
+
+
+@attrs.frozen
+class IPSetRemove:
+    id: str
+
+
+@attrs.frozen
+class PolicyID:
+    tier: str
+    name: str
+    namespace: str = ""
+    kind: str = "GlobalNetworkPolicy"
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}" if self.namespace else self.name
+
+
+@attrs.frozen
+class ActivePolicyUpdate:
+    id: PolicyID
+    policy: model.Policy
+
+
+@attrs.frozen
+class ActivePolicyRemove:
+    id: PolicyID
+
+
+@attrs.frozen
+class ActiveProfileUpdate:
+    id: str
+    profile: model.ProfileRules
+
+
+@attrs.frozen
+class ActiveProfileRemove:
+    id: str
+
+
+@attrs.frozen
+class TierInfo:
+    """A tier as it applies to one endpoint: its policies in order, per direction."""
+
+    name: str
+    default_action: str
+    ingress_policies: tuple[PolicyID, ...] = ()
+    egress_policies: tuple[PolicyID, ...] = ()
+
+
+@attrs.frozen
+class WorkloadEndpointUpdate:
+    id: model.WorkloadEndpointKey
+    endpoint: model.WorkloadEndpoint
+    tiers: tuple[TierInfo, ...]
+
+
+@attrs.frozen
+class WorkloadEndpointRemove:
+    id: model.WorkloadEndpointKey
+
+
+@attrs.frozen
+class HostEndpointUpdate:
+    id: model.HostEndpointKey
+    endpoint: model.HostEndpoint
+    tiers: tuple[TierInfo, ...]
+    untracked_tiers: tuple[TierInfo, ...] = ()
+    pre_dnat_tiers: tuple[TierInfo, ...] = ()
+    forward_tiers: tuple[TierInfo, ...] = ()
+
+
+@attrs.frozen
+class HostEndpointRemove:
+    id: model.HostEndpointKey
+
+
+@attrs.frozen
+class HostMetadataUpdate:
+    hostname: str
+    ipv4_addr: str
+
+
+@attrs.frozen
+class HostMetadataRemove:
+    hostname: str
+
+
+@attrs.frozen
+class IPAMPoolUpdate:
+    id: str
+    pool: model.IPPool
+
+
+@attrs.frozen
+class IPAMPoolRemove:
+    id: str
+
+
+@attrs.frozen
+class ServiceAccountID:
+    namespace: str
+    name: str
+
+
+@attrs.frozen
+class ServiceAccountUpdate:
+    id: ServiceAccountID
+    labels: FrozenMap[str]
+
+
+@attrs.frozen
+class ServiceAccountRemove:
+    id: ServiceAccountID
+
+
+@attrs.frozen
+class NamespaceUpdate:
+    id: str
+    labels: FrozenMap[str]
+
+
+@attrs.frozen
+class NamespaceRemove:
+    id: str
+
+
+@attrs.frozen
+class RouteUpdate:
+    """A route Felix knows about. ``types`` are Felix's route types (REMOTE_WORKLOAD,
+    LOCAL_WORKLOAD, REMOTE_HOST, LOCAL_HOST, REMOTE_TUNNEL, LOCAL_TUNNEL, CIDR_INFO)."""
+
+    dst: str
+    types: frozenset[str]
+    dst_node: str = ""
+    dst_node_ip: str = ""
+    tunnel: str = "none"
+    nat_outgoing: bool = False
+    local_workload_interface: str = ""
+
+
+@attrs.frozen
+class RouteRemove:
+    dst: str
+
+
+@attrs.frozen
+class VXLANTunnelEndpointUpdate:
+    node: str
+    mac: str
+    ipv4_addr: str
+    parent_device_ip: str
+
+
+@attrs.frozen
+class VXLANTunnelEndpointRemove:
+    node: str
+
+
+@attrs.frozen
+class WireguardEndpointUpdate:
+    hostname: str
+    public_key: str
+    interface_ipv4_addr: str = ""
+
+
+@attrs.frozen
+class WireguardEndpointRemove:
+    hostname: str
+
+
+@attrs.frozen
+class Encapsulation:
+    ipip_enabled: bool
+    vxlan_enabled: bool
+    vxlan_enabled_v6: bool = False
+
+
+@attrs.frozen
+class ServiceUpdate:
+    name: str
+    namespace: str
+    type: str
+    cluster_ips: tuple[str, ...]
+    ports: tuple[tuple[str, str, int], ...]
+
+
+@attrs.frozen
+class ServiceRemove:
+    name: str
+    namespace: str
+
+
+# --------------------------------------------------------------------------------- from driver
+
+
+@attrs.frozen
+class ProcessStatusUpdate:
+    iso_timestamp: str
+    uptime: float
+
+
+@attrs.frozen
+class WorkloadEndpointStatusUpdate:
+    id: model.WorkloadEndpointKey
+    status: str
+
+
+@attrs.frozen
+class WorkloadEndpointStatusRemove:
+    id: model.WorkloadEndpointKey
+
+
+@attrs.frozen
+class HostEndpointStatusUpdate:
+    id: model.HostEndpointKey
+    status: str
+
+
+@attrs.frozen
+class HostEndpointStatusRemove:
+    id: model.HostEndpointKey
+
+
+@attrs.frozen
+class WireguardStatusUpdate:
+    public_key: str
+
+
+@attrs.frozen
+class DataplaneInSync:
+    """The driver has applied the first complete snapshot."""
+
+
+ToDataplane = (
+    InSync
+    | ConfigUpdate
+    | DatastoreNotReady
+    | IPSetUpdate
+    | IPSetDeltaUpdate
+    | IPSetRemove
+    | ActivePolicyUpdate
+    | ActivePolicyRemove
+    | ActiveProfileUpdate
+    | ActiveProfileRemove
+    | WorkloadEndpointUpdate
+    | WorkloadEndpointRemove
+    | HostEndpointUpdate
+    | HostEndpointRemove
+    | HostMetadataUpdate
+    | HostMetadataRemove
+    | IPAMPoolUpdate
+    | IPAMPoolRemove
+    | ServiceAccountUpdate
+    | ServiceAccountRemove
+    | NamespaceUpdate
+    | NamespaceRemove
+    | RouteUpdate
+    | RouteRemove
+    | VXLANTunnelEndpointUpdate
+    | VXLANTunnelEndpointRemove
+    | WireguardEndpointUpdate
+    | WireguardEndpointRemove
+    | Encapsulation
+    | ServiceUpdate
+    | ServiceRemove
+)
+FromDataplane = (
+    ProcessStatusUpdate
+    | WorkloadEndpointStatusUpdate
+    | WorkloadEndpointStatusRemove
+    | HostEndpointStatusUpdate
+    | HostEndpointStatusRemove
+    | WireguardStatusUpdate
+    | DataplaneInSync
+)

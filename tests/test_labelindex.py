@@ -1,0 +1,126 @@
+"""The label index: its matches always equal brute-force evaluation of every selector against
+every item's effective labels, and it reports exactly the changes."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pyfelix.calc.labelindex import LabelIndex
+from pyfelix.selector import parse_selector
+
+SELECTORS = [
+    'a == "1"',
+    'a in {"1", "2"}',
+    "has(b)",
+    "!has(b)",
+    'a != "1"',
+    'a == "1" && b == "x"',
+    'a == "1" || b == "x"',
+    "all()",
+    'c starts with "p"',
+    'a == "1" && a == "2"',
+]
+LABELS = st.dictionaries(st.sampled_from("abc"), st.sampled_from(["1", "2", "x", "pq"]), max_size=3)
+OPS = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("item"), st.integers(0, 4), LABELS, st.lists(st.sampled_from("PQ"), max_size=2)
+        ),
+        st.tuples(st.just("del-item"), st.integers(0, 4), st.just({}), st.just([])),
+        st.tuples(st.just("parent"), st.sampled_from("PQ"), LABELS, st.just([])),
+        st.tuples(st.just("del-parent"), st.sampled_from("PQ"), st.just({}), st.just([])),
+        st.tuples(st.just("sel"), st.integers(0, len(SELECTORS) - 1), st.just({}), st.just([])),
+        st.tuples(st.just("del-sel"), st.integers(0, len(SELECTORS) - 1), st.just({}), st.just([])),
+    ),
+    max_size=40,
+)
+
+
+def effective(
+    own: Mapping[str, str], parents: list[str], parent_labels: Mapping[str, Mapping[str, str]]
+) -> dict[str, str]:
+    merged: dict[str, str] = {}
+    for parent in reversed(parents):
+        merged.update(parent_labels.get(parent, {}))
+    merged.update(own)
+    return merged
+
+
+@settings(max_examples=400)
+@given(OPS)
+def test_matches_equal_brute_force(
+    ops: list[tuple[str, object, dict[str, str], list[str]]],
+) -> None:
+    """After any sequence of changes, reported matches = evaluating everything from scratch."""
+    reported: set[tuple[Hashable, Hashable]] = set()
+
+    def started(sel: Hashable, item: Hashable) -> None:
+        assert (sel, item) not in reported
+        reported.add((sel, item))
+
+    def stopped(sel: Hashable, item: Hashable) -> None:
+        assert (sel, item) in reported
+        reported.discard((sel, item))
+
+    index = LabelIndex(started, stopped)
+    items: dict[int, tuple[dict[str, str], list[str]]] = {}
+    parents: dict[str, dict[str, str]] = {}
+    selectors: set[int] = set()
+    for op, target, labels, parent_ids in ops:
+        if op == "item":
+            assert isinstance(target, int)
+            items[target] = (labels, parent_ids)
+            index.update_item(target, labels, parent_ids)
+        elif op == "del-item":
+            assert isinstance(target, int)
+            items.pop(target, None)
+            index.delete_item(target)
+        elif op == "parent":
+            assert isinstance(target, str)
+            parents[target] = labels
+            index.update_parent_labels(target, labels)
+        elif op == "del-parent":
+            assert isinstance(target, str)
+            parents.pop(target, None)
+            index.delete_parent_labels(target)
+        elif op == "sel":
+            assert isinstance(target, int)
+            selectors.add(target)
+            index.update_selector(target, parse_selector(SELECTORS[target]))
+        else:
+            assert isinstance(target, int)
+            selectors.discard(target)
+            index.delete_selector(target)
+        expected = {
+            (s, i)
+            for s in selectors
+            for i, (own, ps) in items.items()
+            if parse_selector(SELECTORS[s]).evaluate(effective(own, ps, parents))
+        }
+        assert reported == expected
+
+
+def test_selector_on_a_value_only_tests_items_with_that_value() -> None:
+    """Adding a selector that names a label value evaluates only items carrying it."""
+    index = LabelIndex(lambda s, i: None, lambda s, i: None)
+    for i in range(1000):
+        index.update_item(i, {"app": f"a{i}"})
+    calls = 0
+    selector = parse_selector('app == "a7"')
+    original = selector._evaluate
+
+    def counting(labels: Mapping[str, str]) -> bool:
+        nonlocal calls
+        calls += 1
+        return original(labels)
+
+    object.__setattr__(selector, "_evaluate", counting)
+    try:
+        index.update_selector("s", selector)
+    finally:
+        object.__setattr__(selector, "_evaluate", original)
+    assert calls == 1
+    assert index.matches("s") == {7}
