@@ -61,6 +61,9 @@ class L3RouteResolver:
                 return pool
         return None
 
+    def _has_vtep(self, node: str) -> bool:
+        return bool(self._host_ips.get(node) and self._tunnels.get(node))
+
     def routes(self) -> dict[str, m.RouteUpdate]:
         wanted: dict[str, dict[str, object]] = {}
 
@@ -110,12 +113,17 @@ class L3RouteResolver:
             types = entry["types"]
             assert isinstance(types, set)
             tunnel = "vxlan" if pool is not None and pool.vxlan_mode else "none"
-            if "REMOTE_WORKLOAD" not in types and "REMOTE_TUNNEL" not in types:
-                tunnel = "none" if "CIDR_INFO" not in types else tunnel
+            remote = types & {"REMOTE_WORKLOAD", "REMOTE_TUNNEL"}
+            if not remote and "CIDR_INFO" not in types:
+                tunnel = "none"
+            node = str(entry.get("dst_node", ""))
+            if remote and tunnel == "vxlan" and not self._has_vtep(node):
+                # Felix cannot route over VXLAN to a node whose VTEP it does not know yet.
+                continue
             out[dst] = m.RouteUpdate(
                 dst=dst,
                 types=frozenset(types),
-                dst_node=str(entry.get("dst_node", "")),
+                dst_node=node,
                 dst_node_ip=str(entry.get("dst_node_ip", "")),
                 tunnel=tunnel,
                 nat_outgoing=bool(pool is not None and pool.masquerade),
