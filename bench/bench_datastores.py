@@ -26,14 +26,13 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.etcd_server import running_etcd
-
 from pyfelix.datastore.etcd import EtcdClient, EtcdConfig
 from pyfelix.datastore.layout import encode, resource_key
 from pyfelix.resources import KINDS
 from pyfelix.syncer.api import SyncStatus, Update
 from pyfelix.syncer.etcd import EtcdSyncer
 from pyfelix.syncer.files import FileSyncer
+from tests.etcd_server import running_etcd
 
 PER_FILE = 1000
 

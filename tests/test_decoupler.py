@@ -22,7 +22,7 @@ def delete(key: str) -> Update:
 
 def drain(decoupler: Decoupler) -> list[Delivery]:
     out = []
-    while (delivery := decoupler._take()) is not None:
+    while (delivery := decoupler.poll()) is not None:
         out.append(delivery)
     return out
 
@@ -141,7 +141,7 @@ def test_output_applied_equals_input_applied(ops: list[tuple[str, str, int]]) ->
             truth.pop(key, None)
         else:
             for _ in range(n):
-                delivery = d._take()
+                delivery = d.poll()
                 if delivery is not None:
                     apply([delivery])
         assert d.queued_keys <= 6

@@ -55,7 +55,8 @@ class Decoupler:
     def queued_keys(self) -> int:
         return len(self._queued)
 
-    def _take(self) -> Delivery | None:
+    def poll(self) -> Delivery | None:
+        """The next batch or status if one is ready, without waiting."""
         if self._status is not None:
             status_seq, status = self._status
             first = next(iter(self._queued.values()), None)
@@ -80,7 +81,7 @@ class Decoupler:
     async def get(self) -> Delivery:
         """The next batch (at most ``max_batch`` updates) or status, waiting if there is none."""
         while True:
-            delivery = self._take()
+            delivery = self.poll()
             if delivery is not None:
                 return delivery
             await self._lot.park()
