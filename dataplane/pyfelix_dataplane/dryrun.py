@@ -9,9 +9,11 @@ sorted everywhere so two runs on the same input print the same bytes.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, TextIO
 
 import attrs
+import trio
 
 from pyfelix import messages as m
 
@@ -238,3 +240,52 @@ def snapshot(
         ),
         "config": dict(sorted((dp.config or {}).items())),
     }
+
+
+def describe_message(msg: m.ToDataplane) -> str:
+    """One line per message, for ``pyfelix run --dry-run``."""
+    name = type(msg).__name__
+    if isinstance(msg, m.IPSetUpdate):
+        return f"{name} {msg.id} {msg.type} members={sorted(msg.members)}"
+    if isinstance(msg, m.IPSetDeltaUpdate):
+        return f"{name} {msg.id} +{sorted(msg.added)} -{sorted(msg.removed)}"
+    if isinstance(msg, m.ActivePolicyUpdate | m.ActivePolicyRemove):
+        return f"{name} {msg.id.tier}/{msg.id.kind}/{_policy_name(msg.id)}"
+    if isinstance(msg, m.WorkloadEndpointUpdate | m.HostEndpointUpdate):
+        tiers = ",".join(t.name for t in msg.tiers) or "-"
+        return f"{name} {msg.id} iface={msg.endpoint.name} tiers={tiers}"
+    if isinstance(msg, m.RouteUpdate):
+        return f"{name} {msg.dst} {'+'.join(sorted(msg.types))} node={msg.dst_node or '-'}"
+    if isinstance(msg, m.ConfigUpdate):
+        return f"{name} {len(msg.config)} parameters"
+    fields = attrs.asdict(msg, recurse=False) if attrs.has(type(msg)) else {}
+    short = " ".join(f"{k}={v}" for k, v in fields.items() if not isinstance(v, dict | tuple))
+    return f"{name} {short}".rstrip()
+
+
+@attrs.define(eq=False)
+class PrintingDriver:
+    """The dry-run driver for the running agent: applies to a DryRunDataplane, prints every
+    message, reports process status every ``status_interval`` seconds and DataplaneInSync once
+    it has applied the first complete snapshot."""
+
+    out: TextIO
+    to_calc: Any
+    status_interval: float = 30.0
+    state: DryRunDataplane = attrs.Factory(DryRunDataplane)
+    _started: float = 0.0
+
+    async def apply(self, msg: m.ToDataplane) -> None:
+        self.state.apply(msg)
+        print(describe_message(msg), file=self.out, flush=True)
+        if isinstance(msg, m.InSync):
+            await self.to_calc.send(m.DataplaneInSync())
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        self._started = trio.current_time()
+        task_status.started()
+        while True:
+            uptime = trio.current_time() - self._started
+            stamp = datetime.now(UTC).isoformat(timespec="seconds")
+            await self.to_calc.send(m.ProcessStatusUpdate(stamp, uptime))
+            await trio.sleep(self.status_interval)

@@ -26,23 +26,32 @@ BUCKET_SIZE = 10
 
 @attrs.define
 class LeakyBucket:
-    """Tokens refill at one per ``interval`` seconds, up to ``size``; time is Trio's clock."""
+    """Tokens refill at one per ``interval`` seconds, up to ``size``; time is Trio's clock.
+
+    Tokens are whole numbers counted from a reference time, so waiting for the next one is an
+    exact deadline (no creeping float remainders that could wake the loop without progress).
+    """
 
     interval: float = FLUSH_INTERVAL
     size: int = BUCKET_SIZE
-    _tokens: float = BUCKET_SIZE
-    _last: float | None = None
+    _tokens: int = BUCKET_SIZE
+    _since: float | None = None
 
     def _refill(self) -> None:
         now = trio.current_time()
-        if self._last is not None:
-            self._tokens = min(self.size, self._tokens + (now - self._last) / self.interval)
-        self._last = now
+        if self._since is None or self._tokens >= self.size:
+            self._since = now
+            return
+        earned = int((now - self._since) / self.interval + 1e-9)
+        if earned:
+            self._tokens = min(self.size, self._tokens + earned)
+            self._since = now if self._tokens >= self.size else self._since + earned * self.interval
 
     async def take(self) -> None:
         self._refill()
         while self._tokens < 1:
-            await trio.sleep((1 - self._tokens) * self.interval)
+            assert self._since is not None
+            await trio.sleep_until(self._since + self.interval)
             self._refill()
         self._tokens -= 1
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections import Counter
@@ -12,9 +13,14 @@ from pathlib import Path
 import trio
 
 from pyfelix import __version__
+from pyfelix.agent import AgentOptions, is_etcd, run_agent
 from pyfelix.datastore.commands import CommandError, run_command
-from pyfelix.datastore.etcd import EtcdConfig, EtcdError
+from pyfelix.datastore.etcd import EtcdClient, EtcdConfig, EtcdError
+from pyfelix.datastore.layout import WATCH_PREFIX, decode
+from pyfelix.dryrun import compute, default_hostname, render_json, render_text
+from pyfelix.errors import ManifestError, Problem
 from pyfelix.resources import load_paths
+from pyfelix.resources.loader import LoadResult, Located
 from pyfelix.validation import validate_loaded
 
 EXIT_OK = 0
@@ -39,6 +45,73 @@ def cmd_validate(args: argparse.Namespace) -> int:
         + (f" ({breakdown})" if breakdown else "")
     )
     return EXIT_OK
+
+
+async def load_from_etcd(config: EtcdConfig) -> LoadResult:
+    """Every resource in etcd, as the loader would give it from files."""
+    async with EtcdClient(config) as client:
+        kvs, _ = await client.list_all(WATCH_PREFIX)
+    located, problems = [], []
+    for kv in kvs:
+        try:
+            resource = decode(kv.key, kv.value, kv.mod_revision)
+        except ManifestError as exc:
+            problems.extend(exc.problems or [Problem(kv.key, str(exc))])
+            continue
+        if resource is not None:
+            located.append(Located(resource, kv.key, None))
+    return LoadResult(tuple(located), tuple(problems))
+
+
+def cmd_dry_run(args: argparse.Namespace) -> int:
+    """Load, validate, compute the node's dataplane once, print it."""
+    sources: list[str] = args.sources
+    etcd_sources = [s for s in sources if is_etcd(s)]
+    if etcd_sources and len(sources) > 1:
+        print("an etcd URL must be the only source", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        if etcd_sources:
+            result = trio.run(load_from_etcd, EtcdConfig.from_url(etcd_sources[0]))
+        else:
+            result = load_paths(sources)
+    except (EtcdError, ValueError) as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_INVALID
+    problems = validate_loaded(result)
+    if problems:
+        for problem in problems:
+            print(problem)
+        print(f"{len(problems)} problem(s) found", file=sys.stderr)
+        return EXIT_INVALID
+    view, _ = compute((item.resource for item in result.resources), args.hostname)
+    sys.stdout.write(render_json(view) if args.format == "json" else render_text(view))
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """The agent."""
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    source = args.datastore or os.environ.get("PYFELIX_DATASTORE", "")
+    if not source and os.environ.get("ETCD_ENDPOINTS"):
+        first = os.environ["ETCD_ENDPOINTS"].split(",")[0].strip()
+        source = first.replace("https://", "etcds://").replace("http://", "etcd://")
+    if not source:
+        print("no datastore: use --datastore DIR|etcd://HOST:PORT", file=sys.stderr)
+        return EXIT_USAGE
+    if not args.dry_run:
+        print(
+            "the Linux dataplane driver is not available yet: use --dry-run",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    options = AgentOptions(hostname=args.hostname, datastore=source, dry_run=True)
+    try:
+        return trio.run(run_agent, options)
+    except KeyboardInterrupt:
+        return EXIT_OK
 
 
 def datastore_config(source: str | None) -> EtcdConfig:
@@ -107,6 +180,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     validate.add_argument("paths", nargs="+", type=Path, metavar="PATH")
     validate.set_defaults(handler=cmd_validate)
+    dry_run = commands.add_parser(
+        "dry-run",
+        help="compute and print a node's dataplane from manifests or etcd, then exit",
+    )
+    dry_run.add_argument(
+        "sources", nargs="+", metavar="SRC", help="files, directories or etcd://URL"
+    )
+    dry_run.add_argument("--hostname", default=default_hostname(), help="the node to compute for")
+    dry_run.add_argument("--format", choices=("text", "json"), default="text")
+    dry_run.set_defaults(handler=cmd_dry_run)
+    run = commands.add_parser("run", help="run the agent")
+    run.add_argument("--hostname", default=default_hostname())
+    run.add_argument("--datastore", metavar="SRC", help="manifest directory or etcd://HOST:PORT")
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print every dataplane message instead of programming",
+    )
+    run.set_defaults(handler=cmd_run)
     _add_datastore_commands(commands)
     return parser
 

@@ -1,0 +1,101 @@
+"""``pyfelix run``: the agent, one Trio nursery tree.
+
+    agent nursery
+    ├─ syncer          files (inotify) or etcd (list + watch)   -> decoupler
+    ├─ calc loop       validation filter, graph, sequencer       -> to-dataplane channel
+    ├─ connector       restart checks; status back to the datastore
+    ├─ driver          dry-run printing driver (the Linux driver arrives with its issue)
+    └─ key updater     WireGuard public key into the Node (etcd only)
+
+A RestartRequired anywhere ends the tree; the agent exits with code 129 so that systemd (or any
+supervisor) restarts it with the new configuration.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import TextIO
+
+import attrs
+import trio
+
+from pyfelix import messages as m
+from pyfelix.calc_loop import CalcLoop
+from pyfelix.connector import DataplaneConnector, RestartRequired
+from pyfelix.datastore.etcd import EtcdClient, EtcdConfig
+from pyfelix.decoupler import Decoupler
+from pyfelix.status import EtcdNodeStore, EtcdStatusReporter, WireguardKeyUpdater
+from pyfelix.syncer.etcd import EtcdSyncer
+from pyfelix.syncer.files import FileSyncer
+from pyfelix_dataplane.dryrun import PrintingDriver
+
+log = logging.getLogger(__name__)
+
+# Messages the calc loop may get ahead of the driver: one flush's worth for a busy node; beyond
+# that the loop waits, and updates coalesce in the sequencer instead of piling up here.
+TO_DATAPLANE_BUFFER = 1000
+# Status from the driver is small and periodic; a few slots keep the driver from waiting.
+FROM_DATAPLANE_BUFFER = 10
+
+
+@attrs.frozen
+class AgentOptions:
+    hostname: str
+    datastore: str
+    dry_run: bool = True
+    status_interval: float = 30.0
+    status_ttl: int = 90
+
+
+def is_etcd(source: str) -> bool:
+    return source.startswith(("etcd://", "etcds://"))
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside (possibly nested) exception groups."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+async def run_agent(options: AgentOptions, out: TextIO = sys.stdout) -> int:
+    """Run until cancelled or a restart is required; returns the process exit code."""
+    decoupler = Decoupler()
+    to_send, to_receive = trio.open_memory_channel[m.ToDataplane](TO_DATAPLANE_BUFFER)
+    from_send, from_receive = trio.open_memory_channel[m.FromDataplane](FROM_DATAPLANE_BUFFER)
+    driver = PrintingDriver(out, from_send, status_interval=options.status_interval)
+    exit_code = 0
+    try:
+        async with AsyncExitStack() as stack, trio.open_nursery() as nursery:
+            status = None
+            updater = None
+            syncer: FileSyncer | EtcdSyncer
+            if is_etcd(options.datastore):
+                client = EtcdClient(EtcdConfig.from_url(options.datastore))
+                stack.push_async_callback(client.aclose)
+                syncer = EtcdSyncer(client, decoupler)
+                status = EtcdStatusReporter(client, options.hostname, ttl=options.status_ttl)
+                updater = WireguardKeyUpdater(EtcdNodeStore(client), options.hostname)
+                await nursery.start(updater.run)
+            else:
+                syncer = FileSyncer(Path(options.datastore), decoupler)
+            calc = CalcLoop(options.hostname, decoupler, to_send)
+            await nursery.start(calc.run)
+            connector = DataplaneConnector(
+                to_receive,
+                driver.apply,
+                from_receive,
+                status=status,
+                on_wireguard_key=updater.on_key if updater else None,
+            )
+            await nursery.start(connector.run)
+            await nursery.start(driver.run)
+            nursery.start_soon(syncer.run)
+    except* RestartRequired as group:
+        for exc in _leaves(group):
+            log.warning("restarting: %s", exc)
+        exit_code = RestartRequired.exit_code
+    return exit_code

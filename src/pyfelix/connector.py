@@ -1,0 +1,105 @@
+"""The dataplane connector (the seed's DataplaneConnector): the bridge between the calc loop and
+the dataplane driver, in both directions.
+
+To the driver it forwards every message, watching a few on the way: InSync makes the agent
+ready; a configuration change that cannot be applied live, a datastore that is not ready, or an
+encapsulation different from the one at start-up stop the agent with exit code 129 so that its
+supervisor restarts it with the new settings (as Felix does). From the driver it takes status:
+process status and endpoint status go to the status reporter, a new WireGuard public key to the
+key updater.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+import attrs
+import trio
+
+from pyfelix import messages as m
+from pyfelix.errors import PyfelixError
+
+RESTART_EXIT_CODE = 129
+# Felix applies only these without a restart (the health timeouts live; the others are
+# informational and come from ClusterInformation).
+LIVE_CONFIG = frozenset({"HealthTimeoutOverrides", "ClusterGUID", "ClusterType", "CalicoVersion"})
+
+
+class RestartRequired(PyfelixError):
+    """The agent must stop and be restarted by its supervisor (exit code 129)."""
+
+    exit_code = RESTART_EXIT_CODE
+
+
+class StatusSink(Protocol):
+    async def report_process(self, status: m.ProcessStatusUpdate) -> None: ...
+
+    async def report_endpoint(
+        self,
+        key: object,
+        status: str | None,
+    ) -> None: ...
+
+
+@attrs.define(eq=False)
+class DataplaneConnector:
+    source: trio.MemoryReceiveChannel[m.ToDataplane]
+    send_to_driver: Callable[[m.ToDataplane], Awaitable[None]]
+    from_driver: trio.MemoryReceiveChannel[m.FromDataplane]
+    status: StatusSink | None = None
+    on_wireguard_key: Callable[[str], None] | None = None
+    config: dict[str, str] | None = None
+    encapsulation: m.Encapsulation | None = None
+    ready: bool = False
+    dataplane_in_sync: bool = False
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._to_dataplane)
+            nursery.start_soon(self._from_dataplane)
+            task_status.started()
+
+    def check(self, message: m.ToDataplane) -> None:
+        """Raise RestartRequired for messages the running agent cannot absorb."""
+        if isinstance(message, m.InSync):
+            self.ready = True
+        elif isinstance(message, m.DatastoreNotReady):
+            raise RestartRequired("datastore is not ready (ClusterInformation datastoreReady)")
+        elif isinstance(message, m.ConfigUpdate):
+            new = dict(message.config)
+            if self.config is not None:
+                changed = {
+                    k for k in self.config.keys() | new.keys() if self.config.get(k) != new.get(k)
+                }
+                if changed - LIVE_CONFIG:
+                    names = ", ".join(sorted(changed - LIVE_CONFIG))
+                    raise RestartRequired(f"configuration changed: {names}")
+            self.config = new
+        elif isinstance(message, m.Encapsulation):
+            if self.encapsulation is not None and message != self.encapsulation:
+                raise RestartRequired(
+                    f"encapsulation changed from {self.encapsulation} to {message}"
+                )
+            self.encapsulation = message
+
+    async def _to_dataplane(self) -> None:
+        async for message in self.source:
+            self.check(message)
+            await self.send_to_driver(message)
+
+    async def _from_dataplane(self) -> None:
+        async for message in self.from_driver:
+            if isinstance(message, m.DataplaneInSync):
+                self.dataplane_in_sync = True
+            elif isinstance(message, m.ProcessStatusUpdate):
+                if self.status is not None:
+                    await self.status.report_process(message)
+            elif isinstance(message, m.WorkloadEndpointStatusUpdate | m.HostEndpointStatusUpdate):
+                if self.status is not None:
+                    await self.status.report_endpoint(message.id, message.status)
+            elif isinstance(message, m.WorkloadEndpointStatusRemove | m.HostEndpointStatusRemove):
+                if self.status is not None:
+                    await self.status.report_endpoint(message.id, None)
+            elif isinstance(message, m.WireguardStatusUpdate) and self.on_wireguard_key:
+                self.on_wireguard_key(message.public_key)

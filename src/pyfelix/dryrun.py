@@ -1,0 +1,111 @@
+"""One-shot computation of a node's dataplane from a set of resources (``pyfelix dry-run``).
+
+The same stages as the agent, run synchronously: update processors, validation filter,
+calculation graph, sequencer, into the dry-run dataplane; then the snapshot is printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Iterable
+from typing import Any
+
+from pyfelix.calc.graph import CalcGraph
+from pyfelix.resources import Resource
+from pyfelix.sequencer import EventSequencer
+from pyfelix.syncer.api import SyncStatus
+from pyfelix.syncer.processors import Converter
+from pyfelix.validation import context_from
+from pyfelix.validation.filter import ValidationFilter
+from pyfelix_dataplane.dryrun import DryRunDataplane, snapshot
+
+
+def default_hostname() -> str:
+    """As calico-node finds it: NODENAME, then FELIX_FELIXHOSTNAME, then the host name."""
+    return (
+        os.environ.get("NODENAME") or os.environ.get("FELIX_FELIXHOSTNAME") or socket.gethostname()
+    )
+
+
+def compute(resources: Iterable[Resource], hostname: str) -> tuple[dict[str, Any], CalcGraph]:
+    """The snapshot of ``hostname``'s dataplane for this datastore content."""
+    resources = list(resources)
+    dataplane = DryRunDataplane()
+    graph = CalcGraph(hostname, EventSequencer(dataplane.apply))
+    stage = ValidationFilter(graph, context_from(resources))
+    converter = Converter()
+    updates = []
+    for resource in resources:
+        updates.extend(
+            converter.update((resource.KIND, resource.namespace, resource.name), resource)
+        )
+    stage.on_updates(updates)
+    stage.on_status(SyncStatus.IN_SYNC)
+    graph.flush()
+
+    def describe(set_id: str) -> dict[str, str]:
+        data = graph.ipsets.get(set_id)
+        return data.describe() if data is not None else {}
+
+    return snapshot(dataplane, hostname, describe), graph
+
+
+def render_json(view: dict[str, Any]) -> str:
+    return json.dumps(view, indent=2, sort_keys=True) + "\n"
+
+
+def render_text(view: dict[str, Any]) -> str:
+    """A readable summary of the snapshot, section by section."""
+    lines = [f"Dataplane of {view['hostname']}", ""]
+    lines.append(f"Workload endpoints ({len(view['workload_endpoints'])}):")
+    for endpoint in view["workload_endpoints"]:
+        nets = ", ".join(endpoint["ipv4_nets"] + endpoint["ipv6_nets"])
+        lines.append(f"  {endpoint['id']}  {endpoint['interface']}  {nets}")
+        lines.extend(_tier_lines(endpoint["tiers"]))
+        lines.append(f"    profiles: {', '.join(endpoint['profiles']) or '-'}")
+    lines.append(f"Host endpoints ({len(view['host_endpoints'])}):")
+    for endpoint in view["host_endpoints"]:
+        lines.append(f"  {endpoint['id']}  {endpoint['interface'] or '*'}")
+        lines.extend(_tier_lines(endpoint["tiers"]))
+        for label in ("untracked_tiers", "pre_dnat_tiers", "forward_tiers"):
+            if endpoint[label]:
+                lines.append(f"    {label.replace('_', ' ')}:")
+                lines.extend(_tier_lines(endpoint[label], indent="      "))
+    lines.append(f"Active policies ({len(view['policies'])}):")
+    for policy in view["policies"]:
+        where = f"{policy['namespace']}/" if policy["namespace"] else ""
+        lines.append(f"  [{policy['tier']}] {policy['kind']} {where}{policy['name']}")
+    lines.append(f"Active profiles ({len(view['profiles'])}): {', '.join(view['profiles'])}")
+    lines.append(f"IP sets ({len(view['ipsets'])}):")
+    for ipset in view["ipsets"]:
+        source = ", ".join(f"{k}={v}" for k, v in sorted(ipset["source"].items()))
+        lines.append(
+            f"  {ipset['name']} {ipset['type']} ({source}): {len(ipset['members'])} members"
+        )
+        lines.extend(f"    {member}" for member in ipset["members"])
+    lines.append(f"Routes ({len(view['routes'])}):")
+    for route in view["routes"]:
+        via = f" via {route['dst_node']}" if route["dst_node"] else ""
+        via += f" ({route['dst_node_ip']})" if route["dst_node_ip"] else ""
+        tunnel = f" tunnel {route['tunnel']}" if route["tunnel"] != "none" else ""
+        nat = " nat-outgoing" if route["nat_outgoing"] else ""
+        lines.append(f"  {route['dst']} {'+'.join(route['types'])}{via}{tunnel}{nat}")
+    lines.append(f"VXLAN tunnel endpoints ({len(view['vteps'])}):")
+    for vtep in view["vteps"]:
+        lines.append(
+            f"  {vtep['node']} {vtep['ipv4_addr']} mac {vtep['mac']} on {vtep['parent_device_ip']}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _tier_lines(tiers: list[dict[str, Any]], indent: str = "    ") -> list[str]:
+    out = []
+    for tier in tiers:
+        out.append(
+            f"{indent}tier {tier['name']} (default {tier['default_action']}): "
+            f"ingress [{', '.join(tier['ingress_policies'])}] "
+            f"egress [{', '.join(tier['egress_policies'])}]"
+        )
+    return out

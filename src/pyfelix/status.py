@@ -1,0 +1,159 @@
+"""Status flowing back to the datastore: process status, endpoint status, WireGuard keys.
+
+Process status is written twice, as Felix does: ``.../status`` under a lease of ReportingTTLSecs
+(it vanishes if the agent dies) and ``.../last_reported_status`` without one (the last word of an
+agent that is gone). A new WireGuard public key is written into the Node's status, retrying
+three times at once on a revision conflict and then every 2-4 s (jittered) until it sticks.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from typing import Protocol
+
+import attrs
+import trio
+
+from pyfelix import messages as m
+from pyfelix import model
+from pyfelix.datastore.etcd import EtcdClient, EtcdError
+from pyfelix.datastore.layout import decode, encode, key_for
+from pyfelix.errors import ManifestError
+from pyfelix.resources import Node
+from pyfelix.resources.cluster import NodeStatus
+
+log = logging.getLogger(__name__)
+
+DEFAULT_REGION = "no-region"
+
+
+def status_prefix(hostname: str, region: str = DEFAULT_REGION) -> str:
+    return f"/calico/felix/v2/{region}/host/{hostname}"
+
+
+@attrs.define(eq=False)
+class EtcdStatusReporter:
+    client: EtcdClient
+    hostname: str
+    ttl: int = 90
+    region: str = DEFAULT_REGION
+    _lease: int = 0
+    _first: bool = True
+
+    async def report_process(self, status: m.ProcessStatusUpdate) -> None:
+        prefix = status_prefix(self.hostname, self.region)
+        value = json.dumps(
+            {"time": status.iso_timestamp, "uptime": status.uptime, "first_update": self._first}
+        )
+        self._first = False
+        try:
+            if not self._lease or not await self.client.keep_alive(self._lease):
+                self._lease = await self.client.grant_lease(self.ttl)
+            await self.client.put(f"{prefix}/status", value, lease=self._lease)
+            await self.client.put(f"{prefix}/last_reported_status", value)
+        except EtcdError as exc:
+            self._lease = 0
+            log.warning("could not report status: %s", exc)
+
+    async def report_endpoint(self, key: object, status: str | None) -> None:
+        prefix = status_prefix(self.hostname, self.region)
+        if isinstance(key, model.WorkloadEndpointKey):
+            path = str(key).replace(f"/calico/v1/host/{key.hostname}", prefix, 1)
+        elif isinstance(key, model.HostEndpointKey):
+            path = f"{prefix}/endpoint/{key.endpoint}"
+        else:
+            return
+        try:
+            if status is None:
+                await self.client.delete(path)
+            else:
+                await self.client.put(path, json.dumps({"status": status}))
+        except EtcdError as exc:
+            log.warning("could not report endpoint status: %s", exc)
+
+
+class NodeStore(Protocol):
+    """Where Node resources live; ``put_node`` is a compare-and-swap on ``revision``."""
+
+    async def get_node(self, name: str) -> tuple[Node | None, int]: ...
+
+    async def put_node(self, node: Node, revision: int) -> bool: ...
+
+
+@attrs.define
+class EtcdNodeStore:
+    client: EtcdClient
+
+    async def get_node(self, name: str) -> tuple[Node | None, int]:
+        key = key_for(Node, "", name)
+        kv = await self.client.get(key)
+        if kv is None:
+            return None, 0
+        try:
+            node = decode(key, kv.value, kv.mod_revision)
+        except ManifestError:
+            return None, kv.mod_revision
+        return (node if isinstance(node, Node) else None), kv.mod_revision
+
+    async def put_node(self, node: Node, revision: int) -> bool:
+        key = key_for(Node, "", node.name)
+        return await self.client.put_if(key, encode(node), mod_revision=revision) is not None
+
+
+IMMEDIATE_RETRIES = 3
+RETRY_MIN = 2.0
+RETRY_MAX = 4.0
+
+
+@attrs.define(eq=False)
+class WireguardKeyUpdater:
+    """Keeps this node's WireGuard public key in its Node resource."""
+
+    store: NodeStore
+    hostname: str
+    writes: int = 0
+    _wanted: str | None = None
+    _wake: trio.Event = attrs.Factory(trio.Event)
+
+    def on_key(self, public_key: str) -> None:
+        self._wanted = public_key
+        self._wake.set()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            while not await self._try_update():
+                with trio.move_on_after(random.uniform(RETRY_MIN, RETRY_MAX)):
+                    await self._wake.wait()
+                self._wake = trio.Event()
+
+    async def _try_update(self) -> bool:
+        """Write the wanted key; True when done (or nothing to do)."""
+        for _ in range(1 + IMMEDIATE_RETRIES):
+            wanted = self._wanted
+            if wanted is None:
+                return True
+            try:
+                node, revision = await self.store.get_node(self.hostname)
+            except EtcdError as exc:
+                log.warning("cannot read Node %s: %s", self.hostname, exc)
+                return False
+            if node is None:
+                log.warning("Node %s does not exist; cannot store its WireGuard key", self.hostname)
+                return False
+            status = node.status or NodeStatus()
+            if status.wireguard_public_key == wanted:
+                return True
+            updated = attrs.evolve(node, status=attrs.evolve(status, wireguard_public_key=wanted))
+            try:
+                if await self.store.put_node(updated, revision):
+                    self.writes += 1
+                    return True
+            except EtcdError as exc:
+                log.warning("cannot write Node %s: %s", self.hostname, exc)
+                return False
+        return False

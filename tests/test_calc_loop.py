@@ -1,0 +1,90 @@
+"""The async calc loop on Trio's autojump clock: leaky-bucket flushing, InSync once, health
+and counters."""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+from pyfelix import messages as m
+from pyfelix.calc_loop import CalcLoop, LeakyBucket
+from pyfelix.decoupler import Decoupler
+from pyfelix.syncer.api import SyncStatus
+from pyfelix.syncer.processors import Converter
+from tests.calc_harness import example_state
+
+
+async def test_leaky_bucket_rate(autojump_clock: trio.testing.MockClock) -> None:
+    """Ten tokens at once, then one every 10 ms."""
+    bucket = LeakyBucket()
+    start = trio.current_time()
+    for _ in range(10):
+        await bucket.take()
+    assert trio.current_time() == start
+    for _ in range(5):
+        await bucket.take()
+    assert abs(trio.current_time() - start - 0.05) < 1e-6
+
+
+async def test_loop_flushes_and_sends_in_sync_once(autojump_clock: trio.testing.MockClock) -> None:
+    """The snapshot flows out, then one InSync; later updates flow without another InSync."""
+    decoupler = Decoupler()
+    send, receive = trio.open_memory_channel[m.ToDataplane](10_000)
+    loop = CalcLoop("node-a", decoupler, send)
+    converter = Converter()
+    state = example_state()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(loop.run)
+        assert not loop.health.ready
+        for key, resource in state.items():
+            decoupler.on_updates(converter.update(key, resource))
+        decoupler.on_status(SyncStatus.IN_SYNC)
+        await trio.sleep(1)
+        received = []
+        while True:
+            try:
+                received.append(receive.receive_nowait())
+            except trio.WouldBlock:
+                break
+        assert [type(x) for x in received].count(m.InSync) == 1
+        assert isinstance(received[-1], m.InSync)
+        assert loop.health.ready
+        assert loop.health.live(timeout=2)
+        assert loop.updates_processed >= len(state)
+        assert loop.messages_emitted == len(received)
+        tier_key = ("Tier", "", "security")
+        decoupler.on_updates(converter.update(tier_key, None))
+        await trio.sleep(1)
+        later = []
+        while True:
+            try:
+                later.append(receive.receive_nowait())
+            except trio.WouldBlock:
+                break
+        assert later
+        assert not any(isinstance(x, m.InSync) for x in later)
+        nursery.cancel_scope.cancel()
+
+
+async def test_storm_is_rate_limited(autojump_clock: trio.testing.MockClock) -> None:
+    """A storm of updates over one second causes at most ~110 flushes (10 + 1 per 10 ms)."""
+    decoupler = Decoupler()
+    send, receive = trio.open_memory_channel[m.ToDataplane](100_000)
+    loop = CalcLoop("node-a", decoupler, send)
+    converter = Converter()
+    state = example_state()
+    key = ("Tier", "", "security")
+    tier = state[key]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(loop.run)
+        for key2, resource in state.items():
+            decoupler.on_updates(converter.update(key2, resource))
+        decoupler.on_status(SyncStatus.IN_SYNC)
+        start = trio.current_time()
+        for i in range(1000):
+            decoupler.on_updates(converter.update(key, None if i % 2 else tier))
+            await trio.sleep(0.001)
+        assert trio.current_time() - start >= 1.0
+        assert loop.flushes <= 10 + 100 + 5
+        nursery.cancel_scope.cancel()
+    del receive

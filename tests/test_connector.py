@@ -1,0 +1,89 @@
+"""The dataplane connector: forwarding, readiness, and the restart rules."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+from pyfelix import messages as m
+from pyfelix.connector import DataplaneConnector, RestartRequired
+from pyfelix.resources.schema import FrozenMap
+
+
+def connector() -> DataplaneConnector:
+    _, receive = trio.open_memory_channel[m.ToDataplane](0)
+    _, from_driver = trio.open_memory_channel[m.FromDataplane](0)
+
+    async def sink(message: m.ToDataplane) -> None:
+        return None
+
+    return DataplaneConnector(receive, sink, from_driver)
+
+
+def config(**values: str) -> m.ConfigUpdate:
+    return m.ConfigUpdate(FrozenMap(values))
+
+
+def test_in_sync_makes_ready() -> None:
+    """InSync marks the agent ready."""
+    c = connector()
+    assert not c.ready
+    c.check(m.InSync())
+    assert c.ready
+
+
+def test_config_changes() -> None:
+    """Live-reloadable fields change quietly; anything else requires a restart."""
+    c = connector()
+    c.check(config(LogSeverityScreen="Info", ClusterGUID="a"))
+    c.check(config(LogSeverityScreen="Info", ClusterGUID="b", HealthTimeoutOverrides="x=1s"))
+    with pytest.raises(RestartRequired, match="LogSeverityScreen"):
+        c.check(config(LogSeverityScreen="Debug", ClusterGUID="b"))
+    assert RestartRequired.exit_code == 129
+
+
+def test_encapsulation_and_datastore_readiness() -> None:
+    """A different encapsulation than at start-up, or a not-ready datastore, restarts."""
+    c = connector()
+    c.check(m.Encapsulation(False, True))
+    c.check(m.Encapsulation(False, True))
+    with pytest.raises(RestartRequired, match="encapsulation"):
+        c.check(m.Encapsulation(False, False))
+    with pytest.raises(RestartRequired, match="not ready"):
+        c.check(m.DatastoreNotReady())
+
+
+async def test_forwards_and_routes_status_back() -> None:
+    """Every message reaches the driver; status from the driver reaches its sinks."""
+    to_send, to_receive = trio.open_memory_channel[m.ToDataplane](10)
+    from_send, from_receive = trio.open_memory_channel[m.FromDataplane](10)
+    delivered: list[m.ToDataplane] = []
+    keys: list[str] = []
+    reports: list[object] = []
+
+    class Sink:
+        async def report_process(self, status: m.ProcessStatusUpdate) -> None:
+            reports.append(status)
+
+        async def report_endpoint(self, key: object, status: str | None) -> None:
+            reports.append((key, status))
+
+    async def deliver(message: m.ToDataplane) -> None:
+        delivered.append(message)
+
+    c = DataplaneConnector(to_receive, deliver, from_receive, Sink(), keys.append)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(c.run)
+        await to_send.send(m.IPSetRemove("s:x"))
+        await to_send.send(m.InSync())
+        await from_send.send(m.ProcessStatusUpdate("2026-01-01T00:00:00+00:00", 5.0))
+        await from_send.send(m.WireguardStatusUpdate("key"))
+        await from_send.send(m.DataplaneInSync())
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.cancel_scope.cancel()
+    assert delivered == [m.IPSetRemove("s:x"), m.InSync()]
+    assert keys == ["key"]
+    assert reports == [m.ProcessStatusUpdate("2026-01-01T00:00:00+00:00", 5.0)]
+    assert c.ready
+    assert c.dataplane_in_sync

@@ -1,0 +1,158 @@
+"""``pyfelix dry-run`` and ``pyfelix run --dry-run`` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from tests.etcd_server import EtcdServer
+
+SNAPSHOT_KEYS = {
+    "hostname",
+    "ipsets",
+    "policies",
+    "profiles",
+    "workload_endpoints",
+    "host_endpoints",
+    "routes",
+    "vteps",
+}
+
+
+def pyfelix(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pyfelix", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+    )
+
+
+def test_dry_run_json_is_complete_and_deterministic() -> None:
+    """The JSON snapshot has the documented keys and the same bytes on every run."""
+    first = pyfelix("dry-run", "--hostname", "node-a", "--format", "json", "examples/")
+    assert first.returncode == 0, first.stderr
+    view = json.loads(first.stdout)
+    assert set(view) >= SNAPSHOT_KEYS
+    assert view["hostname"] == "node-a"
+    ids = [w["id"] for w in view["workload_endpoints"]]
+    assert ids == sorted(ids)
+    assert len(ids) == 2
+    ipset = next(s for s in view["ipsets"] if s["source"] == {"service": "shop/payments"})
+    assert ipset["type"] == "hash:ip,port"
+    assert ipset["members"] == ["10.65.1.2,tcp:8080"]
+    assert ipset["name"] == ("cali40" + ipset["id"])[:31]
+    assert (
+        pyfelix("dry-run", "--hostname", "node-a", "--format", "json", "examples/").stdout
+        == first.stdout
+    )
+
+
+def test_dry_run_text_names_tiers_in_order() -> None:
+    """The text form shows each endpoint's tiers in evaluation order."""
+    result = pyfelix("dry-run", "--hostname", "node-b", "examples/")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    payments = lines.index(next(line for line in lines if "payments-1" in line))
+    assert lines[payments + 1].strip().startswith("tier security")
+    assert "Routes (" in result.stdout
+
+
+def test_dry_run_invalid_input(tmp_path: Path) -> None:
+    """Invalid input: exit 1 with every problem listed, nothing computed."""
+    shutil.copytree(REPO / "examples", tmp_path / "ex")
+    (tmp_path / "ex" / "bad.yaml").write_text(
+        "apiVersion: projectcalico.org/v3\nkind: Tier\nmetadata: {name: Bad}\nspec: {order: x}\n"
+    )
+    result = pyfelix("dry-run", str(tmp_path / "ex"))
+    assert result.returncode == 1
+    assert "spec.order" in result.stdout
+    assert "Dataplane of" not in result.stdout
+
+
+def test_dry_run_from_etcd(etcd: EtcdServer) -> None:
+    """The same snapshot comes from etcd as from the files that were applied to it."""
+    applied = pyfelix("datastore", "--datastore", etcd.etcd_url, "apply", "-f", "examples/")
+    assert applied.returncode == 0, applied.stderr
+    from_etcd = pyfelix("dry-run", "--hostname", "node-a", "--format", "json", etcd.etcd_url)
+    from_files = pyfelix("dry-run", "--hostname", "node-a", "--format", "json", "examples/")
+    assert from_etcd.returncode == 0, from_etcd.stderr
+    assert json.loads(from_etcd.stdout) == json.loads(from_files.stdout)
+
+
+def wait_for(process: subprocess.Popen[str], needle: str, timeout: float = 20.0) -> list[str]:
+    assert process.stdout is not None
+    seen = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        seen.append(line.rstrip())
+        if needle in line:
+            return seen
+    raise AssertionError(f"{needle!r} not seen in {seen[-20:]}")
+
+
+@pytest.fixture
+def manifests(tmp_path: Path) -> Path:
+    target = tmp_path / "manifests"
+    shutil.copytree(REPO / "examples" / "cluster", target)
+    return target
+
+
+def test_run_dry_run_follows_changes_and_restarts_on_config(manifests: Path) -> None:
+    """The agent prints each message as it goes, follows file edits, and exits 129 when a
+    configuration change needs a restart."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pyfelix",
+            "run",
+            "--dry-run",
+            "--hostname",
+            "node-a",
+            "--datastore",
+            str(manifests),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=env,
+    )
+    try:
+        seen = wait_for(process, "InSync")
+        assert any(line.startswith("WorkloadEndpointUpdate") for line in seen)
+        policies = manifests / "50-policies.yaml"
+        policies.write_text(policies.read_text().replace("order: 100\n", "order: 150\n", 1))
+        wait_for(process, "ActivePolicyUpdate platform/GlobalNetworkPolicy/platform.allow-dns")
+        config = manifests / "00-cluster.yaml"
+        config.write_text(
+            config.read_text().replace("logSeverityScreen: Info", "logSeverityScreen: Warning")
+        )
+        assert process.wait(timeout=20) == 129
+        assert process.stderr is not None
+        assert "configuration changed: LogSeverityScreen" in process.stderr.read()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_run_without_dry_run_explains() -> None:
+    """Until the Linux driver exists, run without --dry-run says so."""
+    result = pyfelix("run", "--datastore", "examples/")
+    assert result.returncode == 2
+    assert "--dry-run" in result.stderr

@@ -1,0 +1,104 @@
+"""Status back to the datastore: process status with a TTL lease in a real etcd, and the
+WireGuard key updater's retry rules on Trio's autojump clock."""
+
+from __future__ import annotations
+
+import json
+
+import attrs
+import pytest
+import trio
+import trio.testing
+
+from pyfelix import messages as m
+from pyfelix.datastore.etcd import EtcdClient, EtcdConfig
+from pyfelix.datastore.layout import encode, resource_key
+from pyfelix.resources import Node
+from pyfelix.status import EtcdNodeStore, EtcdStatusReporter, WireguardKeyUpdater, status_prefix
+from tests.etcd_server import EtcdServer
+from tests.test_resources import document
+
+KEY = "jNk0RzNeOq28ohw4imhoBVUC+qbExJZ6nsLdRP0SwWI="
+
+
+async def test_process_status_has_a_ttl(etcd: EtcdServer) -> None:
+    """The status key expires with its lease; the last-reported copy stays."""
+    async with EtcdClient(EtcdConfig.from_url(etcd.etcd_url)) as client:
+        reporter = EtcdStatusReporter(client, "node-a", ttl=2)
+        await reporter.report_process(m.ProcessStatusUpdate("2026-11-29T00:00:00+00:00", 12.5))
+        prefix = status_prefix("node-a")
+        status = await client.get(f"{prefix}/status")
+        assert status is not None
+        assert json.loads(status.value)["uptime"] == 12.5
+        assert status.lease
+        with trio.fail_after(10):
+            while await client.get(f"{prefix}/status") is not None:
+                await trio.sleep(0.5)
+        last = await client.get(f"{prefix}/last_reported_status")
+        assert last is not None
+        assert json.loads(last.value)["time"] == "2026-11-29T00:00:00+00:00"
+
+
+async def test_wireguard_key_written_to_node(etcd: EtcdServer) -> None:
+    """A new key lands in the Node's status; an unchanged key is not rewritten."""
+    async with EtcdClient(EtcdConfig.from_url(etcd.etcd_url)) as client:
+        node = Node.from_manifest(document("Node", "node-a"))
+        node = attrs.evolve(node, status=None)
+        await client.put(resource_key(node), encode(node))
+        updater = WireguardKeyUpdater(EtcdNodeStore(client), "node-a")
+        async with trio.open_nursery() as nursery:
+            await nursery.start(updater.run)
+            updater.on_key(KEY)
+            with trio.fail_after(5):
+                while updater.writes == 0:
+                    await trio.sleep(0.05)
+            updater.on_key(KEY)
+            await trio.sleep(0.2)
+            nursery.cancel_scope.cancel()
+        stored, _ = await EtcdNodeStore(client).get_node("node-a")
+        assert stored is not None
+        assert stored.status is not None
+        assert stored.status.wireguard_public_key == KEY
+        assert updater.writes == 1
+
+
+@attrs.define
+class FlakyStore:
+    """A Node store that reports a revision conflict the first ``conflicts`` times."""
+
+    conflicts: int
+    node: Node = attrs.field(factory=lambda: Node.from_manifest(document("Node", "node-a")))
+    attempts: list[float] = attrs.Factory(list)
+
+    async def get_node(self, name: str) -> tuple[Node | None, int]:
+        return self.node, 1
+
+    async def put_node(self, node: Node, revision: int) -> bool:
+        self.attempts.append(trio.current_time())
+        if self.conflicts:
+            self.conflicts -= 1
+            return False
+        self.node = node
+        return True
+
+
+@pytest.mark.parametrize("conflicts", [2, 6])
+async def test_retries_on_conflict(autojump_clock: trio.testing.MockClock, conflicts: int) -> None:
+    """Three immediate retries after a conflict, then one try every 2-4 s until it succeeds."""
+    store = FlakyStore(conflicts)
+    updater = WireguardKeyUpdater(store, "node-a")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(updater.run)
+        updater.on_key("bmV3LWtleS1uZXcta2V5LW5ldy1rZXktbmV3LWtleSE=")
+        with trio.fail_after(60):
+            while updater.writes == 0:
+                await trio.sleep(0.1)
+        nursery.cancel_scope.cancel()
+    start = store.attempts[0]
+    immediate = [t for t in store.attempts if t == start]
+    assert len(immediate) == min(conflicts + 1, 4)
+    later = store.attempts[len(immediate) :]
+    gaps = [b - a for a, b in zip([immediate[-1], *later], later, strict=False)]
+    assert all(2.0 <= gap <= 4.0 or gap == 0 for gap in gaps)
+    assert len(store.attempts) == conflicts + 1
+    assert store.node.status is not None
