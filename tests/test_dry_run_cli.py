@@ -156,3 +156,37 @@ def test_run_without_dry_run_explains() -> None:
     result = pyfelix("run", "--datastore", "examples/")
     assert result.returncode == 2
     assert "--dry-run" in result.stderr
+
+
+def test_run_warns_about_invalid_resources_and_goes_on(manifests: Path) -> None:
+    """In the agent, an invalid resource is a warning and treated as absent; the rest runs."""
+    (manifests / "90-bad.yaml").write_text(
+        "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\n"
+        "metadata: {name: broken}\nspec:\n  selector: all()\n"
+        "  ingress: [{action: Allow, destination: {ports: [80]}}]\n"
+    )
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pyfelix",
+            "run",
+            "--dry-run",
+            "--hostname",
+            "node-a",
+            "--datastore",
+            str(manifests),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        seen = wait_for(process, "InSync")
+        assert not any("broken" in line for line in seen)
+    finally:
+        process.terminate()
+        _, stderr = process.communicate(timeout=10)
+    assert "invalid GlobalNetworkPolicy/broken treated as absent" in stderr
