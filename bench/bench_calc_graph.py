@@ -173,11 +173,15 @@ def main() -> None:
         )
         result = json.loads(out.stdout.strip().splitlines()[-1])
         if name == "label-stream":
-            print(f"{name:18} {result['changes']} changes in {result['seconds']:.2f} s "
-                  f"= {result['per_second']:.0f}/s")
+            print(
+                f"{name:18} {result['changes']} changes in {result['seconds']:.2f} s "
+                f"= {result['per_second']:.0f}/s"
+            )
         else:
-            print(f"{name:18} {result['updates']:>7} updates {result['seconds']:7.2f} s "
-                  f"{result['messages']:>7} messages  peak RSS {result['peak_rss_mb']:.0f} MB")
+            print(
+                f"{name:18} {result['updates']:>7} updates {result['seconds']:7.2f} s "
+                f"{result['messages']:>7} messages  peak RSS {result['peak_rss_mb']:.0f} MB"
+            )
 
 
 if __name__ == "__main__":
