@@ -20,6 +20,7 @@ from pyfelix.syncer.processors import Converter
 from pyfelix.validation import context_from
 from pyfelix.validation.filter import ValidationFilter
 from pyfelix_dataplane.dryrun import DryRunDataplane, snapshot
+from pyfelix_dataplane.rules.render import TABLES, render
 
 
 def default_hostname() -> str:
@@ -29,8 +30,11 @@ def default_hostname() -> str:
     )
 
 
-def compute(resources: Iterable[Resource], hostname: str) -> tuple[dict[str, Any], CalcGraph]:
-    """The snapshot of ``hostname``'s dataplane for this datastore content."""
+def compute(
+    resources: Iterable[Resource], hostname: str
+) -> tuple[dict[str, Any], DryRunDataplane]:
+    """The snapshot of ``hostname``'s dataplane for this datastore content, with the rendered
+    iptables-restore scripts (per IP version and table) and ipset restore script."""
     resources = list(resources)
     dataplane = DryRunDataplane()
     graph = CalcGraph(hostname, EventSequencer(dataplane.apply))
@@ -49,7 +53,13 @@ def compute(resources: Iterable[Resource], hostname: str) -> tuple[dict[str, Any
         data = graph.ipsets.get(set_id)
         return data.describe() if data is not None else {}
 
-    return snapshot(dataplane, hostname, describe), graph
+    view = snapshot(dataplane, hostname, describe)
+    rendered = render(dataplane)
+    view["iptables"] = {
+        f"ipv{version}": dict(tables) for version, tables in sorted(rendered.iptables.items())
+    }
+    view["ipset_restore"] = rendered.ipset_restore
+    return view, dataplane
 
 
 def render_json(view: dict[str, Any]) -> str:
@@ -97,6 +107,10 @@ def render_text(view: dict[str, Any]) -> str:
         lines.append(
             f"  {vtep['node']} {vtep['ipv4_addr']} mac {vtep['mac']} on {vtep['parent_device_ip']}"
         )
+    lines += ["", "# ipset restore", view["ipset_restore"].rstrip("\n")]
+    for family, tables in view["iptables"].items():
+        for table in TABLES:
+            lines += ["", f"# iptables-restore ({family}, {table})", tables[table].rstrip("\n")]
     return "\n".join(lines) + "\n"
 
 

@@ -70,6 +70,25 @@ def _named_port_protocols(protocol: int | str | None) -> tuple[str, ...]:
     return (named,) if named else ()
 
 
+def side_ipsets(
+    selector: str, ports: tuple[Port, ...], protocol: int | str | None
+) -> tuple[list[IPSetData], list[IPSetData]]:
+    """(selector sets, named-port sets) for one side of a rule.
+
+    The plain selector set is only needed when the side has numeric ports or no ports at all:
+    a named-port set already filters by the selector.
+    """
+    named = [p for p in ports if p.is_named]
+    numeric = [p for p in ports if not p.is_named]
+    selector_sets = [IPSetData(selector=selector)] if selector and (numeric or not named) else []
+    named_sets = [
+        IPSetData(selector=selector or "all()", named_port=port.name, protocol=proto)
+        for port in named
+        for proto in _named_port_protocols(protocol)
+    ]
+    return selector_sets, named_sets
+
+
 def _side_ipsets(
     selector: str,
     not_selector: str,
@@ -77,16 +96,9 @@ def _side_ipsets(
     not_ports: tuple[Port, ...],
     protocol: int | str | None,
 ) -> list[IPSetData]:
-    sets = []
-    named = [p for p in ports if p.is_named]
-    numeric = [p for p in ports if not p.is_named]
-    if selector and (numeric or not named):
-        sets.append(IPSetData(selector=selector))
-    for port in [*named, *(p for p in not_ports if p.is_named)]:
-        for proto in _named_port_protocols(protocol):
-            sets.append(
-                IPSetData(selector=selector or "all()", named_port=port.name, protocol=proto)
-            )
+    selector_sets, named_sets = side_ipsets(selector, ports, protocol)
+    _, not_named_sets = side_ipsets(selector, tuple(p for p in not_ports if p.is_named), protocol)
+    sets = selector_sets + named_sets + not_named_sets
     if not_selector:
         sets.append(IPSetData(selector=not_selector))
     return sets

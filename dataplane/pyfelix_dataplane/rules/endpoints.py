@@ -1,0 +1,145 @@
+"""Endpoint chains (cali-tw-/cali-fw- for workloads, cali-th-/cali-fh- and the forward
+variants for host endpoints) and the dispatch chains that send packets to them by interface.
+
+Endpoint chain, in order: admin-down drop (an inactive endpoint gets nothing else); accept
+established and related connections, drop invalid ones; clear the accept and pass marks; (from
+workloads) drop VXLAN and IPIP unless allowed; per tier: clear pass, jump to each policy,
+return if one accepted, drop at the end of the tier unless its default action is Pass; then the
+profiles, each followed by return-if-accepted; finally drop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyfelix import messages as m
+from pyfelix_dataplane.rules.marks import MarkBits
+from pyfelix_dataplane.rules.model import Chain, Rule, length_limited
+from pyfelix_dataplane.rules.policy import (
+    match_mark,
+    policy_chain_name,
+    profile_chain_name,
+    set_mark,
+)
+
+ANY_INTERFACE = "any-interface-at-all"
+
+
+def endpoint_chain_name(prefix: str, interface: str) -> str:
+    return length_limited(prefix, interface)
+
+
+def endpoint_chain(
+    name: str,
+    *,
+    active: bool,
+    tiers: Sequence[m.TierInfo],
+    profiles: Sequence[str],
+    inbound: bool,
+    marks: MarkBits,
+    from_workload: bool = False,
+    failsafe: str = "",
+    drop_encap: tuple[bool, bool] = (True, True),
+    forward: bool = False,
+) -> Chain:
+    """One endpoint chain for one direction (``inbound``: towards the endpoint)."""
+    if not active:
+        return Chain(name, (Rule(action="--jump DROP", comment=("Endpoint admin disabled",)),))
+    rules = [
+        Rule("-m conntrack --ctstate RELATED,ESTABLISHED", "--jump ACCEPT"),
+        Rule("-m conntrack --ctstate INVALID", "--jump DROP"),
+    ]
+    if failsafe:
+        rules.append(Rule(action=f"--jump {failsafe}"))
+    rules.append(Rule(action=set_mark(0, marks.accept | marks.pass_)))
+    if from_workload:
+        drop_vxlan, drop_ipip = drop_encap
+        if drop_vxlan:
+            rules.append(
+                Rule(
+                    "-p 17 -m multiport --destination-ports 4789",
+                    "--jump DROP",
+                    ("Drop VXLAN encapped packets originating in workloads",),
+                )
+            )
+        if drop_ipip:
+            rules.append(
+                Rule(
+                    "-p 4",
+                    "--jump DROP",
+                    ("Drop IPinIP encapped packets originating in workloads",),
+                )
+            )
+    for tier in tiers:
+        policies = tier.ingress_policies if inbound else tier.egress_policies
+        if not policies:
+            continue
+        rules.append(Rule(action=set_mark(0, marks.pass_), comment=(f"Start of tier {tier.name}",)))
+        for policy in policies:
+            rules.append(
+                Rule(match_mark(0, marks.pass_), f"--jump {policy_chain_name(policy, inbound)}")
+            )
+            rules.append(
+                Rule(match_mark(marks.accept), "--jump RETURN", ("Return if policy accepted",))
+            )
+        if tier.default_action != "Pass":
+            rules.append(
+                Rule(
+                    match_mark(0, marks.pass_),
+                    "--jump DROP",
+                    (f"End of tier {tier.name}. Drop if no policies passed packet",),
+                )
+            )
+    if forward:
+        if not any(t.ingress_policies if inbound else t.egress_policies for t in tiers):
+            rules.append(
+                Rule(action=set_mark(marks.accept), comment=("Allow forwarded traffic by default",))
+            )
+            rules.append(
+                Rule(action="--jump RETURN", comment=("Return for accepted forward traffic",))
+            )
+        return Chain(name, tuple(rules))
+    for profile in profiles:
+        rules.append(Rule(action=f"--jump {profile_chain_name(profile, inbound)}"))
+        rules.append(
+            Rule(match_mark(marks.accept), "--jump RETURN", ("Return if profile accepted",))
+        )
+    rules.append(Rule(action="--jump DROP", comment=("Drop if no profiles matched",)))
+    return Chain(name, tuple(rules))
+
+
+def _common_prefix(names: Sequence[str]) -> str:
+    """The characters every interface name starts with (a string prefix, not a path one)."""
+    first, last = min(names), max(names)
+    length = 0
+    while length < min(len(first), len(last)) and first[length] == last[length]:
+        length += 1
+    return first[:length]
+
+
+def dispatch_chains(
+    root: str, targets: dict[str, str], *, outbound: bool, end: Sequence[Rule]
+) -> list[Chain]:
+    """A one-level tree by interface-name prefix: the root sends ``<prefix+char>+`` groups to a
+    child chain that sends each interface to its chain (always --goto)."""
+    option = "--out-interface" if outbound else "--in-interface"
+    names = sorted(targets)
+    if not names:
+        return [Chain(root, tuple(end))]
+    common = _common_prefix(names)
+    bins: dict[str, list[str]] = {}
+    for name in names:
+        key = name[: len(common) + 1]
+        bins.setdefault(key, []).append(name)
+    root_rules: list[Rule] = []
+    children: list[Chain] = []
+    for key in sorted(bins):
+        members = bins[key]
+        if len(members) == 1:
+            root_rules.append(Rule(f"{option} {members[0]}", f"--goto {targets[members[0]]}"))
+            continue
+        child = f"{root}-{key[len(common) :]}"
+        root_rules.append(Rule(f"{option} {key}+", f"--goto {child}"))
+        rules = [Rule(f"{option} {n}", f"--goto {targets[n]}") for n in members]
+        children.append(Chain(child, (*rules, *end)))
+    return [Chain(root, (*root_rules, *end)), *children]

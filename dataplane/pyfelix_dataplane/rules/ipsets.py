@@ -1,0 +1,47 @@
+"""ipset rendering: one set per IP version and id, as ``ipset restore`` input.
+
+Names are Felix's (``cali40``/``cali60`` + id, cut to 31 characters). ``maxelem`` is sized to
+the members: ipset's default of 65536 makes a bigger restore fail half way, leaving a truncated
+set behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+MAX_NAME = 31
+MIN_MAXELEM = 65536
+
+
+def ipset_name(set_id: str, version: int = 4) -> str:
+    return f"cali{version}0{set_id}"[:MAX_NAME]
+
+
+def member_version(member: str) -> int:
+    address = member.split(",", 1)[0]
+    return 6 if ":" in address else 4
+
+
+def maxelem_for(count: int) -> int:
+    size = MIN_MAXELEM
+    while size < count:
+        size *= 2
+    return size
+
+
+def restore_script(
+    sets: Mapping[str, tuple[str, Iterable[str]]], versions: Iterable[int] = (4, 6)
+) -> str:
+    """``create`` and ``add`` lines for every set (members sorted), ready for ipset restore."""
+    lines = []
+    for version in versions:
+        family = "inet" if version == 4 else "inet6"
+        for set_id in sorted(sets):
+            set_type, members = sets[set_id]
+            wanted = sorted(m for m in members if member_version(m) == version)
+            name = ipset_name(set_id, version)
+            lines.append(
+                f"create {name} {set_type} family {family} maxelem {maxelem_for(len(wanted))}"
+            )
+            lines.extend(f"add {name} {member}" for member in wanted)
+    return "\n".join(lines) + ("\n" if lines else "")

@@ -1,0 +1,37 @@
+"""Mark bits carved from IptablesMarkMask, lowest bits first: accept, pass, drop, scratch0,
+scratch1 (0x10000, 0x20000, 0x40000, 0x80000, 0x100000 for the default 0xffff0000)."""
+
+from __future__ import annotations
+
+import attrs
+
+DEFAULT_MARK_MASK = 0xFFFF0000
+_NEEDED = 5
+
+
+class MarkMaskTooSmall(ValueError):
+    """The configured mask has fewer bits than the rules need."""
+
+
+@attrs.frozen
+class MarkBits:
+    accept: int
+    pass_: int
+    drop: int
+    scratch0: int
+    scratch1: int
+    mask: int
+
+    @classmethod
+    def from_mask(cls, mask: int = DEFAULT_MARK_MASK) -> MarkBits:
+        bits = [1 << i for i in range(32) if mask & (1 << i)]
+        if len(bits) < _NEEDED:
+            raise MarkMaskTooSmall(
+                f"IptablesMarkMask {mask:#x} has {len(bits)} bits; pyfelix needs {_NEEDED}"
+            )
+        accept, pass_, drop, scratch0, scratch1 = bits[:_NEEDED]
+        return cls(accept, pass_, drop, scratch0, scratch1, mask)
+
+    @property
+    def all_used(self) -> int:
+        return self.accept | self.pass_ | self.drop | self.scratch0 | self.scratch1

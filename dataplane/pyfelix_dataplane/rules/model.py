@@ -1,0 +1,82 @@
+"""Chains and rules as data, and their iptables-restore text.
+
+A rule is a match string plus an action; its comment (``cali:<hash>``) chains the hash of the
+previous rule in the same chain with this rule's text, as Felix does, so a rule's id changes when
+anything before it changes, and the Linux driver can tell which chains differ from the kernel's.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Iterable, Sequence
+
+import attrs
+
+MAX_CHAIN_NAME = 28
+RULE_HASH_LENGTH = 16
+
+
+def length_limited(prefix: str, suffix: str, max_length: int = MAX_CHAIN_NAME) -> str:
+    """``prefix + suffix``, or, when too long, ``prefix + "_" + hash`` cut to ``max_length``."""
+    suffix = suffix or "_"
+    if len(prefix) + len(suffix) > max_length or (
+        len(prefix) + len(suffix) == max_length and suffix.startswith("_")
+    ):
+        digest = base64.urlsafe_b64encode(hashlib.sha256(suffix.encode()).digest()).decode()
+        return prefix + "_" + digest.rstrip("=")[: max_length - 1 - len(prefix)]
+    return prefix + suffix
+
+
+@attrs.frozen
+class Rule:
+    match: str = ""
+    action: str = ""
+    comment: tuple[str, ...] = ()
+
+    def body(self) -> str:
+        """Comments first, then the match, then the action (Felix's order)."""
+        parts = [f'-m comment --comment "{c}"' for c in self.comment]
+        if self.match:
+            parts.append(self.match)
+        if self.action:
+            parts.append(self.action)
+        return " ".join(parts)
+
+
+@attrs.frozen
+class Chain:
+    name: str
+    rules: tuple[Rule, ...] = ()
+
+    def rule_hashes(self) -> list[str]:
+        """Felix's rule ids: a SHA-224 chain seeded with the chain name, each step hashing the
+        previous raw digest and ``-A <chain> HASH <rule>``; the id is 16 base64url characters.
+        So a rule's id changes whenever anything before it in the chain changes."""
+        hashes = []
+        digest = hashlib.sha224(self.name.encode()).digest()
+        for rule in self.rules:
+            fragment = f"-A {self.name} HASH {rule.body()}".rstrip()
+            digest = hashlib.sha224(digest + fragment.encode()).digest()
+            hashes.append(base64.urlsafe_b64encode(digest).decode()[:RULE_HASH_LENGTH])
+        return hashes
+
+    def lines(self) -> list[str]:
+        out = []
+        for rule, rule_hash in zip(self.rules, self.rule_hashes(), strict=True):
+            out.append(f'-A {self.name} -m comment --comment "cali:{rule_hash}" {rule.body()}')
+        return out
+
+
+def restore_script(table: str, chains: Sequence[Chain], hooks: Iterable[str] = ()) -> str:
+    """An iptables-restore payload for one table: declare every chain, then its rules.
+
+    ``hooks`` are extra lines (e.g. ``-I FORWARD -j cali-FORWARD``) appended after the chains.
+    """
+    lines = [f"*{table}"]
+    lines.extend(f":{chain.name} - [0:0]" for chain in sorted(chains, key=lambda c: c.name))
+    for chain in sorted(chains, key=lambda c: c.name):
+        lines.extend(chain.lines())
+    lines.extend(hooks)
+    lines.append("COMMIT")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,263 @@
+"""Policy and profile chains: each Calico rule as iptables matches and mark-setting actions.
+
+Written with Felix's long option names and in Felix's match order, so that a rule's text, and
+therefore its ``cali:`` id, is what Felix would program. An Allow sets the accept mark and
+returns; a Pass sets the pass mark and returns; a Deny sets the drop mark and drops; a Log logs
+and falls through. Where a rule needs an OR (several CIDRs on a side, more ports than one
+multiport match holds, numeric and named ports together), it is built from blocks that set the
+scratch marks, then the main rule tests them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+
+from pyfelix import messages as m
+from pyfelix import model
+from pyfelix.calc.rule_scanner import IPSetData, side_ipsets
+from pyfelix.resources.rules import Port
+from pyfelix_dataplane.rules.ipsets import ipset_name
+from pyfelix_dataplane.rules.marks import MarkBits
+from pyfelix_dataplane.rules.model import Chain, Rule, length_limited
+
+MAX_MULTIPORT_SLOTS = 15
+KIND_SHORT = {
+    "NetworkPolicy": "np",
+    "GlobalNetworkPolicy": "gnp",
+    "StagedNetworkPolicy": "snp",
+    "StagedGlobalNetworkPolicy": "sgnp",
+}
+
+
+def policy_chain_id(policy: m.PolicyID) -> str:
+    """Felix's policy id for chain names: "<kind>/<name>" or "<kind>/<namespace>/<name>"."""
+    kind = KIND_SHORT.get(policy.kind, policy.kind)
+    return (
+        f"{kind}/{policy.namespace}/{policy.name}" if policy.namespace else f"{kind}/{policy.name}"
+    )
+
+
+def policy_chain_name(policy: m.PolicyID, inbound: bool) -> str:
+    return length_limited("cali-pi-" if inbound else "cali-po-", policy_chain_id(policy))
+
+
+def profile_chain_name(profile: str, inbound: bool) -> str:
+    return length_limited("cali-pri-" if inbound else "cali-pro-", profile)
+
+
+def _mark(value: int, mask: int) -> str:
+    return f"{value:#x}/{mask:#x}" if value else f"0/{mask:#x}"
+
+
+def set_mark(bits: int, mask: int | None = None) -> str:
+    return f"--jump MARK --set-mark {_mark(bits, bits if mask is None else mask)}"
+
+
+def match_mark(bits: int, mask: int | None = None) -> str:
+    return f"-m mark --mark {_mark(bits, bits if mask is None else mask)}"
+
+
+def split_ports(ports: Sequence[Port]) -> list[str]:
+    """Numeric ports as multiport lists of at most 15 slots (a range takes two)."""
+    splits: list[list[str]] = [[]]
+    used = 0
+    for port in ports:
+        cost = 1 if port.min_port == port.max_port else 2
+        if used + cost > MAX_MULTIPORT_SLOTS:
+            splits.append([])
+            used = 0
+        splits[-1].append(str(port))
+        used += cost
+    return [",".join(s) for s in splits if s]
+
+
+def _protocol(protocol: int | str | None) -> str:
+    return "" if protocol is None else str(protocol)
+
+
+def _family(cidr: str) -> int:
+    return 6 if ":" in cidr else 4
+
+
+@attrs.frozen
+class RuleContext:
+    """What rendering one rule needs: IP version, marks and how to name IP sets."""
+
+    version: int
+    marks: MarkBits
+    log_prefix: str = "calico-packet"
+
+
+def _set_names(sets: Sequence[IPSetData], version: int) -> list[str]:
+    return [ipset_name(data.id, version) for data in sets]
+
+
+def render_rule(rule: model.Rule, ctx: RuleContext) -> list[Rule]:
+    """The iptables rules for one Calico rule (empty when it cannot match this IP version)."""
+    version = ctx.version
+    if rule.ip_version not in (None, version):
+        return []
+    if (rule.protocol in ("icmp", 1) and version == 6) or (
+        rule.protocol in ("icmpv6", 58) and version == 4
+    ):
+        return []
+    nets = {
+        name: tuple(c for c in getattr(rule, name) if _family(c) == version)
+        for name in ("src_nets", "dst_nets", "not_src_nets", "not_dst_nets")
+    }
+    for side in ("src_nets", "dst_nets"):
+        if getattr(rule, side) and not nets[side]:
+            return []
+    marks = ctx.marks
+    protocol = _protocol(rule.protocol)
+    src_sel_sets, src_named = side_ipsets(rule.src_selector, rule.src_ports, rule.protocol)
+    dst_sel_sets, dst_named = side_ipsets(rule.dst_selector, rule.dst_ports, rule.protocol)
+    src_numeric = split_ports([p for p in rule.src_ports if not p.is_named])
+    dst_numeric = split_ports([p for p in rule.dst_ports if not p.is_named])
+
+    positive: list[str] = []
+    if protocol:
+        positive.append(f"-p {protocol}")
+    blocks: list[list[str]] = []
+    if len(nets["src_nets"]) == 1:
+        positive.append(f"--source {nets['src_nets'][0]}")
+    elif nets["src_nets"]:
+        blocks.append([f"--source {c}" for c in nets["src_nets"]])
+    positive.extend(f"-m set --match-set {n} src" for n in _set_names(src_sel_sets, version))
+    src_port_options = [f"-m multiport --source-ports {p}" for p in src_numeric] + [
+        f"-m set --match-set {n} src,src" for n in _set_names(src_named, version)
+    ]
+    if len(src_port_options) == 1:
+        positive.append(src_port_options[0])
+    elif src_port_options:
+        blocks.append([f"-p {protocol} {o}" if protocol else o for o in src_port_options])
+    if len(nets["dst_nets"]) == 1:
+        positive.append(f"--destination {nets['dst_nets'][0]}")
+    elif nets["dst_nets"]:
+        blocks.append([f"--destination {c}" for c in nets["dst_nets"]])
+    positive.extend(f"-m set --match-set {n} dst" for n in _set_names(dst_sel_sets, version))
+    if rule.dst_service:
+        service = IPSetData(
+            service=f"{rule.dst_service_namespace}/{rule.dst_service}", include_ports=True
+        )
+        positive.append(f"-m set --match-set {ipset_name(service.id, version)} dst,dst")
+    if rule.src_service:
+        service = IPSetData(service=f"{rule.src_service_namespace}/{rule.src_service}")
+        positive.append(f"-m set --match-set {ipset_name(service.id, version)} src")
+    dst_port_options = [f"-m multiport --destination-ports {p}" for p in dst_numeric] + [
+        f"-m set --match-set {n} dst,dst" for n in _set_names(dst_named, version)
+    ]
+    if len(dst_port_options) == 1:
+        positive.append(dst_port_options[0])
+    elif dst_port_options:
+        blocks.append([f"-p {protocol} {o}" if protocol else o for o in dst_port_options])
+    icmp = "icmp" if version == 4 else "icmp6"
+    icmp_option = "--icmp-type" if version == 4 else "--icmpv6-type"
+    if rule.icmp_type is not None:
+        code = f"/{rule.icmp_code}" if rule.icmp_code is not None else ""
+        positive.append(f"-m {icmp} {icmp_option} {rule.icmp_type}{code}")
+
+    negative: list[str] = []
+    if rule.not_protocol is not None:
+        negative.append(f"! -p {rule.not_protocol}")
+    not_blocks: list[str] = []
+    for side, option in (("not_src_nets", "--source"), ("not_dst_nets", "--destination")):
+        if len(nets[side]) == 1 and not blocks:
+            negative.append(f"! {option} {nets[side][0]}")
+        else:
+            not_blocks.extend(f"{option} {c}" for c in nets[side])
+    if rule.not_src_selector:
+        name = ipset_name(IPSetData(selector=rule.not_src_selector).id, version)
+        negative.append(f"-m set ! --match-set {name} src")
+    for split in split_ports([p for p in rule.not_src_ports if not p.is_named]):
+        negative.append(f"-m multiport ! --source-ports {split}")
+    for split in split_ports([p for p in rule.not_dst_ports if not p.is_named]):
+        negative.append(f"-m multiport ! --destination-ports {split}")
+    if rule.not_dst_selector:
+        name = ipset_name(IPSetData(selector=rule.not_dst_selector).id, version)
+        negative.append(f"-m set ! --match-set {name} dst")
+    not_named_ports = tuple(p for p in rule.not_dst_ports if p.is_named)
+    _, not_dst_named = side_ipsets(rule.dst_selector, not_named_ports, rule.protocol)
+    negative.extend(f"-m set ! --match-set {n} dst,dst" for n in _set_names(not_dst_named, version))
+    if rule.not_icmp_type is not None:
+        code = f"/{rule.not_icmp_code}" if rule.not_icmp_code is not None else ""
+        negative.append(f"-m {icmp} ! {icmp_option} {rule.not_icmp_type}{code}")
+
+    out: list[Rule] = []
+    if blocks or not_blocks:
+        all_blocks, this_block = marks.scratch0, marks.scratch1
+        first_value = 0 if blocks else all_blocks
+        out.append(Rule(action=set_mark(first_value, all_blocks | this_block)))
+        for index, block in enumerate(blocks):
+            if index == 0:
+                out.extend(Rule(m_, set_mark(all_blocks)) for m_ in block)
+                continue
+            out.append(Rule(action=set_mark(0, this_block)))
+            out.extend(Rule(m_, set_mark(this_block)) for m_ in block)
+            out.append(Rule(match_mark(0, this_block), set_mark(0, all_blocks)))
+        out.extend(Rule(m_, set_mark(0, all_blocks)) for m_ in not_blocks)
+        positive.append(match_mark(all_blocks))
+    match = " ".join(positive + negative)
+    action = rule.action
+    if action == "allow":
+        out.append(Rule(match, set_mark(marks.accept)))
+        out.append(Rule(match_mark(marks.accept), "--jump RETURN"))
+    elif action == "next-tier":
+        out.append(Rule(match, set_mark(marks.pass_)))
+        out.append(Rule(match_mark(marks.pass_), "--jump RETURN"))
+    elif action == "deny":
+        out.append(Rule(match, set_mark(marks.drop)))
+        out.append(Rule(match_mark(marks.drop), "--jump DROP"))
+    elif action == "log":
+        out.append(Rule(match, f'--jump LOG --log-prefix "{ctx.log_prefix}: " --log-level 5'))
+    return out
+
+
+def rules_chain(
+    name: str, rules: Sequence[model.Rule], ctx: RuleContext, description: str
+) -> Chain:
+    """A policy or profile chain: the rules in order, a trailing RETURN dropped (it is implied),
+    and the first rule commented with what the chain is."""
+    out: list[Rule] = []
+    for rule in rules:
+        out.extend(render_rule(rule, ctx))
+    if out and out[-1].action == "--jump RETURN":
+        out.pop()
+    if not out:
+        return Chain(name, (Rule(comment=(description,)),))
+    first = out[0]
+    out[0] = attrs.evolve(first, comment=(description, *first.comment))
+    return Chain(name, tuple(out))
+
+
+def policy_chains(policy: m.ActivePolicyUpdate, ctx: RuleContext) -> list[Chain]:
+    pid = policy.id
+    label = f"{pid.kind} {pid.namespace + '/' if pid.namespace else ''}{pid.name}"
+    return [
+        rules_chain(
+            policy_chain_name(pid, True), policy.policy.inbound_rules, ctx, f"{label} ingress"
+        ),
+        rules_chain(
+            policy_chain_name(pid, False), policy.policy.outbound_rules, ctx, f"{label} egress"
+        ),
+    ]
+
+
+def profile_chains(profile: m.ActiveProfileUpdate, ctx: RuleContext) -> list[Chain]:
+    label = f"Profile {profile.id}"
+    return [
+        rules_chain(
+            profile_chain_name(profile.id, True),
+            profile.profile.inbound_rules,
+            ctx,
+            f"{label} ingress",
+        ),
+        rules_chain(
+            profile_chain_name(profile.id, False),
+            profile.profile.outbound_rules,
+            ctx,
+            f"{label} egress",
+        ),
+    ]

@@ -1,0 +1,429 @@
+"""The whole rendered dataplane: every table's chains for IPv4 and IPv6, and the ipset script.
+
+Layout as Felix's (see ARCHITECTURE.md section 6): top-level chains hooked into the kernel's,
+failsafe chains, dispatch trees to the endpoint chains, policy and profile chains, the raw
+table's RPF check and untracked policy, mangle's pre-DNAT policy, nat's cali-nat-outgoing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import attrs
+
+from pyfelix.validation.felixconfig import ProtoPort, parse_felix_port_list
+from pyfelix_dataplane.dryrun import DryRunDataplane
+from pyfelix_dataplane.rules import ipsets as ipset_rendering
+from pyfelix_dataplane.rules.endpoints import (
+    ANY_INTERFACE,
+    dispatch_chains,
+    endpoint_chain,
+    endpoint_chain_name,
+)
+from pyfelix_dataplane.rules.marks import DEFAULT_MARK_MASK, MarkBits
+from pyfelix_dataplane.rules.model import Chain, Rule, restore_script
+from pyfelix_dataplane.rules.policy import (
+    RuleContext,
+    match_mark,
+    policy_chains,
+    profile_chains,
+    set_mark,
+)
+
+TABLES = ("raw", "mangle", "nat", "filter")
+MASQ_POOLS = "masq-ipam-pools"
+ALL_POOLS = "all-ipam-pools"
+VXLAN_HOSTS = "all-vxlan-net"
+DEFAULT_FAILSAFE_IN = "tcp:22,udp:68,tcp:179,tcp:2379,tcp:2380,tcp:5473,tcp:6443,tcp:6666,tcp:6667"
+DEFAULT_FAILSAFE_OUT = "udp:53,udp:67,tcp:179,tcp:2379,tcp:2380,tcp:5473,tcp:6443,tcp:6666,tcp:6667"
+HOOKS = {
+    "raw": (("PREROUTING", "cali-PREROUTING"), ("OUTPUT", "cali-OUTPUT")),
+    "mangle": (("PREROUTING", "cali-PREROUTING"), ("POSTROUTING", "cali-POSTROUTING")),
+    "nat": (("PREROUTING", "cali-PREROUTING"), ("OUTPUT", "cali-OUTPUT")),
+    "filter": (("INPUT", "cali-INPUT"), ("FORWARD", "cali-FORWARD"), ("OUTPUT", "cali-OUTPUT")),
+}
+
+
+@attrs.frozen
+class Settings:
+    """The FelixConfiguration values rendering depends on, with Felix's defaults."""
+
+    marks: MarkBits = attrs.Factory(MarkBits.from_mask)
+    endpoint_to_host_action: str = "DROP"
+    failsafe_in: tuple[ProtoPort, ...] = parse_felix_port_list(DEFAULT_FAILSAFE_IN)
+    failsafe_out: tuple[ProtoPort, ...] = parse_felix_port_list(DEFAULT_FAILSAFE_OUT)
+    log_prefix: str = "calico-packet"
+    allow_vxlan_from_workloads: bool = False
+    allow_ipip_from_workloads: bool = False
+    interface_prefix: str = "cali"
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, str] | None) -> Settings:
+        config = config or {}
+
+        def flag(name: str) -> bool:
+            return config.get(name, "false").lower() == "true"
+
+        mask = config.get("IptablesMarkMask")
+        return cls(
+            marks=MarkBits.from_mask(int(mask, 0) if mask else DEFAULT_MARK_MASK),
+            endpoint_to_host_action=config.get("DefaultEndpointToHostAction", "DROP").upper(),
+            failsafe_in=parse_felix_port_list(
+                config.get("FailsafeInboundHostPorts", DEFAULT_FAILSAFE_IN)
+            ),
+            failsafe_out=parse_felix_port_list(
+                config.get("FailsafeOutboundHostPorts", DEFAULT_FAILSAFE_OUT)
+            ),
+            log_prefix=config.get("LogPrefix", "calico-packet"),
+            allow_vxlan_from_workloads=flag("AllowVXLANPacketsFromWorkloads"),
+            allow_ipip_from_workloads=flag("AllowIPIPPacketsFromWorkloads"),
+            interface_prefix=config.get("InterfacePrefix", "cali").split(",")[0],
+        )
+
+
+@attrs.frozen
+class Rendered:
+    """iptables-restore text per IP version and table, and the ipset restore script."""
+
+    iptables: Mapping[int, Mapping[str, str]]
+    ipset_restore: str
+    chains: Mapping[int, Mapping[str, tuple[Chain, ...]]]
+
+
+def _failsafe(name: str, ports: Iterable[ProtoPort], inbound: bool, version: int) -> Chain:
+    rules = []
+    for entry in ports:
+        if entry.net and (":" in entry.net) != (version == 6):
+            continue
+        match = f"-p {entry.protocol} -m multiport --destination-ports {entry.port}"
+        if entry.net:
+            match += f" {'--source' if inbound else '--destination'} {entry.net}"
+        rules.append(Rule(match, "--jump ACCEPT"))
+    return Chain(name, tuple(rules))
+
+
+def _hooks(table: str) -> list[str]:
+    lines = []
+    for kernel_chain, ours in reversed(HOOKS[table]):
+        hook = Chain(kernel_chain, (Rule(action=f"--jump {ours}"),))
+        (line,) = hook.lines()
+        lines.append(line.replace("-A ", "-I ", 1))
+    if table == "nat":
+        hook = Chain("POSTROUTING", (Rule(action="--jump cali-POSTROUTING"),))
+        lines.extend(hook.lines())
+    return lines
+
+
+def render(dp: DryRunDataplane, versions: Iterable[int] = (4, 6)) -> Rendered:
+    settings = Settings.from_config(dp.config)
+    special_sets = _special_ipsets(dp)
+    all_sets = {k: (t, members) for k, (t, members) in dp.ipsets.items()} | special_sets
+    iptables: dict[int, dict[str, str]] = {}
+    chains: dict[int, dict[str, tuple[Chain, ...]]] = {}
+    for version in versions:
+        tables = _render_version(dp, settings, version, special_sets)
+        chains[version] = {t: tuple(c) for t, c in tables.items()}
+        iptables[version] = {
+            table: restore_script(table, tables[table], _hooks(table)) for table in TABLES
+        }
+    return Rendered(iptables, ipset_rendering.restore_script(all_sets, versions), chains)
+
+
+def _special_ipsets(dp: DryRunDataplane) -> dict[str, tuple[str, set[str]]]:
+    """The fixed sets Felix keeps: NAT-outgoing pools, all pools, VXLAN-capable hosts."""
+    pools = [v for (kind, _), v in dp.others.items() if kind == "pool"]
+    hosts = [v for (kind, _), v in dp.others.items() if kind == "host"]
+    sets = {
+        MASQ_POOLS: (
+            "hash:net",
+            {p.pool.cidr for p in pools if p.pool.masquerade and not p.pool.disabled},
+        ),
+        ALL_POOLS: ("hash:net", {p.pool.cidr for p in pools}),
+    }
+    if dp.encapsulation is not None and dp.encapsulation.vxlan_enabled:
+        sets[VXLAN_HOSTS] = ("hash:net", {f"{h.ipv4_addr}/32" for h in hosts if h.ipv4_addr})
+    return sets
+
+
+def _render_version(
+    dp: DryRunDataplane,
+    settings: Settings,
+    version: int,
+    special_sets: Mapping[str, tuple[str, set[str]]],
+) -> dict[str, list[Chain]]:
+    marks = settings.marks
+    ctx = RuleContext(version, marks, settings.log_prefix)
+    prefix = settings.interface_prefix
+    wildcard = f"{prefix}+"
+    all_calico = marks.accept | marks.pass_ | marks.scratch0 | marks.scratch1
+    filter_chains: list[Chain] = []
+    for policy in sorted(dp.policies.values(), key=lambda p: str(p.id)):
+        filter_chains.extend(policy_chains(policy, ctx))
+    for profile in sorted(dp.profiles.values(), key=lambda p: p.id):
+        filter_chains.extend(profile_chains(profile, ctx))
+
+    to_workload: dict[str, str] = {}
+    from_workload: dict[str, str] = {}
+    drop_encap = (not settings.allow_vxlan_from_workloads, not settings.allow_ipip_from_workloads)
+    for update in dp.workloads.values():
+        interface = update.endpoint.name
+        active = update.endpoint.state == "active"
+        profiles = update.endpoint.profile_ids
+        tw = endpoint_chain_name("cali-tw-", interface)
+        fw = endpoint_chain_name("cali-fw-", interface)
+        filter_chains.append(
+            endpoint_chain(
+                tw, active=active, tiers=update.tiers, profiles=profiles, inbound=True, marks=marks
+            )
+        )
+        filter_chains.append(
+            endpoint_chain(
+                fw,
+                active=active,
+                tiers=update.tiers,
+                profiles=profiles,
+                inbound=False,
+                marks=marks,
+                from_workload=True,
+                drop_encap=drop_encap,
+            )
+        )
+        to_workload[interface] = tw
+        from_workload[interface] = fw
+    unknown = [Rule(action="--jump DROP", comment=("Unknown interface",))]
+    filter_chains += dispatch_chains(
+        "cali-from-wl-dispatch", from_workload, outbound=False, end=unknown
+    )
+    filter_chains += dispatch_chains("cali-to-wl-dispatch", to_workload, outbound=True, end=unknown)
+
+    host_targets = _host_endpoint_chains(dp, settings, filter_chains)
+    mangle_chains: list[Chain] = []
+    raw_chains: list[Chain] = []
+    filter_chains += dispatch_chains(
+        "cali-from-host-endpoint", host_targets["fh"], outbound=False, end=()
+    )
+    filter_chains += dispatch_chains(
+        "cali-to-host-endpoint", host_targets["th"], outbound=True, end=()
+    )
+    filter_chains += dispatch_chains(
+        "cali-from-hep-forward", host_targets["fhfw"], outbound=False, end=()
+    )
+    filter_chains += dispatch_chains(
+        "cali-to-hep-forward", host_targets["thfw"], outbound=True, end=()
+    )
+    raw_chains += dispatch_chains(
+        "cali-from-host-endpoint", host_targets["raw-fh"], outbound=False, end=()
+    )
+    raw_chains += dispatch_chains(
+        "cali-to-host-endpoint", host_targets["raw-th"], outbound=True, end=()
+    )
+    mangle_chains += dispatch_chains(
+        "cali-from-host-endpoint", host_targets["mangle-fh"], outbound=False, end=()
+    )
+    policies = sorted(dp.policies.values(), key=lambda p: str(p.id))
+    raw_chains += [c for p in policies if p.policy.do_not_track for c in policy_chains(p, ctx)]
+    mangle_chains += [c for p in policies if p.policy.pre_dnat for c in policy_chains(p, ctx)]
+
+    failsafe_in = _failsafe("cali-failsafe-in", settings.failsafe_in, True, version)
+    failsafe_out = _failsafe("cali-failsafe-out", settings.failsafe_out, False, version)
+    filter_chains += [failsafe_in, failsafe_out]
+
+    vxlan = dp.encapsulation is not None and dp.encapsulation.vxlan_enabled and version == 4
+    input_rules = []
+    if vxlan:
+        hosts = ipset_rendering.ipset_name(VXLAN_HOSTS, version)
+        input_rules += [
+            Rule(
+                f"-p 17 -m multiport --destination-ports 4789 -m set --match-set {hosts} src"
+                " -m addrtype --dst-type LOCAL",
+                "--jump ACCEPT",
+                ("Allow IPv4 VXLAN packets from allowed hosts",),
+            ),
+            Rule(
+                "-p 17 -m multiport --destination-ports 4789 -m addrtype --dst-type LOCAL",
+                "--jump DROP",
+                ("Drop IPv4 VXLAN packets from non-allowed hosts",),
+            ),
+        ]
+    input_rules += [
+        Rule(f"--in-interface {wildcard}", "--goto cali-wl-to-host"),
+        Rule(match_mark(marks.accept), "--jump ACCEPT"),
+        Rule(action=set_mark(0, all_calico)),
+        Rule(action="--jump cali-from-host-endpoint"),
+        Rule(match_mark(marks.accept), "--jump ACCEPT", ("Host endpoint policy accepted packet.",)),
+    ]
+    filter_chains += [
+        Chain(
+            "cali-FORWARD",
+            (
+                Rule(action=set_mark(0, all_calico & ~marks.accept)),
+                Rule(match_mark(0, marks.accept), "--jump cali-from-hep-forward"),
+                Rule(f"--in-interface {wildcard}", "--jump cali-from-wl-dispatch"),
+                Rule(f"--out-interface {wildcard}", "--jump cali-to-wl-dispatch"),
+                Rule(action="--jump cali-to-hep-forward"),
+                Rule(
+                    match_mark(marks.accept),
+                    "--jump ACCEPT",
+                    ("Policy explicitly accepted packet.",),
+                ),
+            ),
+        ),
+        Chain("cali-INPUT", tuple(input_rules)),
+        Chain(
+            "cali-wl-to-host",
+            (
+                Rule(action="--jump cali-from-wl-dispatch"),
+                Rule(
+                    action=f"--jump {settings.endpoint_to_host_action}",
+                    comment=("Configured DefaultEndpointToHostAction",),
+                ),
+            ),
+        ),
+        Chain(
+            "cali-OUTPUT",
+            (
+                Rule(match_mark(marks.accept), "--jump ACCEPT"),
+                Rule(f"--out-interface {wildcard}", "--jump RETURN"),
+                Rule(action=set_mark(0, all_calico)),
+                Rule("-m conntrack ! --ctstate DNAT", "--jump cali-to-host-endpoint"),
+                Rule(
+                    match_mark(marks.accept),
+                    "--jump ACCEPT",
+                    ("Host endpoint policy accepted packet.",),
+                ),
+            ),
+        ),
+    ]
+
+    rpf_skip = []
+    for update in dp.workloads.values():
+        for prefix_net in update.endpoint.allow_spoofed_source_prefixes:
+            if (":" in prefix_net) == (version == 6):
+                rpf_skip.append(
+                    Rule(
+                        f"--in-interface {update.endpoint.name} --source {prefix_net}",
+                        "--jump ACCEPT",
+                    )
+                )
+    raw_chains += [
+        Chain(
+            "cali-PREROUTING",
+            (
+                Rule(action=set_mark(0, all_calico)),
+                Rule(f"--in-interface {wildcard}", set_mark(marks.scratch0)),
+                Rule(match_mark(marks.scratch0), "--jump cali-rpf-skip"),
+                Rule(
+                    f"{match_mark(marks.scratch0)} -m rpfilter --invert --validmark", "--jump DROP"
+                ),
+                Rule(match_mark(0, marks.scratch0), "--jump cali-from-host-endpoint"),
+                Rule(match_mark(marks.accept), "--jump ACCEPT"),
+            ),
+        ),
+        Chain("cali-rpf-skip", tuple(rpf_skip)),
+        Chain(
+            "cali-OUTPUT",
+            (
+                Rule(action=set_mark(0, all_calico)),
+                Rule(action="--jump cali-to-host-endpoint"),
+                Rule(match_mark(marks.accept), "--jump ACCEPT"),
+            ),
+        ),
+        _failsafe("cali-failsafe-in", settings.failsafe_in, True, version),
+        _failsafe("cali-failsafe-out", settings.failsafe_out, False, version),
+    ]
+    mangle_chains += [
+        Chain(
+            "cali-PREROUTING",
+            (
+                Rule("-m conntrack --ctstate RELATED,ESTABLISHED", "--jump ACCEPT"),
+                Rule(match_mark(marks.accept), "--jump ACCEPT"),
+                Rule(action="--jump cali-from-host-endpoint"),
+                Rule(
+                    match_mark(marks.accept),
+                    "--jump ACCEPT",
+                    ("Host endpoint policy accepted packet.",),
+                ),
+            ),
+        ),
+        Chain("cali-POSTROUTING", ()),
+        _failsafe("cali-failsafe-in", settings.failsafe_in, True, version),
+    ]
+    nat_rules = []
+    masq = special_sets.get(MASQ_POOLS, ("", set()))[1]
+    if any((":" in cidr) == (version == 6) for cidr in masq):
+        pools = ipset_rendering.ipset_name(MASQ_POOLS, version)
+        every = ipset_rendering.ipset_name(ALL_POOLS, version)
+        nat_rules.append(
+            Rule(
+                f"-m set --match-set {pools} src -m set ! --match-set {every} dst",
+                "--jump MASQUERADE",
+            )
+        )
+    postrouting = [Rule(action="--jump cali-nat-outgoing")]
+    if vxlan:
+        postrouting.append(
+            Rule(
+                "--out-interface vxlan.calico -m addrtype ! --src-type LOCAL --limit-iface-out"
+                " -m addrtype --src-type LOCAL",
+                "--jump MASQUERADE",
+            )
+        )
+    nat_chains = [
+        Chain("cali-PREROUTING", ()),
+        Chain("cali-OUTPUT", ()),
+        Chain("cali-POSTROUTING", tuple(postrouting)),
+        Chain("cali-nat-outgoing", tuple(nat_rules)),
+    ]
+    return {"raw": raw_chains, "mangle": mangle_chains, "nat": nat_chains, "filter": filter_chains}
+
+
+def _host_endpoint_chains(
+    dp: DryRunDataplane, settings: Settings, filter_chains: list[Chain]
+) -> dict[str, dict[str, str]]:
+    """Host endpoint chains in filter, and the dispatch targets for each table.
+
+    Untracked (raw) and pre-DNAT (mangle) host endpoint chains are not rendered yet: their
+    policies' chains are, and the dispatch chains exist (empty), so hooking them in later
+    changes no other chain.
+    """
+    marks = settings.marks
+    targets: dict[str, dict[str, str]] = {
+        k: {} for k in ("fh", "th", "fhfw", "thfw", "raw-fh", "raw-th", "mangle-fh")
+    }
+    for update in sorted(dp.hosts.values(), key=lambda u: str(u.id)):
+        interface = update.endpoint.name or ANY_INTERFACE
+        if interface == ANY_INTERFACE:
+            continue
+        profiles = update.endpoint.profile_ids
+        for prefix, inbound, failsafe in (
+            ("cali-th-", True, "cali-failsafe-out"),
+            ("cali-fh-", False, "cali-failsafe-in"),
+        ):
+            name = endpoint_chain_name(prefix, interface)
+            filter_chains.append(
+                endpoint_chain(
+                    name,
+                    active=True,
+                    tiers=update.tiers,
+                    profiles=profiles,
+                    inbound=inbound,
+                    marks=marks,
+                    failsafe=failsafe,
+                )
+            )
+            targets["fh" if inbound else "th"][interface] = name
+        for prefix, inbound in (("cali-thfw-", False), ("cali-fhfw-", True)):
+            name = endpoint_chain_name(prefix, interface)
+            filter_chains.append(
+                endpoint_chain(
+                    name,
+                    active=True,
+                    tiers=update.forward_tiers,
+                    profiles=(),
+                    inbound=inbound,
+                    marks=marks,
+                    forward=True,
+                )
+            )
+            targets["fhfw" if inbound else "thfw"][interface] = name
+    return targets
