@@ -34,8 +34,14 @@ def temporary_netns(label: str = "ns") -> Iterator[str]:
         _netns.remove(name)
 
 
-def run_in(name: str, *argv: str) -> subprocess.CompletedProcess[str]:
+def run_in(
+    name: str, *argv: str, input_text: str | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run a command inside namespace ``name`` and return its completed process."""
     return subprocess.run(
-        ["ip", "netns", "exec", name, *argv], capture_output=True, text=True, check=False
+        ["ip", "netns", "exec", name, *argv],
+        capture_output=True,
+        text=True,
+        check=False,
+        input=input_text,
     )

@@ -30,9 +30,7 @@ def default_hostname() -> str:
     )
 
 
-def compute(
-    resources: Iterable[Resource], hostname: str
-) -> tuple[dict[str, Any], DryRunDataplane]:
+def compute(resources: Iterable[Resource], hostname: str) -> tuple[dict[str, Any], DryRunDataplane]:
     """The snapshot of ``hostname``'s dataplane for this datastore content, with the rendered
     iptables-restore scripts (per IP version and table) and ipset restore script."""
     resources = list(resources)

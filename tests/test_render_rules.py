@@ -1,0 +1,267 @@
+"""Golden tests of the iptables rendering, one rule feature at a time. Expected lines were
+written by hand from Felix's layout (long options, Felix's match order, marks for 0xffff0000:
+accept 0x10000, pass 0x20000, drop 0x40000, scratch0 0x80000, scratch1 0x100000)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pyfelix import messages as m
+from pyfelix import model
+from pyfelix.calc.rule_scanner import IPSetData
+from pyfelix.resources.rules import Port
+from pyfelix_dataplane.rules.endpoints import dispatch_chains, endpoint_chain
+from pyfelix_dataplane.rules.ipsets import ipset_name, maxelem_for, restore_script
+from pyfelix_dataplane.rules.marks import MarkBits, MarkMaskTooSmall
+from pyfelix_dataplane.rules.model import Chain, Rule, length_limited
+from pyfelix_dataplane.rules.policy import (
+    RuleContext,
+    policy_chain_name,
+    profile_chain_name,
+    render_rule,
+    split_ports,
+)
+
+MARKS = MarkBits.from_mask()
+V4 = RuleContext(4, MARKS)
+V6 = RuleContext(6, MARKS)
+ALLOW = ["-m mark --mark 0x10000/0x10000 --jump RETURN"]
+
+
+def text(rules: list[Rule]) -> list[str]:
+    return [r.body() for r in rules]
+
+
+def test_felix_hash_vectors() -> None:
+    """Rule ids and shortened chain names reproduce values Felix itself produces."""
+    assert Chain("FORWARD", (Rule(action="--jump cali-FORWARD"),)).rule_hashes() == [
+        "wUHhoiAYhphO9Mso"
+    ]
+    assert length_limited("cali-pi-", "gnp/long-policy-name-that-gets-hashed") == (
+        "cali-pi-_PymyFHQQg3808jiz1OJ"
+    )
+    assert policy_chain_name(m.PolicyID("default", "allow-x"), True) == "cali-pi-gnp/allow-x"
+    web = m.PolicyID("default", "web", "shop", "NetworkPolicy")
+    assert policy_chain_name(web, False) == "cali-po-np/shop/web"
+    assert profile_chain_name("kns.shop", True) == "cali-pri-kns.shop"
+    assert all(len(length_limited("cali-tw-", "x" * n)) <= 28 for n in range(40))
+
+
+def test_rule_ids_depend_on_everything_before() -> None:
+    """Changing an earlier rule changes the ids of every rule after it."""
+    a = Chain("c", (Rule(action="--jump ACCEPT"), Rule(action="--jump DROP")))
+    b = Chain("c", (Rule(action="--jump RETURN"), Rule(action="--jump DROP")))
+    assert a.rule_hashes()[1] != b.rule_hashes()[1]
+    assert all(len(h) == 16 for h in a.rule_hashes())
+    assert a.lines()[0] == f'-A c -m comment --comment "cali:{a.rule_hashes()[0]}" --jump ACCEPT'
+
+
+def test_mark_bits() -> None:
+    """Marks are carved from the mask's lowest bits; too small a mask is an error."""
+    assert (MARKS.accept, MARKS.pass_, MARKS.drop, MARKS.scratch0, MARKS.scratch1) == (
+        0x10000,
+        0x20000,
+        0x40000,
+        0x80000,
+        0x100000,
+    )
+    assert MarkBits.from_mask(0xF0F00000).accept == 0x100000
+    with pytest.raises(MarkMaskTooSmall):
+        MarkBits.from_mask(0xF0000000)
+
+
+def test_allow_tcp_port() -> None:
+    """Allow: set the accept mark, then return if set."""
+    rule = model.Rule(action="allow", protocol="tcp", dst_ports=(Port(80, 80), Port(1000, 2000)))
+    assert text(render_rule(rule, V4)) == [
+        "-p tcp -m multiport --destination-ports 80,1000:2000 --jump MARK --set-mark 0x10000/0x10000",
+        *ALLOW,
+    ]
+
+
+def test_deny_pass_log() -> None:
+    """Deny sets the drop mark and drops; Pass sets the pass mark; Log logs and falls through."""
+    assert text(render_rule(model.Rule(action="deny"), V4)) == [
+        "--jump MARK --set-mark 0x40000/0x40000",
+        "-m mark --mark 0x40000/0x40000 --jump DROP",
+    ]
+    assert text(render_rule(model.Rule(action="next-tier", protocol=17), V4)) == [
+        "-p 17 --jump MARK --set-mark 0x20000/0x20000",
+        "-m mark --mark 0x20000/0x20000 --jump RETURN",
+    ]
+    assert text(render_rule(model.Rule(action="log"), RuleContext(4, MARKS, "audit"))) == [
+        '--jump LOG --log-prefix "audit: " --log-level 5'
+    ]
+
+
+def test_selectors_and_negations() -> None:
+    """Selector sets match src/dst; notSelector and notNets negate; one net is a plain -s."""
+    rule = model.Rule(
+        action="allow",
+        src_selector='app == "a"',
+        not_src_selector='app == "b"',
+        src_nets=("10.0.0.0/8",),
+        not_dst_nets=("10.1.0.0/16",),
+    )
+    a = ipset_name(IPSetData(selector='app == "a"').id)
+    b = ipset_name(IPSetData(selector='app == "b"').id)
+    assert text(render_rule(rule, V4))[0] == (
+        f"--source 10.0.0.0/8 -m set --match-set {a} src ! --destination 10.1.0.0/16 "
+        f"-m set ! --match-set {b} src --jump MARK --set-mark 0x10000/0x10000"
+    )
+
+
+def test_several_nets_use_blocks() -> None:
+    """Two source CIDRs become an OR block on scratch0, tested by the main rule."""
+    rule = model.Rule(
+        action="allow",
+        protocol="tcp",
+        src_nets=("10.0.0.0/8", "192.168.0.0/16"),
+        dst_ports=(Port(80, 80),),
+    )
+    assert text(render_rule(rule, V4)) == [
+        "--jump MARK --set-mark 0/0x180000",
+        "--source 10.0.0.0/8 --jump MARK --set-mark 0x80000/0x80000",
+        "--source 192.168.0.0/16 --jump MARK --set-mark 0x80000/0x80000",
+        "-p tcp -m multiport --destination-ports 80 -m mark --mark 0x80000/0x80000 "
+        "--jump MARK --set-mark 0x10000/0x10000",
+        *ALLOW,
+    ]
+
+
+def test_more_than_fifteen_ports_split() -> None:
+    """A multiport match holds 15 slots (a range takes two): more ports need a block."""
+    ports = tuple(Port(p, p) for p in range(1, 20))
+    assert split_ports(ports) == [",".join(str(p) for p in range(1, 16)), "16,17,18,19"]
+    rules = text(render_rule(model.Rule(action="allow", protocol="udp", dst_ports=ports), V4))
+    assert rules[0] == "--jump MARK --set-mark 0/0x180000"
+    assert rules[1].startswith("-p udp -m multiport --destination-ports 1,2,3")
+    assert rules[1].endswith("--jump MARK --set-mark 0x80000/0x80000")
+    assert (
+        rules[2]
+        == "-p udp -m multiport --destination-ports 16,17,18,19 --jump MARK --set-mark 0x80000/0x80000"
+    )
+    assert (
+        rules[3] == "-p udp -m mark --mark 0x80000/0x80000 --jump MARK --set-mark 0x10000/0x10000"
+    )
+
+
+def test_named_and_numeric_ports_or_together() -> None:
+    """A numeric port and a named port on one side: a block of two alternatives."""
+    rule = model.Rule(
+        action="allow",
+        protocol="tcp",
+        dst_selector="has(web)",
+        dst_ports=(Port(8080, 8080), Port(name="http")),
+    )
+    named = ipset_name(IPSetData(selector="has(web)", named_port="http", protocol="tcp").id)
+    plain = ipset_name(IPSetData(selector="has(web)").id)
+    assert text(render_rule(rule, V4)) == [
+        "--jump MARK --set-mark 0/0x180000",
+        "-p tcp -m multiport --destination-ports 8080 --jump MARK --set-mark 0x80000/0x80000",
+        f"-p tcp -m set --match-set {named} dst,dst --jump MARK --set-mark 0x80000/0x80000",
+        f"-p tcp -m set --match-set {plain} dst -m mark --mark 0x80000/0x80000 "
+        "--jump MARK --set-mark 0x10000/0x10000",
+        *ALLOW,
+    ]
+
+
+def test_icmp_and_versions() -> None:
+    """ICMP type/code (and negation) per family; rules for the other family render nothing."""
+    rule = model.Rule(action="allow", protocol="icmp", icmp_type=8, icmp_code=0, not_icmp_type=3)
+    assert text(render_rule(rule, V4))[0] == (
+        "-p icmp -m icmp --icmp-type 8/0 -m icmp ! --icmp-type 3 --jump MARK --set-mark 0x10000/0x10000"
+    )
+    assert render_rule(rule, V6) == []
+    v6 = model.Rule(action="allow", protocol="icmpv6", icmp_type=128)
+    assert text(render_rule(v6, V6))[0] == (
+        "-p icmpv6 -m icmp6 --icmpv6-type 128 --jump MARK --set-mark 0x10000/0x10000"
+    )
+    only_v4_nets = model.Rule(action="allow", src_nets=("10.0.0.0/8",))
+    assert render_rule(only_v4_nets, V6) == []
+    assert render_rule(model.Rule(action="allow", ip_version=4), V6) == []
+
+
+def test_service_match() -> None:
+    """A destination service matches its ip,port set."""
+    rule = model.Rule(action="allow", dst_service="web", dst_service_namespace="shop")
+    name = ipset_name(IPSetData(service="shop/web", include_ports=True).id)
+    assert text(render_rule(rule, V4))[0] == (
+        f"-m set --match-set {name} dst,dst --jump MARK --set-mark 0x10000/0x10000"
+    )
+
+
+def test_endpoint_chain_layout() -> None:
+    """Conntrack, mark clearing, encap drops, tiers with end-of-tier drop, profiles, final drop."""
+    tiers = (
+        m.TierInfo("security", "Pass", (m.PolicyID("security", "p1"),), ()),
+        m.TierInfo("default", "Deny", (m.PolicyID("default", "p2", "ns", "NetworkPolicy"),), ()),
+    )
+    chain = endpoint_chain(
+        "cali-fw-cali1",
+        active=True,
+        tiers=tiers,
+        profiles=("kns.ns",),
+        inbound=True,
+        marks=MARKS,
+        from_workload=True,
+    )
+    assert [r.body() for r in chain.rules] == [
+        "-m conntrack --ctstate RELATED,ESTABLISHED --jump ACCEPT",
+        "-m conntrack --ctstate INVALID --jump DROP",
+        "--jump MARK --set-mark 0/0x30000",
+        '-m comment --comment "Drop VXLAN encapped packets originating in workloads" '
+        "-p 17 -m multiport --destination-ports 4789 --jump DROP",
+        '-m comment --comment "Drop IPinIP encapped packets originating in workloads" -p 4 --jump DROP',
+        '-m comment --comment "Start of tier security" --jump MARK --set-mark 0/0x20000',
+        "-m mark --mark 0/0x20000 --jump cali-pi-gnp/p1",
+        '-m comment --comment "Return if policy accepted" -m mark --mark 0x10000/0x10000 --jump RETURN',
+        '-m comment --comment "Start of tier default" --jump MARK --set-mark 0/0x20000',
+        "-m mark --mark 0/0x20000 --jump cali-pi-np/ns/p2",
+        '-m comment --comment "Return if policy accepted" -m mark --mark 0x10000/0x10000 --jump RETURN',
+        '-m comment --comment "End of tier default. Drop if no policies passed packet" '
+        "-m mark --mark 0/0x20000 --jump DROP",
+        "--jump cali-pri-kns.ns",
+        '-m comment --comment "Return if profile accepted" -m mark --mark 0x10000/0x10000 --jump RETURN',
+        '-m comment --comment "Drop if no profiles matched" --jump DROP',
+    ]
+    down = endpoint_chain("c", active=False, tiers=tiers, profiles=(), inbound=True, marks=MARKS)
+    assert [r.body() for r in down.rules] == [
+        '-m comment --comment "Endpoint admin disabled" --jump DROP'
+    ]
+
+
+def test_dispatch_tree() -> None:
+    """Interfaces group by the character after their common prefix; always --goto."""
+    targets = {name: f"cali-fw-{name}" for name in ("calia1", "calia2", "calib1")}
+    root, *children = dispatch_chains(
+        "cali-from-wl-dispatch",
+        targets,
+        outbound=False,
+        end=[Rule(action="--jump DROP", comment=("Unknown interface",))],
+    )
+    assert [r.body() for r in root.rules] == [
+        "--in-interface calia+ --goto cali-from-wl-dispatch-a",
+        "--in-interface calib1 --goto cali-fw-calib1",
+        '-m comment --comment "Unknown interface" --jump DROP',
+    ]
+    (child,) = children
+    assert child.name == "cali-from-wl-dispatch-a"
+    assert [r.body() for r in child.rules][:2] == [
+        "--in-interface calia1 --goto cali-fw-calia1",
+        "--in-interface calia2 --goto cali-fw-calia2",
+    ]
+
+
+def test_ipset_script() -> None:
+    """Sets per family, members sorted, maxelem big enough never to truncate."""
+    script = restore_script({"s:x": ("hash:net", {"10.0.0.2/32", "10.0.0.1/32", "fd00::1/128"})})
+    assert script.splitlines() == [
+        "create cali40s:x hash:net family inet maxelem 65536",
+        "add cali40s:x 10.0.0.1/32",
+        "add cali40s:x 10.0.0.2/32",
+        "create cali60s:x hash:net family inet6 maxelem 65536",
+        "add cali60s:x fd00::1/128",
+    ]
+    assert maxelem_for(70_000) == 131072
+    assert ipset_name("s:" + "a" * 40) == "cali40s:" + "a" * 23
