@@ -265,3 +265,15 @@ def test_ipset_script() -> None:
     ]
     assert maxelem_for(70_000) == 131072
     assert ipset_name("s:" + "a" * 40) == "cali40s:" + "a" * 23
+
+
+def test_nets_and_not_nets_on_one_side() -> None:
+    """iptables allows one -s per rule: the exception becomes a negated block that clears the
+    all-blocks mark (found by the packet tests)."""
+    rule = model.Rule(action="allow", src_nets=("10.0.0.0/8",), not_src_nets=("10.65.0.3/32",))
+    assert text(render_rule(rule, V4)) == [
+        "--jump MARK --set-mark 0x80000/0x180000",
+        "--source 10.65.0.3/32 --jump MARK --set-mark 0/0x80000",
+        "--source 10.0.0.0/8 -m mark --mark 0x80000/0x80000 --jump MARK --set-mark 0x10000/0x10000",
+        *ALLOW,
+    ]

@@ -163,8 +163,12 @@ def render_rule(rule: model.Rule, ctx: RuleContext) -> list[Rule]:
     if rule.not_protocol is not None:
         negative.append(f"! -p {rule.not_protocol}")
     not_blocks: list[str] = []
-    for side, option in (("not_src_nets", "--source"), ("not_dst_nets", "--destination")):
-        if len(nets[side]) == 1 and not blocks:
+    for side, positive_side, option in (
+        ("not_src_nets", "src_nets", "--source"),
+        ("not_dst_nets", "dst_nets", "--destination"),
+    ):
+        # iptables takes one -s/-d per rule: a negated CIDR shares it only when alone.
+        if len(nets[side]) == 1 and not nets[positive_side]:
             negative.append(f"! {option} {nets[side][0]}")
         else:
             not_blocks.extend(f"{option} {c}" for c in nets[side])
