@@ -1,6 +1,7 @@
 """A Calico-style node in network namespaces: a host namespace and workload namespaces joined
 by veth pairs (``cali...`` on the host side, ``eth0`` inside), routed as Calico routes them
-(a /32 per workload, a link-local gateway), plus tiny TCP servers and clients to probe what the rules let through."""
+(a /32 per workload, a link-local gateway), plus tiny TCP servers and clients to probe what
+the rules let through."""
 
 from __future__ import annotations
 
