@@ -111,8 +111,8 @@ def manifests(tmp_path: Path) -> Path:
 
 
 def test_run_dry_run_follows_changes_and_restarts_on_config(manifests: Path) -> None:
-    """The agent prints each message as it goes, follows file edits, and exits 129 when a
-    configuration change needs a restart."""
+    """The agent prints each message as it goes and the chains each burst changed, follows
+    file edits, and exits 129 when a configuration change needs a restart."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(
         [
@@ -135,9 +135,12 @@ def test_run_dry_run_follows_changes_and_restarts_on_config(manifests: Path) -> 
     try:
         seen = wait_for(process, "InSync")
         assert any(line.startswith("WorkloadEndpointUpdate") for line in seen)
+        wait_for(process, "# IPv4 filter: chain cali-FORWARD")
         policies = manifests / "50-policies.yaml"
-        policies.write_text(policies.read_text().replace("order: 100\n", "order: 150\n", 1))
+        policies.write_text(policies.read_text().replace("- 53\n", "- 5353\n"))
         wait_for(process, "ActivePolicyUpdate platform/GlobalNetworkPolicy/platform.allow-dns")
+        changed = wait_for(process, "--destination-ports 5353")
+        assert any(line.startswith("# IPv4 filter: chain cali-po-") for line in changed)
         config = manifests / "00-cluster.yaml"
         config.write_text(
             config.read_text().replace("logSeverityScreen: Info", "logSeverityScreen: Warning")

@@ -9,11 +9,9 @@ sorted everywhere so two runs on the same input print the same bytes.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import Any
 
 import attrs
-import trio
 
 from pyfelix import messages as m
 
@@ -229,6 +227,15 @@ def snapshot(
             }
             for node, vtep in sorted(dp.vteps.items())
         ],
+        "wireguard_peers": [
+            {
+                "hostname": peer.hostname,
+                "public_key": peer.public_key,
+                "interface_ipv4_addr": peer.interface_ipv4_addr,
+            }
+            for (kind, _), peer in sorted(dp.others.items(), key=lambda kv: str(kv[0]))
+            if kind == "wireguard" and peer.hostname != hostname
+        ],
         "encapsulation": (
             {
                 "ipip": dp.encapsulation.ipip_enabled,
@@ -261,31 +268,3 @@ def describe_message(msg: m.ToDataplane) -> str:
     fields = attrs.asdict(msg, recurse=False) if attrs.has(type(msg)) else {}
     short = " ".join(f"{k}={v}" for k, v in fields.items() if not isinstance(v, dict | tuple))
     return f"{name} {short}".rstrip()
-
-
-@attrs.define(eq=False)
-class PrintingDriver:
-    """The dry-run driver for the running agent: applies to a DryRunDataplane, prints every
-    message, reports process status every ``status_interval`` seconds and DataplaneInSync once
-    it has applied the first complete snapshot."""
-
-    out: TextIO
-    to_calc: Any
-    status_interval: float = 30.0
-    state: DryRunDataplane = attrs.Factory(DryRunDataplane)
-    _started: float = 0.0
-
-    async def apply(self, msg: m.ToDataplane) -> None:
-        self.state.apply(msg)
-        print(describe_message(msg), file=self.out, flush=True)
-        if isinstance(msg, m.InSync):
-            await self.to_calc.send(m.DataplaneInSync())
-
-    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        self._started = trio.current_time()
-        task_status.started()
-        while True:
-            uptime = trio.current_time() - self._started
-            stamp = datetime.now(UTC).isoformat(timespec="seconds")
-            await self.to_calc.send(m.ProcessStatusUpdate(stamp, uptime))
-            await trio.sleep(self.status_interval)

@@ -30,7 +30,7 @@ from pyfelix.decoupler import Decoupler
 from pyfelix.status import EtcdNodeStore, EtcdStatusReporter, WireguardKeyUpdater
 from pyfelix.syncer.etcd import EtcdSyncer
 from pyfelix.syncer.files import FileSyncer
-from pyfelix_dataplane.dryrun import PrintingDriver
+from pyfelix_dataplane.printing import PrintingDriver
 
 log = logging.getLogger(__name__)
 

@@ -105,6 +105,20 @@ def render_text(view: dict[str, Any]) -> str:
         lines.append(
             f"  {vtep['node']} {vtep['ipv4_addr']} mac {vtep['mac']} on {vtep['parent_device_ip']}"
         )
+    encapsulation = view.get("encapsulation") or {}
+    local = [v for v in view["vteps"] if v["node"] == view["hostname"]]
+    if encapsulation.get("vxlan") and local:
+        config = view.get("config", {})
+        lines.append(
+            f"VXLAN device vxlan.calico: VNI {config.get('VXLANVNI', '4096')}, "
+            f"port {config.get('VXLANPort', '4789')}, address {local[0]['ipv4_addr']}, "
+            f"MAC {local[0]['mac']}, parent {local[0]['parent_device_ip']}"
+        )
+    lines.append(f"WireGuard peers ({len(view['wireguard_peers'])}):")
+    for peer in view["wireguard_peers"]:
+        lines.append(
+            f"  {peer['hostname']} key {peer['public_key']} {peer['interface_ipv4_addr']}".rstrip()
+        )
     lines += ["", "# ipset restore", view["ipset_restore"].rstrip("\n")]
     for family, tables in view["iptables"].items():
         for table in TABLES:

@@ -1,0 +1,90 @@
+"""The printing driver behind ``pyfelix run --dry-run``: a dry-run dataplane that says what it
+would do. Every message is printed as it arrives; after each burst (checked every
+``render_interval``), the chains that changed are printed in full and IP set changes as the
+``add``/``del`` lines ipset would be given."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+import attrs
+import trio
+
+from pyfelix import messages as m
+from pyfelix_dataplane.dryrun import DryRunDataplane, describe_message
+from pyfelix_dataplane.rules.ipsets import ipset_name, member_version
+from pyfelix_dataplane.rules.model import Chain
+from pyfelix_dataplane.rules.render import render
+
+ChainKey = tuple[int, str, str]
+
+
+@attrs.define(eq=False)
+class PrintingDriver:
+    out: TextIO
+    to_calc: Any
+    status_interval: float = 30.0
+    render_interval: float = 0.1
+    state: DryRunDataplane = attrs.Factory(DryRunDataplane)
+    _started: float = 0.0
+    _dirty: bool = False
+    _chains: dict[ChainKey, Chain] = attrs.Factory(dict)
+    _members: dict[str, frozenset[str]] = attrs.Factory(dict)
+
+    async def apply(self, msg: m.ToDataplane) -> None:
+        self.state.apply(msg)
+        self._dirty = True
+        print(describe_message(msg), file=self.out, flush=True)
+        if isinstance(msg, m.InSync):
+            await self.to_calc.send(m.DataplaneInSync())
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        self._started = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._report_status)
+            task_status.started()
+            while True:
+                await trio.sleep(self.render_interval)
+                if self._dirty and self.state.in_sync:
+                    self._dirty = False
+                    self.print_changes()
+
+    async def _report_status(self) -> None:
+        while True:
+            uptime = trio.current_time() - self._started
+            stamp = datetime.now(UTC).isoformat(timespec="seconds")
+            await self.to_calc.send(m.ProcessStatusUpdate(stamp, uptime))
+            await trio.sleep(self.status_interval)
+
+    def print_changes(self) -> None:
+        """Print chains that differ from the last render, and IP set member changes."""
+        rendered = render(self.state)
+        chains = {
+            (version, table, chain.name): chain
+            for version, tables in rendered.chains.items()
+            for table, table_chains in tables.items()
+            for chain in table_chains
+        }
+        lines = []
+        for key in sorted(chains.keys() | self._chains.keys()):
+            version, table, name = key
+            new, old = chains.get(key), self._chains.get(key)
+            if new == old:
+                continue
+            if new is None:
+                lines.append(f"# IPv{version} {table}: chain {name} removed")
+            else:
+                lines.append(f"# IPv{version} {table}: chain {name}")
+                lines.extend(new.lines())
+        members = {set_id: frozenset(s) for set_id, (_, s) in self.state.ipsets.items()}
+        for set_id in sorted(members.keys() | self._members.keys()):
+            new_members = members.get(set_id, frozenset())
+            old_members = self._members.get(set_id, frozenset())
+            for member in sorted(new_members - old_members):
+                lines.append(f"add {ipset_name(set_id, member_version(member))} {member}")
+            for member in sorted(old_members - new_members):
+                lines.append(f"del {ipset_name(set_id, member_version(member))} {member}")
+        self._chains, self._members = chains, members
+        if lines:
+            print("\n".join(lines), file=self.out, flush=True)
