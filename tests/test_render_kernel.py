@@ -109,3 +109,51 @@ def test_restore_failure_is_visible() -> None:
         text = "*filter\n:cali-x - [0:0]\n-A cali-x -m set --match-set nosuch src -j DROP\nCOMMIT\n"
         result = run_in(ns, "iptables-legacy-restore", input_text=text)
         assert result.returncode != 0
+
+
+HOST_POLICIES = """
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {name: untracked}
+spec:
+  selector: has(host-endpoint)
+  doNotTrack: true
+  applyOnForward: true
+  ingress: [{action: Allow, protocol: UDP, destination: {ports: [53]}}]
+---
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {name: pre-dnat}
+spec:
+  selector: has(host-endpoint)
+  preDNAT: true
+  applyOnForward: true
+  ingress: [{action: Deny, source: {nets: [198.51.100.0/24]}}]
+---
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {name: forward}
+spec:
+  selector: has(host-endpoint)
+  applyOnForward: true
+  ingress: [{action: Allow, protocol: TCP, destination: {ports: [443]}}]
+"""
+
+
+@pytest.mark.parametrize("backend", ["legacy", "nft"])
+def test_host_endpoint_policies_load(backend: str) -> None:
+    """Untracked policy lands in raw, pre-DNAT in mangle, apply-on-forward in the forward
+    chains of filter, for the host endpoint's interface; all of it loads."""
+    resources = example_resources() + [item.resource for item in load_text(HOST_POLICIES).resources]
+    view = scripts(resources)
+    raw = view["iptables"]["ipv4"]["raw"]
+    mangle = view["iptables"]["ipv4"]["mangle"]
+    filter_v4 = view["iptables"]["ipv4"]["filter"]
+    assert "-A cali-fh-eth1" in raw
+    assert "--jump NOTRACK" in raw
+    assert "--jump cali-pi-gnp/untracked" in raw
+    assert "-A cali-from-host-endpoint" in mangle
+    assert "--jump cali-pi-gnp/pre-dnat" in mangle
+    assert "-A cali-fhfw-eth1" in filter_v4
+    assert "--jump cali-pi-gnp/forward" in filter_v4
+    load(view, backend)

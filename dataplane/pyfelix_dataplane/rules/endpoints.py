@@ -40,15 +40,23 @@ def endpoint_chain(
     from_workload: bool = False,
     failsafe: str = "",
     drop_encap: tuple[bool, bool] = (True, True),
-    forward: bool = False,
+    kind: str = "normal",
 ) -> Chain:
-    """One endpoint chain for one direction (``inbound``: towards the endpoint)."""
+    """One endpoint chain for one direction (``inbound``: towards the endpoint).
+
+    ``kind`` is Felix's chain type: "normal" (filter, profiles and final drop), "forward"
+    (filter, forwarded traffic, allowed by default when no policy applies), "untracked" (raw:
+    no conntrack, accepted packets skip conntrack with NOTRACK) or "prednat" (mangle). Only
+    normal and forward chains drop at the end of a tier.
+    """
     if not active:
         return Chain(name, (Rule(action="--jump DROP", comment=("Endpoint admin disabled",)),))
-    rules = [
-        Rule("-m conntrack --ctstate RELATED,ESTABLISHED", "--jump ACCEPT"),
-        Rule("-m conntrack --ctstate INVALID", "--jump DROP"),
-    ]
+    rules = []
+    if kind != "untracked":
+        rules += [
+            Rule("-m conntrack --ctstate RELATED,ESTABLISHED", "--jump ACCEPT"),
+            Rule("-m conntrack --ctstate INVALID", "--jump DROP"),
+        ]
     if failsafe:
         rules.append(Rule(action=f"--jump {failsafe}"))
     rules.append(Rule(action=set_mark(0, marks.accept | marks.pass_)))
@@ -79,10 +87,12 @@ def endpoint_chain(
             rules.append(
                 Rule(match_mark(0, marks.pass_), f"--jump {policy_chain_name(policy, inbound)}")
             )
+            if kind == "untracked":
+                rules.append(Rule(match_mark(marks.accept), "--jump NOTRACK"))
             rules.append(
                 Rule(match_mark(marks.accept), "--jump RETURN", ("Return if policy accepted",))
             )
-        if tier.default_action != "Pass":
+        if tier.default_action != "Pass" and kind in ("normal", "forward"):
             rules.append(
                 Rule(
                     match_mark(0, marks.pass_),
@@ -90,7 +100,9 @@ def endpoint_chain(
                     (f"End of tier {tier.name}. Drop if no policies passed packet",),
                 )
             )
-    if forward:
+    if kind in ("untracked", "prednat"):
+        return Chain(name, tuple(rules))
+    if kind == "forward":
         if not any(t.ingress_policies if inbound else t.egress_policies for t in tiers):
             rules.append(
                 Rule(action=set_mark(marks.accept), comment=("Allow forwarded traffic by default",))

@@ -196,9 +196,9 @@ def _render_version(
     )
     filter_chains += dispatch_chains("cali-to-wl-dispatch", to_workload, outbound=True, end=unknown)
 
-    host_targets = _host_endpoint_chains(dp, settings, filter_chains)
     mangle_chains: list[Chain] = []
     raw_chains: list[Chain] = []
+    host_targets = _host_endpoint_chains(dp, settings, filter_chains, raw_chains, mangle_chains)
     filter_chains += dispatch_chains(
         "cali-from-host-endpoint", host_targets["fh"], outbound=False, end=()
     )
@@ -378,14 +378,14 @@ def _render_version(
 
 
 def _host_endpoint_chains(
-    dp: DryRunDataplane, settings: Settings, filter_chains: list[Chain]
+    dp: DryRunDataplane,
+    settings: Settings,
+    filter_chains: list[Chain],
+    raw_chains: list[Chain],
+    mangle_chains: list[Chain],
 ) -> dict[str, dict[str, str]]:
-    """Host endpoint chains in filter, and the dispatch targets for each table.
-
-    Untracked (raw) and pre-DNAT (mangle) host endpoint chains are not rendered yet: their
-    policies' chains are, and the dispatch chains exist (empty), so hooking them in later
-    changes no other chain.
-    """
+    """Host endpoint chains: normal and forward ones in filter, untracked (doNotTrack) ones in
+    raw, pre-DNAT ones in mangle; returns the dispatch targets for each table."""
     marks = settings.marks
     targets: dict[str, dict[str, str]] = {
         k: {} for k in ("fh", "th", "fhfw", "thfw", "raw-fh", "raw-th", "mangle-fh")
@@ -422,8 +422,37 @@ def _host_endpoint_chains(
                     profiles=(),
                     inbound=inbound,
                     marks=marks,
-                    forward=True,
+                    kind="forward",
                 )
             )
             targets["fhfw" if inbound else "thfw"][interface] = name
+        if update.untracked_tiers:
+            for prefix, inbound in (("cali-th-", False), ("cali-fh-", True)):
+                name = endpoint_chain_name(prefix, interface)
+                raw_chains.append(
+                    endpoint_chain(
+                        name,
+                        active=True,
+                        tiers=update.untracked_tiers,
+                        profiles=(),
+                        inbound=inbound,
+                        marks=marks,
+                        kind="untracked",
+                    )
+                )
+                targets["raw-fh" if inbound else "raw-th"][interface] = name
+        if update.pre_dnat_tiers:
+            name = endpoint_chain_name("cali-fh-", interface)
+            mangle_chains.append(
+                endpoint_chain(
+                    name,
+                    active=True,
+                    tiers=update.pre_dnat_tiers,
+                    profiles=(),
+                    inbound=True,
+                    marks=marks,
+                    kind="prednat",
+                )
+            )
+            targets["mangle-fh"][interface] = name
     return targets
