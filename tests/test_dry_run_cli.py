@@ -154,13 +154,6 @@ def test_run_dry_run_follows_changes_and_restarts_on_config(manifests: Path) -> 
             process.wait()
 
 
-def test_run_without_dry_run_explains() -> None:
-    """Until the Linux driver exists, run without --dry-run says so."""
-    result = pyfelix("run", "--datastore", "examples/")
-    assert result.returncode == 2
-    assert "--dry-run" in result.stderr
-
-
 def test_run_warns_about_invalid_resources_and_goes_on(manifests: Path) -> None:
     """In the agent, an invalid resource is a warning and treated as absent; the rest runs."""
     (manifests / "90-bad.yaml").write_text(

@@ -4,7 +4,8 @@
     ├─ syncer          files (inotify) or etcd (list + watch)   -> decoupler
     ├─ calc loop       validation filter, graph, sequencer       -> to-dataplane channel
     ├─ connector       restart checks; status back to the datastore
-    ├─ driver          dry-run printing driver (the Linux driver arrives with its issue)
+    ├─ driver          the Linux driver (ipsets, routes, iptables), or with --dry-run the
+    │                  printing driver
     └─ key updater     WireGuard public key into the Node (etcd only)
 
 A RestartRequired anywhere ends the tree; the agent exits with code 129 so that systemd (or any
@@ -30,6 +31,7 @@ from pyfelix.decoupler import Decoupler
 from pyfelix.status import EtcdNodeStore, EtcdStatusReporter, WireguardKeyUpdater
 from pyfelix.syncer.etcd import EtcdSyncer
 from pyfelix.syncer.files import FileSyncer
+from pyfelix_dataplane.linux.driver import LinuxDriver
 from pyfelix_dataplane.printing import PrintingDriver
 
 log = logging.getLogger(__name__)
@@ -66,7 +68,11 @@ async def run_agent(options: AgentOptions, out: TextIO = sys.stdout) -> int:
     decoupler = Decoupler()
     to_send, to_receive = trio.open_memory_channel[m.ToDataplane](TO_DATAPLANE_BUFFER)
     from_send, from_receive = trio.open_memory_channel[m.FromDataplane](FROM_DATAPLANE_BUFFER)
-    driver = PrintingDriver(out, from_send, status_interval=options.status_interval)
+    driver: PrintingDriver | LinuxDriver
+    if options.dry_run:
+        driver = PrintingDriver(out, from_send, status_interval=options.status_interval)
+    else:
+        driver = LinuxDriver(from_send)
     exit_code = 0
     try:
         async with AsyncExitStack() as stack, trio.open_nursery() as nursery:

@@ -101,13 +101,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not source:
         print("no datastore: use --datastore DIR|etcd://HOST:PORT", file=sys.stderr)
         return EXIT_USAGE
-    if not args.dry_run:
-        print(
-            "the Linux dataplane driver is not available yet: use --dry-run",
-            file=sys.stderr,
-        )
+    if not args.dry_run and os.geteuid() != 0:
+        print("pyfelix run programs the kernel and needs root (or use --dry-run)", file=sys.stderr)
         return EXIT_USAGE
-    options = AgentOptions(hostname=args.hostname, datastore=source, dry_run=True)
+    options = AgentOptions(hostname=args.hostname, datastore=source, dry_run=args.dry_run)
     try:
         return trio.run(run_agent, options)
     except KeyboardInterrupt:

@@ -88,6 +88,7 @@ class Rendered:
     iptables: Mapping[int, Mapping[str, str]]
     ipset_restore: str
     chains: Mapping[int, Mapping[str, tuple[Chain, ...]]]
+    ipsets: Mapping[str, tuple[str, frozenset[str]]]
 
 
 def _failsafe(name: str, ports: Iterable[ProtoPort], inbound: bool, version: int) -> Chain:
@@ -126,7 +127,18 @@ def render(dp: DryRunDataplane, versions: Iterable[int] = (4, 6)) -> Rendered:
         iptables[version] = {
             table: restore_script(table, tables[table], _hooks(table)) for table in TABLES
         }
-    return Rendered(iptables, ipset_rendering.restore_script(all_sets, versions), chains)
+    versions = tuple(chains)
+    kernel_sets = {
+        ipset_rendering.ipset_name(set_id, version): (
+            set_type,
+            frozenset(m for m in members if ipset_rendering.member_version(m) == version),
+        )
+        for version in versions
+        for set_id, (set_type, members) in all_sets.items()
+    }
+    return Rendered(
+        iptables, ipset_rendering.restore_script(all_sets, versions), chains, kernel_sets
+    )
 
 
 def _special_ipsets(dp: DryRunDataplane) -> dict[str, tuple[str, set[str]]]:

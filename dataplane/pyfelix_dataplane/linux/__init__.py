@@ -1,0 +1,1 @@
+"""The Linux dataplane driver: writers that reconcile the kernel with the rendered state."""

@@ -1,0 +1,57 @@
+"""Running the kernel tools (ipset, iptables-restore, ...) from Trio, with a timeout, turning a
+failure into a DataplaneWriteError that names the failing input line."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Sequence
+
+import trio
+
+from pyfelix.errors import PyfelixError
+
+# iptables-restore of a large table takes about a second (PLATFORM.md 2.2); anything near this
+# limit is a hung lock or a broken kernel, not a slow write.
+COMMAND_TIMEOUT = 30.0
+_FAILED_LINE = re.compile(r"line:? (\d+)", re.IGNORECASE)
+
+
+class DataplaneWriteError(PyfelixError):
+    """A kernel write failed; ``line`` is the input line the tool rejected, when it says."""
+
+    def __init__(self, command: str, stderr: str, line: str = "") -> None:
+        detail = f" (failing line: {line})" if line else ""
+        super().__init__(f"{command} failed: {stderr.strip()}{detail}")
+        self.line = line
+
+
+async def run(argv: Sequence[str], stdin: str = "", check: bool = True) -> str:
+    """Run a command, feed it ``stdin``, return its stdout; raise DataplaneWriteError."""
+    with trio.fail_after(COMMAND_TIMEOUT):
+        result = await trio.run_process(
+            list(argv),
+            stdin=stdin.encode(),
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+    stdout = result.stdout.decode(errors="replace")
+    if check and result.returncode != 0:
+        stderr = result.stderr.decode(errors="replace")
+        match = _FAILED_LINE.search(stderr)
+        line = ""
+        if match and stdin:
+            lines = stdin.splitlines()
+            index = int(match.group(1)) - 1
+            line = lines[index] if 0 <= index < len(lines) else ""
+        raise DataplaneWriteError(" ".join(argv[:2]), stderr, line)
+    return stdout
+
+
+def available(tool: str) -> bool:
+    try:
+        subprocess.run([tool, "--version"], capture_output=True, check=False)
+    except FileNotFoundError:
+        return False
+    return True

@@ -1,0 +1,134 @@
+"""The Linux driver: the dry-run dataplane's state, rendered and written into the kernel.
+
+``apply`` (called by the connector for every message) only updates the in-memory state; the
+apply loop, once the first InSync has arrived, reconciles the kernel: ipset creations and
+updates, routes, every iptables table (IPv4, and IPv6 where ip6tables exists), then ipset
+deletions. Applies are throttled; a failure is logged with the failing line and retried with
+backoff; a periodic refresh re-reads the kernel and repairs drift (IptablesRefreshInterval).
+The first successful apply is reported as DataplaneInSync.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+import attrs
+import trio
+
+from pyfelix import messages as m
+from pyfelix.validation.felixconfig import ParamError, parse_duration
+from pyfelix_dataplane.dryrun import DryRunDataplane
+from pyfelix_dataplane.linux.commands import DataplaneWriteError, available
+from pyfelix_dataplane.linux.ipsets import IpsetWriter
+from pyfelix_dataplane.linux.iptables import IptablesWriter, detect_backend
+from pyfelix_dataplane.linux.routes import RouteWriter, WorkloadRoute
+from pyfelix_dataplane.rules.render import HOOKS, TABLES, render
+
+log = logging.getLogger(__name__)
+
+MIN_APPLY_INTERVAL = 0.05
+RETRY_START = 0.2
+RETRY_MAX = 10.0
+
+
+def _seconds(config: dict[str, str] | None, name: str, default: float) -> float:
+    value = (config or {}).get(name)
+    if not value:
+        return default
+    try:
+        return float(value)
+    except ValueError:
+        try:
+            return parse_duration(value)
+        except ParamError:
+            return default
+
+
+@attrs.define(eq=False)
+class LinuxDriver:
+    to_calc: Any
+    state: DryRunDataplane = attrs.Factory(DryRunDataplane)
+    applies: int = 0
+    last_script: dict[str, str] = attrs.Factory(dict)
+    _wake: trio.Event = attrs.Factory(trio.Event)
+    _reported_in_sync: bool = False
+    _started: float = 0.0
+
+    async def apply(self, msg: m.ToDataplane) -> None:
+        self.state.apply(msg)
+        self._wake.set()
+
+    def desired_routes(self) -> dict[str, WorkloadRoute]:
+        routes = {}
+        for update in self.state.workloads.values():
+            endpoint = update.endpoint
+            for net in endpoint.ipv4_nets + endpoint.ipv6_nets:
+                routes[net] = WorkloadRoute(endpoint.name, endpoint.mac)
+        return routes
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        self._started = trio.current_time()
+        backend = await detect_backend((self.state.config or {}).get("IptablesBackend", "auto"))
+        versions = [4] + ([6] if available(f"ip6tables-{backend}") else [])
+        writers = {
+            (version, table): IptablesWriter(table, version, backend)
+            for version in versions
+            for table in TABLES
+        }
+        ipsets, routes = IpsetWriter(), RouteWriter()
+        log.info("programming with iptables-%s for IPv%s", backend, "/".join(map(str, versions)))
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._report_status)
+            task_status.started()
+            retry = RETRY_START
+            while True:
+                refresh = _seconds(self.state.config, "IptablesRefreshInterval", 180.0)
+                with trio.move_on_after(refresh if self.state.in_sync else 3600):
+                    await self._wake.wait()
+                self._wake = trio.Event()
+                if not self.state.in_sync:
+                    continue
+                await trio.sleep(MIN_APPLY_INTERVAL)
+                try:
+                    await self._apply_all(writers, ipsets, routes, versions)
+                except (DataplaneWriteError, OSError, trio.TooSlowError) as exc:
+                    log.warning("dataplane apply failed (retrying in %.1fs): %s", retry, exc)
+                    await trio.sleep(retry)
+                    retry = min(retry * 2, RETRY_MAX)
+                    self._wake.set()
+                    continue
+                retry = RETRY_START
+                if not self._reported_in_sync:
+                    self._reported_in_sync = True
+                    await self.to_calc.send(m.DataplaneInSync())
+
+    async def _apply_all(
+        self,
+        writers: dict[tuple[int, str], IptablesWriter],
+        ipsets: IpsetWriter,
+        routes: RouteWriter,
+        versions: list[int],
+    ) -> None:
+        rendered = render(self.state, versions=versions)
+        desired_sets = rendered.ipsets
+        await ipsets.apply_updates(desired_sets)
+        await routes.apply(self.desired_routes())
+        for (version, table), writer in writers.items():
+            chains = rendered.chains[version][table]
+            hooks = [(kernel, ours) for kernel, ours in HOOKS[table]]
+            if table == "nat":
+                hooks.append(("POSTROUTING", "cali-POSTROUTING"))
+            script = await writer.apply(chains, hooks)
+            if script:
+                self.last_script[f"ipv{version}/{table}"] = script
+        await ipsets.apply_deletions(desired_sets)
+        self.applies += 1
+
+    async def _report_status(self) -> None:
+        while True:
+            uptime = trio.current_time() - self._started
+            stamp = datetime.now(UTC).isoformat(timespec="seconds")
+            await self.to_calc.send(m.ProcessStatusUpdate(stamp, uptime))
+            await trio.sleep(_seconds(self.state.config, "ReportingIntervalSecs", 30.0) or 30.0)

@@ -1,0 +1,94 @@
+"""The ipset writer: reconcile the kernel's cali40/cali60 sets with the desired ones through
+``ipset restore``.
+
+New sets are created with maxelem sized to their members; a set whose type or size must change
+is rebuilt as a temporary set and swapped in; otherwise only member deltas are written. Sets
+no longer wanted are destroyed in a separate step, after iptables stopped referring to them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import attrs
+
+from pyfelix_dataplane.linux.commands import run
+from pyfelix_dataplane.rules.ipsets import maxelem_for
+
+OURS = ("cali40", "cali60")
+TEMP = {"cali40": "cali4t", "cali60": "cali6t"}
+
+
+def _normal(member: str) -> str:
+    """ipset prints host networks without their prefix length."""
+    return member.removesuffix("/32").removesuffix("/128")
+
+
+@attrs.frozen
+class KernelSet:
+    type: str
+    maxelem: int
+    members: frozenset[str]
+
+
+def parse_save(text: str) -> dict[str, KernelSet]:
+    sets: dict[str, tuple[str, int, set[str]]] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[0] == "create":
+            maxelem = 65536
+            if "maxelem" in parts:
+                maxelem = int(parts[parts.index("maxelem") + 1])
+            sets[parts[1]] = (parts[2], maxelem, set())
+        elif len(parts) >= 3 and parts[0] == "add" and parts[1] in sets:
+            sets[parts[1]][2].add(_normal(parts[2]))
+    return {name: KernelSet(t, m, frozenset(s)) for name, (t, m, s) in sets.items()}
+
+
+DesiredSets = Mapping[str, tuple[str, frozenset[str]]]
+
+
+class IpsetWriter:
+    async def read(self) -> dict[str, KernelSet]:
+        return parse_save(await run(["ipset", "save"]))
+
+    async def apply_updates(self, desired: DesiredSets) -> str:
+        """Create, fill and fix sets so the kernel holds ``desired``; returns the script used."""
+        kernel = await self.read()
+        lines = []
+        for name, (set_type, members) in sorted(desired.items()):
+            family = "inet6" if name.startswith("cali60") else "inet"
+            wanted = {_normal(m) for m in members}
+            current = kernel.get(name)
+            maxelem = maxelem_for(len(wanted))
+            if current is None:
+                lines.append(f"create {name} {set_type} family {family} maxelem {maxelem}")
+                lines.extend(f"add {name} {m}" for m in sorted(wanted))
+            elif current.type != set_type:
+                # A set id encodes its type, so this only meets leftovers of another version:
+                # recreate it (iptables rules are rewritten after this step).
+                lines.append(f"destroy {name}")
+                lines.append(f"create {name} {set_type} family {family} maxelem {maxelem}")
+                lines.extend(f"add {name} {m}" for m in sorted(wanted))
+            elif current.maxelem < len(wanted):
+                temp = TEMP[name[:6]] + name[6:]
+                temp = temp[:31]
+                lines.append(f"create {temp} {set_type} family {family} maxelem {maxelem}")
+                lines.extend(f"add {temp} {m}" for m in sorted(wanted))
+                lines.append(f"swap {name} {temp}")
+                lines.append(f"destroy {temp}")
+            else:
+                lines.extend(f"del {name} {m} -exist" for m in sorted(current.members - wanted))
+                lines.extend(f"add {name} {m} -exist" for m in sorted(wanted - current.members))
+        script = "\n".join(lines) + "\n" if lines else ""
+        if script:
+            await run(["ipset", "restore"], script)
+        return script
+
+    async def apply_deletions(self, desired: DesiredSets) -> list[str]:
+        """Destroy our sets that are no longer wanted (call after iptables stopped using them)."""
+        kernel = await self.read()
+        stale = sorted(n for n in kernel if n.startswith(OURS) and n not in desired)
+        if stale:
+            await run(["ipset", "restore"], "".join(f"destroy {n}\n" for n in stale))
+        return stale

@@ -1,0 +1,114 @@
+"""The route writer: routes to local workloads through their cali interfaces, with pyroute2.
+
+For each local workload whose interface exists and is up: a scope-link route to each of its
+addresses with proto 80 (Felix's, so ours are told apart from everyone else's), the sysctls
+Felix sets on workload interfaces (proxy ARP so the workload's gateway resolves, forwarding),
+and a permanent neighbour entry for the workload's MAC when known. Proto-80 routes nobody wants
+are removed. Every call opens its own IPRoute in the worker thread that runs it, so a handle is
+only ever used by the thread that owns it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+
+import attrs
+import trio
+from pyroute2 import IPRoute
+
+log = logging.getLogger(__name__)
+
+FELIX_ROUTE_PROTO = 80
+MAIN_TABLE = 254
+
+
+@attrs.frozen
+class WorkloadRoute:
+    interface: str
+    mac: str = ""
+
+
+def _sysctl(path: str, value: str) -> None:
+    target = Path("/proc/sys") / path
+    try:
+        if target.read_text().strip() != value:
+            target.write_text(value)
+    except OSError as exc:
+        log.warning("cannot set %s: %s", path, exc)
+
+
+def _configure_interface(interface: str) -> None:
+    for path, value in (
+        (f"net/ipv4/conf/{interface}/proxy_arp", "1"),
+        (f"net/ipv4/neigh/{interface}/proxy_delay", "0"),
+        (f"net/ipv4/conf/{interface}/forwarding", "1"),
+        (f"net/ipv4/conf/{interface}/rp_filter", "1"),
+    ):
+        _sysctl(path, value)
+
+
+def sync_routes(desired: Mapping[str, WorkloadRoute]) -> dict[str, str]:
+    """Make the kernel's proto-80 routes equal ``desired`` (dst -> interface), blocking.
+
+    Returns what was done per destination ("added", "kept", "removed", "waiting" when the
+    interface is missing or down).
+    """
+    done: dict[str, str] = {}
+    with IPRoute() as ipr:
+        links = {}
+        for link in ipr.get_links():
+            name = link.get_attr("IFLA_IFNAME")
+            up = bool(link["flags"] & 1)
+            links[name] = (link["index"], up)
+        existing: dict[str, int] = {}
+        for family in (2, 10):
+            for route in ipr.get_routes(family=family, table=MAIN_TABLE, proto=FELIX_ROUTE_PROTO):
+                dst = route.get_attr("RTA_DST")
+                if dst is None:
+                    continue
+                existing[f"{dst}/{route['dst_len']}"] = route.get_attr("RTA_OIF")
+        configured: set[str] = set()
+        for dst, wanted in desired.items():
+            index, up = links.get(wanted.interface, (None, False))
+            if index is None or not up:
+                done[dst] = "waiting"
+                continue
+            if wanted.interface not in configured:
+                _configure_interface(wanted.interface)
+                configured.add(wanted.interface)
+            if existing.get(dst) == index:
+                done[dst] = "kept"
+            else:
+                ipr.route(
+                    "replace",
+                    dst=dst,
+                    oif=index,
+                    scope=253,
+                    proto=FELIX_ROUTE_PROTO,
+                    table=MAIN_TABLE,
+                )
+                done[dst] = "added"
+            if wanted.mac:
+                address = str(ipaddress.ip_network(dst).network_address)
+                ipr.neigh(
+                    "replace",
+                    dst=address,
+                    lladdr=wanted.mac,
+                    ifindex=index,
+                    state=0x80,  # NUD_PERMANENT
+                )
+        for dst in existing.keys() - desired.keys():
+            try:
+                ipr.route("del", dst=dst, proto=FELIX_ROUTE_PROTO, table=MAIN_TABLE)
+                done[dst] = "removed"
+            except Exception as exc:
+                log.warning("cannot remove route %s: %s", dst, exc)
+    return done
+
+
+class RouteWriter:
+    async def apply(self, desired: Mapping[str, WorkloadRoute]) -> dict[str, str]:
+        return await trio.to_thread.run_sync(sync_routes, dict(desired))

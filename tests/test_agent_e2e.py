@@ -1,0 +1,234 @@
+"""The agent for real: ``pyfelix run`` inside a node namespace programs ipsets, routes and
+iptables; workloads in their own namespaces, wired as Calico's CNI plugin wires them (a veth
+pair, nothing else on the host side), talk over real TCP. Nothing here touches the root
+namespace: the agent runs under ``ip netns exec``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from tests.netns import run_in, temporary_netns
+from tests.workloads import CLIENT, GATEWAY, SERVER, ip
+
+pytestmark = pytest.mark.netns
+
+SERVER_IP, CLIENT_IP = "10.65.0.2", "10.65.0.3"
+MANIFESTS = """
+apiVersion: projectcalico.org/v3
+kind: FelixConfiguration
+metadata: {name: default}
+spec:
+  iptablesRefreshInterval: 1s
+  reportingInterval: 1s
+---
+apiVersion: projectcalico.org/v3
+kind: Profile
+metadata: {name: open}
+spec:
+  ingress: [{action: Allow}]
+  egress: [{action: Allow}]
+---
+apiVersion: projectcalico.org/v3
+kind: WorkloadEndpoint
+metadata: {name: node-k8s-server-eth0, namespace: app, labels: {app: server}}
+spec:
+  {orchestrator: k8s, node: node, pod: server, endpoint: eth0, interfaceName: calisrv,
+   ipNetworks: [10.65.0.2/32], profiles: [open],
+   ports: [{name: http, protocol: TCP, port: 8080, hostPort: 0, hostIP: ""}]}
+---
+apiVersion: projectcalico.org/v3
+kind: WorkloadEndpoint
+metadata: {name: node-k8s-client-eth0, namespace: app, labels: {app: client}}
+spec:
+  {orchestrator: k8s, node: node, pod: client, endpoint: eth0, interfaceName: calicli,
+   ipNetworks: [10.65.0.3/32], profiles: [open]}
+"""
+POLICY = """
+apiVersion: projectcalico.org/v3
+kind: NetworkPolicy
+metadata: {name: web, namespace: app}
+spec:
+  selector: app == "server"
+  ingress: [{action: Allow, protocol: TCP, destination: {ports: [PORT]}}]
+"""
+
+
+class Cluster:
+    def __init__(self, stack: ExitStack, manifests: Path) -> None:
+        self.stack = stack
+        self.manifests = manifests
+        self.node = stack.enter_context(temporary_netns("node"))
+        run_in(self.node, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        # An uplink with a default route, as a real node has: proxy ARP needs somewhere to route.
+        self.outside = stack.enter_context(temporary_netns("out"))
+        subprocess.run(
+            [
+                "ip",
+                "link",
+                "add",
+                "eth0",
+                "netns",
+                self.node,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "eth0",
+                "netns",
+                self.outside,
+            ],
+            check=True,
+        )
+        ip(self.node, "addr", "add", "192.0.2.1/24", "dev", "eth0")
+        ip(self.node, "link", "set", "eth0", "up")
+        ip(self.node, "route", "add", "default", "via", "192.0.2.2")
+        self.workloads: dict[str, str] = {}
+        self.servers: list[subprocess.Popen[str]] = []
+        self.agent: subprocess.Popen[str] | None = None
+
+    def add_workload(self, interface: str, address: str) -> None:
+        ns = self.stack.enter_context(temporary_netns("wl"))
+        subprocess.run(
+            [
+                "ip",
+                "link",
+                "add",
+                interface,
+                "netns",
+                self.node,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "eth0",
+                "netns",
+                ns,
+            ],
+            check=True,
+        )
+        ip(ns, "addr", "add", f"{address}/32", "dev", "eth0")
+        ip(ns, "link", "set", "eth0", "up")
+        ip(ns, "route", "add", GATEWAY, "dev", "eth0", "scope", "link")
+        ip(ns, "route", "add", "default", "via", GATEWAY, "dev", "eth0")
+        ip(self.node, "link", "set", interface, "up")
+        self.workloads[address] = ns
+
+    def serve(self, address: str, ports: list[int]) -> None:
+        process = subprocess.Popen(
+            [
+                "ip",
+                "netns",
+                "exec",
+                self.workloads[address],
+                sys.executable,
+                "-c",
+                SERVER,
+                *map(str, ports),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "ready"
+        self.servers.append(process)
+
+    def connects(self, source: str, destination: str, port: int) -> bool:
+        result = run_in(
+            self.workloads[source], sys.executable, "-c", CLIENT, destination, str(port), "0.5"
+        )
+        return result.stdout.strip() == "ok"
+
+    def start_agent(self) -> None:
+        self.agent = subprocess.Popen(
+            [
+                "ip",
+                "netns",
+                "exec",
+                self.node,
+                sys.executable,
+                "-m",
+                "pyfelix",
+                "run",
+                "--hostname",
+                "node",
+                "--datastore",
+                str(self.manifests),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+
+    def stop(self) -> None:
+        for process in [*self.servers, *([self.agent] if self.agent else [])]:
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+
+
+def eventually(check: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.1)
+    return check()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    (tmp_path / "base.yaml").write_text(MANIFESTS)
+    with ExitStack() as stack:
+        cluster = Cluster(stack, tmp_path)
+        cluster.add_workload("calisrv", SERVER_IP)
+        cluster.add_workload("calicli", CLIENT_IP)
+        cluster.serve(SERVER_IP, [8080, 9090])
+        try:
+            yield cluster
+        finally:
+            cluster.stop()
+
+
+def test_agent_programs_routes_and_policy(cluster: Cluster) -> None:
+    """The agent routes to its workloads and enforces policy; edits apply within seconds;
+    tampering with its chains is repaired by the next refresh."""
+    (cluster.manifests / "policy.yaml").write_text(POLICY.replace("PORT", "http"))
+    cluster.start_agent()
+    assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 8080)), "never programmed"
+    routes = run_in(cluster.node, "ip", "route", "show", "proto", "80").stdout
+    assert f"{SERVER_IP} dev calisrv" in routes
+    assert not cluster.connects(CLIENT_IP, SERVER_IP, 9090)
+
+    (cluster.manifests / "policy.yaml").write_text(POLICY.replace("PORT", "9090"))
+    assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 9090), timeout=5)
+    assert not cluster.connects(CLIENT_IP, SERVER_IP, 8080)
+
+    saved = run_in(cluster.node, "iptables-nft-save", "-t", "filter").stdout
+    chain = next(
+        line.split()[1] for line in saved.splitlines() if line.startswith("-A cali-tw-calisrv")
+    )
+    run_in(cluster.node, "iptables-nft", "-F", chain)
+    run_in(cluster.node, "iptables-nft", "-D", "FORWARD", "-j", "cali-FORWARD")
+
+    def repaired() -> bool:
+        text = run_in(cluster.node, "iptables-nft-save", "-t", "filter").stdout
+        return "-A cali-tw-calisrv" in text and "-A FORWARD" in text
+
+    assert eventually(repaired, timeout=5)
+    assert cluster.agent is not None
+    assert cluster.agent.poll() is None
