@@ -29,6 +29,11 @@ metadata: {name: default}
 spec:
   iptablesRefreshInterval: 1s
   reportingInterval: 1s
+  healthEnabled: true
+  healthHost: 127.0.0.1
+  healthPort: 9099
+  prometheusMetricsEnabled: true
+  prometheusMetricsPort: 9091
 ---
 apiVersion: projectcalico.org/v3
 kind: Profile
@@ -232,3 +237,36 @@ def test_agent_programs_routes_and_policy(cluster: Cluster) -> None:
     assert eventually(repaired, timeout=5)
     assert cluster.agent is not None
     assert cluster.agent.poll() is None
+
+
+FETCH = """
+import sys, urllib.request, urllib.error
+try:
+    with urllib.request.urlopen(sys.argv[1], timeout=2) as r:
+        print(r.status); print(r.read().decode())
+except urllib.error.HTTPError as e:
+    print(e.code)
+except OSError as e:
+    print("down", e)
+"""
+
+
+def fetch(cluster: Cluster, url: str) -> str:
+    return run_in(cluster.node, sys.executable, "-c", FETCH, url).stdout
+
+
+def test_health_metrics_and_clean_stop(cluster: Cluster) -> None:
+    """Health and metrics answer as configured; SIGTERM stops the agent with exit code 0 and
+    leaves the dataplane programmed (allowed traffic keeps flowing)."""
+    cluster.start_agent()
+    assert eventually(lambda: fetch(cluster, "http://127.0.0.1:9099/readiness").startswith("200"))
+    assert fetch(cluster, "http://127.0.0.1:9099/liveness").startswith("200")
+    metrics = fetch(cluster, "http://127.0.0.1:9091/metrics")
+    assert "felix_calc_graph_updates_processed" in metrics
+    assert "felix_active_local_endpoints 2" in metrics
+    assert cluster.connects(CLIENT_IP, SERVER_IP, 8080)
+    assert cluster.agent is not None
+    cluster.agent.terminate()
+    assert cluster.agent.wait(timeout=10) == 0
+    assert cluster.connects(CLIENT_IP, SERVER_IP, 8080)
+    assert "cali-FORWARD" in run_in(cluster.node, "iptables-nft-save").stdout

@@ -15,6 +15,7 @@ supervisor) restarts it with the new configuration.
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -28,6 +29,7 @@ from pyfelix.calc_loop import CalcLoop
 from pyfelix.connector import DataplaneConnector, RestartRequired
 from pyfelix.datastore.etcd import EtcdClient, EtcdConfig
 from pyfelix.decoupler import Decoupler
+from pyfelix.health import LIVENESS_TIMEOUT, HealthServer, prometheus
 from pyfelix.status import EtcdNodeStore, EtcdStatusReporter, WireguardKeyUpdater
 from pyfelix.syncer.etcd import EtcdSyncer
 from pyfelix.syncer.files import FileSyncer
@@ -54,6 +56,83 @@ class AgentOptions:
 
 def is_etcd(source: str) -> bool:
     return source.startswith(("etcd://", "etcds://"))
+
+
+async def _stop_on_signal(scope: trio.CancelScope) -> None:
+    """SIGTERM/SIGINT stop the agent cleanly, leaving the dataplane as programmed."""
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for received in signals:
+            log.info("received %s: stopping (the dataplane stays programmed)", received)
+            scope.cancel()
+            return
+
+
+async def _serve_health(
+    calc: CalcLoop, connector: DataplaneConnector, driver: PrintingDriver | LinuxDriver
+) -> None:
+    """Once the configuration is known, serve /liveness, /readiness and /metrics if enabled."""
+    while connector.config is None:
+        await trio.sleep(0.1)
+    config = connector.config
+
+    def enabled(name: str) -> bool:
+        return config.get(name, "false").lower() == "true"
+
+    def metrics() -> str:
+        graph = calc.graph
+        return prometheus(
+            {
+                "felix_calc_graph_updates_processed": (
+                    "counter",
+                    "Datastore updates processed by the calculation graph.",
+                    calc.updates_processed,
+                ),
+                "felix_calc_graph_output_events": (
+                    "counter",
+                    "Messages the calculation graph sent to the dataplane.",
+                    calc.messages_emitted,
+                ),
+                "felix_resync_state": (
+                    "gauge",
+                    "3 once in sync with the datastore, 1 before.",
+                    3 if calc.health.ready else 1,
+                ),
+                "felix_active_local_endpoints": (
+                    "gauge",
+                    "Local endpoints.",
+                    len(graph.sequencer.workloads.sent) + len(graph.sequencer.hosts.sent),
+                ),
+                "felix_active_local_policies": (
+                    "gauge",
+                    "Policies active on this node.",
+                    len(graph.sequencer.policies.sent),
+                ),
+                "felix_ipsets_calico": ("gauge", "Calico IP sets.", len(graph.ipsets)),
+                "felix_int_dataplane_apply_count": (
+                    "counter",
+                    "Dataplane applies.",
+                    getattr(driver, "applies", 0),
+                ),
+            }
+        )
+
+    server = HealthServer(
+        live=lambda: calc.health.live(LIVENESS_TIMEOUT) or not calc.health.ready,
+        ready=lambda: calc.health.ready and connector.dataplane_in_sync,
+        metrics=metrics,
+    )
+    async with trio.open_nursery() as nursery:
+        if enabled("HealthEnabled"):
+            host, port = (
+                config.get("HealthHost", "localhost"),
+                int(config.get("HealthPort", "9099")),
+            )
+            await nursery.start(server.serve, host, port)
+            log.info("health on %s:%s", host, port)
+        if enabled("PrometheusMetricsEnabled"):
+            port = int(config.get("PrometheusMetricsPort", "9091"))
+            await nursery.start(server.serve, config.get("PrometheusMetricsHost", ""), port)
+            log.info("metrics on port %s", port)
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
@@ -100,6 +179,8 @@ async def run_agent(options: AgentOptions, out: TextIO = sys.stdout) -> int:
             await nursery.start(connector.run)
             await nursery.start(driver.run)
             nursery.start_soon(syncer.run)
+            nursery.start_soon(_serve_health, calc, connector, driver)
+            nursery.start_soon(_stop_on_signal, nursery.cancel_scope)
     except* RestartRequired as group:
         for exc in _leaves(group):
             log.warning("restarting: %s", exc)

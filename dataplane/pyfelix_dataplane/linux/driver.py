@@ -54,11 +54,33 @@ class LinuxDriver:
     last_script: dict[str, str] = attrs.Factory(dict)
     _wake: trio.Event = attrs.Factory(trio.Event)
     _reported_in_sync: bool = False
+    _statuses: dict[Any, str] = attrs.Factory(dict)
     _started: float = 0.0
 
     async def apply(self, msg: m.ToDataplane) -> None:
         self.state.apply(msg)
         self._wake.set()
+
+    def endpoint_statuses(self, route_results: dict[str, str]) -> dict[Any, str]:
+        """ "up" when every address of a workload is routed, "down" while its interface is
+        missing or down (what Felix reports when EndpointReportingEnabled)."""
+        statuses = {}
+        for key, update in self.state.workloads.items():
+            nets = update.endpoint.ipv4_nets + update.endpoint.ipv6_nets
+            waiting = any(route_results.get(net) == "waiting" for net in nets)
+            statuses[key] = "down" if waiting or not nets else "up"
+        return statuses
+
+    async def _report_endpoints(self, route_results: dict[str, str]) -> None:
+        if (self.state.config or {}).get("EndpointReportingEnabled", "false").lower() != "true":
+            return
+        statuses = self.endpoint_statuses(route_results)
+        for key, status in statuses.items():
+            if self._statuses.get(key) != status:
+                await self.to_calc.send(m.WorkloadEndpointStatusUpdate(key, status))
+        for key in self._statuses.keys() - statuses.keys():
+            await self.to_calc.send(m.WorkloadEndpointStatusRemove(key))
+        self._statuses = statuses
 
     def desired_routes(self) -> dict[str, WorkloadRoute]:
         routes = {}
@@ -114,7 +136,7 @@ class LinuxDriver:
         rendered = render(self.state, versions=versions)
         desired_sets = rendered.ipsets
         await ipsets.apply_updates(desired_sets)
-        await routes.apply(self.desired_routes())
+        route_results = await routes.apply(self.desired_routes())
         for (version, table), writer in writers.items():
             chains = rendered.chains[version][table]
             hooks = [(kernel, ours) for kernel, ours in HOOKS[table]]
@@ -125,6 +147,7 @@ class LinuxDriver:
                 self.last_script[f"ipv{version}/{table}"] = script
         await ipsets.apply_deletions(desired_sets)
         self.applies += 1
+        await self._report_endpoints(route_results)
 
     async def _report_status(self) -> None:
         while True:

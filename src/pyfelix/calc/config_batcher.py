@@ -7,8 +7,23 @@ sent. A ready flag of false means the datastore is not ready and the agent must 
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+
 from pyfelix import model
+from pyfelix.resources.felixconfig_params import BY_FELIX_NAME
 from pyfelix.sequencer import EventSequencer
+
+
+def environment_config(environ: Mapping[str, str]) -> dict[str, str]:
+    """Felix parameters set as FELIX_<NAME> (case-insensitive), by their canonical names."""
+    out = {}
+    for key, value in environ.items():
+        if key.upper().startswith("FELIX_"):
+            param = BY_FELIX_NAME.get(key[6:].lower())
+            if param is not None:
+                out[param.felix] = value
+    return out
 
 
 class ConfigBatcher:
@@ -19,6 +34,7 @@ class ConfigBatcher:
         self._host: dict[str, str] = {}
         self._sent: dict[str, str] | None = None
         self._in_sync = False
+        self._environment = environment_config(os.environ)
 
     def on_global(self, name: str, value: model.ConfigValue | None) -> None:
         self._set(self._global, name, value)
@@ -44,7 +60,8 @@ class ConfigBatcher:
 
     @property
     def merged(self) -> dict[str, str]:
-        return {**self._global, **self._host}
+        """Global, then this node's, then the environment's (FELIX_<NAME>, any case)."""
+        return {**self._global, **self._host, **self._environment}
 
     def _maybe_send(self) -> None:
         if not self._in_sync:
