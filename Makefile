@@ -12,6 +12,7 @@ DEB_PACKAGES := python3 python3-venv python3-dev gcc openssl iproute2 iptables i
 run: venv
 	$(BIN)/pyfelix validate examples/
 	$(BIN)/pyfelix dry-run --hostname node-a examples/
+	$(BIN)/pyfelix demo examples/
 
 test: venv lint typecheck pytest
 

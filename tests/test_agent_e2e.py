@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from pyfelix.demo import CLIENT, GATEWAY, SERVER
 from tests.conftest import REPO
 from tests.netns import run_in, temporary_netns
-from tests.workloads import CLIENT, GATEWAY, SERVER, ip
+from tests.workloads import ip
 
 pytestmark = pytest.mark.netns
 

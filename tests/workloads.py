@@ -13,29 +13,8 @@ from contextlib import ExitStack, contextmanager
 
 import attrs
 
+from pyfelix.demo import CLIENT, GATEWAY, SERVER
 from tests.netns import run_in, temporary_netns
-
-GATEWAY = "169.254.1.1"
-SERVER = """
-import socket, sys, threading
-def serve(port):
-    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("0.0.0.0", port)); s.listen(16)
-    while True:
-        c, _ = s.accept(); c.sendall(b"ok"); c.close()
-for p in sys.argv[1:]:
-    threading.Thread(target=serve, args=(int(p),), daemon=True).start()
-print("ready", flush=True)
-threading.Event().wait()
-"""
-CLIENT = """
-import socket, sys
-try:
-    c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3]))
-    print(c.recv(2).decode())
-except OSError as e:
-    print("blocked", e)
-"""
 
 
 def ip(ns: str, *args: str) -> None:

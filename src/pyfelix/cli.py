@@ -17,6 +17,7 @@ from pyfelix.agent import AgentOptions, is_etcd, run_agent
 from pyfelix.datastore.commands import CommandError, run_command
 from pyfelix.datastore.etcd import EtcdClient, EtcdConfig, EtcdError
 from pyfelix.datastore.layout import WATCH_PREFIX, decode
+from pyfelix.demo import run_demo
 from pyfelix.dryrun import compute, default_hostname, render_json, render_text
 from pyfelix.errors import ManifestError, Problem
 from pyfelix.resources import load_paths
@@ -111,6 +112,20 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_OK
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    """The agent on a node of network namespaces, with a connectivity matrix."""
+    if os.geteuid() != 0:
+        print("pyfelix demo creates network namespaces and needs root", file=sys.stderr)
+        return EXIT_USAGE
+    result = load_paths(args.sources)
+    problems = validate_loaded(result)
+    if problems:
+        for problem in problems:
+            print(problem)
+        return EXIT_INVALID
+    return run_demo([item.resource for item in result.resources])
+
+
 def datastore_config(source: str | None) -> EtcdConfig:
     """``--datastore etcd://...``, else calico-node's ETCD_ENDPOINTS (and TLS variables)."""
     if source:
@@ -196,6 +211,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="print every dataplane message instead of programming",
     )
     run.set_defaults(handler=cmd_run)
+    demo = commands.add_parser(
+        "demo",
+        help="run the agent on a node of network namespaces and print who can reach whom",
+    )
+    demo.add_argument("sources", nargs="+", metavar="SRC", help="manifest files or directories")
+    demo.set_defaults(handler=cmd_demo)
     _add_datastore_commands(commands)
     return parser
 

@@ -1,0 +1,264 @@
+"""``pyfelix demo``: the agent for real, on a node made of network namespaces.
+
+Builds a "node" namespace (with an uplink and a default route, like a real host) and one
+namespace per workload endpoint in the manifests, wired as Calico's CNI plugin wires pods (a
+veth pair named as the endpoint says, the workload's address, a link-local gateway), starts
+``pyfelix run`` inside the node namespace, waits until it has programmed the kernel, then tries
+every workload against every other on each of its ports over real TCP and prints the matrix,
+with the policy that explains each verdict. Everything is torn down afterwards; the host's own
+namespace is never touched. Every workload is treated as local to the demo node.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import TextIO
+
+import attrs
+import yaml
+
+from pyfelix.dryrun import compute
+from pyfelix.explain import Explainer, Flow
+from pyfelix.resources import Resource, WorkloadEndpoint
+
+DEMO_NODE = "demo-node"
+GATEWAY = "169.254.1.1"
+PREFIX = "pfd-"
+READY_TIMEOUT = 20.0
+SERVER = """
+import socket, sys, threading
+def serve(port):
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", port)); s.listen(16)
+    while True:
+        c, _ = s.accept(); c.sendall(b"ok"); c.close()
+for p in sys.argv[1:]:
+    threading.Thread(target=serve, args=(int(p),), daemon=True).start()
+print("ready", flush=True)
+threading.Event().wait()
+"""
+CLIENT = """
+import socket, sys
+try:
+    c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3]))
+    print(c.recv(2).decode())
+except OSError as e:
+    print("blocked", e)
+"""
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True)
+
+
+def _in(ns: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["ip", "netns", "exec", ns, *argv], capture_output=True, text=True, check=False
+    )
+
+
+@contextmanager
+def namespace(name: str) -> Iterator[str]:
+    _ip("netns", "add", name)
+    try:
+        _in(name, "ip", "link", "set", "lo", "up")
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+@attrs.define
+class Workload:
+    name: str
+    namespace: str
+    interface: str
+    address: str
+    ports: dict[int, str]
+
+
+@attrs.define
+class DemoNode:
+    """A node namespace with an uplink, and workloads behind veth pairs."""
+
+    stack: ExitStack
+    tag: str = attrs.field(factory=lambda: str(os.getpid()))
+    node: str = ""
+    workloads: list[Workload] = attrs.Factory(list)
+    processes: list[subprocess.Popen[str]] = attrs.Factory(list)
+
+    def __attrs_post_init__(self) -> None:
+        self.node = self.stack.enter_context(namespace(f"{PREFIX}node-{self.tag}"))
+        outside = self.stack.enter_context(namespace(f"{PREFIX}up-{self.tag}"))
+        _in(self.node, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        _ip(
+            "link",
+            "add",
+            "eth0",
+            "netns",
+            self.node,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            outside,
+        )
+        _in(self.node, "ip", "addr", "add", "192.0.2.1/24", "dev", "eth0")
+        _in(self.node, "ip", "link", "set", "eth0", "up")
+        _in(self.node, "ip", "route", "add", "default", "via", "192.0.2.2")
+        self.stack.callback(self._stop_processes)
+
+    def add_workload(
+        self, name: str, interface: str, address: str, ports: dict[int, str], mac: str = ""
+    ) -> Workload:
+        ns = self.stack.enter_context(namespace(f"{PREFIX}{len(self.workloads)}-{self.tag}"))
+        _ip(
+            "link",
+            "add",
+            interface,
+            "netns",
+            self.node,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            ns,
+        )
+        if mac:
+            # The endpoint's MAC is what Felix pins in the node's ARP table.
+            _in(ns, "ip", "link", "set", "eth0", "address", mac)
+        for command in (
+            ("addr", "add", f"{address}/32", "dev", "eth0"),
+            ("link", "set", "eth0", "up"),
+            ("route", "add", GATEWAY, "dev", "eth0", "scope", "link"),
+            ("route", "add", "default", "via", GATEWAY, "dev", "eth0"),
+        ):
+            _in(ns, "ip", *command)
+        _in(self.node, "ip", "link", "set", interface, "up")
+        workload = Workload(name, ns, interface, address, ports)
+        self.workloads.append(workload)
+        if ports:
+            server = subprocess.Popen(
+                ["ip", "netns", "exec", ns, sys.executable, "-c", SERVER, *map(str, ports)],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            assert server.stdout is not None
+            server.stdout.readline()
+            self.processes.append(server)
+        return workload
+
+    def start_agent(self, manifests: Path, hostname: str) -> subprocess.Popen[str]:
+        agent = subprocess.Popen(
+            [
+                "ip",
+                "netns",
+                "exec",
+                self.node,
+                sys.executable,
+                "-m",
+                "pyfelix",
+                "run",
+                "--hostname",
+                hostname,
+                "--datastore",
+                str(manifests),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        self.processes.append(agent)
+        return agent
+
+    def programmed(self) -> bool:
+        routes = _in(self.node, "ip", "route", "show", "proto", "80").stdout
+        return all(f"{w.address} dev {w.interface}" in routes for w in self.workloads)
+
+    def connects(self, source: Workload, destination: Workload, port: int) -> bool:
+        result = _in(
+            source.namespace, sys.executable, "-c", CLIENT, destination.address, str(port), "0.5"
+        )
+        return result.stdout.strip() == "ok"
+
+    def _stop_processes(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+
+
+def _localise(resources: Sequence[Resource], hostname: str) -> list[Resource]:
+    return [
+        attrs.evolve(r, spec=attrs.evolve(r.spec, node=hostname))
+        if isinstance(r, WorkloadEndpoint)
+        else r
+        for r in resources
+    ]
+
+
+def run_demo(resources: Sequence[Resource], out: TextIO = sys.stdout) -> int:
+    """Build the node, run the agent, print the connectivity matrix; 0 if all as explained."""
+    local = _localise(resources, DEMO_NODE)
+
+    def print_(text: str) -> None:
+        print(text, file=out, flush=True)
+
+    with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="pyfelix-demo-") as tmp:
+        manifests = Path(tmp)
+        (manifests / "cluster.yaml").write_text(
+            yaml.safe_dump_all([r.to_manifest() for r in local], sort_keys=False)
+        )
+        node = DemoNode(stack)
+        endpoints = [r for r in local if isinstance(r, WorkloadEndpoint)]
+        for wep in endpoints:
+            ports = {p.port: p.name for p in wep.spec.ports} or {8080: ""}
+            address = wep.spec.ip_networks[0].split("/")[0]
+            node.add_workload(
+                wep.spec.pod or wep.name, wep.spec.interface_name, address, ports, wep.spec.mac
+            )
+        agent = node.start_agent(manifests, DEMO_NODE)
+        print_(f"node {node.node}: {len(endpoints)} workloads, agent pid {agent.pid}")
+        deadline = time.monotonic() + READY_TIMEOUT
+        while not node.programmed() and time.monotonic() < deadline and agent.poll() is None:
+            time.sleep(0.2)
+        if not node.programmed():
+            print_("the agent did not program the node in time")
+            return 1
+        time.sleep(0.5)
+        view, dataplane = compute(local, DEMO_NODE)
+        del view
+        explainer = Explainer(dataplane)
+        mismatches = 0
+        print_(f"{'from':<14} {'to':<14} {'port':<18} {'result':<8} why")
+        for source in node.workloads:
+            for destination in node.workloads:
+                if source is destination:
+                    continue
+                for port, name in sorted(destination.ports.items()):
+                    seen = node.connects(source, destination, port)
+                    verdict = explainer.explain(
+                        Flow(source.address, destination.address, "tcp", port)
+                    )
+                    flag = "" if seen == verdict.allowed else "  (!! differs from the explanation)"
+                    mismatches += seen != verdict.allowed
+                    label = f"tcp/{port}" + (f" ({name})" if name else "")
+                    result = "allowed" if seen else "denied"
+                    columns = f"{source.name:<14} {destination.name:<14} {label:<18} {result:<8}"
+                    print_(f"{columns} {verdict.reason}{flag}")
+        return 1 if mismatches else 0

@@ -1,0 +1,191 @@
+"""Explain a policy decision: which policy (or tier end, or profile) decides a flow, and how.
+
+It walks the same state the dataplane is given — the endpoints' ordered tiers, the active
+policies' and profiles' rules, the IP sets' members — the way the rendered chains do: egress of
+the source endpoint, then ingress of the destination; per tier, the first rule that matches
+decides (Pass moves to the next tier, Log goes on); a tier with policies and no verdict drops
+unless its default action is Pass; then the profiles; then drop.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Sequence
+
+import attrs
+
+from pyfelix import messages as m
+from pyfelix import model
+from pyfelix.calc.rule_scanner import IPSetData, side_ipsets
+from pyfelix.resources.rules import Port
+from pyfelix_dataplane.dryrun import DryRunDataplane
+
+PROTOCOLS = {"tcp": 6, "udp": 17, "icmp": 1, "icmpv6": 58, "sctp": 132, "udplite": 136}
+
+
+@attrs.frozen
+class Flow:
+    src_ip: str
+    dst_ip: str
+    protocol: str = "tcp"
+    dst_port: int | None = None
+    icmp_type: int | None = None
+
+
+@attrs.frozen
+class Verdict:
+    allowed: bool
+    reason: str
+
+
+def _in_nets(ip: str, nets: Sequence[str]) -> bool:
+    address = ipaddress.ip_address(ip)
+    return any(
+        address.version == ipaddress.ip_network(n).version
+        and address in ipaddress.ip_network(n, strict=False)
+        for n in nets
+    )
+
+
+@attrs.define
+class Explainer:
+    dataplane: DryRunDataplane
+
+    def _members(self, data: IPSetData) -> set[str]:
+        return self.dataplane.ipsets.get(data.id, ("", set()))[1]
+
+    def _in_set(self, data: IPSetData, ip: str) -> bool:
+        return _in_nets(ip, [m for m in self._members(data) if "," not in m])
+
+    def _protocol_matches(self, wanted: int | str | None, flow: Flow) -> bool:
+        if wanted is None:
+            return True
+        number = PROTOCOLS.get(flow.protocol, -1)
+        return wanted in (flow.protocol, number)
+
+    def _ports_match(
+        self, ports: Sequence[Port], named: Sequence[IPSetData], ip: str, flow: Flow
+    ) -> bool:
+        port = flow.dst_port
+        if port is None:
+            return False
+        numeric = any(p.min_port <= port <= p.max_port for p in ports if not p.is_named)
+        by_name = any(f"{ip},{flow.protocol}:{port}" in self._members(n) for n in named)
+        return numeric or by_name
+
+    def rule_matches(self, rule: model.Rule, flow: Flow) -> bool:
+        if not self._protocol_matches(rule.protocol, flow):
+            return False
+        if rule.not_protocol is not None and self._protocol_matches(rule.not_protocol, flow):
+            return False
+        version = ipaddress.ip_address(flow.src_ip).version
+        if rule.ip_version not in (None, version):
+            return False
+        if rule.icmp_type is not None and (flow.icmp_type != rule.icmp_type):
+            return False
+        if rule.not_icmp_type is not None and flow.icmp_type == rule.not_icmp_type:
+            return False
+        # Source side: the flow's source port is ephemeral, so source ports never match.
+        if rule.src_ports or (rule.src_nets and not _in_nets(flow.src_ip, rule.src_nets)):
+            return False
+        if _in_nets(flow.src_ip, rule.not_src_nets):
+            return False
+        src_sets, _ = side_ipsets(rule.src_selector, (), rule.protocol)
+        if any(not self._in_set(s, flow.src_ip) for s in src_sets):
+            return False
+        if rule.not_src_selector and self._in_set(
+            IPSetData(selector=rule.not_src_selector), flow.src_ip
+        ):
+            return False
+        if rule.src_service:
+            service = IPSetData(service=f"{rule.src_service_namespace}/{rule.src_service}")
+            if flow.src_ip not in self._members(service):
+                return False
+        # Destination side.
+        if rule.dst_nets and not _in_nets(flow.dst_ip, rule.dst_nets):
+            return False
+        if _in_nets(flow.dst_ip, rule.not_dst_nets):
+            return False
+        dst_sets, named = side_ipsets(rule.dst_selector, rule.dst_ports, rule.protocol)
+        if any(not self._in_set(s, flow.dst_ip) for s in dst_sets):
+            return False
+        if rule.dst_ports and not self._ports_match(rule.dst_ports, named, flow.dst_ip, flow):
+            return False
+        if rule.not_dst_ports:
+            _, not_named = side_ipsets(rule.dst_selector, rule.not_dst_ports, rule.protocol)
+            if self._ports_match(rule.not_dst_ports, not_named, flow.dst_ip, flow):
+                return False
+        if rule.not_dst_selector and self._in_set(
+            IPSetData(selector=rule.not_dst_selector), flow.dst_ip
+        ):
+            return False
+        if rule.dst_service:
+            service = IPSetData(
+                service=f"{rule.dst_service_namespace}/{rule.dst_service}", include_ports=True
+            )
+            if f"{flow.dst_ip},{flow.protocol}:{flow.dst_port}" not in self._members(service):
+                return False
+        return True
+
+    def _direction(self, endpoint: m.WorkloadEndpointUpdate, flow: Flow, inbound: bool) -> Verdict:
+        side = "ingress" if inbound else "egress"
+        for tier in endpoint.tiers:
+            policies = tier.ingress_policies if inbound else tier.egress_policies
+            if not policies:
+                continue
+            passed = False
+            for policy_id in policies:
+                policy = self.dataplane.policies[policy_id].policy
+                rules = policy.inbound_rules if inbound else policy.outbound_rules
+                verdict = self._first_verdict(rules, flow)
+                name = f"{tier.name}/{policy_id}"
+                if verdict == "allow":
+                    return Verdict(True, f"{side} allowed by {name}")
+                if verdict == "deny":
+                    return Verdict(False, f"{side} denied by {name}")
+                if verdict == "next-tier":
+                    passed = True
+                    break
+            if not passed and tier.default_action != "Pass":
+                return Verdict(False, f"{side} dropped at the end of tier {tier.name}")
+        for profile_id in endpoint.endpoint.profile_ids:
+            profile = self.dataplane.profiles.get(profile_id)
+            if profile is None:
+                continue
+            rules = profile.profile.inbound_rules if inbound else profile.profile.outbound_rules
+            verdict = self._first_verdict(rules, flow)
+            if verdict == "allow":
+                return Verdict(True, f"{side} allowed by profile {profile_id}")
+            if verdict == "deny":
+                return Verdict(False, f"{side} denied by profile {profile_id}")
+        return Verdict(False, f"{side} dropped: no profile matched")
+
+    def _first_verdict(self, rules: Sequence[model.Rule], flow: Flow) -> str:
+        for rule in rules:
+            if rule.action == "log" or not self.rule_matches(rule, flow):
+                continue
+            return rule.action
+        return ""
+
+    def explain(self, flow: Flow) -> Verdict:
+        """The decision for a flow between two local workloads (egress, then ingress)."""
+        source = self._endpoint(flow.src_ip)
+        destination = self._endpoint(flow.dst_ip)
+        reasons = []
+        if source is not None:
+            egress = self._direction(source, flow, inbound=False)
+            if not egress.allowed:
+                return egress
+            reasons.append(egress.reason)
+        if destination is not None:
+            ingress = self._direction(destination, flow, inbound=True)
+            if not ingress.allowed:
+                return ingress
+            reasons.append(ingress.reason)
+        return Verdict(True, "; ".join(reasons) or "no policy applies")
+
+    def _endpoint(self, ip: str) -> m.WorkloadEndpointUpdate | None:
+        for update in self.dataplane.workloads.values():
+            if _in_nets(ip, update.endpoint.ipv4_nets + update.endpoint.ipv6_nets):
+                return update
+        return None
