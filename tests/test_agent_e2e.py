@@ -5,6 +5,7 @@ namespace: the agent runs under ``ip netns exec``."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -16,6 +17,9 @@ from pathlib import Path
 import pytest
 
 from pyfelix.demo import CLIENT, GATEWAY, SERVER
+from pyfelix.dryrun import compute
+from pyfelix.resources import load_paths
+from pyfelix_dataplane.rules.render import render
 from tests.conftest import REPO
 from tests.netns import run_in, temporary_netns
 from tests.workloads import ip
@@ -271,3 +275,116 @@ def test_health_metrics_and_clean_stop(cluster: Cluster) -> None:
     assert cluster.agent.wait(timeout=10) == 0
     assert cluster.connects(CLIENT_IP, SERVER_IP, 8080)
     assert "cali-FORWARD" in run_in(cluster.node, "iptables-nft-save").stdout
+
+
+ECHO_SERVER = """
+import socket, threading
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 7000)); s.listen(4)
+def echo(c):
+    while data := c.recv(64):
+        c.sendall(data)
+print("ready", flush=True)
+while True:
+    c, _ = s.accept(); threading.Thread(target=echo, args=(c,), daemon=True).start()
+"""
+LONG_CLIENT = """
+import socket, sys
+c = socket.create_connection((sys.argv[1], 7000), timeout=2)
+for line in sys.stdin:
+    c.sendall(line.encode()); print(c.recv(64).decode().strip(), flush=True)
+"""
+
+
+def test_restart_keeps_established_connections(cluster: Cluster) -> None:
+    """Restarting the agent leaves an established allowed connection working, and new
+    connections keep succeeding: nothing is torn down while the new agent starts."""
+    server = subprocess.Popen(
+        ["ip", "netns", "exec", cluster.workloads[SERVER_IP], sys.executable, "-c", ECHO_SERVER],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    cluster.servers.append(server)
+    assert server.stdout is not None
+    assert server.stdout.readline().strip() == "ready"
+    cluster.start_agent()
+    assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 8080))
+    client = subprocess.Popen(
+        [
+            "ip",
+            "netns",
+            "exec",
+            cluster.workloads[CLIENT_IP],
+            sys.executable,
+            "-c",
+            LONG_CLIENT,
+            SERVER_IP,
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    cluster.servers.append(client)
+    assert client.stdin is not None
+    assert client.stdout is not None
+
+    def echo(word: str) -> str:
+        assert client.stdin is not None
+        assert client.stdout is not None
+        client.stdin.write(word + "\n")
+        client.stdin.flush()
+        return client.stdout.readline().strip()
+
+    assert echo("before") == "before"
+    assert cluster.agent is not None
+    cluster.agent.terminate()
+    assert cluster.agent.wait(timeout=10) == 0
+    cluster.start_agent()
+    assert echo("during") == "during"
+    assert cluster.connects(CLIENT_IP, SERVER_IP, 8080)
+    time.sleep(2)
+    assert echo("after") == "after"
+    assert cluster.connects(CLIENT_IP, SERVER_IP, 8080)
+
+
+IPTC_DUMP = """
+import json, iptc
+out = {}
+for name in ("filter", "raw", "mangle", "nat"):
+    table = iptc.Table(name)
+    table.refresh()
+    for chain in table.chains:
+        if chain.name.startswith("cali-"):
+            out[name + "/" + chain.name] = [
+                m.parameters.get("comment", "") for r in chain.rules for m in r.matches
+                if m.name == "comment" and m.parameters.get("comment", "").startswith("cali:")
+            ]
+print(json.dumps(out))
+"""
+
+
+def test_python_iptables_agrees_with_the_legacy_backend(cluster: Cluster) -> None:
+    """With IptablesBackend Legacy, python-iptables (libiptc, independent of our code) reads
+    exactly the cali chains and rule ids the renderer computed for this node."""
+    base = cluster.manifests / "base.yaml"
+    base.write_text(
+        base.read_text().replace(
+            "iptablesRefreshInterval: 1s", "iptablesRefreshInterval: 1s\n  iptablesBackend: Legacy"
+        )
+    )
+    cluster.start_agent()
+    assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 8080))
+    result = run_in(cluster.node, sys.executable, "-c", IPTC_DUMP)
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout)
+    resources = [item.resource for item in load_paths([cluster.manifests]).resources]
+    _, dataplane = compute(resources, "node")
+    rendered = render(dataplane, versions=(4,))
+    # python-iptables cuts a comment at "--" (it parses it like an option), so ids are compared
+    # up to the first "--" on both sides.
+    expected = {
+        f"{table}/{chain.name}": [f"cali:{h}".split("--")[0] for h in chain.rule_hashes()]
+        for table, chains in rendered.chains[4].items()
+        for chain in chains
+    }
+    assert {k: [c.split("--")[0] for c in v] for k, v in seen.items()} == expected

@@ -92,18 +92,25 @@ class LinuxDriver:
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         self._started = trio.current_time()
-        backend = await detect_backend((self.state.config or {}).get("IptablesBackend", "auto"))
-        versions = [4] + ([6] if available(f"ip6tables-{backend}") else [])
-        writers = {
-            (version, table): IptablesWriter(table, version, backend)
-            for version in versions
-            for table in TABLES
-        }
-        ipsets, routes = IpsetWriter(), RouteWriter()
-        log.info("programming with iptables-%s for IPv%s", backend, "/".join(map(str, versions)))
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._report_status)
             task_status.started()
+            # The configuration (IptablesBackend, refresh intervals) arrives with the snapshot:
+            # nothing is written, nor the backend chosen, before InSync.
+            while not self.state.in_sync:
+                await self._wake.wait()
+                self._wake = trio.Event()
+            configured = (self.state.config or {}).get("IptablesBackend", "auto")
+            backend = await detect_backend(configured)
+            versions = [4] + ([6] if available(f"ip6tables-{backend}") else [])
+            writers = {
+                (version, table): IptablesWriter(table, version, backend)
+                for version in versions
+                for table in TABLES
+            }
+            ipsets, routes = IpsetWriter(), RouteWriter()
+            log.info("programming with iptables-%s, IPv%s", backend, "/".join(map(str, versions)))
+            self._wake.set()
             retry = RETRY_START
             while True:
                 refresh = _seconds(self.state.config, "IptablesRefreshInterval", 180.0)
