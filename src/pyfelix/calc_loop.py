@@ -9,6 +9,8 @@ datastore's IN_SYNC.
 
 from __future__ import annotations
 
+import gc
+
 import attrs
 import trio
 
@@ -114,6 +116,10 @@ class CalcLoop:
             self._in_sync_sent = True
             self._pending.append(m.InSync())
             self.health.ready = True
+            # The snapshot is long-lived: move it out of the collector's reach, so full
+            # collections do not walk it again and again (they stall every update otherwise).
+            gc.collect()
+            gc.freeze()
         messages = list(self._pending)
         self._pending.clear()
         for message in messages:

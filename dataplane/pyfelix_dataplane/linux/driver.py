@@ -28,7 +28,7 @@ from pyfelix_dataplane.rules.render import HOOKS, TABLES, render
 
 log = logging.getLogger(__name__)
 
-MIN_APPLY_INTERVAL = 0.05
+MIN_APPLY_INTERVAL = 0.01
 RETRY_START = 0.2
 RETRY_MAX = 10.0
 
@@ -54,6 +54,7 @@ class LinuxDriver:
     last_script: dict[str, str] = attrs.Factory(dict)
     _wake: trio.Event = attrs.Factory(trio.Event)
     _reported_in_sync: bool = False
+    _written: dict[Any, Any] = attrs.Factory(dict)
     _statuses: dict[Any, str] = attrs.Factory(dict)
     _started: float = 0.0
 
@@ -112,21 +113,24 @@ class LinuxDriver:
             log.info("programming with iptables-%s, IPv%s", backend, "/".join(map(str, versions)))
             self._wake.set()
             retry = RETRY_START
+            next_refresh = trio.current_time()
             while True:
-                refresh = _seconds(self.state.config, "IptablesRefreshInterval", 180.0)
-                with trio.move_on_after(refresh if self.state.in_sync else 3600):
+                with trio.move_on_at(next_refresh):
                     await self._wake.wait()
                 self._wake = trio.Event()
-                if not self.state.in_sync:
-                    continue
+                refresh = trio.current_time() >= next_refresh
+                if refresh:
+                    interval = _seconds(self.state.config, "IptablesRefreshInterval", 180.0)
+                    next_refresh = trio.current_time() + (interval or 180.0)
                 await trio.sleep(MIN_APPLY_INTERVAL)
                 try:
-                    await self._apply_all(writers, ipsets, routes, versions)
+                    await self._apply_all(writers, ipsets, routes, versions, refresh)
                 except (DataplaneWriteError, OSError, trio.TooSlowError) as exc:
                     log.warning("dataplane apply failed (retrying in %.1fs): %s", retry, exc)
                     await trio.sleep(retry)
                     retry = min(retry * 2, RETRY_MAX)
-                    self._wake.set()
+                    self._written.clear()
+                    next_refresh = trio.current_time()
                     continue
                 retry = RETRY_START
                 if not self._reported_in_sync:
@@ -139,21 +143,47 @@ class LinuxDriver:
         ipsets: IpsetWriter,
         routes: RouteWriter,
         versions: list[int],
+        refresh: bool,
     ) -> None:
-        rendered = render(self.state, versions=versions)
+        """Write what changed since the last apply; on ``refresh`` re-read and repair all."""
+        if refresh:
+            self._written.clear()
+        started = trio.current_time()
+        rendered = render(self.state, versions=versions, with_text=False)
         desired_sets = rendered.ipsets
-        await ipsets.apply_updates(desired_sets)
-        route_results = await routes.apply(self.desired_routes())
+        rendered_at = trio.current_time()
+        await ipsets.apply_updates(desired_sets, refresh=refresh)
+        sets_at = trio.current_time()
+        desired_routes = self.desired_routes()
+        route_results = self._written.get("routes-result", {})
+        if self._written.get("routes") != desired_routes:
+            route_results = await routes.apply(desired_routes)
+            if "waiting" not in route_results.values():
+                self._written["routes"] = desired_routes
+            self._written["routes-result"] = route_results
+        routes_at = trio.current_time()
         for (version, table), writer in writers.items():
             chains = rendered.chains[version][table]
+            if self._written.get((version, table)) == chains:
+                continue
             hooks = [(kernel, ours) for kernel, ours in HOOKS[table]]
             if table == "nat":
                 hooks.append(("POSTROUTING", "cali-POSTROUTING"))
             script = await writer.apply(chains, hooks)
+            self._written[(version, table)] = chains
             if script:
                 self.last_script[f"ipv{version}/{table}"] = script
+        tables_at = trio.current_time()
         await ipsets.apply_deletions(desired_sets)
         self.applies += 1
+        log.debug(
+            "apply %d: render %.3fs, ipsets %.3fs, routes %.3fs, iptables %.3fs",
+            self.applies,
+            rendered_at - started,
+            sets_at - rendered_at,
+            routes_at - sets_at,
+            tables_at - routes_at,
+        )
         await self._report_endpoints(route_results)
 
     async def _report_status(self) -> None:

@@ -49,12 +49,20 @@ DesiredSets = Mapping[str, tuple[str, frozenset[str]]]
 
 
 class IpsetWriter:
+    """Remembers what it wrote, so steady-state updates are pure deltas; ``refresh`` re-reads
+    the kernel first (to repair drift)."""
+
+    def __init__(self) -> None:
+        self._known: dict[str, KernelSet] | None = None
+
     async def read(self) -> dict[str, KernelSet]:
         return parse_save(await run(["ipset", "save"]))
 
-    async def apply_updates(self, desired: DesiredSets) -> str:
+    async def apply_updates(self, desired: DesiredSets, refresh: bool = False) -> str:
         """Create, fill and fix sets so the kernel holds ``desired``; returns the script used."""
-        kernel = await self.read()
+        if refresh or self._known is None:
+            self._known = await self.read()
+        kernel = self._known
         lines = []
         for name, (set_type, members) in sorted(desired.items()):
             family = "inet6" if name.startswith("cali60") else "inet"
@@ -82,13 +90,23 @@ class IpsetWriter:
                 lines.extend(f"add {name} {m} -exist" for m in sorted(wanted - current.members))
         script = "\n".join(lines) + "\n" if lines else ""
         if script:
-            await run(["ipset", "restore"], script)
+            try:
+                await run(["ipset", "restore"], script)
+            except BaseException:
+                self._known = None
+                raise
+        for name, (set_type, members) in desired.items():
+            written = frozenset(_normal(m) for m in members)
+            self._known[name] = KernelSet(set_type, maxelem_for(len(written)), written)
         return script
 
     async def apply_deletions(self, desired: DesiredSets) -> list[str]:
         """Destroy our sets that are no longer wanted (call after iptables stopped using them)."""
-        kernel = await self.read()
+        kernel = self._known if self._known is not None else await self.read()
         stale = sorted(n for n in kernel if n.startswith(OURS) and n not in desired)
         if stale:
-            await run(["ipset", "restore"], "".join(f"destroy {n}\n" for n in stale))
+            try:
+                await run(["ipset", "restore"], "".join(f"destroy {n}\n" for n in stale))
+            finally:
+                self._known = None
         return stale

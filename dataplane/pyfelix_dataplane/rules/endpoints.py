@@ -10,6 +10,7 @@ profiles, each followed by return-if-accepted; finally drop.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from pyfelix import messages as m
@@ -29,6 +30,7 @@ def endpoint_chain_name(prefix: str, interface: str) -> str:
     return length_limited(prefix, interface)
 
 
+@functools.lru_cache(maxsize=65536)
 def endpoint_chain(
     name: str,
     *,

@@ -8,6 +8,7 @@ anything before it changes, and the Linux driver can tell which chains differ fr
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 from collections.abc import Iterable, Sequence
 
@@ -49,6 +50,11 @@ class Chain:
     name: str
     rules: tuple[Rule, ...] = ()
 
+    @functools.cached_property
+    def hashes(self) -> tuple[str, ...]:
+        """The rule ids, computed once per chain value."""
+        return tuple(self.rule_hashes())
+
     def rule_hashes(self) -> list[str]:
         """Felix's rule ids: a SHA-224 chain seeded with the chain name, each step hashing the
         previous raw digest and ``-A <chain> HASH <rule>``; the id is 16 base64url characters.
@@ -63,7 +69,7 @@ class Chain:
 
     def lines(self) -> list[str]:
         out = []
-        for rule, rule_hash in zip(self.rules, self.rule_hashes(), strict=True):
+        for rule, rule_hash in zip(self.rules, self.hashes, strict=True):
             out.append(f'-A {self.name} -m comment --comment "cali:{rule_hash}" {rule.body()}')
         return out
 

@@ -10,6 +10,7 @@ scratch marks, then the main rule tests them.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import attrs
@@ -236,6 +237,9 @@ def rules_chain(
     return Chain(name, tuple(out))
 
 
+# Rendering is a pure function of frozen values; policies rarely change between applies, so
+# their chains are cached (bounded: a few thousand policies at most are active on a node).
+@functools.lru_cache(maxsize=16384)
 def policy_chains(policy: m.ActivePolicyUpdate, ctx: RuleContext) -> list[Chain]:
     pid = policy.id
     label = f"{pid.kind} {pid.namespace + '/' if pid.namespace else ''}{pid.name}"
@@ -249,6 +253,7 @@ def policy_chains(policy: m.ActivePolicyUpdate, ctx: RuleContext) -> list[Chain]
     ]
 
 
+@functools.lru_cache(maxsize=16384)
 def profile_chains(profile: m.ActiveProfileUpdate, ctx: RuleContext) -> list[Chain]:
     label = f"Profile {profile.id}"
     return [

@@ -115,7 +115,11 @@ def _hooks(table: str) -> list[str]:
     return lines
 
 
-def render(dp: DryRunDataplane, versions: Iterable[int] = (4, 6)) -> Rendered:
+def render(
+    dp: DryRunDataplane, versions: Iterable[int] = (4, 6), *, with_text: bool = True
+) -> Rendered:
+    """Chains per version and table, and the kernel's ipsets; ``with_text`` also builds the
+    restore scripts (the dry-run prints them; the Linux driver only needs the chains)."""
     settings = Settings.from_config(dp.config)
     special_sets = _special_ipsets(dp)
     all_sets = {k: (t, members) for k, (t, members) in dp.ipsets.items()} | special_sets
@@ -124,9 +128,10 @@ def render(dp: DryRunDataplane, versions: Iterable[int] = (4, 6)) -> Rendered:
     for version in versions:
         tables = _render_version(dp, settings, version, special_sets)
         chains[version] = {t: tuple(c) for t, c in tables.items()}
-        iptables[version] = {
-            table: restore_script(table, tables[table], _hooks(table)) for table in TABLES
-        }
+        if with_text:
+            iptables[version] = {
+                table: restore_script(table, tables[table], _hooks(table)) for table in TABLES
+            }
     versions = tuple(chains)
     kernel_sets = {
         ipset_rendering.ipset_name(set_id, version): (
@@ -136,9 +141,8 @@ def render(dp: DryRunDataplane, versions: Iterable[int] = (4, 6)) -> Rendered:
         for version in versions
         for set_id, (set_type, members) in all_sets.items()
     }
-    return Rendered(
-        iptables, ipset_rendering.restore_script(all_sets, versions), chains, kernel_sets
-    )
+    script = ipset_rendering.restore_script(all_sets, versions) if with_text else ""
+    return Rendered(iptables, script, chains, kernel_sets)
 
 
 def _special_ipsets(dp: DryRunDataplane) -> dict[str, tuple[str, set[str]]]:

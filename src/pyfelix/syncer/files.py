@@ -4,7 +4,8 @@ Start-up loads every manifest, emits the resulting Updates and then IN_SYNC. Aft
 change is turned into the Updates of exactly the resources that changed:
 
 * inotify (on the kernel fd, awaited with ``trio.lowlevel.wait_readable``) reports paths; changes
-  are gathered until the directory has been quiet for ``debounce`` seconds, so an editor's
+  are gathered until the directory has been quiet for ``debounce`` seconds (20 ms: an
+  editor's rename burst is far shorter, and edits reach the kernel quickly), so an editor's
   save-by-rename or delete-and-recreate is seen as one change, never as delete-then-add;
 * a file being written (modified but not yet closed) is left alone until its writer closes it,
   or ``write_timeout`` passes, so a half-written file is never read;
@@ -43,12 +44,13 @@ class FileSyncer:
 
     root: Path
     callbacks: SyncerCallbacks
-    debounce: float = 0.1
+    debounce: float = 0.02
     write_timeout: float = 5.0
     poll_interval: float = 2.0
     use_inotify: bool = True
-    _files: dict[Path, tuple[Located, ...]] = attrs.Factory(dict)
+    _files: dict[Path, dict[Identity, Located]] = attrs.Factory(dict)
     _current: dict[Identity, Resource] = attrs.Factory(dict)
+    _providers: dict[Identity, set[Path]] = attrs.Factory(dict)
     _converter: Converter = attrs.Factory(Converter)
     _revision: int = 0
     _stats: dict[Path, tuple[int, int]] = attrs.Factory(dict)
@@ -151,10 +153,22 @@ class FileSyncer:
         return (stat.st_mtime_ns, stat.st_size)
 
     def _refresh(self, paths: Iterable[Path]) -> None:
-        """Re-read ``paths`` and emit the Updates of the resources that changed."""
+        """Re-read ``paths`` and emit the Updates of the resources that changed.
+
+        Only identities defined (before or after) in those files are re-examined, so an edit
+        costs what the edited file holds, not what the whole directory holds.
+        """
+        affected: set[Identity] = set()
         for path in sorted(set(paths)):
+            before = set(self._files.get(path, {}))
             self._read(path)
-        self._emit()
+            after = set(self._files.get(path, {}))
+            for identity in before - after:
+                self._providers.get(identity, set()).discard(path)
+            for identity in after:
+                self._providers.setdefault(identity, set()).add(path)
+            affected |= before | after
+        self._emit(affected)
 
     def _read(self, path: Path) -> None:
         try:
@@ -174,29 +188,34 @@ class FileSyncer:
         if result.unparsable:
             log.warning("%s: keeping the resources it held until it parses again", path)
             return
-        self._files[path] = result.resources
+        self._files[path] = {item.key: item for item in result.resources}
 
-    def _union(self) -> dict[Identity, Resource]:
-        union: dict[Identity, Resource] = {}
-        for path in sorted(self._files):
-            for item in self._files[path]:
-                if item.key in union:
-                    log.warning("%s: duplicate %s ignored", path, item.resource.ident)
-                    continue
-                union[item.key] = item.resource
-        return union
+    def _winner(self, identity: Identity) -> Resource | None:
+        """The definition from the first path (in sort order) that defines ``identity``."""
+        paths = sorted(self._providers.get(identity, ()))
+        if not paths:
+            self._providers.pop(identity, None)
+            return None
+        if len(paths) > 1:
+            log.warning(
+                "%s defined in %s; using %s", identity, ", ".join(map(str, paths)), paths[0]
+            )
+        item = self._files.get(paths[0], {}).get(identity)
+        return item.resource if item is not None else None
 
-    def _emit(self) -> None:
-        union = self._union()
+    def _emit(self, affected: Iterable[Identity]) -> None:
         self._revision += 1
         revision = str(self._revision)
         updates: list[Update] = []
-        for identity in list(self._current) + [i for i in union if i not in self._current]:
-            old, new = self._current.get(identity), union.get(identity)
+        for identity in sorted(affected):
+            old, new = self._current.get(identity), self._winner(identity)
             if old == new:
                 continue
+            if new is None:
+                del self._current[identity]
+            else:
+                self._current[identity] = new
             updates.extend(self._converter.update(identity, new, revision))
-        self._current = union
         if updates:
             self.callbacks.on_updates(updates)
 
