@@ -68,7 +68,11 @@ kind: NetworkPolicy
 metadata: {name: web, namespace: app}
 spec:
   selector: app == "server"
-  ingress: [{action: Allow, protocol: TCP, destination: {ports: [PORT]}}]
+  ingress:
+  - action: Allow
+    protocol: TCP
+    source: {selector: app == "client"}
+    destination: {ports: [PORT]}
 """
 
 
@@ -216,7 +220,8 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
 
 def test_agent_programs_routes_and_policy(cluster: Cluster) -> None:
     """The agent routes to its workloads and enforces policy; edits apply within seconds;
-    tampering with its chains is repaired by the next refresh."""
+    tampering (a flushed chain, a removed FORWARD jump, a deleted workload route, deleted
+    IP set members) is repaired by the next refresh."""
     (cluster.manifests / "policy.yaml").write_text(POLICY.replace("PORT", "http"))
     cluster.start_agent()
     assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 8080)), "never programmed"
@@ -240,6 +245,24 @@ def test_agent_programs_routes_and_policy(cluster: Cluster) -> None:
         return "-A cali-tw-calisrv" in text and "-A FORWARD" in text
 
     assert eventually(repaired, timeout=5)
+
+    run_in(cluster.node, "ip", "route", "del", f"{SERVER_IP}/32")
+    sets = run_in(cluster.node, "ipset", "list", "-n").stdout.split()
+    cluster_set = next(name for name in sets if name.startswith("cali40s:"))
+    before = run_in(cluster.node, "ipset", "save", cluster_set).stdout
+    for line in before.splitlines():
+        if line.startswith("add "):
+            run_in(cluster.node, "ipset", "del", cluster_set, line.split()[2])
+
+    def routes_and_sets_repaired() -> bool:
+        routes = run_in(cluster.node, "ip", "route", "show", "proto", "80").stdout
+        return (
+            f"{SERVER_IP} dev calisrv" in routes
+            and run_in(cluster.node, "ipset", "save", cluster_set).stdout == before
+        )
+
+    assert eventually(routes_and_sets_repaired, timeout=5)
+    assert cluster.connects(CLIENT_IP, SERVER_IP, 9090)
     assert cluster.agent is not None
     assert cluster.agent.poll() is None
 

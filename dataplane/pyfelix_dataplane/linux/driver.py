@@ -104,8 +104,9 @@ class LinuxDriver:
             configured = (self.state.config or {}).get("IptablesBackend", "auto")
             backend = await detect_backend(configured)
             versions = [4] + ([6] if available(f"ip6tables-{backend}") else [])
+            insert_mode = (self.state.config or {}).get("ChainInsertMode", "insert").lower()
             writers = {
-                (version, table): IptablesWriter(table, version, backend)
+                (version, table): IptablesWriter(table, version, backend, insert_mode)
                 for version in versions
                 for table in TABLES
             }
