@@ -10,19 +10,17 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
-from pyfelix.demo import CLIENT, GATEWAY, SERVER
+from pyfelix.demo import DemoNode, Workload
 from pyfelix.dryrun import compute
 from pyfelix.resources import load_paths
 from pyfelix_dataplane.rules.render import render
-from tests.conftest import REPO
-from tests.netns import run_in, temporary_netns
-from tests.workloads import ip
+from tests.netns import run_in
 
 pytestmark = pytest.mark.netns
 
@@ -77,122 +75,27 @@ spec:
 
 
 class Cluster:
+    """A demo node (pyfelix.demo) driven by the tests: workloads by address, one agent."""
+
     def __init__(self, stack: ExitStack, manifests: Path) -> None:
-        self.stack = stack
         self.manifests = manifests
-        self.node = stack.enter_context(temporary_netns("node"))
-        run_in(self.node, "sysctl", "-qw", "net.ipv4.ip_forward=1")
-        # An uplink with a default route, as a real node has: proxy ARP needs somewhere to route.
-        self.outside = stack.enter_context(temporary_netns("out"))
-        subprocess.run(
-            [
-                "ip",
-                "link",
-                "add",
-                "eth0",
-                "netns",
-                self.node,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                "eth0",
-                "netns",
-                self.outside,
-            ],
-            check=True,
-        )
-        ip(self.node, "addr", "add", "192.0.2.1/24", "dev", "eth0")
-        ip(self.node, "link", "set", "eth0", "up")
-        ip(self.node, "route", "add", "default", "via", "192.0.2.2")
+        self.demo = DemoNode(stack, tag=f"e2e-{os.getpid()}")
+        self.node = self.demo.node
         self.workloads: dict[str, str] = {}
-        self.servers: list[subprocess.Popen[str]] = []
+        self.servers = self.demo.processes
         self.agent: subprocess.Popen[str] | None = None
+        self._by_address: dict[str, Workload] = {}
 
-    def add_workload(self, interface: str, address: str) -> None:
-        ns = self.stack.enter_context(temporary_netns("wl"))
-        subprocess.run(
-            [
-                "ip",
-                "link",
-                "add",
-                interface,
-                "netns",
-                self.node,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                "eth0",
-                "netns",
-                ns,
-            ],
-            check=True,
-        )
-        ip(ns, "addr", "add", f"{address}/32", "dev", "eth0")
-        ip(ns, "link", "set", "eth0", "up")
-        ip(ns, "route", "add", GATEWAY, "dev", "eth0", "scope", "link")
-        ip(ns, "route", "add", "default", "via", GATEWAY, "dev", "eth0")
-        ip(self.node, "link", "set", interface, "up")
-        self.workloads[address] = ns
-
-    def serve(self, address: str, ports: list[int]) -> None:
-        process = subprocess.Popen(
-            [
-                "ip",
-                "netns",
-                "exec",
-                self.workloads[address],
-                sys.executable,
-                "-c",
-                SERVER,
-                *map(str, ports),
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert process.stdout is not None
-        assert process.stdout.readline().strip() == "ready"
-        self.servers.append(process)
+    def add_workload(self, interface: str, address: str, ports: Sequence[int] = ()) -> None:
+        workload = self.demo.add_workload(interface, interface, address, dict.fromkeys(ports, ""))
+        self._by_address[address] = workload
+        self.workloads[address] = workload.namespace
 
     def connects(self, source: str, destination: str, port: int) -> bool:
-        result = run_in(
-            self.workloads[source], sys.executable, "-c", CLIENT, destination, str(port), "0.5"
-        )
-        return result.stdout.strip() == "ok"
+        return self.demo.connects(self._by_address[source], self._by_address[destination], port)
 
     def start_agent(self) -> None:
-        self.agent = subprocess.Popen(
-            [
-                "ip",
-                "netns",
-                "exec",
-                self.node,
-                sys.executable,
-                "-m",
-                "pyfelix",
-                "run",
-                "--hostname",
-                "node",
-                "--datastore",
-                str(self.manifests),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=REPO,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-
-    def stop(self) -> None:
-        for process in [*self.servers, *([self.agent] if self.agent else [])]:
-            if process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+        self.agent = self.demo.start_agent(self.manifests, "node")
 
 
 def eventually(check: Callable[[], bool], timeout: float = 10.0) -> bool:
@@ -209,13 +112,9 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
     (tmp_path / "base.yaml").write_text(MANIFESTS)
     with ExitStack() as stack:
         cluster = Cluster(stack, tmp_path)
-        cluster.add_workload("calisrv", SERVER_IP)
+        cluster.add_workload("calisrv", SERVER_IP, [8080, 9090])
         cluster.add_workload("calicli", CLIENT_IP)
-        cluster.serve(SERVER_IP, [8080, 9090])
-        try:
-            yield cluster
-        finally:
-            cluster.stop()
+        yield cluster
 
 
 def test_agent_programs_routes_and_policy(cluster: Cluster) -> None:

@@ -12,6 +12,13 @@ from tests.conftest import REPO
 pytestmark = pytest.mark.netns
 
 
+def demo_namespaces() -> list[str]:
+    listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True)
+    return sorted(
+        line.split()[0] for line in listing.stdout.splitlines() if line.startswith("pfd-")
+    )
+
+
 def test_demo_matrix_matches_explanations() -> None:
     """The agent programs a namespace node from the example; every observed TCP verdict agrees
     with the explanation, and nothing is left behind."""
