@@ -310,3 +310,18 @@ def test_python_iptables_agrees_with_the_legacy_backend(cluster: Cluster) -> Non
         for chain in chains
     }
     assert {k: [c.split("--")[0] for c in v] for k, v in seen.items()} == expected
+
+
+def test_interface_appearing_later_is_routed_at_once(tmp_path: Path) -> None:
+    """With a long refresh interval, a workload whose interface appears after the agent has
+    started is still routed and reachable within seconds: the netlink monitor triggers it."""
+    (tmp_path / "base.yaml").write_text(
+        MANIFESTS.replace("iptablesRefreshInterval: 1s", "iptablesRefreshInterval: 600s")
+    )
+    with ExitStack() as stack:
+        cluster = Cluster(stack, tmp_path)
+        cluster.add_workload("calicli", CLIENT_IP)
+        cluster.start_agent()
+        time.sleep(1.5)
+        cluster.add_workload("calisrv", SERVER_IP, [8080])
+        assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 8080), timeout=5)

@@ -1,7 +1,8 @@
 """The Linux driver: the dry-run dataplane's state, rendered and written into the kernel.
 
-``apply`` (called by the connector for every message) only updates the in-memory state; the
-apply loop, once the first InSync has arrived, reconciles the kernel: ipset creations and
+```apply`` (called by the connector for every message) only updates the in-memory state; the
+apply loop, once the first InSync has arrived (or a workload interface appears, as the netlink
+monitor reports), reconciles the kernel: ipset creations and
 updates, routes, every iptables table (IPv4, and IPv6 where ip6tables exists), then ipset
 deletions. Applies are throttled; a failure is logged with the failing line and retried with
 backoff; a periodic refresh re-reads the kernel and repairs drift (IptablesRefreshInterval).
@@ -23,6 +24,7 @@ from pyfelix_dataplane.dryrun import DryRunDataplane
 from pyfelix_dataplane.linux.commands import DataplaneWriteError, available
 from pyfelix_dataplane.linux.ipsets import IpsetWriter
 from pyfelix_dataplane.linux.iptables import IptablesWriter, detect_backend
+from pyfelix_dataplane.linux.monitor import watch_interfaces
 from pyfelix_dataplane.linux.routes import RouteWriter, WorkloadRoute
 from pyfelix_dataplane.rules.render import HOOKS, TABLES, render
 
@@ -62,6 +64,12 @@ class LinuxDriver:
         self.state.apply(msg)
         self._wake.set()
 
+    def _on_interface(self, name: str) -> None:
+        """A link changed: if it is a local workload's, re-route now rather than at refresh."""
+        if any(update.endpoint.name == name for update in self.state.workloads.values()):
+            self._written.pop("routes", None)
+            self._wake.set()
+
     def endpoint_statuses(self, route_results: dict[str, str]) -> dict[Any, str]:
         """ "up" when every address of a workload is routed, "down" while its interface is
         missing or down (what Felix reports when EndpointReportingEnabled)."""
@@ -95,6 +103,7 @@ class LinuxDriver:
         self._started = trio.current_time()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._report_status)
+            nursery.start_soon(watch_interfaces, self._on_interface)
             task_status.started()
             # The configuration (IptablesBackend, refresh intervals) arrives with the snapshot:
             # nothing is written, nor the backend chosen, before InSync.
