@@ -65,9 +65,8 @@ def resources(extra: str) -> list[Resource]:
 @pytest.fixture
 def node() -> Iterator[Node]:
     with calico_node() as node:
-        node.add_workload("calisrv", SERVER)
+        node.add_workload("calisrv", SERVER, [8080, 9090])
         node.add_workload("calicli", CLIENT)
-        node.serve(SERVER, [8080, 9090])
         yield node
 
 
