@@ -110,11 +110,9 @@ def manifests(tmp_path: Path) -> Path:
     return target
 
 
-def test_run_dry_run_follows_changes_and_restarts_on_config(manifests: Path) -> None:
-    """The agent prints each message as it goes and the chains each burst changed, follows
-    file edits, and exits 129 when a configuration change needs a restart."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen(
+def start_dry_run_agent(manifests: Path) -> subprocess.Popen[str]:
+    """``pyfelix run --dry-run`` for node-a on ``manifests``, output unbuffered for reading."""
+    return subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -130,8 +128,14 @@ def test_run_dry_run_follows_changes_and_restarts_on_config(manifests: Path) -> 
         stderr=subprocess.PIPE,
         text=True,
         cwd=REPO,
-        env=env,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
+
+
+def test_run_dry_run_follows_changes_and_restarts_on_config(manifests: Path) -> None:
+    """The agent prints each message as it goes and the chains each burst changed, follows
+    file edits, and exits 129 when a configuration change needs a restart."""
+    process = start_dry_run_agent(manifests)
     try:
         seen = wait_for(process, "InSync")
         assert any(line.startswith("WorkloadEndpointUpdate") for line in seen)
@@ -161,24 +165,7 @@ def test_run_warns_about_invalid_resources_and_goes_on(manifests: Path) -> None:
         "metadata: {name: broken}\nspec:\n  selector: all()\n"
         "  ingress: [{action: Allow, destination: {ports: [80]}}]\n"
     )
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "pyfelix",
-            "run",
-            "--dry-run",
-            "--hostname",
-            "node-a",
-            "--datastore",
-            str(manifests),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+    process = start_dry_run_agent(manifests)
     try:
         seen = wait_for(process, "InSync")
         assert not any("broken" in line for line in seen)
