@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pyfelix.demo import DemoNode, Workload
+from pyfelix.demo import CLIENT, SERVER, DemoNode, Workload
 from pyfelix.dryrun import compute
 from pyfelix.resources import load_paths
 from pyfelix_dataplane.rules.render import render
@@ -325,3 +325,31 @@ def test_interface_appearing_later_is_routed_at_once(tmp_path: Path) -> None:
         time.sleep(1.5)
         cluster.add_workload("calisrv", SERVER_IP, [8080])
         assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 8080), timeout=5)
+
+
+@pytest.mark.parametrize(("action", "reachable"), [("Drop", False), ("Accept", True)])
+def test_default_endpoint_to_host_action(tmp_path: Path, action: str, reachable: bool) -> None:
+    """Traffic from a workload to its own node is governed by DefaultEndpointToHostAction,
+    after the workload's egress policy has allowed it."""
+    manifests = MANIFESTS.replace(
+        "iptablesRefreshInterval: 1s",
+        f"iptablesRefreshInterval: 1s\n  defaultEndpointToHostAction: {action}",
+    )
+    (tmp_path / "base.yaml").write_text(manifests)
+    with ExitStack() as stack:
+        cluster = Cluster(stack, tmp_path)
+        cluster.add_workload("calisrv", SERVER_IP, [8080])
+        cluster.add_workload("calicli", CLIENT_IP)
+        host_server = subprocess.Popen(
+            ["ip", "netns", "exec", cluster.node, sys.executable, "-c", SERVER, "7777"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        cluster.servers.append(host_server)
+        assert host_server.stdout is not None
+        assert host_server.stdout.readline().strip() == "ready"
+        cluster.start_agent()
+        assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 8080))
+        client_ns = cluster.workloads[CLIENT_IP]
+        result = run_in(client_ns, sys.executable, "-c", CLIENT, "192.0.2.1", "7777", "0.5")
+        assert (result.stdout.strip() == "ok") is reachable
