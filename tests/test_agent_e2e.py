@@ -353,3 +353,40 @@ def test_default_endpoint_to_host_action(tmp_path: Path, action: str, reachable:
         client_ns = cluster.workloads[CLIENT_IP]
         result = run_in(client_ns, sys.executable, "-c", CLIENT, "192.0.2.1", "7777", "0.5")
         assert (result.stdout.strip() == "ok") is reachable
+
+
+HOST_ENDPOINT = """
+---
+apiVersion: projectcalico.org/v3
+kind: HostEndpoint
+metadata: {name: node-uplink, labels: {role: uplink}}
+spec: {node: node, interfaceName: eth0, expectedIPs: [192.0.2.1]}
+"""
+
+
+def test_host_endpoint_with_failsafe_ports(tmp_path: Path) -> None:
+    """A host endpoint with no policy and no profile drops traffic into the node, except on
+    the failsafe ports (tcp/22 by default)."""
+    (tmp_path / "base.yaml").write_text(MANIFESTS + HOST_ENDPOINT)
+    with ExitStack() as stack:
+        cluster = Cluster(stack, tmp_path)
+        cluster.add_workload("calisrv", SERVER_IP, [8080])
+        cluster.add_workload("calicli", CLIENT_IP)
+        host_server = subprocess.Popen(
+            ["ip", "netns", "exec", cluster.node, sys.executable, "-c", SERVER, "22", "7777"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        cluster.servers.append(host_server)
+        assert host_server.stdout is not None
+        assert host_server.stdout.readline().strip() == "ready"
+        outside = cluster.demo.outside
+
+        def reaches(port: int) -> bool:
+            result = run_in(outside, sys.executable, "-c", CLIENT, "192.0.2.1", str(port), "0.5")
+            return result.stdout.strip() == "ok"
+
+        assert reaches(7777)
+        cluster.start_agent()
+        assert eventually(lambda: not reaches(7777))
+        assert reaches(22)

@@ -88,7 +88,19 @@ def example_resources() -> list[Resource]:
 @pytest.mark.parametrize("hostname", ["node-a", "node-b"])
 def test_example_loads(backend: str, hostname: str) -> None:
     """The bundled example's scripts, for each node, load into the kernel."""
-    load(scripts(example_resources(), hostname), backend)
+    view = scripts(example_resources(), hostname)
+    if hostname == "node-a":
+        # Packets from a host endpoint are ingress to the host: its inbound policy applies.
+        filter_v4 = view["iptables"]["ipv4"]["filter"].splitlines()
+        assert any(
+            line.startswith("-A cali-fh-eth1") and "--jump cali-pi-gnp/host-ssh" in line
+            for line in filter_v4
+        )
+        assert any(
+            line.startswith("-A cali-from-host-endpoint") and "--goto cali-fh-eth1" in line
+            for line in filter_v4
+        )
+    load(view, backend)
 
 
 @pytest.mark.parametrize("backend", ["legacy", "nft"])

@@ -90,6 +90,7 @@ class DemoNode:
     stack: ExitStack
     tag: str = attrs.field(factory=lambda: str(os.getpid()))
     node: str = ""
+    outside: str = ""
     workloads: list[Workload] = attrs.Factory(list)
     processes: list[subprocess.Popen[str]] = attrs.Factory(list)
 
@@ -114,6 +115,10 @@ class DemoNode:
         _in(self.node, "ip", "addr", "add", "192.0.2.1/24", "dev", "eth0")
         _in(self.node, "ip", "link", "set", "eth0", "up")
         _in(self.node, "ip", "route", "add", "default", "via", "192.0.2.2")
+        # The far end of the uplink stands for "the rest of the network".
+        self.outside = outside
+        _in(outside, "ip", "addr", "add", "192.0.2.2/24", "dev", "eth0")
+        _in(outside, "ip", "link", "set", "eth0", "up")
         self.stack.callback(self._stop_processes)
 
     def add_workload(

@@ -412,8 +412,8 @@ def _host_endpoint_chains(
             continue
         profiles = update.endpoint.profile_ids
         for prefix, inbound, failsafe in (
-            ("cali-th-", True, "cali-failsafe-out"),
-            ("cali-fh-", False, "cali-failsafe-in"),
+            ("cali-th-", False, "cali-failsafe-out"),
+            ("cali-fh-", True, "cali-failsafe-in"),
         ):
             name = endpoint_chain_name(prefix, interface)
             filter_chains.append(
