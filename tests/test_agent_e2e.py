@@ -31,6 +31,8 @@ kind: FelixConfiguration
 metadata: {name: default}
 spec:
   iptablesRefreshInterval: 1s
+  ipsetsRefreshInterval: 1s
+  routeRefreshInterval: 1s
   reportingInterval: 1s
   healthEnabled: true
   healthHost: 127.0.0.1
@@ -312,11 +314,40 @@ def test_python_iptables_agrees_with_the_legacy_backend(cluster: Cluster) -> Non
     assert {k: [c.split("--")[0] for c in v] for k, v in seen.items()} == expected
 
 
+def test_each_area_refreshes_on_its_own_interval(tmp_path: Path) -> None:
+    """RouteRefreshInterval repairs a deleted route while, with a long IptablesRefreshInterval,
+    a flushed chain stays flushed: each area of the kernel is re-read on its own period."""
+    (tmp_path / "base.yaml").write_text(
+        MANIFESTS.replace("iptablesRefreshInterval: 1s", "iptablesRefreshInterval: 600s")
+    )
+    with ExitStack() as stack:
+        cluster = Cluster(stack, tmp_path)
+        cluster.add_workload("calisrv", SERVER_IP, [8080])
+        cluster.add_workload("calicli", CLIENT_IP)
+        cluster.start_agent()
+        assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 8080))
+        saved = run_in(cluster.node, "iptables-nft-save", "-t", "filter").stdout
+        chain = next(
+            line.split()[1] for line in saved.splitlines() if line.startswith("-A cali-tw-calisrv")
+        )
+        run_in(cluster.node, "iptables-nft", "-F", chain)
+        run_in(cluster.node, "ip", "route", "del", f"{SERVER_IP}/32")
+
+        def route_back() -> bool:
+            routes = run_in(cluster.node, "ip", "route", "show", "proto", "80").stdout
+            return f"{SERVER_IP} dev calisrv" in routes
+
+        assert eventually(route_back, timeout=5)
+        time.sleep(1.5)
+        listed = run_in(cluster.node, "iptables-nft", "-S", chain).stdout.splitlines()
+        assert listed == [f"-N {chain}"]
+
+
 def test_interface_appearing_later_is_routed_at_once(tmp_path: Path) -> None:
     """With a long refresh interval, a workload whose interface appears after the agent has
     started is still routed and reachable within seconds: the netlink monitor triggers it."""
     (tmp_path / "base.yaml").write_text(
-        MANIFESTS.replace("iptablesRefreshInterval: 1s", "iptablesRefreshInterval: 600s")
+        MANIFESTS.replace("RefreshInterval: 1s", "RefreshInterval: 600s")
     )
     with ExitStack() as stack:
         cluster = Cluster(stack, tmp_path)

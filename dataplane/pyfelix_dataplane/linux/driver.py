@@ -1,17 +1,19 @@
 """The Linux driver: the dry-run dataplane's state, rendered and written into the kernel.
 
-```apply`` (called by the connector for every message) only updates the in-memory state; the
+``apply`` (called by the connector for every message) only updates the in-memory state; the
 apply loop, once the first InSync has arrived (or a workload interface appears, as the netlink
 monitor reports), reconciles the kernel: ipset creations and
 updates, routes, every iptables table (IPv4, and IPv6 where ip6tables exists), then ipset
 deletions. Applies are throttled; a failure is logged with the failing line and retried with
-backoff; a periodic refresh re-reads the kernel and repairs drift (IptablesRefreshInterval).
+backoff; periodic refreshes re-read the kernel and repair drift (IptablesRefreshInterval,
+IpsetsRefreshInterval and RouteRefreshInterval, each on its own schedule).
 The first successful apply is reported as DataplaneInSync.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from datetime import UTC, datetime
 from typing import Any
 
@@ -46,6 +48,40 @@ def _seconds(config: dict[str, str] | None, name: str, default: float) -> float:
             return parse_duration(value)
         except ParamError:
             return default
+
+
+#: Each area of the kernel is re-read on its own period, as Felix does, so a tampered route is
+#: repaired without also paying for an iptables-save of every table.
+REFRESH_INTERVALS = {
+    "iptables": ("IptablesRefreshInterval", 180.0),
+    "ipsets": ("IpsetsRefreshInterval", 90.0),
+    "routes": ("RouteRefreshInterval", 90.0),
+}
+
+
+@attrs.define
+class RefreshSchedule:
+    """When each area (iptables, ipsets, routes) is next due to be re-read from the kernel.
+
+    Every area is due on the first apply; an interval of 0 disables that area's refresh.
+    """
+
+    _due_at: dict[str, float] = attrs.Factory(lambda: dict.fromkeys(REFRESH_INTERVALS, 0.0))
+
+    def next_due(self) -> float:
+        return min(self._due_at.values())
+
+    def take_due(self, now: float, config: dict[str, str] | None) -> frozenset[str]:
+        due = frozenset(area for area, when in self._due_at.items() if when <= now)
+        for area in due:
+            name, default = REFRESH_INTERVALS[area]
+            interval = _seconds(config, name, default)
+            self._due_at[area] = now + interval if interval > 0 else math.inf
+        return due
+
+    def make_all_due(self, now: float) -> None:
+        for area in self._due_at:
+            self._due_at[area] = now
 
 
 @attrs.define(eq=False)
@@ -123,24 +159,21 @@ class LinuxDriver:
             log.info("programming with iptables-%s, IPv%s", backend, "/".join(map(str, versions)))
             self._wake.set()
             retry = RETRY_START
-            next_refresh = trio.current_time()
+            refresh = RefreshSchedule()
             while True:
-                with trio.move_on_at(next_refresh):
+                with trio.move_on_at(refresh.next_due()):
                     await self._wake.wait()
                 self._wake = trio.Event()
-                refresh = trio.current_time() >= next_refresh
-                if refresh:
-                    interval = _seconds(self.state.config, "IptablesRefreshInterval", 180.0)
-                    next_refresh = trio.current_time() + (interval or 180.0)
+                due = refresh.take_due(trio.current_time(), self.state.config)
                 await trio.sleep(MIN_APPLY_INTERVAL)
                 try:
-                    await self._apply_all(writers, ipsets, routes, versions, refresh)
+                    await self._apply_all(writers, ipsets, routes, versions, due)
                 except (DataplaneWriteError, OSError, trio.TooSlowError) as exc:
                     log.warning("dataplane apply failed (retrying in %.1fs): %s", retry, exc)
                     await trio.sleep(retry)
                     retry = min(retry * 2, RETRY_MAX)
                     self._written.clear()
-                    next_refresh = trio.current_time()
+                    refresh.make_all_due(trio.current_time())
                     continue
                 retry = RETRY_START
                 if not self._reported_in_sync:
@@ -153,16 +186,19 @@ class LinuxDriver:
         ipsets: IpsetWriter,
         routes: RouteWriter,
         versions: list[int],
-        refresh: bool,
+        due: frozenset[str],
     ) -> None:
-        """Write what changed since the last apply; on ``refresh`` re-read and repair all."""
-        if refresh:
-            self._written.clear()
+        """Write what changed since the last apply; re-read and repair the ``due`` areas."""
+        if "iptables" in due:
+            for key in [key for key in self._written if isinstance(key, tuple)]:
+                del self._written[key]
+        if "routes" in due:
+            self._written.pop("routes", None)
         started = trio.current_time()
         rendered = render(self.state, versions=versions, with_text=False)
         desired_sets = rendered.ipsets
         rendered_at = trio.current_time()
-        await ipsets.apply_updates(desired_sets, refresh=refresh)
+        await ipsets.apply_updates(desired_sets, refresh="ipsets" in due)
         sets_at = trio.current_time()
         desired_routes = self.desired_routes()
         route_results = self._written.get("routes-result", {})
