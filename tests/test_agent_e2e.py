@@ -421,3 +421,125 @@ def test_host_endpoint_with_failsafe_ports(tmp_path: Path) -> None:
         cluster.start_agent()
         assert eventually(lambda: not reaches(7777))
         assert reaches(22)
+
+
+OUTSIDER_IP = "10.65.0.4"
+SEMANTICS = """
+apiVersion: projectcalico.org/v3
+kind: Profile
+metadata: {name: open}
+spec:
+  ingress: [{action: Allow}]
+  egress: [{action: Allow}]
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: app, labels: {team: blue}}
+---
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkSet
+metadata: {name: servers, labels: {role: servers}}
+spec: {nets: [10.65.0.2/32]}
+---
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {name: blue-to-server}
+spec:
+  selector: app == "server"
+  ingress:
+  - {action: Allow, protocol: TCP, source: {namespaceSelector: team == "blue"},
+     destination: {ports: [8080, 9090]}}
+---
+apiVersion: projectcalico.org/v3
+kind: WorkloadEndpoint
+metadata: {name: node-k8s-server-eth0, namespace: app, labels: {app: server}}
+spec:
+  {orchestrator: k8s, node: node, pod: server, endpoint: eth0, interfaceName: calisrv,
+   ipNetworks: [10.65.0.2/32], profiles: [open, kns.app]}
+---
+apiVersion: projectcalico.org/v3
+kind: WorkloadEndpoint
+metadata: {name: node-k8s-outsider-eth0, namespace: other, labels: {app: client}}
+spec:
+  {orchestrator: k8s, node: node, pod: outsider, endpoint: eth0, interfaceName: calioth,
+   ipNetworks: [10.65.0.4/32], profiles: [open, kns.other]}
+"""
+CLIENT_WEP = """
+apiVersion: projectcalico.org/v3
+kind: WorkloadEndpoint
+metadata: {name: node-k8s-client-eth0, namespace: app, labels: {app: LABEL}}
+spec:
+  {orchestrator: k8s, node: node, pod: client, endpoint: eth0, interfaceName: calicli,
+   ipNetworks: [10.65.0.3/32], profiles: [open, kns.app]}
+"""
+OTHER_NAMESPACE = """
+apiVersion: v1
+kind: Namespace
+metadata: {name: other, labels: {team: TEAM}}
+"""
+EGRESS = """
+apiVersion: projectcalico.org/v3
+kind: NetworkPolicy
+metadata: {name: no-9090-to-servers, namespace: app}
+spec:
+  selector: app == "client"
+  types: [Egress]
+  egress:
+  - action: Deny
+    protocol: TCP
+    # A namespaced policy's selectors stay in its namespace unless told otherwise.
+    destination: {namespaceSelector: global(), selector: role == "servers", ports: [9090]}
+  - {action: Allow}
+"""
+
+
+def seconds_until(check: Callable[[], bool], timeout: float = 5.0) -> float:
+    """Seconds from now to the start of the first passing ``check``."""
+    started = time.monotonic()
+    while True:
+        attempt = time.monotonic()
+        if check():
+            return attempt - started
+        assert attempt - started < timeout, "never happened"
+        time.sleep(0.02)
+
+
+def test_policy_semantics_and_live_edits(tmp_path: Path) -> None:
+    """Through the running agent: a global ingress policy on namespace labels, a namespaced
+    egress policy on a network set; each edit (policy deleted or re-added, a workload's or
+    a namespace's labels changed) takes effect within a second."""
+    (tmp_path / "base.yaml").write_text(MANIFESTS.partition("---")[0] + "---" + SEMANTICS)
+    (tmp_path / "client.yaml").write_text(CLIENT_WEP.replace("LABEL", "client"))
+    (tmp_path / "other.yaml").write_text(OTHER_NAMESPACE.replace("TEAM", "red"))
+    (tmp_path / "egress.yaml").write_text(EGRESS)
+    with ExitStack() as stack:
+        cluster = Cluster(stack, tmp_path)
+        cluster.add_workload("calisrv", SERVER_IP, [8080, 9090])
+        cluster.add_workload("calicli", CLIENT_IP)
+        cluster.add_workload("calioth", OUTSIDER_IP)
+        cluster.start_agent()
+
+        def client(port: int) -> Callable[[], bool]:
+            return lambda: cluster.connects(CLIENT_IP, SERVER_IP, port)
+
+        def client_denied(port: int) -> Callable[[], bool]:
+            return lambda: not cluster.connects(CLIENT_IP, SERVER_IP, port)
+
+        assert eventually(client(8080)), "never programmed"
+        assert not cluster.connects(CLIENT_IP, SERVER_IP, 9090), "egress deny via network set"
+        assert not cluster.connects(OUTSIDER_IP, SERVER_IP, 8080), "namespace not blue"
+
+        (tmp_path / "egress.yaml").unlink()
+        assert seconds_until(client(9090)) < 1.0, "deleting the policy restores access"
+
+        (tmp_path / "egress.yaml").write_text(EGRESS)
+        assert seconds_until(client_denied(9090)) < 1.0, "re-adding the policy denies again"
+
+        (tmp_path / "client.yaml").write_text(CLIENT_WEP.replace("LABEL", "batch"))
+        assert seconds_until(client(9090)) < 1.0, "the policy no longer selects the client"
+        assert cluster.connects(CLIENT_IP, SERVER_IP, 8080)
+
+        (tmp_path / "other.yaml").write_text(OTHER_NAMESPACE.replace("TEAM", "blue"))
+        assert seconds_until(lambda: cluster.connects(OUTSIDER_IP, SERVER_IP, 8080)) < 1.0
+        assert cluster.agent is not None
+        assert cluster.agent.poll() is None
