@@ -173,3 +173,26 @@ def test_run_warns_about_invalid_resources_and_goes_on(manifests: Path) -> None:
         process.terminate()
         _, stderr = process.communicate(timeout=10)
     assert "invalid GlobalNetworkPolicy/broken treated as absent" in stderr
+
+
+@pytest.mark.parametrize(("where", "debug_shown"), [("env", True), ("config", False)])
+def test_log_severity_screen(
+    manifests: Path, monkeypatch: pytest.MonkeyPatch, where: str, debug_shown: bool
+) -> None:
+    """FELIX_LOGSEVERITYSCREEN=Debug shows the driver's debug lines; the datastore's
+    logSeverityScreen: Warning silences the info lines that follow the configuration."""
+    config = manifests / "00-cluster.yaml"
+    if where == "config":
+        config.write_text(
+            config.read_text().replace("logSeverityScreen: Info", "logSeverityScreen: Warning")
+        )
+    else:
+        monkeypatch.setenv("FELIX_LOGSEVERITYSCREEN", "Debug")
+    process = start_dry_run_agent(manifests)
+    try:
+        wait_for(process, "# IPv4 filter: chain cali-FORWARD")
+    finally:
+        process.terminate()
+        _, stderr = process.communicate(timeout=10)
+    assert (" DEBUG " in stderr) is debug_shown
+    assert (" INFO " in stderr) is debug_shown

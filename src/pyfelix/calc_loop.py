@@ -10,6 +10,7 @@ datastore's IN_SYNC.
 from __future__ import annotations
 
 import gc
+import logging
 
 import attrs
 import trio
@@ -21,6 +22,8 @@ from pyfelix.sequencer import EventSequencer
 from pyfelix.syncer.api import SyncStatus, Update
 from pyfelix.validation.filter import ValidationFilter
 from pyfelix.validation.kinds import ValidationContext
+
+log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL = 0.010
 BUCKET_SIZE = 10
@@ -122,6 +125,8 @@ class CalcLoop:
             gc.freeze()
         messages = list(self._pending)
         self._pending.clear()
+        if messages:
+            log.debug("flush %d: %d messages to the dataplane", self.flushes, len(messages))
         for message in messages:
             await self.output.send(message)
         self.messages_emitted += len(messages)

@@ -19,6 +19,7 @@ import trio
 
 from pyfelix import messages as m
 from pyfelix.errors import PyfelixError
+from pyfelix.logs import set_severity
 
 RESTART_EXIT_CODE = 129
 # Felix applies only these without a restart (the health timeouts live; the others are
@@ -75,6 +76,9 @@ class DataplaneConnector:
                 if changed - LIVE_CONFIG:
                     names = ", ".join(sorted(changed - LIVE_CONFIG))
                     raise RestartRequired(f"configuration changed: {names}")
+            else:
+                # A change of LogSeverityScreen restarts the agent, so the first is the one.
+                set_severity(new.get("LogSeverityScreen", "Info"))
             self.config = new
         elif isinstance(message, m.Encapsulation):
             if self.encapsulation is not None and message != self.encapsulation:
