@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -109,8 +110,8 @@ def main() -> None:
             for i in range(LOCAL)
         )
         ns_exec(ns, "ip", "-batch", "-", stdin=batch)
-        with tempfile.TemporaryDirectory() as tmp:
-            directory = Path(tmp)
+        with ExitStack() as stack:
+            directory = Path(stack.enter_context(tempfile.TemporaryDirectory()))
             write_manifests(directory, endpoints, policies)
             # The floor: the same final scripts, loaded directly.
             view, _ = compute([i.resource for i in load_paths([directory]).resources], NODE)
@@ -120,6 +121,8 @@ def main() -> None:
                 ns_exec(floor_ns, "iptables-nft-restore", stdin=text)
             floor = time.perf_counter() - start
 
+            log_path = directory / "agent.log"
+            log_file = stack.enter_context(log_path.open("w"))
             start = time.perf_counter()
             agent = subprocess.Popen(
                 [
@@ -137,13 +140,11 @@ def main() -> None:
                     str(directory),
                 ],
                 stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                text=True,
+                stderr=log_file,
             )
-            assert agent.stderr is not None
             # The driver logs when the first complete snapshot (InSync) reaches it.
-            while "programming with" not in agent.stderr.readline():
-                pass
+            while "programming with" not in log_path.read_text():
+                time.sleep(0.01)
             in_sync = time.perf_counter() - start
             while not programmed(ns):
                 time.sleep(0.01)
@@ -153,6 +154,12 @@ def main() -> None:
                 f"start to programmed: {startup:.2f} s, of which InSync to programmed "
                 f"{startup - in_sync:.2f} s; loading the final scripts directly: {floor:.2f} s"
             )
+            while "apply 1:" not in log_path.read_text():
+                time.sleep(0.01)
+            first_apply = next(
+                line for line in log_path.read_text().splitlines() if "apply 1:" in line
+            )
+            print("first apply, as the driver timed it:", first_apply.split("apply 1: ")[1])
 
             clients = ipset_name(IPSetData(selector='role == "client"').id)
             latencies = []

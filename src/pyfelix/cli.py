@@ -20,7 +20,7 @@ from pyfelix.datastore.layout import WATCH_PREFIX, decode
 from pyfelix.demo import run_demo
 from pyfelix.dryrun import compute, default_hostname, render_json, render_text
 from pyfelix.errors import ManifestError, Problem
-from pyfelix.logs import level_for
+from pyfelix.logs import set_severity
 from pyfelix.resources import load_paths
 from pyfelix.resources.loader import LoadResult, Located
 from pyfelix.validation import validate_loaded
@@ -93,11 +93,9 @@ def cmd_dry_run(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """The agent."""
-    logging.basicConfig(
-        # Until the datastore's FelixConfiguration arrives, only the environment can say.
-        level=level_for(os.environ.get("FELIX_LOGSEVERITYSCREEN", "Info")),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Until the datastore's FelixConfiguration arrives, only the environment can say.
+    set_severity(os.environ.get("FELIX_LOGSEVERITYSCREEN", "Info"))
     source = args.datastore or os.environ.get("PYFELIX_DATASTORE", "")
     if not source and os.environ.get("ETCD_ENDPOINTS"):
         first = os.environ["ETCD_ENDPOINTS"].split(",")[0].strip()

@@ -11,6 +11,9 @@ LEVELS = {
     "error": logging.ERROR,
     "fatal": logging.CRITICAL,
 }
+#: Debug applies to these; libraries stay at Info at most (pyroute2's debug log dumps every
+#: netlink message and slows programming tenfold).
+OURS = ("pyfelix", "pyfelix_dataplane")
 
 
 def level_for(severity: str) -> int:
@@ -19,4 +22,7 @@ def level_for(severity: str) -> int:
 
 
 def set_severity(severity: str) -> None:
-    logging.getLogger().setLevel(level_for(severity))
+    level = level_for(severity)
+    logging.getLogger().setLevel(max(level, logging.INFO))
+    for name in OURS:
+        logging.getLogger(name).setLevel(level)

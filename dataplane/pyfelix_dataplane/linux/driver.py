@@ -222,7 +222,9 @@ class LinuxDriver:
         tables_at = trio.current_time()
         await ipsets.apply_deletions(desired_sets)
         self.applies += 1
-        log.debug(
+        # The first apply (the start-up cost an operator waits for) is worth an Info line.
+        log.log(
+            logging.INFO if self.applies == 1 else logging.DEBUG,
             "apply %d: render %.3fs, ipsets %.3fs, routes %.3fs, iptables %.3fs",
             self.applies,
             rendered_at - started,

@@ -67,9 +67,7 @@ class IptablesWriter:
     ) -> str:
         """The restore transaction that takes ``state`` to the desired chains and hooks."""
         wanted = {chain.name: chain for chain in chains}
-        changed = [
-            chain for chain in chains if tuple(chain.rule_hashes()) != state.chains.get(chain.name)
-        ]
+        changed = [chain for chain in chains if chain.hashes != state.chains.get(chain.name)]
         stale = sorted(
             name for name in state.chains if name.startswith(PREFIX) and name not in wanted
         )
