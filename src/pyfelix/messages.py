@@ -54,7 +54,7 @@ class IPSetRemove:
     id: str
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class PolicyID:
     tier: str
     name: str
@@ -65,7 +65,7 @@ class PolicyID:
         return f"{self.namespace}/{self.name}" if self.namespace else self.name
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class ActivePolicyUpdate:
     id: PolicyID
     policy: model.Policy
@@ -87,7 +87,7 @@ class ActiveProfileRemove:
     id: str
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class TierInfo:
     """A tier as it applies to one endpoint: its policies in order, per direction."""
 

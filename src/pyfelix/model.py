@@ -188,7 +188,7 @@ def _origin() -> Any:
     return attrs.field(default=None, eq=False, repr=False, kw_only=True)
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class Rule:
     """A rule after conversion: selectors folded, action and protocol normalised.
 
@@ -227,7 +227,7 @@ class Rule:
     original_dst_namespace_selector: str = ""
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class Policy:
     namespace: str
     tier: str

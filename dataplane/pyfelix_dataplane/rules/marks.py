@@ -13,7 +13,7 @@ class MarkMaskTooSmall(ValueError):
     """The configured mask has fewer bits than the rules need."""
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class MarkBits:
     accept: int
     pass_: int

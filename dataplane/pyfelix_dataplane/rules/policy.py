@@ -82,7 +82,7 @@ def _family(cidr: str) -> int:
     return 6 if ":" in cidr else 4
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class RuleContext:
     """What rendering one rule needs: IP version, marks and how to name IP sets."""
 
