@@ -99,6 +99,18 @@ class Cluster:
     def start_agent(self) -> None:
         self.agent = self.demo.start_agent(self.manifests, "node")
 
+    def serve(self, namespace: str, code: str, *args: str) -> subprocess.Popen[str]:
+        """Run a Python listener in ``namespace``; return once it prints "ready"."""
+        server = subprocess.Popen(
+            ["ip", "netns", "exec", namespace, sys.executable, "-c", code, *args],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.servers.append(server)
+        assert server.stdout is not None
+        assert server.stdout.readline().strip() == "ready"
+        return server
+
 
 def eventually(check: Callable[[], bool], timeout: float = 10.0) -> bool:
     deadline = time.monotonic() + timeout
@@ -223,14 +235,7 @@ for line in sys.stdin:
 def test_restart_keeps_established_connections(cluster: Cluster) -> None:
     """Restarting the agent leaves an established allowed connection working, and new
     connections keep succeeding: nothing is torn down while the new agent starts."""
-    server = subprocess.Popen(
-        ["ip", "netns", "exec", cluster.workloads[SERVER_IP], sys.executable, "-c", ECHO_SERVER],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    cluster.servers.append(server)
-    assert server.stdout is not None
-    assert server.stdout.readline().strip() == "ready"
+    cluster.serve(cluster.workloads[SERVER_IP], ECHO_SERVER)
     cluster.start_agent()
     assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 8080))
     client = subprocess.Popen(
@@ -371,14 +376,7 @@ def test_default_endpoint_to_host_action(tmp_path: Path, action: str, reachable:
         cluster = Cluster(stack, tmp_path)
         cluster.add_workload("calisrv", SERVER_IP, [8080])
         cluster.add_workload("calicli", CLIENT_IP)
-        host_server = subprocess.Popen(
-            ["ip", "netns", "exec", cluster.node, sys.executable, "-c", SERVER, "7777"],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        cluster.servers.append(host_server)
-        assert host_server.stdout is not None
-        assert host_server.stdout.readline().strip() == "ready"
+        cluster.serve(cluster.node, SERVER, "7777")
         cluster.start_agent()
         assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 8080))
         client_ns = cluster.workloads[CLIENT_IP]
@@ -403,14 +401,7 @@ def test_host_endpoint_with_failsafe_ports(tmp_path: Path) -> None:
         cluster = Cluster(stack, tmp_path)
         cluster.add_workload("calisrv", SERVER_IP, [8080])
         cluster.add_workload("calicli", CLIENT_IP)
-        host_server = subprocess.Popen(
-            ["ip", "netns", "exec", cluster.node, sys.executable, "-c", SERVER, "22", "7777"],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        cluster.servers.append(host_server)
-        assert host_server.stdout is not None
-        assert host_server.stdout.readline().strip() == "ready"
+        cluster.serve(cluster.node, SERVER, "22", "7777")
         outside = cluster.demo.outside
 
         def reaches(port: int) -> bool:
