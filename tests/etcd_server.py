@@ -9,6 +9,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
@@ -30,9 +31,11 @@ class EtcdServer:
     """``tls`` is a directory with ca.pem, server.pem and server-key.pem: clients must then
     present a certificate signed by that CA."""
 
-    def __init__(self, data_dir: str, tls: Path | None = None) -> None:
+    def __init__(self, data_dir: str, tls: Path | None = None, netns: str = "") -> None:
         self.data_dir = data_dir
         self.tls = tls
+        #: Run inside this network namespace (its own 127.0.0.1), for an agent that runs there.
+        self.netns = netns
         self.client_port = free_port()
         self.peer_port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
@@ -62,6 +65,15 @@ class EtcdServer:
         ]
 
     def _healthy(self) -> bool:
+        if self.netns:
+            probe = f"import urllib.request as u; print(u.urlopen('{self.url}/health').read())"
+            result = subprocess.run(
+                ["ip", "netns", "exec", self.netns, sys.executable, "-c", probe],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            return "true" in result.stdout
         if self.tls is None:
             try:
                 with urllib.request.urlopen(f"{self.url}/health", timeout=1) as response:
@@ -73,8 +85,10 @@ class EtcdServer:
 
     def start(self, timeout: float = 20.0) -> None:
         peer = f"http://127.0.0.1:{self.peer_port}"
+        inside = ["ip", "netns", "exec", self.netns] if self.netns else []
         self.process = subprocess.Popen(
             [
+                *inside,
                 ETCD,
                 "--name",
                 "pft",

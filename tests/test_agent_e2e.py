@@ -20,6 +20,7 @@ from pyfelix.demo import CLIENT, SERVER, DemoNode, Workload
 from pyfelix.dryrun import compute
 from pyfelix.resources import load_paths
 from pyfelix_dataplane.rules.render import render
+from tests.etcd_server import EtcdServer
 from tests.netns import run_in
 
 pytestmark = pytest.mark.netns
@@ -96,8 +97,8 @@ class Cluster:
     def connects(self, source: str, destination: str, port: int) -> bool:
         return self.demo.connects(self._by_address[source], self._by_address[destination], port)
 
-    def start_agent(self) -> None:
-        self.agent = self.demo.start_agent(self.manifests, "node")
+    def start_agent(self, datastore: str = "") -> None:
+        self.agent = self.demo.start_agent(datastore or self.manifests, "node")
 
     def serve(self, namespace: str, code: str, *args: str) -> subprocess.Popen[str]:
         """Run a Python listener in ``namespace``; return once it prints "ready"."""
@@ -533,4 +534,54 @@ def test_policy_semantics_and_live_edits(tmp_path: Path) -> None:
         (tmp_path / "other.yaml").write_text(OTHER_NAMESPACE.replace("TEAM", "blue"))
         assert seconds_until(lambda: cluster.connects(OUTSIDER_IP, SERVER_IP, 8080)) < 1.0
         assert cluster.agent is not None
+        assert cluster.agent.poll() is None
+
+
+def test_etcd_datastore_lost_and_back(tmp_path: Path) -> None:
+    """With etcd as the datastore (inside the node namespace, written with ``pyfelix
+    datastore apply``): while etcd is down the kernel stays as it was and the agent keeps
+    running; when etcd returns, a policy edit made meanwhile takes effect."""
+    (tmp_path / "base.yaml").write_text(MANIFESTS)
+    (tmp_path / "policy.yaml").write_text(POLICY.replace("PORT", "8080"))
+    with ExitStack() as stack:
+        cluster = Cluster(stack, tmp_path / "unused")
+        cluster.add_workload("calisrv", SERVER_IP, [8080, 9090])
+        cluster.add_workload("calicli", CLIENT_IP)
+        (tmp_path / "etcd").mkdir()
+        etcd = EtcdServer(str(tmp_path / "etcd"), netns=cluster.node)
+        etcd.start()
+        stack.callback(etcd.stop)
+
+        def apply(path: Path) -> None:
+            run_in(
+                cluster.node,
+                sys.executable,
+                "-m",
+                "pyfelix",
+                "datastore",
+                "--datastore",
+                etcd.etcd_url,
+                "apply",
+                "-f",
+                str(path),
+            )
+
+        apply(tmp_path / "base.yaml")
+        apply(tmp_path / "policy.yaml")
+        cluster.start_agent(etcd.etcd_url)
+        assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 8080)), "never programmed"
+        assert not cluster.connects(CLIENT_IP, SERVER_IP, 9090)
+
+        etcd.stop()
+        time.sleep(3)  # three refresh intervals without a datastore
+        assert cluster.connects(CLIENT_IP, SERVER_IP, 8080)
+        assert not cluster.connects(CLIENT_IP, SERVER_IP, 9090)
+        assert cluster.agent is not None
+        assert cluster.agent.poll() is None
+
+        etcd.start()
+        (tmp_path / "policy.yaml").write_text(POLICY.replace("PORT", "9090"))
+        apply(tmp_path / "policy.yaml")
+        assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 9090), timeout=20)
+        assert not cluster.connects(CLIENT_IP, SERVER_IP, 8080)
         assert cluster.agent.poll() is None

@@ -163,7 +163,7 @@ class DemoNode:
             self.processes.append(server)
         return workload
 
-    def start_agent(self, manifests: Path, hostname: str) -> subprocess.Popen[str]:
+    def start_agent(self, datastore: Path | str, hostname: str) -> subprocess.Popen[str]:
         agent = subprocess.Popen(
             [
                 "ip",
@@ -177,7 +177,7 @@ class DemoNode:
                 "--hostname",
                 hostname,
                 "--datastore",
-                str(manifests),
+                str(datastore),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
