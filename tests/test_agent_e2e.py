@@ -206,6 +206,17 @@ def test_health_metrics_and_clean_stop(cluster: Cluster) -> None:
     metrics = fetch(cluster, "http://127.0.0.1:9091/metrics")
     assert "felix_calc_graph_updates_processed" in metrics
     assert "felix_active_local_endpoints 2" in metrics
+    values = {
+        line.split()[0]: float(line.split()[1])
+        for line in metrics.splitlines()
+        if line.startswith("felix_")
+    }
+    assert values["felix_int_dataplane_apply_time_seconds_count"] >= 1
+    assert values["felix_int_dataplane_apply_time_seconds_sum"] > 0
+    assert values["felix_iptables_restore_calls"] >= 4  # every table, at least IPv4
+    assert values["felix_iptables_save_calls"] >= 4
+    assert values["felix_ipset_calls"] >= 1
+    assert values["felix_iptables_restore_errors"] == values["felix_int_dataplane_failures"] == 0
     assert cluster.connects(CLIENT_IP, SERVER_IP, 8080)
     assert cluster.agent is not None
     cluster.agent.terminate()

@@ -33,6 +33,7 @@ from pyfelix.health import LIVENESS_TIMEOUT, HealthServer, prometheus
 from pyfelix.status import EtcdNodeStore, EtcdStatusReporter, WireguardKeyUpdater
 from pyfelix.syncer.etcd import EtcdSyncer
 from pyfelix.syncer.files import FileSyncer
+from pyfelix_dataplane.linux.commands import CALLS, ERRORS
 from pyfelix_dataplane.linux.driver import LinuxDriver
 from pyfelix_dataplane.printing import PrintingDriver
 
@@ -108,11 +109,26 @@ async def _serve_health(
                     len(graph.sequencer.policies.sent),
                 ),
                 "felix_ipsets_calico": ("gauge", "Calico IP sets.", len(graph.ipsets)),
-                "felix_int_dataplane_apply_count": (
-                    "counter",
-                    "Dataplane applies.",
+                "felix_int_dataplane_apply_time_seconds": (
+                    "summary",
+                    "Time in seconds that each dataplane apply took.",
+                    getattr(driver, "apply_seconds", 0.0),
                     getattr(driver, "applies", 0),
                 ),
+                "felix_int_dataplane_failures": (
+                    "counter",
+                    "Dataplane applies that failed (and were retried).",
+                    getattr(driver, "failures", 0),
+                ),
+                **{
+                    f"felix_{tool.replace('-', '_')}_{kind}": (
+                        "counter",
+                        f"Number of {tool} {kind}.",
+                        counts[tool],
+                    )
+                    for tool in ("ipset", "iptables-restore", "iptables-save")
+                    for kind, counts in (("calls", CALLS), ("errors", ERRORS))
+                },
             }
         )
 

@@ -65,9 +65,17 @@ class HealthServer:
             await trio.serve_listeners(self.handle, listeners, handler_nursery=nursery)
 
 
-def prometheus(metrics: dict[str, tuple[str, str, float]]) -> str:
-    """Prometheus text exposition: name -> (type, help, value)."""
+Metric = tuple[str, str, float] | tuple[str, str, float, float]
+
+
+def prometheus(metrics: dict[str, Metric]) -> str:
+    """Prometheus text exposition: name -> (type, help, value), or for a summary
+    (``"summary"``, help, sum, count) without quantiles."""
     lines = []
-    for name, (kind, help_text, value) in sorted(metrics.items()):
-        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", f"{name} {value:g}"]
+    for name, (kind, help_text, *values) in sorted(metrics.items()):
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+        if kind == "summary":
+            lines += [f"{name}_sum {values[0]:g}", f"{name}_count {values[1]:g}"]
+        else:
+            lines.append(f"{name} {values[0]:g}")
     return "\n".join(lines) + "\n"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections import Counter
 from collections.abc import Sequence
 
 import trio
@@ -15,6 +16,18 @@ from pyfelix.errors import PyfelixError
 # limit is a hung lock or a broken kernel, not a slow write.
 COMMAND_TIMEOUT = 30.0
 _FAILED_LINE = re.compile(r"line:? (\d+)", re.IGNORECASE)
+
+#: Calls and failures per kind of tool ("ipset", "iptables-restore", "iptables-save"), for
+#: Felix's metrics; one agent per process, so process-wide counters are the agent's.
+CALLS: Counter[str] = Counter()
+ERRORS: Counter[str] = Counter()
+
+
+def tool_kind(program: str) -> str:
+    """ip6tables-nft-restore and iptables-legacy-restore are both "iptables-restore"."""
+    if program.startswith(("iptables", "ip6tables")):
+        return "iptables-save" if program.endswith("-save") else "iptables-restore"
+    return program
 
 
 class DataplaneWriteError(PyfelixError):
@@ -28,6 +41,8 @@ class DataplaneWriteError(PyfelixError):
 
 async def run(argv: Sequence[str], stdin: str = "", check: bool = True) -> str:
     """Run a command, feed it ``stdin``, return its stdout; raise DataplaneWriteError."""
+    kind = tool_kind(argv[0])
+    CALLS[kind] += 1
     with trio.fail_after(COMMAND_TIMEOUT):
         result = await trio.run_process(
             list(argv),
@@ -38,6 +53,7 @@ async def run(argv: Sequence[str], stdin: str = "", check: bool = True) -> str:
         )
     stdout = result.stdout.decode(errors="replace")
     if check and result.returncode != 0:
+        ERRORS[kind] += 1
         stderr = result.stderr.decode(errors="replace")
         match = _FAILED_LINE.search(stderr)
         line = ""

@@ -89,6 +89,8 @@ class LinuxDriver:
     to_calc: Any
     state: DryRunDataplane = attrs.Factory(DryRunDataplane)
     applies: int = 0
+    failures: int = 0
+    apply_seconds: float = 0.0
     last_script: dict[str, str] = attrs.Factory(dict)
     _wake: trio.Event = attrs.Factory(trio.Event)
     _reported_in_sync: bool = False
@@ -170,6 +172,7 @@ class LinuxDriver:
                     await self._apply_all(writers, ipsets, routes, versions, due)
                 except (DataplaneWriteError, OSError, trio.TooSlowError) as exc:
                     log.warning("dataplane apply failed (retrying in %.1fs): %s", retry, exc)
+                    self.failures += 1
                     await trio.sleep(retry)
                     retry = min(retry * 2, RETRY_MAX)
                     self._written.clear()
@@ -222,6 +225,7 @@ class LinuxDriver:
         tables_at = trio.current_time()
         await ipsets.apply_deletions(desired_sets)
         self.applies += 1
+        self.apply_seconds += trio.current_time() - started
         # The first apply (the start-up cost an operator waits for) is worth an Info line.
         log.log(
             logging.INFO if self.applies == 1 else logging.DEBUG,
