@@ -532,6 +532,15 @@ def test_policy_semantics_and_live_edits(tmp_path: Path) -> None:
         assert not cluster.connects(CLIENT_IP, SERVER_IP, 9090), "egress deny via network set"
         assert not cluster.connects(OUTSIDER_IP, SERVER_IP, 8080), "namespace not blue"
 
+        def pings(source: str, destination: str) -> bool:
+            namespace = cluster.workloads[source]
+            return run_in(namespace, "ping", "-c1", "-W1", destination).returncode == 0
+
+        assert not pings(CLIENT_IP, SERVER_IP), "the server's policy admits TCP only"
+        # With no types and no egress rules, the policy governs ingress only (as calicoctl
+        # defaults it), so the server's egress falls to its open profile.
+        assert pings(SERVER_IP, CLIENT_IP)
+
         (tmp_path / "egress.yaml").unlink()
         assert seconds_until(client(9090)) < 1.0, "deleting the policy restores access"
 

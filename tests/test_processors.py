@@ -79,6 +79,21 @@ def test_policy_value() -> None:
     assert value.origin is policy
 
 
+def test_policy_types_default_as_calicoctl_defaults_them() -> None:
+    """Without types: ingress only unless there are egress rules (egress only if only those).
+    Felix itself would treat a policy with no types as governing both directions, which let
+    an ingress-only manifest drop its endpoints' egress."""
+    allow = [{"action": "Allow"}]
+    cases = [({}, ("ingress",)), ({"ingress": allow}, ("ingress",))]
+    cases += [
+        ({"egress": allow}, ("egress",)),
+        ({"ingress": allow, "egress": allow}, ("ingress", "egress")),
+    ]
+    for rules, types in cases:
+        policy = make("GlobalNetworkPolicy", spec={"selector": "all()", **rules})
+        assert only(convert(policy))[1].types == types, rules
+
+
 def test_rule_selectors() -> None:
     """Rule sides fold namespace selectors, service accounts and the policy's namespace."""
     rules = [

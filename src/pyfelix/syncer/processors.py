@@ -215,7 +215,7 @@ def _policy(resource: Any) -> list[KV]:
         inbound_rules=_rules(spec.ingress, namespace),
         outbound_rules=_rules(spec.egress, namespace),
         selector=policy_selector(spec, namespace),
-        types=tuple(t.lower() for t in spec.types),
+        types=tuple(t.lower() for t in spec.effective_types),
         do_not_track=getattr(spec, "do_not_track", False),
         pre_dnat=getattr(spec, "pre_dnat", False),
         apply_on_forward=getattr(spec, "apply_on_forward", False),
