@@ -84,8 +84,9 @@ def test_policy_types_default_as_calicoctl_defaults_them() -> None:
     Felix itself would treat a policy with no types as governing both directions, which let
     an ingress-only manifest drop its endpoints' egress."""
     allow = [{"action": "Allow"}]
-    cases = [({}, ("ingress",)), ({"ingress": allow}, ("ingress",))]
-    cases += [
+    cases: list[tuple[dict[str, Any], tuple[str, ...]]] = [
+        ({}, ("ingress",)),
+        ({"ingress": allow}, ("ingress",)),
         ({"egress": allow}, ("egress",)),
         ({"ingress": allow, "egress": allow}, ("ingress", "egress")),
     ]
