@@ -28,6 +28,7 @@ from pyfelix_dataplane.linux.ipsets import IpsetWriter
 from pyfelix_dataplane.linux.iptables import IptablesWriter, detect_backend
 from pyfelix_dataplane.linux.monitor import watch_interfaces
 from pyfelix_dataplane.linux.routes import RouteWriter, WorkloadRoute
+from pyfelix_dataplane.rules.model import Chain
 from pyfelix_dataplane.rules.render import HOOKS, TABLES, render
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,11 @@ class LinuxDriver:
     last_script: dict[str, str] = attrs.Factory(dict)
     _wake: trio.Event = attrs.Factory(trio.Event)
     _reported_in_sync: bool = False
-    _written: dict[Any, Any] = attrs.Factory(dict)
+    # What the last successful applies wrote, so steady state writes only what changed; an
+    # area's refresh forgets its part and so re-reads and repairs it.
+    _tables_written: dict[tuple[int, str], tuple[Chain, ...]] = attrs.Factory(dict)
+    _routes_written: dict[str, WorkloadRoute] | None = None
+    _route_results: dict[str, str] = attrs.Factory(dict)
     _statuses: dict[Any, str] = attrs.Factory(dict)
     _started: float = 0.0
 
@@ -105,7 +110,7 @@ class LinuxDriver:
     def _on_interface(self, name: str) -> None:
         """A link changed: if it is a local workload's, re-route now rather than at refresh."""
         if any(update.endpoint.name == name for update in self.state.workloads.values()):
-            self._written.pop("routes", None)
+            self._routes_written = None
             self._wake.set()
 
     def endpoint_statuses(self, route_results: dict[str, str]) -> dict[Any, str]:
@@ -175,7 +180,6 @@ class LinuxDriver:
                     self.failures += 1
                     await trio.sleep(retry)
                     retry = min(retry * 2, RETRY_MAX)
-                    self._written.clear()
                     refresh.make_all_due(trio.current_time())
                     continue
                 retry = RETRY_START
@@ -193,10 +197,9 @@ class LinuxDriver:
     ) -> None:
         """Write what changed since the last apply; re-read and repair the ``due`` areas."""
         if "iptables" in due:
-            for key in [key for key in self._written if isinstance(key, tuple)]:
-                del self._written[key]
+            self._tables_written.clear()
         if "routes" in due:
-            self._written.pop("routes", None)
+            self._routes_written = None
         started = trio.current_time()
         rendered = render(self.state, versions=versions, with_text=False)
         desired_sets = rendered.ipsets
@@ -204,22 +207,20 @@ class LinuxDriver:
         await ipsets.apply_updates(desired_sets, refresh="ipsets" in due)
         sets_at = trio.current_time()
         desired_routes = self.desired_routes()
-        route_results = self._written.get("routes-result", {})
-        if self._written.get("routes") != desired_routes:
-            route_results = await routes.apply(desired_routes)
-            if "waiting" not in route_results.values():
-                self._written["routes"] = desired_routes
-            self._written["routes-result"] = route_results
+        if self._routes_written != desired_routes:
+            self._route_results = await routes.apply(desired_routes)
+            if "waiting" not in self._route_results.values():
+                self._routes_written = desired_routes
         routes_at = trio.current_time()
         for (version, table), writer in writers.items():
             chains = rendered.chains[version][table]
-            if self._written.get((version, table)) == chains:
+            if self._tables_written.get((version, table)) == chains:
                 continue
             hooks = [(kernel, ours) for kernel, ours in HOOKS[table]]
             if table == "nat":
                 hooks.append(("POSTROUTING", "cali-POSTROUTING"))
             script = await writer.apply(chains, hooks)
-            self._written[(version, table)] = chains
+            self._tables_written[(version, table)] = chains
             if script:
                 self.last_script[f"ipv{version}/{table}"] = script
         tables_at = trio.current_time()
@@ -236,7 +237,7 @@ class LinuxDriver:
             routes_at - sets_at,
             tables_at - routes_at,
         )
-        await self._report_endpoints(route_results)
+        await self._report_endpoints(self._route_results)
 
     async def _report_status(self) -> None:
         while True:
