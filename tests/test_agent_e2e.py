@@ -452,29 +452,21 @@ spec:
   ingress:
   - {action: Allow, protocol: TCP, source: {namespaceSelector: team == "blue"},
      destination: {ports: [8080, 9090]}}
----
-apiVersion: projectcalico.org/v3
-kind: WorkloadEndpoint
-metadata: {name: node-k8s-server-eth0, namespace: app, labels: {app: server}}
-spec:
-  {orchestrator: k8s, node: node, pod: server, endpoint: eth0, interfaceName: calisrv,
-   ipNetworks: [10.65.0.2/32], profiles: [open, kns.app]}
----
-apiVersion: projectcalico.org/v3
-kind: WorkloadEndpoint
-metadata: {name: node-k8s-outsider-eth0, namespace: other, labels: {app: client}}
-spec:
-  {orchestrator: k8s, node: node, pod: outsider, endpoint: eth0, interfaceName: calioth,
-   ipNetworks: [10.65.0.4/32], profiles: [open, kns.other]}
 """
-CLIENT_WEP = """
+
+
+def workload(pod: str, namespace: str, app: str, interface: str, address: str) -> str:
+    """A WorkloadEndpoint on node "node", open profile first, then its namespace's."""
+    return f"""
 apiVersion: projectcalico.org/v3
 kind: WorkloadEndpoint
-metadata: {name: node-k8s-client-eth0, namespace: app, labels: {app: LABEL}}
+metadata: {{name: node-k8s-{pod}-eth0, namespace: {namespace}, labels: {{app: {app}}}}}
 spec:
-  {orchestrator: k8s, node: node, pod: client, endpoint: eth0, interfaceName: calicli,
-   ipNetworks: [10.65.0.3/32], profiles: [open, kns.app]}
+  {{orchestrator: k8s, node: node, pod: {pod}, endpoint: eth0, interfaceName: {interface},
+   ipNetworks: [{address}/32], profiles: [open, kns.{namespace}]}}
 """
+
+
 OTHER_NAMESPACE = """
 apiVersion: v1
 kind: Namespace
@@ -511,8 +503,11 @@ def test_policy_semantics_and_live_edits(tmp_path: Path) -> None:
     """Through the running agent: a global ingress policy on namespace labels, a namespaced
     egress policy on a network set; each edit (policy deleted or re-added, a workload's or
     a namespace's labels changed) takes effect within a second."""
-    (tmp_path / "base.yaml").write_text(MANIFESTS.partition("---")[0] + "---" + SEMANTICS)
-    (tmp_path / "client.yaml").write_text(CLIENT_WEP.replace("LABEL", "client"))
+    config = MANIFESTS.partition("---")[0]
+    server = workload("server", "app", "server", "calisrv", SERVER_IP)
+    outsider = workload("outsider", "other", "client", "calioth", OUTSIDER_IP)
+    (tmp_path / "base.yaml").write_text("---".join((config, SEMANTICS, server, outsider)))
+    (tmp_path / "client.yaml").write_text(workload("client", "app", "client", "calicli", CLIENT_IP))
     (tmp_path / "other.yaml").write_text(OTHER_NAMESPACE.replace("TEAM", "red"))
     (tmp_path / "egress.yaml").write_text(EGRESS)
     with ExitStack() as stack:
@@ -547,7 +542,9 @@ def test_policy_semantics_and_live_edits(tmp_path: Path) -> None:
         (tmp_path / "egress.yaml").write_text(EGRESS)
         assert seconds_until(client_denied(9090)) < 1.0, "re-adding the policy denies again"
 
-        (tmp_path / "client.yaml").write_text(CLIENT_WEP.replace("LABEL", "batch"))
+        (tmp_path / "client.yaml").write_text(
+            workload("client", "app", "batch", "calicli", CLIENT_IP)
+        )
         assert seconds_until(client(9090)) < 1.0, "the policy no longer selects the client"
         assert cluster.connects(CLIENT_IP, SERVER_IP, 8080)
 
