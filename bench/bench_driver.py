@@ -2,7 +2,7 @@
 same final scripts directly; then the latency from a label change in the file datastore to the
 kernel, p50 and p99 over 200 changes.
 
-Run: sudo .venv/bin/python bench/bench_driver.py [ENDPOINTS POLICIES CHANGES]
+Run: sudo .venv/bin/python bench/bench_driver.py [ENDPOINTS POLICIES CHANGES ROUNDS]
 
 Scenario: ENDPOINTS workload endpoints (200 on the node, their veth interfaces present) and
 POLICIES global policies selecting by app label and admitting traffic from role=client.
@@ -87,105 +87,143 @@ def write_manifests(directory: Path, endpoints: int, policies: int) -> None:
     (directory / "probe.yaml").write_text(yaml.safe_dump(wep(0)))
 
 
-def programmed(ns: str) -> bool:
+def programmed(ns: str, versions: tuple[str, ...] = ("iptables", "ip6tables")) -> bool:
+    """Independently of the agent's word: every local route and endpoint chain is in place."""
     routes = ns_exec(ns, "ip", "route", "show", "proto", "80").count("\n")
-    if routes < LOCAL:
-        return False
-    return ns_exec(ns, "iptables-nft-save", "-t", "filter").count(":cali-tw-") >= LOCAL
+    return routes >= LOCAL and all(
+        ns_exec(ns, f"{tool}-nft-save", "-t", "filter").count(":cali-tw-") >= LOCAL
+        for tool in versions
+    )
+
+
+def load_floor(ns: str, view: dict[str, Any], noflush: bool = False) -> float:
+    """The floor: every final script the driver writes (ipsets, then each table of IPv4 and
+    IPv6), loaded directly into a fresh namespace, one tool run after another. With
+    ``noflush``, as an agent must load them (without it, a restore empties the whole table,
+    other software's rules included)."""
+    flags = ["--noflush"] if noflush else []
+    start = time.perf_counter()
+    ns_exec(ns, "ipset", "restore", stdin=view["ipset_restore"])
+    for version, tool in (("ipv4", "iptables-nft-restore"), ("ipv6", "ip6tables-nft-restore")):
+        for text in view["iptables"][version].values():
+            ns_exec(ns, tool, *flags, stdin=text)
+    return time.perf_counter() - start
+
+
+def add_interfaces(ns: str) -> None:
+    batch = "".join(
+        f"link add cali{i:011x} type veth peer name pod{i}\n"
+        f"link set cali{i:011x} up\nlink set pod{i} up\n"
+        for i in range(LOCAL)
+    )
+    ns_exec(ns, "ip", "-batch", "-", stdin=batch)
+
+
+def wait_for(log_path: Path, text: str) -> str:
+    """Poll the agent's log (cheap: no kernel dumps competing with the agent for the CPU)."""
+    while True:
+        for line in log_path.read_text().splitlines():
+            if text in line:
+                return line
+        time.sleep(0.005)
+
+
+def start_agent(ns: str, directory: Path, log_file: Any) -> subprocess.Popen[bytes]:
+    argv = ["run", "--hostname", NODE, "--datastore", str(directory)]
+    return subprocess.Popen(
+        ["ip", "netns", "exec", ns, sys.executable, "-m", "pyfelix", *argv],
+        stdout=subprocess.DEVNULL,
+        stderr=log_file,
+    )
+
+
+def measure_changes(ns: str, directory: Path, changes: int) -> None:
+    clients = ipset_name(IPSetData(selector='role == "client"').id)
+    latencies = []
+    for n in range(changes):
+        role = "client" if n % 2 == 0 else ""
+        started = time.perf_counter()
+        (directory / "probe.yaml").write_text(yaml.safe_dump(wep(0, role)))
+        while True:
+            present = "10.0.0.0" in ns_exec(ns, "ipset", "list", clients)
+            if present == bool(role):
+                break
+            time.sleep(0.002)
+        latencies.append(time.perf_counter() - started)
+    latencies.sort()
+    p50 = statistics.median(latencies)
+    p99 = latencies[int(len(latencies) * 0.99) - 1]
+    print(
+        f"label change to kernel over {changes} changes: p50 {p50 * 1000:.0f} ms, "
+        f"p99 {p99 * 1000:.0f} ms"
+    )
 
 
 def main() -> None:
     endpoints = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000
     policies = int(sys.argv[2]) if len(sys.argv) > 2 else 1_000
     changes = int(sys.argv[3]) if len(sys.argv) > 3 else 200
-    ns = f"pfb-driver-{os.getpid()}"
-    floor_ns = f"pfb-floor-{os.getpid()}"
-    subprocess.run(["ip", "netns", "add", ns], check=True)
-    subprocess.run(["ip", "netns", "add", floor_ns], check=True)
-    agent = None
-    try:
-        batch = "".join(
-            f"link add cali{i:011x} type veth peer name pod{i}\n"
-            f"link set cali{i:011x} up\nlink set pod{i} up\n"
-            for i in range(LOCAL)
+    rounds = int(sys.argv[4]) if len(sys.argv) > 4 else 5
+    print(f"{endpoints} endpoints ({LOCAL} local), {policies} policies, {rounds} rounds")
+    with ExitStack() as stack:
+        directory = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        write_manifests(directory, endpoints, policies)
+        view, _ = compute([i.resource for i in load_paths([directory]).resources], NODE)
+        floors: list[float] = []
+        noflush_floors: list[float] = []
+        drivers: list[float] = []
+        totals: list[float] = []
+        for n in range(rounds):
+            last = n == rounds - 1
+            ns, floor_ns = f"pfb-driver-{os.getpid()}-{n}", f"pfb-floor-{os.getpid()}-{n}"
+            agent = None
+            try:
+                for noflush, results in ((False, floors), (True, noflush_floors)):
+                    subprocess.run(["ip", "netns", "add", floor_ns], check=True)
+                    results.append(load_floor(floor_ns, view, noflush))
+                    subprocess.run(["ip", "netns", "del", floor_ns], check=True)
+                subprocess.run(["ip", "netns", "add", ns], check=True)
+                add_interfaces(ns)
+                log_path = directory / f"agent-{n}.log"
+                log_file = stack.enter_context(log_path.open("w"))
+                start = time.perf_counter()
+                agent = start_agent(ns, directory, log_file)
+                # The driver logs when the complete snapshot (InSync) reaches it, and each
+                # apply when it has finished writing.
+                wait_for(log_path, "programming with")
+                in_sync = time.perf_counter() - start
+                first_apply = wait_for(log_path, "apply 1:")
+                total = time.perf_counter() - start
+                if not programmed(ns):
+                    raise SystemExit("the agent reported its first apply, the kernel disagrees")
+                totals.append(total)
+                drivers.append(total - in_sync)
+                print(
+                    f"round {n + 1}: floor {floors[-1]:.2f} s (--noflush "
+                    f"{noflush_floors[-1]:.2f} s); agent process start to "
+                    f"programmed {total:.2f} s, of which InSync to programmed "
+                    f"{drivers[-1]:.2f} s ({drivers[-1] / floors[-1]:.2f}x the floor)"
+                )
+                print("  first apply, as the driver timed it:", first_apply.split("apply 1: ")[1])
+                if last:
+                    measure_changes(ns, directory, changes)
+            finally:
+                if agent is not None:
+                    agent.terminate()
+                    agent.wait()
+                for name in (ns, floor_ns):
+                    subprocess.run(
+                        ["ip", "netns", "del", name], check=False, stderr=subprocess.DEVNULL
+                    )
+        floor, noflush_floor, driver, total = map(
+            statistics.median, (floors, noflush_floors, drivers, totals)
         )
-        ns_exec(ns, "ip", "-batch", "-", stdin=batch)
-        with ExitStack() as stack:
-            directory = Path(stack.enter_context(tempfile.TemporaryDirectory()))
-            write_manifests(directory, endpoints, policies)
-            # The floor: the same final scripts, loaded directly.
-            view, _ = compute([i.resource for i in load_paths([directory]).resources], NODE)
-            start = time.perf_counter()
-            ns_exec(floor_ns, "ipset", "restore", stdin=view["ipset_restore"])
-            for text in view["iptables"]["ipv4"].values():
-                ns_exec(floor_ns, "iptables-nft-restore", stdin=text)
-            floor = time.perf_counter() - start
-
-            log_path = directory / "agent.log"
-            log_file = stack.enter_context(log_path.open("w"))
-            start = time.perf_counter()
-            agent = subprocess.Popen(
-                [
-                    "ip",
-                    "netns",
-                    "exec",
-                    ns,
-                    sys.executable,
-                    "-m",
-                    "pyfelix",
-                    "run",
-                    "--hostname",
-                    NODE,
-                    "--datastore",
-                    str(directory),
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=log_file,
-            )
-            # The driver logs when the first complete snapshot (InSync) reaches it.
-            while "programming with" not in log_path.read_text():
-                time.sleep(0.01)
-            in_sync = time.perf_counter() - start
-            while not programmed(ns):
-                time.sleep(0.01)
-            startup = time.perf_counter() - start
-            print(f"{endpoints} endpoints ({LOCAL} local), {policies} policies")
-            print(
-                f"start to programmed: {startup:.2f} s, of which InSync to programmed "
-                f"{startup - in_sync:.2f} s; loading the final scripts directly: {floor:.2f} s"
-            )
-            while "apply 1:" not in log_path.read_text():
-                time.sleep(0.01)
-            first_apply = next(
-                line for line in log_path.read_text().splitlines() if "apply 1:" in line
-            )
-            print("first apply, as the driver timed it:", first_apply.split("apply 1: ")[1])
-
-            clients = ipset_name(IPSetData(selector='role == "client"').id)
-            latencies = []
-            for n in range(changes):
-                role = "client" if n % 2 == 0 else ""
-                started = time.perf_counter()
-                (directory / "probe.yaml").write_text(yaml.safe_dump(wep(0, role)))
-                while True:
-                    present = "10.0.0.0" in ns_exec(ns, "ipset", "list", clients)
-                    if present == bool(role):
-                        break
-                    time.sleep(0.002)
-                latencies.append(time.perf_counter() - started)
-            latencies.sort()
-            p50 = statistics.median(latencies)
-            p99 = latencies[int(len(latencies) * 0.99) - 1]
-            print(
-                f"label change to kernel over {changes} changes: p50 {p50 * 1000:.0f} ms, "
-                f"p99 {p99 * 1000:.0f} ms"
-            )
-    finally:
-        if agent is not None:
-            agent.terminate()
-            agent.wait()
-        subprocess.run(["ip", "netns", "del", ns], check=False)
-        subprocess.run(["ip", "netns", "del", floor_ns], check=False)
+        print(
+            f"medians: floor {floor:.2f} s (--noflush {noflush_floor:.2f} s), "
+            f"InSync to programmed {driver:.2f} s "
+            f"({driver / floor:.2f}x), process start to programmed {total:.2f} s "
+            f"({total / floor:.2f}x)"
+        )
 
 
 if __name__ == "__main__":

@@ -196,3 +196,25 @@ def test_log_severity_screen(
         _, stderr = process.communicate(timeout=10)
     assert (" DEBUG " in stderr) is debug_shown
     assert (" INFO " in stderr) is debug_shown
+
+
+def test_ipv6_support_false_renders_ipv4_only(tmp_path: Path) -> None:
+    """FelixConfiguration ipv6Support: false leaves IPv6 alone, as Felix does."""
+    default = json.loads(
+        pyfelix("dry-run", "--hostname", "node-a", "--format", "json", "examples/").stdout
+    )
+    assert set(default["iptables"]) == {"ipv4", "ipv6"}
+    assert "create cali60" in default["ipset_restore"]
+    manifests = tmp_path / "manifests"
+    shutil.copytree(REPO / "examples" / "cluster", manifests)
+    (manifests / "99-ipv4-only.yaml").write_text(
+        "apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\n"
+        "metadata: {name: node.node-a}\nspec: {ipv6Support: false}\n"
+    )
+    result = pyfelix("dry-run", "--hostname", "node-a", "--format", "json", str(manifests))
+    assert result.returncode == 0, result.stderr
+    view = json.loads(result.stdout)
+    assert set(view["iptables"]) == {"ipv4"}
+    assert view["iptables"]["ipv4"] == default["iptables"]["ipv4"]
+    assert "create cali40" in view["ipset_restore"]
+    assert "create cali60" not in view["ipset_restore"]

@@ -5,13 +5,17 @@ addresses with proto 80 (Felix's, so ours are told apart from everyone else's), 
 Felix sets on workload interfaces (proxy ARP so the workload's gateway resolves, forwarding),
 and a permanent neighbour entry for the workload's MAC when known. Proto-80 routes nobody wants
 are removed. Every call opens its own IPRoute in the worker thread that runs it, so a handle is
-only ever used by the thread that owns it.
+only ever used by the thread that owns it. An interface's index and up flag are looked up by
+name with ioctls (cheap), not by dumping every link.
 """
 
 from __future__ import annotations
 
+import fcntl
 import ipaddress
 import logging
+import socket
+import struct
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -23,6 +27,8 @@ log = logging.getLogger(__name__)
 
 FELIX_ROUTE_PROTO = 80
 MAIN_TABLE = 254
+SIOCGIFFLAGS = 0x8913
+IFF_UP = 0x1
 
 
 @attrs.frozen
@@ -50,6 +56,22 @@ def _configure_interface(interface: str) -> None:
         _sysctl(path, value)
 
 
+def _link_state(name: str) -> tuple[int | None, bool]:
+    """(ifindex, up) of an interface of this namespace, or (None, False) if there is none.
+
+    Two ioctls per interface: a full netlink link dump, parsed by pyroute2, costs about 0.5 ms
+    of CPU per link, and at start-up that competed with iptables-restore for the node's cores.
+    """
+    try:
+        index = socket.if_nametoindex(name)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            request = struct.pack("16sH14x", name.encode(), 0)
+            flags = struct.unpack("16sH14x", fcntl.ioctl(sock, SIOCGIFFLAGS, request))[1]
+    except OSError:
+        return None, False
+    return index, bool(flags & IFF_UP)
+
+
 def sync_routes(desired: Mapping[str, WorkloadRoute]) -> dict[str, str]:
     """Make the kernel's proto-80 routes equal ``desired`` (dst -> interface), blocking.
 
@@ -57,12 +79,8 @@ def sync_routes(desired: Mapping[str, WorkloadRoute]) -> dict[str, str]:
     interface is missing or down).
     """
     done: dict[str, str] = {}
+    links = {name: _link_state(name) for name in {w.interface for w in desired.values()}}
     with IPRoute() as ipr:
-        links = {}
-        for link in ipr.get_links():
-            name = link.get_attr("IFLA_IFNAME")
-            up = bool(link["flags"] & 1)
-            links[name] = (link["index"], up)
         existing: dict[str, int] = {}
         for family in (2, 10):
             for route in ipr.get_routes(family=family, table=MAIN_TABLE, proto=FELIX_ROUTE_PROTO):
@@ -72,7 +90,7 @@ def sync_routes(desired: Mapping[str, WorkloadRoute]) -> dict[str, str]:
                 existing[f"{dst}/{route['dst_len']}"] = route.get_attr("RTA_OIF")
         configured: set[str] = set()
         for dst, wanted in desired.items():
-            index, up = links.get(wanted.interface, (None, False))
+            index, up = links[wanted.interface]
             if index is None or not up:
                 done[dst] = "waiting"
                 continue

@@ -115,34 +115,60 @@ def _hooks(table: str) -> list[str]:
     return lines
 
 
+def ip_versions(config: Mapping[str, str] | None) -> tuple[int, ...]:
+    """IPv4 always; IPv6 too unless FelixConfiguration's ipv6Support is false."""
+    return (4,) if (config or {}).get("Ipv6Support", "true").lower() == "false" else (4, 6)
+
+
 def render(
-    dp: DryRunDataplane, versions: Iterable[int] = (4, 6), *, with_text: bool = True
+    dp: DryRunDataplane, versions: Iterable[int] | None = None, *, with_text: bool = True
 ) -> Rendered:
     """Chains per version and table, and the kernel's ipsets; ``with_text`` also builds the
-    restore scripts (the dry-run prints them; the Linux driver only needs the chains)."""
+    restore scripts (the dry-run prints them). ``versions`` defaults to what the
+    configuration enables."""
     settings = Settings.from_config(dp.config)
-    special_sets = _special_ipsets(dp)
-    all_sets = {k: (t, members) for k, (t, members) in dp.ipsets.items()} | special_sets
+    if versions is None:
+        versions = ip_versions(dp.config)
     iptables: dict[int, dict[str, str]] = {}
     chains: dict[int, dict[str, tuple[Chain, ...]]] = {}
     for version in versions:
-        tables = _render_version(dp, settings, version, special_sets)
-        chains[version] = {t: tuple(c) for t, c in tables.items()}
+        chains[version] = render_chains(dp, version, settings)
         if with_text:
             iptables[version] = {
-                table: restore_script(table, tables[table], _hooks(table)) for table in TABLES
+                table: restore_script(table, chains[version][table], _hooks(table))
+                for table in TABLES
             }
     versions = tuple(chains)
-    kernel_sets = {
+    script = ipset_rendering.restore_script(_all_sets(dp), versions) if with_text else ""
+    return Rendered(iptables, script, chains, kernel_ipsets(dp, versions))
+
+
+def render_chains(
+    dp: DryRunDataplane, version: int, settings: Settings | None = None
+) -> dict[str, tuple[Chain, ...]]:
+    """One IP version's chains per table (the Linux driver renders and writes IPv4 while it
+    renders IPv6)."""
+    settings = settings or Settings.from_config(dp.config)
+    tables = _render_version(dp, settings, version, _special_ipsets(dp))
+    return {table: tuple(chains) for table, chains in tables.items()}
+
+
+def _all_sets(dp: DryRunDataplane) -> dict[str, tuple[str, set[str]]]:
+    return {k: (t, members) for k, (t, members) in dp.ipsets.items()} | _special_ipsets(dp)
+
+
+def kernel_ipsets(
+    dp: DryRunDataplane, versions: Iterable[int]
+) -> dict[str, tuple[str, frozenset[str]]]:
+    """The kernel's IP sets (per version, named as Felix names them) with their members."""
+    return {
         ipset_rendering.ipset_name(set_id, version): (
             set_type,
             frozenset(m for m in members if ipset_rendering.member_version(m) == version),
         )
         for version in versions
-        for set_id, (set_type, members) in all_sets.items()
+        for set_id, (set_type, members) in _all_sets(dp).items()
     }
-    script = ipset_rendering.restore_script(all_sets, versions) if with_text else ""
-    return Rendered(iptables, script, chains, kernel_sets)
 
 
 def _special_ipsets(dp: DryRunDataplane) -> dict[str, tuple[str, set[str]]]:
