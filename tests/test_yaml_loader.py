@@ -1,0 +1,90 @@
+"""The manifest YAML loader gives what PyYAML's safe loader gives (timestamps aside, which stay
+strings as in Go), including for the features its fast path hands to PyYAML's constructor."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pyfelix.resources.loader import parse_yaml
+
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False)
+    | st.text(max_size=20)
+    | st.sampled_from(["yes", "off", "0x1f", "0o17", "1_000", "~", ".inf", "1e3", "2024-05-01"])
+)
+documents = st.recursive(
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.text(max_size=8) | st.integers(), inner, max_size=4)
+    ),
+    max_leaves=25,
+)
+
+
+def only(text: str) -> Any:
+    ((data, _, _),) = parse_yaml(text)
+    return data
+
+
+@settings(max_examples=300, deadline=None)
+@given(documents, st.sampled_from([False, True, None]))
+def test_any_dumped_document_loads_back_unchanged(data: Any, flow: bool | None) -> None:
+    assert only(yaml.safe_dump(data, default_flow_style=flow)) == data
+
+
+SAFE_LOADER_CASES = [
+    "a: &x {b: 1}\nc: *x\n",
+    "base: &b {x: 1, y: 2}\nderived:\n  <<: *b\n  y: 3\n",
+    "list: [&n 5, *n, *n]\n",
+    "blob: !!binary aGVsbG8=\n",
+    "ints: [0x1F, 0o17, 1_000, -12, 190:20:30]\n",
+    "floats: [.inf, -.INF, 1.5e3, 6.8523015e+5]\n",
+    "bools: [yes, No, on, OFF, true]\n",
+    "nulls: [~, null, '']\n",
+    "set: !!set {a, b}\n",
+    "pairs: !!omap [a: 1, b: 2]\n",
+    "quoted: ['1', \"true\", '~']\n",
+    "explicit: !!str 123\n",
+]
+
+
+@pytest.mark.parametrize("text", SAFE_LOADER_CASES)
+def test_matches_the_safe_loader(text: str) -> None:
+    assert only(text) == yaml.safe_load(text)
+
+
+def test_timestamps_stay_strings() -> None:
+    assert only("when: 2024-05-01T10:00:00Z\n") == {"when": "2024-05-01T10:00:00Z"}
+
+
+@pytest.mark.parametrize(
+    ("text", "message", "line"),
+    [
+        ("a: 1\nb:\n  c: 2\n  c: 3\n", "duplicate key 'c'", 4),
+        ("base: &b {x: 1}\nd:\n  <<: *b\n  z: 1\n  z: 2\n", "duplicate key 'z'", 5),
+        ("? {a: 1}\n: x\n", "found unhashable key", 1),
+        ("? [a, b]\n: x\n", "found unhashable key", 1),
+        ("a: !custom 1\n", "could not determine a constructor", 1),
+    ],
+)
+def test_errors_name_the_line(text: str, message: str, line: int) -> None:
+    with pytest.raises(yaml.YAMLError) as caught:
+        parse_yaml(text)
+    assert message in str(caught.value)
+    mark = getattr(caught.value, "problem_mark", None)
+    assert mark is not None
+    assert mark.line + 1 == line
+
+
+def test_recursive_anchor_is_an_error_not_a_hang() -> None:
+    with pytest.raises(yaml.YAMLError, match="recursive"):
+        parse_yaml("a: &x [1, *x]\n")
