@@ -18,6 +18,7 @@ from typing import Any
 import attrs
 
 from pyfelix import model
+from pyfelix.ipnet import parse_network
 from pyfelix.model import (
     NAME_LABEL,
     NAMESPACE_LABEL,
@@ -151,7 +152,7 @@ def _nets(values: tuple[str, ...]) -> tuple[str, ...]:
     out = []
     for value in values:
         try:
-            out.append(str(ipaddress.ip_network(value, strict=False)))
+            out.append(str(parse_network(value)))
         except ValueError:
             continue
     return tuple(out)
@@ -405,7 +406,7 @@ _ENCAP_MODES = {"Always": "always", "CrossSubnet": "cross-subnet"}
 def _ip_pool(pool: IPPool) -> list[KV]:
     spec = pool.spec
     try:
-        cidr = str(ipaddress.ip_network(spec.cidr, strict=False))
+        cidr = str(parse_network(spec.cidr))
     except ValueError:
         return []
     value = model.IPPool(

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 import attrs
 
 from pyfelix.errors import FieldProblem
+from pyfelix.ipnet import IPNetwork, has_host_bits, parse_network
 from pyfelix.selector import SelectorError, parse_selector
 
 _LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -32,8 +33,6 @@ PORT_PROTOCOLS = frozenset({"TCP", "UDP", "SCTP", 6, 17, 132})
 MAX_NAME_LENGTH = 253
 MAX_LABEL_NAME_LENGTH = 63
 MAX_ANNOTATIONS_SIZE = 256 * 1024
-
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 @attrs.define
@@ -128,27 +127,17 @@ def check_selector(c: Checker, text: str, *, allow_global: bool = False) -> None
         c.error("global() can only be used in an EntityRule namespaceSelector")
 
 
-def parse_network(text: str) -> IPNetwork:
-    """An IP or CIDR, host bits allowed; raises ValueError."""
-    return ipaddress.ip_network(text, strict=False)
-
-
 def check_cidr(
     c: Checker, text: str, *, strict: bool = False, version: int | None = None
 ) -> IPNetwork | None:
     """IP or CIDR; ``strict`` also rejects host bits (Calico's ``net`` rule)."""
     try:
-        network = ipaddress.ip_network(text, strict=strict)
+        network = parse_network(text)
     except ValueError:
-        if strict:
-            try:
-                ipaddress.ip_network(text, strict=False)
-            except ValueError:
-                pass
-            else:
-                c.error(f"{text!r} has host bits set; use the network address")
-                return None
         c.error(f"invalid CIDR {text!r}")
+        return None
+    if strict and has_host_bits(text, network):
+        c.error(f"{text!r} has host bits set; use the network address")
         return None
     if version is not None and network.version != version:
         c.error(f"{text!r} is not an IPv{version} address")

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 import attrs
 
+from pyfelix.ipnet import parse_network
 from pyfelix.resources import (
     BGPConfiguration,
     BlockAffinity,
@@ -224,7 +225,7 @@ def _workload(c: Checker, wep: WorkloadEndpoint, context: ValidationContext) -> 
     networks = []
     for net in s.ip_networks:
         try:
-            networks.append(ipaddress.ip_network(net, strict=False))
+            networks.append(parse_network(net))
         except ValueError:
             continue
     for index, nat in enumerate(s.ip_nats):

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from pyfelix.ipnet import IPNetwork
 from pyfelix.resources.rules import EntityRule, ICMPFields, Port, Rule
 from pyfelix.validation.common import (
     Checker,
-    IPNetwork,
     check_cidr,
     check_enum,
     check_name,
