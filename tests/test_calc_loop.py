@@ -3,11 +3,13 @@ and counters."""
 
 from __future__ import annotations
 
+import gc
+
 import trio
 import trio.testing
 
 from pyfelix import messages as m
-from pyfelix.calc_loop import CalcLoop, LeakyBucket
+from pyfelix.calc_loop import STARTUP_GC_PAUSE, CalcLoop, LeakyBucket
 from pyfelix.decoupler import Decoupler
 from pyfelix.syncer.api import SyncStatus
 from pyfelix.syncer.processors import Converter
@@ -88,3 +90,33 @@ async def test_storm_is_rate_limited(autojump_clock: trio.testing.MockClock) -> 
         assert loop.flushes <= 10 + 100 + 5
         nursery.cancel_scope.cancel()
     del receive
+
+
+async def test_collector_is_paused_only_while_the_snapshot_loads(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The cyclic collector is off from start to InSync, back on after STARTUP_GC_PAUSE if
+    InSync is late, and never left off when the loop stops."""
+    for in_sync in (True, False):
+        decoupler = Decoupler()
+        send, _receive = trio.open_memory_channel[m.ToDataplane](10_000)
+        loop = CalcLoop("node-a", decoupler, send)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(loop.run)
+            assert not gc.isenabled()
+            if in_sync:
+                decoupler.on_status(SyncStatus.IN_SYNC)
+                await trio.sleep(0.1)
+                assert gc.isenabled()
+            else:
+                await trio.sleep(STARTUP_GC_PAUSE - 1)
+                assert not gc.isenabled()
+                await trio.sleep(2)
+                assert gc.isenabled()
+            nursery.cancel_scope.cancel()
+    decoupler = Decoupler()
+    loop = CalcLoop("node-a", decoupler, trio.open_memory_channel[m.ToDataplane](1)[0])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(loop.run)
+        nursery.cancel_scope.cancel()
+    assert gc.isenabled()

@@ -27,6 +27,12 @@ log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL = 0.010
 BUCKET_SIZE = 10
+STARTUP_GC_PAUSE = 60.0
+
+
+async def _enable_gc_after(seconds: float) -> None:
+    await trio.sleep(seconds)
+    gc.enable()
 
 
 @attrs.define
@@ -103,14 +109,24 @@ class CalcLoop:
             self.validation.on_updates(delivery)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        task_status.started()
-        while True:
-            self.health.last_heartbeat = trio.current_time()
-            self._apply(await self.source.get())
-            await self.bucket.take()
-            while (delivery := self.source.poll()) is not None:
-                self._apply(delivery)
-            await self._flush()
+        # Loading the snapshot creates a large heap of long-lived objects, and the cyclic
+        # collector, triggered by allocations, walked it again and again (over half of the
+        # time to InSync for 10k endpoints). It is paused until InSync, when one collection
+        # runs and the snapshot is frozen; or until STARTUP_GC_PAUSE if InSync is late.
+        gc.disable()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_enable_gc_after, STARTUP_GC_PAUSE)
+                task_status.started()
+                while True:
+                    self.health.last_heartbeat = trio.current_time()
+                    self._apply(await self.source.get())
+                    await self.bucket.take()
+                    while (delivery := self.source.poll()) is not None:
+                        self._apply(delivery)
+                    await self._flush()
+        finally:
+            gc.enable()
 
     async def _flush(self) -> None:
         self.graph.flush()
@@ -123,6 +139,7 @@ class CalcLoop:
             # collections do not walk it again and again (they stall every update otherwise).
             gc.collect()
             gc.freeze()
+            gc.enable()
         messages = list(self._pending)
         self._pending.clear()
         if messages:
