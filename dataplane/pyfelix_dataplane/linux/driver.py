@@ -205,21 +205,17 @@ class LinuxDriver:
     ) -> None:
         """Write what changed since the last apply; re-read and repair the ``due`` areas.
 
-        IP sets are created first (rules refer to them) and deleted last (once no rule does).
-        In between, as in Felix, routes and each IP version's tables are written concurrently,
-        being independent: each restore is its own process and netlink runs in a worker
-        thread.
+        As in Felix, routes are written concurrently with the rest (netlink runs in a worker
+        thread); IP sets are created before the tables (rules refer to them) and deleted
+        after (once no rule does); each IP version's tables are written concurrently with the
+        other's (each restore is its own process).
         """
         if "iptables" in due:
             self._tables_written.clear()
         if "routes" in due:
             self._routes_written = None
         started = trio.current_time()
-        chains = {version: render_chains(self.state, version) for version in versions}
-        desired_sets = kernel_ipsets(self.state, versions)
-        rendered_at = trio.current_time()
-        await ipsets.apply_updates(desired_sets, refresh="ipsets" in due)
-        took = {"render": rendered_at - started, "ipsets": trio.current_time() - rendered_at}
+        took: dict[str, float] = {}
         failed: list[Exception] = []
 
         async def area(write: Callable[[], Awaitable[None]], name: str) -> None:
@@ -232,11 +228,23 @@ class LinuxDriver:
             took[name] = trio.current_time() - begun
 
         async with trio.open_nursery() as nursery:
+            # Routes need neither the rendering nor the IP sets: they start first.
             nursery.start_soon(area, partial(self._apply_routes, routes), "routes")
-            for version in versions:
-                tables = {key: w for key, w in writers.items() if key[0] == version}
-                write = partial(self._apply_tables, tables, chains[version])
-                nursery.start_soon(area, write, f"IPv{version}")
+            await trio.lowlevel.checkpoint()
+            chains = {version: render_chains(self.state, version) for version in versions}
+            desired_sets = kernel_ipsets(self.state, versions)
+            rendered_at = trio.current_time()
+            took["render"] = rendered_at - started
+            try:
+                await ipsets.apply_updates(desired_sets, refresh="ipsets" in due)
+            except WRITE_ERRORS as exc:
+                failed.append(exc)  # the rules would refer to missing sets: no tables
+            else:
+                took["ipsets"] = trio.current_time() - rendered_at
+                for version in versions:
+                    tables = {key: w for key, w in writers.items() if key[0] == version}
+                    write = partial(self._apply_tables, tables, chains[version])
+                    nursery.start_soon(area, write, f"IPv{version}")
         if failed:
             raise failed[0]
         written_at = trio.current_time()
@@ -246,12 +254,12 @@ class LinuxDriver:
         # The first apply (the start-up cost an operator waits for) is worth an Info line.
         log.log(
             logging.INFO if self.applies == 1 else logging.DEBUG,
-            "apply %d: render %.3fs, ipsets %.3fs, then concurrently routes %.3fs and "
+            "apply %d: routes %.3fs, concurrently with render %.3fs, ipsets %.3fs, then "
             "iptables %s (%.3fs in all)",
             self.applies,
-            took["render"],
-            took["ipsets"],
             took.get("routes", 0.0),
+            took["render"],
+            took.get("ipsets", 0.0),
             ", ".join(f"IPv{v} {took.get(f'IPv{v}', 0.0):.3f}s" for v in versions),
             written_at - started,
         )
