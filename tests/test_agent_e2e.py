@@ -19,6 +19,7 @@ import pytest
 from pyfelix.demo import CLIENT, SERVER, DemoNode, Workload
 from pyfelix.dryrun import compute
 from pyfelix.resources import load_paths
+from pyfelix.status import status_prefix
 from pyfelix_dataplane.rules.render import render
 from tests.etcd_server import EtcdServer
 from tests.netns import run_in
@@ -602,3 +603,58 @@ def test_etcd_datastore_lost_and_back(tmp_path: Path) -> None:
         assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 9090), timeout=20)
         assert not cluster.connects(CLIENT_IP, SERVER_IP, 8080)
         assert cluster.agent.poll() is None
+
+
+def test_endpoint_status_reported_to_etcd(tmp_path: Path) -> None:
+    """With EndpointReportingEnabled, workload and host endpoint status land in etcd under
+    /calico/felix/v2/: up, down when the interface goes down, error when a host endpoint's
+    interface does not exist, and the key goes when the endpoint does."""
+    interval = "  reportingInterval: 1s\n"
+    manifests = MANIFESTS.replace(interval, interval + "  endpointReportingEnabled: true\n")
+    missing = HOST_ENDPOINT.replace("node-uplink", "node-spare").replace("eth0", "eth9")
+    (tmp_path / "base.yaml").write_text(manifests + HOST_ENDPOINT)
+    (tmp_path / "spare.yaml").write_text(missing)
+    with ExitStack() as stack:
+        cluster = Cluster(stack, tmp_path / "unused")
+        cluster.add_workload("calisrv", SERVER_IP, [8080])
+        cluster.add_workload("calicli", CLIENT_IP)
+        (tmp_path / "etcd").mkdir()
+        etcd = EtcdServer(str(tmp_path / "etcd"), netns=cluster.node)
+        etcd.start()
+        stack.callback(etcd.stop)
+
+        def datastore(*args: str) -> None:
+            pyfelix = (sys.executable, "-m", "pyfelix", "datastore")
+            run_in(cluster.node, *pyfelix, "--datastore", etcd.etcd_url, *args)
+
+        def statuses() -> dict[str, str]:
+            """Status per endpoint: host endpoints by name, workloads by pod."""
+            endpoints = etcd.etcd_url.replace("etcd://", "--endpoints=http://")
+            prefix = status_prefix("node") + "/"
+            lines = run_in(cluster.node, "etcdctl", endpoints, "get", "--prefix", prefix)
+            out = lines.stdout.splitlines()
+            found = {}
+            for key, value in zip(out[0::2], out[1::2], strict=True):
+                if "/workload/" in key:
+                    name = "server" if "server" in key else "client"
+                elif "/endpoint/" in key:
+                    name = key.rsplit("/", 1)[-1]
+                else:
+                    continue
+                found[name] = json.loads(value)["status"]
+            return found
+
+        datastore("apply", "-f", str(tmp_path / "base.yaml"))
+        datastore("apply", "-f", str(tmp_path / "spare.yaml"))
+        cluster.start_agent(etcd.etcd_url)
+        expected = {"node-uplink": "up", "node-spare": "error", "server": "up", "client": "up"}
+        assert eventually(lambda: statuses() == expected, timeout=20), statuses()
+
+        run_in(cluster.node, "ip", "link", "set", "eth0", "down")
+        assert eventually(lambda: statuses().get("node-uplink") == "down"), statuses()
+        run_in(cluster.node, "ip", "link", "set", "eth0", "up")
+        assert eventually(lambda: statuses().get("node-uplink") == "up"), statuses()
+
+        datastore("delete", "-f", str(tmp_path / "spare.yaml"))
+        assert eventually(lambda: "node-spare" not in statuses()), statuses()
+        assert statuses()["server"] == "up"

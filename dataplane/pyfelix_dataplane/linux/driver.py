@@ -23,13 +23,20 @@ import attrs
 import trio
 
 from pyfelix import messages as m
+from pyfelix import model
 from pyfelix.validation.felixconfig import ParamError, parse_duration
 from pyfelix_dataplane.dryrun import DryRunDataplane
 from pyfelix_dataplane.linux.commands import DataplaneWriteError, available
 from pyfelix_dataplane.linux.ipsets import IpsetWriter
 from pyfelix_dataplane.linux.iptables import IptablesWriter, detect_backend
 from pyfelix_dataplane.linux.monitor import watch_interfaces
-from pyfelix_dataplane.linux.routes import RouteWriter, WorkloadRoute
+from pyfelix_dataplane.linux.routes import (
+    IFF_RUNNING,
+    IFF_UP,
+    RouteWriter,
+    WorkloadRoute,
+    link_flags,
+)
 from pyfelix_dataplane.rules.model import Chain
 from pyfelix_dataplane.rules.render import HOOKS, TABLES, ip_versions, kernel_ipsets, render_chains
 
@@ -89,6 +96,18 @@ class RefreshSchedule:
             self._due_at[area] = now
 
 
+def _status_update(key: Any, status: str) -> m.FromDataplane:
+    if isinstance(key, model.HostEndpointKey):
+        return m.HostEndpointStatusUpdate(key, status)
+    return m.WorkloadEndpointStatusUpdate(key, status)
+
+
+def _status_remove(key: Any) -> m.FromDataplane:
+    if isinstance(key, model.HostEndpointKey):
+        return m.HostEndpointStatusRemove(key)
+    return m.WorkloadEndpointStatusRemove(key)
+
+
 @attrs.define(eq=False)
 class LinuxDriver:
     to_calc: Any
@@ -112,9 +131,12 @@ class LinuxDriver:
         self._wake.set()
 
     def _on_interface(self, name: str) -> None:
-        """A link changed: if it is a local workload's, re-route now rather than at refresh."""
+        """A link changed: if it is a local workload's, re-route now rather than at refresh;
+        if a host endpoint's, report its status now."""
         if any(update.endpoint.name == name for update in self.state.workloads.values()):
             self._routes_written = None
+            self._wake.set()
+        elif any(update.endpoint.name == name for update in self.state.hosts.values()):
             self._wake.set()
 
     def endpoint_statuses(self, route_results: dict[str, str]) -> dict[Any, str]:
@@ -127,15 +149,30 @@ class LinuxDriver:
             statuses[key] = "down" if waiting or not nets else "up"
         return statuses
 
+    def host_endpoint_statuses(self) -> dict[Any, str]:
+        """As Felix: "up" when the host endpoint's interface exists, is up and running, "down"
+        when it exists otherwise, "error" when no interface is resolved for it (also for
+        endpoints without an interfaceName, or with "*", which this driver does not resolve)."""
+        statuses = {}
+        for key, update in self.state.hosts.items():
+            name = update.endpoint.name
+            found = link_flags(name) if name and name != "*" else None
+            if found is None:
+                statuses[key] = "error"
+            else:
+                oper_up = found[1] & (IFF_UP | IFF_RUNNING) == IFF_UP | IFF_RUNNING
+                statuses[key] = "up" if oper_up else "down"
+        return statuses
+
     async def _report_endpoints(self, route_results: dict[str, str]) -> None:
         if (self.state.config or {}).get("EndpointReportingEnabled", "false").lower() != "true":
             return
-        statuses = self.endpoint_statuses(route_results)
+        statuses = self.endpoint_statuses(route_results) | self.host_endpoint_statuses()
         for key, status in statuses.items():
             if self._statuses.get(key) != status:
-                await self.to_calc.send(m.WorkloadEndpointStatusUpdate(key, status))
+                await self.to_calc.send(_status_update(key, status))
         for key in self._statuses.keys() - statuses.keys():
-            await self.to_calc.send(m.WorkloadEndpointStatusRemove(key))
+            await self.to_calc.send(_status_remove(key))
         self._statuses = statuses
 
     def desired_routes(self) -> dict[str, WorkloadRoute]:

@@ -29,6 +29,7 @@ FELIX_ROUTE_PROTO = 80
 MAIN_TABLE = 254
 SIOCGIFFLAGS = 0x8913
 IFF_UP = 0x1
+IFF_RUNNING = 0x40
 
 
 @attrs.frozen
@@ -56,8 +57,8 @@ def _configure_interface(interface: str) -> None:
         _sysctl(path, value)
 
 
-def _link_state(name: str) -> tuple[int | None, bool]:
-    """(ifindex, up) of an interface of this namespace, or (None, False) if there is none.
+def link_flags(name: str) -> tuple[int, int] | None:
+    """(ifindex, IFF_* flags) of an interface of this namespace, or None if there is none.
 
     Two ioctls per interface: a full netlink link dump, parsed by pyroute2, costs about 0.5 ms
     of CPU per link, and at start-up that competed with iptables-restore for the node's cores.
@@ -67,9 +68,15 @@ def _link_state(name: str) -> tuple[int | None, bool]:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
             request = struct.pack("16sH14x", name.encode(), 0)
             flags = struct.unpack("16sH14x", fcntl.ioctl(sock, SIOCGIFFLAGS, request))[1]
-    except OSError:
-        return None, False
-    return index, bool(flags & IFF_UP)
+    except (OSError, ValueError):
+        return None
+    return index, flags
+
+
+def _link_state(name: str) -> tuple[int | None, bool]:
+    """(ifindex, administratively up) of an interface, or (None, False) if there is none."""
+    found = link_flags(name)
+    return (None, False) if found is None else (found[0], bool(found[1] & IFF_UP))
 
 
 def sync_routes(desired: Mapping[str, WorkloadRoute]) -> dict[str, str]:
