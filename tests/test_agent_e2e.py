@@ -406,10 +406,12 @@ spec: {node: node, interfaceName: eth0, expectedIPs: [192.0.2.1]}
 """
 
 
-def test_host_endpoint_with_failsafe_ports(tmp_path: Path) -> None:
-    """A host endpoint with no policy and no profile drops traffic into the node, except on
-    the failsafe ports (tcp/22 by default)."""
-    (tmp_path / "base.yaml").write_text(MANIFESTS + HOST_ENDPOINT)
+@pytest.mark.parametrize("interface", ["eth0", "'*'"])
+def test_host_endpoint_with_failsafe_ports(tmp_path: Path, interface: str) -> None:
+    """A host endpoint with no policy and no profile, for eth0 or for all interfaces ("*"),
+    drops traffic into the node, except on the failsafe ports (tcp/22 by default)."""
+    host_endpoint = HOST_ENDPOINT.replace("interfaceName: eth0", f"interfaceName: {interface}")
+    (tmp_path / "base.yaml").write_text(MANIFESTS + host_endpoint)
     with ExitStack() as stack:
         cluster = Cluster(stack, tmp_path)
         cluster.add_workload("calisrv", SERVER_IP, [8080])

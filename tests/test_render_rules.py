@@ -9,6 +9,8 @@ import pytest
 from pyfelix import messages as m
 from pyfelix import model
 from pyfelix.calc.rule_scanner import IPSetData
+from pyfelix.dryrun import compute
+from pyfelix.resources.loader import load_text
 from pyfelix.resources.rules import Port
 from pyfelix_dataplane.rules.endpoints import dispatch_chains, endpoint_chain
 from pyfelix_dataplane.rules.ipsets import ipset_name, maxelem_for, restore_script
@@ -277,3 +279,56 @@ def test_nets_and_not_nets_on_one_side() -> None:
         "--source 10.0.0.0/8 -m mark --mark 0x80000/0x80000 --jump MARK --set-mark 0x10000/0x10000",
         *ALLOW,
     ]
+
+
+HOST_ENDPOINTS = """
+apiVersion: projectcalico.org/v3
+kind: HostEndpoint
+metadata: {name: a-eth0}
+spec: {node: node-a, interfaceName: eth0}
+---
+apiVersion: projectcalico.org/v3
+kind: HostEndpoint
+metadata: {name: b-eth0}
+spec: {node: node-a, interfaceName: eth0}
+---
+apiVersion: projectcalico.org/v3
+kind: HostEndpoint
+metadata: {name: all}
+spec: {node: node-a, interfaceName: "*"}
+---
+apiVersion: projectcalico.org/v3
+kind: HostEndpoint
+metadata: {name: by-address}
+spec: {node: node-a, expectedIPs: [192.0.2.9]}
+---
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {name: pre}
+spec: {selector: all(), preDNAT: true, applyOnForward: true, ingress: [{action: Allow}]}
+"""
+
+
+def test_all_interfaces_host_endpoint_is_the_default() -> None:
+    """A "*" host endpoint catches every interface without its own host endpoint (filter and
+    pre-DNAT, never untracked); of two endpoints naming one interface, the first by name
+    governs it; an endpoint known only by its addresses is not resolved."""
+    resources = [item.resource for item in load_text(HOST_ENDPOINTS).resources]
+    view, _ = compute(resources, "node-a")
+    tables = view["iptables"]["ipv4"]
+    dispatch = [
+        line
+        for line in tables["filter"].splitlines()
+        if line.startswith("-A cali-from-host-endpoint ")
+    ]
+    assert [line.split(" --")[-1] for line in dispatch] == [
+        "goto cali-fh-eth0",
+        "goto cali-fh-any-interface-at-all",
+    ]
+    assert "--in-interface eth0" in dispatch[0]
+    assert "--in-interface" not in dispatch[1]
+    assert tables["filter"].count(":cali-fh-eth0 ") == 1
+    assert ":cali-th-any-interface-at-all " in tables["filter"]
+    assert "--goto cali-fh-any-interface-at-all" in tables["mangle"]
+    assert "any-interface-at-all" not in tables["raw"]
+    assert "192.0.2.9" not in tables["filter"]

@@ -151,12 +151,16 @@ class LinuxDriver:
 
     def host_endpoint_statuses(self) -> dict[Any, str]:
         """As Felix: "up" when the host endpoint's interface exists, is up and running, "down"
-        when it exists otherwise, "error" when no interface is resolved for it (also for
-        endpoints without an interfaceName, or with "*", which this driver does not resolve)."""
+        when it exists otherwise, "error" when no interface is resolved for it (also for an
+        endpoint without interfaceName: resolving by expectedIPs is not done yet). An
+        all-interfaces ("*") endpoint is always resolved: "up"."""
         statuses = {}
         for key, update in self.state.hosts.items():
             name = update.endpoint.name
-            found = link_flags(name) if name and name != "*" else None
+            if name == "*":
+                statuses[key] = "up"
+                continue
+            found = link_flags(name) if name else None
             if found is None:
                 statuses[key] = "error"
             else:

@@ -241,27 +241,21 @@ def _render_version(
     mangle_chains: list[Chain] = []
     raw_chains: list[Chain] = []
     host_targets = _host_endpoint_chains(dp, settings, filter_chains, raw_chains, mangle_chains)
-    filter_chains += dispatch_chains(
-        "cali-from-host-endpoint", host_targets["fh"], outbound=False, end=()
-    )
-    filter_chains += dispatch_chains(
-        "cali-to-host-endpoint", host_targets["th"], outbound=True, end=()
-    )
-    filter_chains += dispatch_chains(
-        "cali-from-hep-forward", host_targets["fhfw"], outbound=False, end=()
-    )
-    filter_chains += dispatch_chains(
-        "cali-to-hep-forward", host_targets["thfw"], outbound=True, end=()
-    )
-    raw_chains += dispatch_chains(
-        "cali-from-host-endpoint", host_targets["raw-fh"], outbound=False, end=()
-    )
-    raw_chains += dispatch_chains(
-        "cali-to-host-endpoint", host_targets["raw-th"], outbound=True, end=()
-    )
-    mangle_chains += dispatch_chains(
-        "cali-from-host-endpoint", host_targets["mangle-fh"], outbound=False, end=()
-    )
+    for chains, root, kind, outbound in (
+        (filter_chains, "cali-from-host-endpoint", "fh", False),
+        (filter_chains, "cali-to-host-endpoint", "th", True),
+        (filter_chains, "cali-from-hep-forward", "fhfw", False),
+        (filter_chains, "cali-to-hep-forward", "thfw", True),
+        (raw_chains, "cali-from-host-endpoint", "raw-fh", False),
+        (raw_chains, "cali-to-host-endpoint", "raw-th", True),
+        (mangle_chains, "cali-from-host-endpoint", "mangle-fh", False),
+    ):
+        # An all-interfaces ("*") host endpoint is the default: interfaces without their own
+        # host endpoint end up in its chain.
+        targets = dict(host_targets[kind])
+        default = targets.pop(ANY_INTERFACE, None)
+        end = (Rule(action=f"--goto {default}"),) if default else ()
+        chains.extend(dispatch_chains(root, targets, outbound=outbound, end=end))
     policies = sorted(dp.policies.values(), key=lambda p: str(p.id))
     raw_chains += [c for p in policies if p.policy.do_not_track for c in policy_chains(p, ctx)]
     mangle_chains += [c for p in policies if p.policy.pre_dnat for c in policy_chains(p, ctx)]
@@ -427,15 +421,20 @@ def _host_endpoint_chains(
     mangle_chains: list[Chain],
 ) -> dict[str, dict[str, str]]:
     """Host endpoint chains: normal and forward ones in filter, untracked (doNotTrack) ones in
-    raw, pre-DNAT ones in mangle; returns the dispatch targets for each table."""
+    raw, pre-DNAT ones in mangle; returns the dispatch targets for each table. As in Felix, an
+    all-interfaces ("*") endpoint gets no untracked chains."""
     marks = settings.marks
     targets: dict[str, dict[str, str]] = {
         k: {} for k in ("fh", "th", "fhfw", "thfw", "raw-fh", "raw-th", "mangle-fh")
     }
     for update in sorted(dp.hosts.values(), key=lambda u: str(u.id)):
-        interface = update.endpoint.name or ANY_INTERFACE
-        if interface == ANY_INTERFACE:
-            continue
+        interface = update.endpoint.name
+        if interface == "*":
+            interface = ANY_INTERFACE
+        elif not interface:
+            continue  # resolving host endpoints by expectedIPs needs the kernel's addresses
+        if interface in targets["fh"]:
+            continue  # two host endpoints for one interface: the first by id governs it
         profiles = update.endpoint.profile_ids
         for prefix, inbound, failsafe in (
             ("cali-th-", False, "cali-failsafe-out"),
@@ -468,7 +467,7 @@ def _host_endpoint_chains(
                 )
             )
             targets["fhfw" if inbound else "thfw"][interface] = name
-        if update.untracked_tiers:
+        if update.untracked_tiers and interface != ANY_INTERFACE:
             for prefix, inbound in (("cali-th-", False), ("cali-fh-", True)):
                 name = endpoint_chain_name(prefix, interface)
                 raw_chains.append(
