@@ -167,7 +167,7 @@ async def run_agent(options: AgentOptions, out: TextIO = sys.stdout) -> int:
     if options.dry_run:
         driver = PrintingDriver(out, from_send, status_interval=options.status_interval)
     else:
-        driver = LinuxDriver(from_send)
+        driver = LinuxDriver(from_send, options.hostname)
     exit_code = 0
     try:
         async with AsyncExitStack() as stack, trio.open_nursery() as nursery:

@@ -21,6 +21,7 @@ from typing import Any
 
 import attrs
 import trio
+from pyroute2.netlink.exceptions import NetlinkError
 
 from pyfelix import messages as m
 from pyfelix import model
@@ -33,10 +34,12 @@ from pyfelix_dataplane.linux.monitor import watch_interfaces
 from pyfelix_dataplane.linux.routes import (
     IFF_RUNNING,
     IFF_UP,
+    RouteTarget,
     RouteWriter,
-    WorkloadRoute,
     link_flags,
 )
+from pyfelix_dataplane.linux.vxlan import DEVICE as VXLAN_DEVICE
+from pyfelix_dataplane.linux.vxlan import RemoteVtep, VtepDevice, sync_vxlan
 from pyfelix_dataplane.rules.model import Chain
 from pyfelix_dataplane.rules.render import HOOKS, TABLES, ip_versions, kernel_ipsets, render_chains
 
@@ -46,7 +49,14 @@ MIN_APPLY_INTERVAL = 0.01
 RETRY_START = 0.2
 RETRY_MAX = 10.0
 #: What a failed kernel write raises: retried with backoff, never fatal.
-WRITE_ERRORS = (DataplaneWriteError, OSError, trio.TooSlowError)
+WRITE_ERRORS = (DataplaneWriteError, OSError, NetlinkError, trio.TooSlowError)
+
+
+def _integer(config: dict[str, str], name: str, default: int) -> int:
+    try:
+        return int(config.get(name) or default)
+    except ValueError:
+        return default
 
 
 def _seconds(config: dict[str, str] | None, name: str, default: float) -> float:
@@ -111,6 +121,7 @@ def _status_remove(key: Any) -> m.FromDataplane:
 @attrs.define(eq=False)
 class LinuxDriver:
     to_calc: Any
+    hostname: str = ""
     state: DryRunDataplane = attrs.Factory(DryRunDataplane)
     applies: int = 0
     failures: int = 0
@@ -121,7 +132,8 @@ class LinuxDriver:
     # What the last successful applies wrote, so steady state writes only what changed; an
     # area's refresh forgets its part and so re-reads and repairs it.
     _tables_written: dict[tuple[int, str], tuple[Chain, ...]] = attrs.Factory(dict)
-    _routes_written: dict[str, WorkloadRoute] | None = None
+    _routes_written: dict[str, RouteTarget] | None = None
+    _vxlan_written: tuple[VtepDevice | None, tuple[RemoteVtep, ...]] | None = None
     _route_results: dict[str, str] = attrs.Factory(dict)
     _statuses: dict[Any, str] = attrs.Factory(dict)
     _started: float = 0.0
@@ -179,12 +191,47 @@ class LinuxDriver:
             await self.to_calc.send(_status_remove(key))
         self._statuses = statuses
 
-    def desired_routes(self) -> dict[str, WorkloadRoute]:
+    def desired_vxlan(self) -> tuple[VtepDevice | None, tuple[RemoteVtep, ...]]:
+        """This node's VTEP device and the remote VTEPs, when VXLAN is on and ours is known."""
+        encapsulation = self.state.encapsulation
+        local = self.state.vteps.get(self.hostname)
+        if encapsulation is None or not encapsulation.vxlan_enabled or local is None:
+            return None, ()
+        config = self.state.config or {}
+        device = VtepDevice(
+            vni=_integer(config, "VXLANVNI", 4096),
+            port=_integer(config, "VXLANPort", 4789),
+            mac=local.mac,
+            tunnel_ip=local.ipv4_addr,
+            parent_ip=local.parent_device_ip,
+            mtu=_integer(config, "VXLANMTU", 0),
+        )
+        remotes = tuple(
+            RemoteVtep(vtep.ipv4_addr, vtep.mac, vtep.parent_device_ip)
+            for node, vtep in sorted(self.state.vteps.items())
+            if node != self.hostname and vtep.ipv4_addr and vtep.parent_device_ip
+        )
+        return device, remotes
+
+    def desired_routes(self) -> dict[str, RouteTarget]:
+        """Local workloads through their interfaces; with VXLAN, remote blocks through the
+        remote node's tunnel address (or straight to the node, where the pool's VXLAN mode
+        is CrossSubnet and the node shares our subnet)."""
         routes = {}
         for update in self.state.workloads.values():
             endpoint = update.endpoint
             for net in endpoint.ipv4_nets + endpoint.ipv6_nets:
-                routes[net] = WorkloadRoute(endpoint.name, endpoint.mac)
+                routes[net] = RouteTarget(endpoint.name, endpoint.mac)
+        if self.desired_vxlan()[0] is None:
+            return routes
+        for route in self.state.routes.values():
+            if "REMOTE_WORKLOAD" not in route.types or route.dst_node == self.hostname:
+                continue
+            vtep = self.state.vteps.get(route.dst_node)
+            if route.tunnel == "vxlan" and vtep is not None and vtep.ipv4_addr:
+                routes[route.dst] = RouteTarget(VXLAN_DEVICE, gateway=vtep.ipv4_addr)
+            elif route.tunnel == "none" and route.dst_node_ip:
+                routes[route.dst] = RouteTarget("", gateway=route.dst_node_ip)
         return routes
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -255,6 +302,7 @@ class LinuxDriver:
             self._tables_written.clear()
         if "routes" in due:
             self._routes_written = None
+            self._vxlan_written = None
         started = trio.current_time()
         took: dict[str, float] = {}
         failed: list[Exception] = []
@@ -307,10 +355,16 @@ class LinuxDriver:
         await self._report_endpoints(self._route_results)
 
     async def _apply_routes(self, routes: RouteWriter) -> None:
+        """The VXLAN device and its neighbours first (routes go through it), then routes."""
+        vxlan = self.desired_vxlan()
+        if self._vxlan_written != vxlan and (
+            await trio.to_thread.run_sync(sync_vxlan, *vxlan) != "waiting"
+        ):
+            self._vxlan_written = vxlan
         desired = self.desired_routes()
         if self._routes_written != desired:
             self._route_results = await routes.apply(desired)
-            if "waiting" not in self._route_results.values():
+            if not {"waiting", "failed"} & set(self._route_results.values()):
                 self._routes_written = desired
 
     async def _apply_tables(

@@ -22,6 +22,7 @@ from pathlib import Path
 import attrs
 import trio
 from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
 
 log = logging.getLogger(__name__)
 
@@ -30,12 +31,20 @@ MAIN_TABLE = 254
 SIOCGIFFLAGS = 0x8913
 IFF_UP = 0x1
 IFF_RUNNING = 0x40
+NUD_PERMANENT = 0x80
+RTNH_F_ONLINK = 0x4
 
 
 @attrs.frozen
-class WorkloadRoute:
+class RouteTarget:
+    """Where a destination is routed: out of ``interface`` (scope link; a workload's, whose
+    ``mac`` gets a permanent neighbour entry), or via ``gateway`` (out of ``interface`` with
+    onlink, as VXLAN routes go; or wherever the kernel's routes reach it when ``interface``
+    is empty)."""
+
     interface: str
     mac: str = ""
+    gateway: str = ""
 
 
 def _sysctl(path: str, value: str) -> None:
@@ -79,32 +88,51 @@ def _link_state(name: str) -> tuple[int | None, bool]:
     return (None, False) if found is None else (found[0], bool(found[1] & IFF_UP))
 
 
-def sync_routes(desired: Mapping[str, WorkloadRoute]) -> dict[str, str]:
-    """Make the kernel's proto-80 routes equal ``desired`` (dst -> interface), blocking.
+def sync_routes(desired: Mapping[str, RouteTarget]) -> dict[str, str]:
+    """Make the kernel's proto-80 routes equal ``desired`` (dst -> target), blocking.
 
     Returns what was done per destination ("added", "kept", "removed", "waiting" when the
-    interface is missing or down).
+    interface is missing or down, "failed" when the kernel refused the route).
     """
     done: dict[str, str] = {}
-    links = {name: _link_state(name) for name in {w.interface for w in desired.values()}}
+    interfaces = {w.interface for w in desired.values() if w.interface}
+    links = {name: _link_state(name) for name in interfaces}
     with IPRoute() as ipr:
-        existing: dict[str, int] = {}
+        existing: dict[str, tuple[int | None, str | None]] = {}
         for family in (2, 10):
             for route in ipr.get_routes(family=family, table=MAIN_TABLE, proto=FELIX_ROUTE_PROTO):
                 dst = route.get_attr("RTA_DST")
                 if dst is None:
                     continue
-                existing[f"{dst}/{route['dst_len']}"] = route.get_attr("RTA_OIF")
+                via = route.get_attr("RTA_GATEWAY")
+                existing[f"{dst}/{route['dst_len']}"] = (route.get_attr("RTA_OIF"), via)
         configured: set[str] = set()
         for dst, wanted in desired.items():
-            index, up = links[wanted.interface]
-            if index is None or not up:
+            index, up = links.get(wanted.interface, (None, True))
+            if wanted.interface and (index is None or not up):
                 done[dst] = "waiting"
+                continue
+            if wanted.gateway:
+                current = existing.get(dst)
+                if (
+                    current is not None
+                    and current[1] == wanted.gateway
+                    and (index is None or current[0] == index)
+                ):
+                    done[dst] = "kept"
+                    continue
+                try:
+                    _route_via(ipr, dst, wanted.gateway, index)
+                except NetlinkError as exc:
+                    log.warning("cannot route %s via %s: %s", dst, wanted.gateway, exc)
+                    done[dst] = "failed"
+                else:
+                    done[dst] = "added"
                 continue
             if wanted.interface not in configured:
                 _configure_interface(wanted.interface)
                 configured.add(wanted.interface)
-            if existing.get(dst) == index:
+            if existing.get(dst) == (index, None):
                 done[dst] = "kept"
             else:
                 ipr.route(
@@ -123,17 +151,31 @@ def sync_routes(desired: Mapping[str, WorkloadRoute]) -> dict[str, str]:
                     dst=address,
                     lladdr=wanted.mac,
                     ifindex=index,
-                    state=0x80,  # NUD_PERMANENT
+                    state=NUD_PERMANENT,
                 )
         for dst in existing.keys() - desired.keys():
             try:
                 ipr.route("del", dst=dst, proto=FELIX_ROUTE_PROTO, table=MAIN_TABLE)
                 done[dst] = "removed"
-            except Exception as exc:
+            except NetlinkError as exc:
                 log.warning("cannot remove route %s: %s", dst, exc)
     return done
 
 
+def _route_via(ipr: IPRoute, dst: str, gateway: str, index: int | None) -> None:
+    """A route through a gateway: onlink out of ``index`` when given (the gateway is a VXLAN
+    tunnel address, reachable only through that device), else as the kernel resolves it."""
+    extra: dict[str, object] = {"oif": index, "flags": RTNH_F_ONLINK} if index is not None else {}
+    ipr.route(
+        "replace",
+        dst=dst,
+        gateway=gateway,
+        proto=FELIX_ROUTE_PROTO,
+        table=MAIN_TABLE,
+        **extra,
+    )
+
+
 class RouteWriter:
-    async def apply(self, desired: Mapping[str, WorkloadRoute]) -> dict[str, str]:
+    async def apply(self, desired: Mapping[str, RouteTarget]) -> dict[str, str]:
         return await trio.to_thread.run_sync(sync_routes, dict(desired))

@@ -1,0 +1,152 @@
+"""The VXLAN writer: Felix's ``vxlan.calico`` device and what each remote VTEP needs.
+
+When VXLAN is enabled and this node's own VTEP is known, the device exists with the configured
+VNI and port, learning off, its local address and parent being this node's underlay address
+and the interface holding it, its MAC and tunnel address (/32) being the VTEP's; for every
+remote VTEP there is a permanent ARP entry (tunnel address -> VTEP MAC) and an FDB entry (VTEP
+MAC -> the remote node's underlay address). The routes to remote blocks, via the tunnel
+addresses with onlink, are the route writer's. Anything else on the device is removed; when
+VXLAN is off, the device is deleted. One IPRoute per call, in the calling worker thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Collection
+
+import attrs
+from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
+
+log = logging.getLogger(__name__)
+
+DEVICE = "vxlan.calico"
+#: What encapsulation costs: outer IPv4 (20), UDP (8), VXLAN (8) and inner Ethernet (14).
+VXLAN_OVERHEAD = 50
+NUD_PERMANENT = 0x80
+
+
+@attrs.frozen
+class VtepDevice:
+    """This node's VTEP, as the device must be; ``mtu`` 0 means the parent's minus overhead."""
+
+    vni: int
+    port: int
+    mac: str
+    tunnel_ip: str
+    parent_ip: str
+    mtu: int = 0
+
+
+@attrs.frozen
+class RemoteVtep:
+    tunnel_ip: str
+    mac: str
+    parent_ip: str
+
+
+def _parent(ipr: IPRoute, address: str) -> tuple[int, int] | None:
+    """(ifindex, mtu) of the interface holding ``address``."""
+    for entry in ipr.get_addr(family=socket.AF_INET):
+        if entry.get_attr("IFA_ADDRESS") == address:
+            index = entry["index"]
+            (link,) = ipr.get_links(index)
+            return index, link.get_attr("IFLA_MTU")
+    return None
+
+
+def _matches(link: object, want: VtepDevice, parent: int) -> bool:
+    """Whether an existing device has the settings that cannot change in place."""
+    info = link.get_attr("IFLA_LINKINFO")  # type: ignore[attr-defined]
+    data = info.get_attr("IFLA_INFO_DATA") if info is not None else None
+    if info is None or info.get_attr("IFLA_INFO_KIND") != "vxlan" or data is None:
+        return False
+    return bool(
+        data.get_attr("IFLA_VXLAN_ID") == want.vni
+        and data.get_attr("IFLA_VXLAN_PORT") == want.port
+        and data.get_attr("IFLA_VXLAN_LOCAL") == want.parent_ip
+        and data.get_attr("IFLA_VXLAN_LINK") == parent
+        and not data.get_attr("IFLA_VXLAN_LEARNING")
+    )
+
+
+def sync_vxlan(device: VtepDevice | None, remotes: Collection[RemoteVtep]) -> str:
+    """Make the kernel match; returns "absent", "ready", or "waiting" (no interface holds the
+    underlay address yet). Blocking."""
+    with IPRoute() as ipr:
+        found = ipr.link_lookup(ifname=DEVICE)
+        if device is None:
+            if found:
+                log.info("VXLAN disabled: deleting %s", DEVICE)
+                ipr.link("del", index=found[0])
+            return "absent"
+        parent = _parent(ipr, device.parent_ip)
+        if parent is None:
+            log.warning("no interface holds %s (VXLAN parent); waiting", device.parent_ip)
+            return "waiting"
+        parent_index, parent_mtu = parent
+        if found and not _matches(ipr.get_links(found[0])[0], device, parent_index):
+            log.info("%s has other VXLAN settings: recreating it", DEVICE)
+            ipr.link("del", index=found[0])
+            found = []
+        if not found:
+            ipr.link(
+                "add",
+                ifname=DEVICE,
+                kind="vxlan",
+                vxlan_id=device.vni,
+                vxlan_port=device.port,
+                vxlan_learning=0,
+                vxlan_local=device.parent_ip,
+                vxlan_link=parent_index,
+            )
+            found = ipr.link_lookup(ifname=DEVICE)
+        index = found[0]
+        mtu = device.mtu or parent_mtu - VXLAN_OVERHEAD
+        ipr.link("set", index=index, address=device.mac, mtu=mtu, state="up")
+        _sync_address(ipr, index, device.tunnel_ip)
+        _sync_neighbours(ipr, index, {r.tunnel_ip: r.mac.lower() for r in remotes})
+        _sync_fdb(ipr, index, {r.mac.lower(): r.parent_ip for r in remotes})
+    return "ready"
+
+
+def _sync_address(ipr: IPRoute, index: int, address: str) -> None:
+    present = {
+        (entry.get_attr("IFA_ADDRESS"), entry["prefixlen"])
+        for entry in ipr.get_addr(index=index, family=socket.AF_INET)
+    }
+    for other, prefixlen in present - {(address, 32)}:
+        ipr.addr("del", index=index, address=other, prefixlen=prefixlen)
+    if (address, 32) not in present:
+        ipr.addr("add", index=index, address=address, prefixlen=32)
+
+
+def _sync_neighbours(ipr: IPRoute, index: int, wanted: dict[str, str]) -> None:
+    present = {
+        entry.get_attr("NDA_DST"): (entry.get_attr("NDA_LLADDR") or "").lower()
+        for entry in ipr.get_neighbours(ifindex=index, family=socket.AF_INET)
+        if entry["state"] & NUD_PERMANENT
+    }
+    for address in present.keys() - wanted.keys():
+        ipr.neigh("del", dst=address, ifindex=index)
+    for address, mac in wanted.items():
+        if present.get(address) != mac:
+            ipr.neigh("replace", dst=address, lladdr=mac, ifindex=index, state=NUD_PERMANENT)
+
+
+def _sync_fdb(ipr: IPRoute, index: int, wanted: dict[str, str]) -> None:
+    present: dict[str, str] = {}
+    for entry in ipr.fdb("dump", ifindex=index):
+        mac, dst = entry.get_attr("NDA_LLADDR"), entry.get_attr("NDA_DST")
+        if entry["ifindex"] == index and mac and dst:
+            present[mac.lower()] = dst
+    for mac, dst in present.items():
+        if wanted.get(mac) != dst:
+            ipr.fdb("del", ifindex=index, lladdr=mac, dst=dst)
+    for mac, dst in wanted.items():
+        if present.get(mac) != dst:
+            try:
+                ipr.fdb("append", ifindex=index, lladdr=mac, dst=dst)
+            except NetlinkError as exc:
+                log.warning("cannot add FDB entry %s -> %s: %s", mac, dst, exc)

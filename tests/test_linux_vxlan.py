@@ -1,0 +1,66 @@
+"""The VXLAN writer against the kernel, in a namespace: what it creates, and what it removes
+when a remote VTEP goes, when settings change and when VXLAN is turned off (read back with
+iproute2, independently of pyroute2)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from tests.netns import run_in
+
+pytestmark = pytest.mark.netns
+
+SCRIPT = """
+import sys
+from pyfelix_dataplane.linux.vxlan import RemoteVtep, VtepDevice, sync_vxlan
+vni, remotes = int(sys.argv[1]), sys.argv[2:]
+device = None if vni == 0 else VtepDevice(vni, 4789, "66:00:00:00:00:01", "10.65.1.0", "10.99.0.1")
+peers = [
+    RemoteVtep(f"10.65.{n}.0", f"66:00:00:00:00:{int(n):02x}", f"10.99.0.{n}") for n in remotes
+]
+print(sync_vxlan(device, peers))
+"""
+
+
+def sync(ns: str, vni: int, *remotes: int) -> str:
+    result = run_in(ns, sys.executable, "-c", SCRIPT, str(vni), *map(str, remotes))
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def show(ns: str, *argv: str) -> str:
+    return run_in(ns, *argv).stdout
+
+
+def test_vxlan_device_and_remote_vteps(netns: str) -> None:
+    assert sync(netns, 4096, 2) == "waiting"  # nothing holds the underlay address yet
+    run_in(netns, "ip", "link", "add", "ul0", "type", "veth", "peer", "name", "ul1")
+    run_in(netns, "ip", "addr", "add", "10.99.0.1/24", "dev", "ul0")
+    run_in(netns, "ip", "link", "set", "ul0", "up")
+
+    assert sync(netns, 4096, 2, 3) == "ready"
+    device = show(netns, "ip", "-d", "link", "show", "vxlan.calico")
+    assert "mtu 1450" in device
+    assert "66:00:00:00:00:01" in device
+    assert "vxlan id 4096 local 10.99.0.1 dev ul0" in device
+    assert "inet 10.65.1.0/32" in show(netns, "ip", "addr", "show", "vxlan.calico")
+    neighbours = show(netns, "ip", "neigh", "show", "dev", "vxlan.calico")
+    assert "10.65.2.0 lladdr 66:00:00:00:00:02 PERMANENT" in neighbours
+    assert "10.65.3.0 lladdr 66:00:00:00:00:03 PERMANENT" in neighbours
+    fdb = show(netns, "bridge", "fdb", "show", "dev", "vxlan.calico")
+    assert "66:00:00:00:00:02 dst 10.99.0.2 self permanent" in fdb
+    assert "66:00:00:00:00:03 dst 10.99.0.3 self permanent" in fdb
+
+    assert sync(netns, 4096, 2) == "ready"  # node 3 left the cluster
+    assert "10.65.3.0" not in show(netns, "ip", "neigh", "show", "dev", "vxlan.calico")
+    assert "10.99.0.3" not in show(netns, "bridge", "fdb", "show", "dev", "vxlan.calico")
+    assert "10.99.0.2" in show(netns, "bridge", "fdb", "show", "dev", "vxlan.calico")
+
+    assert sync(netns, 5000, 2) == "ready"  # a new VNI cannot be set in place: recreated
+    assert "vxlan id 5000" in show(netns, "ip", "-d", "link", "show", "vxlan.calico")
+    assert "10.99.0.2" in show(netns, "bridge", "fdb", "show", "dev", "vxlan.calico")
+
+    assert sync(netns, 0) == "absent"
+    assert "vxlan.calico" not in show(netns, "ip", "link")

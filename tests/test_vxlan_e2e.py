@@ -1,0 +1,140 @@
+"""Two nodes, one agent each, pods talking across a VXLAN overlay the agents built.
+
+Each node is a network namespace (pyfelix.demo's DemoNode) with one workload; an underlay link
+joins the nodes. Both agents read one manifest directory (the file datastore) under their own
+hostnames and must create vxlan.calico, the ARP and FDB entries for the other node's VTEP and
+the route to its block, so that a TCP connection from one pod to the other crosses the tunnel
+and meets the policy on the far side.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from pyfelix.demo import DemoNode
+
+pytestmark = pytest.mark.netns
+
+MANIFESTS = """
+apiVersion: projectcalico.org/v3
+kind: FelixConfiguration
+metadata: {name: default}
+spec: {vxlanEnabled: true, routeRefreshInterval: 1s, iptablesRefreshInterval: 1s}
+---
+apiVersion: projectcalico.org/v3
+kind: IPPool
+metadata: {name: pods}
+spec: {cidr: 10.65.0.0/16, vxlanMode: Always, ipipMode: Never, natOutgoing: false}
+---
+apiVersion: projectcalico.org/v3
+kind: Profile
+metadata: {name: open}
+spec:
+  ingress: [{action: Allow}]
+  egress: [{action: Allow}]
+---
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {name: web-only}
+spec:
+  selector: app == "server"
+  types: [Ingress]
+  ingress:
+  - action: Allow
+    protocol: TCP
+    source: {selector: app == "client"}
+    destination: {ports: [8080]}
+"""
+
+
+def node(index: int) -> str:
+    return f"""
+---
+apiVersion: projectcalico.org/v3
+kind: Node
+metadata: {{name: node-{index}}}
+spec:
+  bgp: {{ipv4Address: 10.99.0.{index}/24}}
+  ipv4VXLANTunnelAddr: 10.65.{index}.0
+---
+apiVersion: projectcalico.org/v3
+kind: IPAMBlock
+metadata: {{name: 10-65-{index}-0-26}}
+spec: {{cidr: 10.65.{index}.0/26, affinity: "host:node-{index}"}}
+---
+apiVersion: projectcalico.org/v3
+kind: WorkloadEndpoint
+metadata:
+  name: node--{index}-k8s-pod{index}-eth0
+  namespace: app
+  labels: {{app: {"client" if index == 1 else "server"}}}
+spec:
+  {{orchestrator: k8s, node: node-{index}, pod: pod{index}, endpoint: eth0,
+   interfaceName: cali{index}, ipNetworks: [10.65.{index}.2/32], profiles: [open]}}
+"""
+
+
+def run(ns: str, *argv: str) -> str:
+    return subprocess.run(
+        ["ip", "netns", "exec", ns, *argv], capture_output=True, text=True, check=True
+    ).stdout
+
+
+def eventually(check: Callable[[], bool], timeout: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.2)
+    return check()
+
+
+def vxlan_tx_packets(ns: str) -> int:
+    stats = run(ns, "cat", "/sys/class/net/vxlan.calico/statistics/tx_packets")
+    return int(stats)
+
+
+def test_pods_on_two_nodes_talk_through_the_agents_vxlan(tmp_path: Path) -> None:
+    (tmp_path / "cluster.yaml").write_text(MANIFESTS + node(1) + node(2))
+    with ExitStack() as stack:
+        nodes = [DemoNode(stack, tag=f"vx{i}-{os.getpid()}") for i in (1, 2)]
+        underlay = ("ul0", "netns", nodes[0].node, "type", "veth", "peer", "name", "ul0")
+        subprocess.run(["ip", "link", "add", *underlay, "netns", nodes[1].node], check=True)
+        for index, demo in enumerate(nodes, start=1):
+            run(demo.node, "ip", "addr", "add", f"10.99.0.{index}/24", "dev", "ul0")
+            run(demo.node, "ip", "link", "set", "ul0", "up")
+        client = nodes[0].add_workload("pod1", "cali1", "10.65.1.2", {})
+        server = nodes[1].add_workload("pod2", "cali2", "10.65.2.2", {8080: "", 9090: ""})
+        for index, demo in enumerate(nodes, start=1):
+            demo.start_agent(tmp_path, f"node-{index}")
+
+        assert eventually(lambda: nodes[0].connects(client, server, 8080)), run(
+            nodes[0].node, "ip", "route"
+        )
+        assert not nodes[0].connects(client, server, 9090)
+        device = run(nodes[0].node, "ip", "-d", "link", "show", "vxlan.calico")
+        assert "vxlan id 4096" in device
+        assert "local 10.99.0.1 dev ul0" in device
+        assert "dstport 4789" in device
+        assert "nolearning" in device
+        assert "10.65.2.0/26 via 10.65.2.0 dev vxlan.calico proto 80 onlink" in run(
+            nodes[0].node, "ip", "route"
+        )
+        before = vxlan_tx_packets(nodes[0].node)
+        assert nodes[0].connects(client, server, 8080)
+        assert vxlan_tx_packets(nodes[0].node) > before
+
+        # Tampering with the overlay is repaired on the route refresh (1 s here).
+        fdb = run(nodes[0].node, "bridge", "fdb", "show", "dev", "vxlan.calico")
+        (entry,) = [line for line in fdb.splitlines() if "dst 10.99.0.2" in line]
+        run(nodes[0].node, "bridge", "fdb", "del", entry.split()[0], "dev", "vxlan.calico")
+        run(nodes[0].node, "ip", "neigh", "flush", "dev", "vxlan.calico")
+        assert not nodes[0].connects(client, server, 8080)
+        assert eventually(lambda: nodes[0].connects(client, server, 8080))
