@@ -2,7 +2,8 @@
 
 Every endpoint address is parsed by validation and again by conversion (and each edit repeats
 both); ``ipaddress`` costs around 10 us a parse, which for 10k endpoints was a tenth of the
-time to InSync. The parse is cached; the objects it returns are immutable.
+time to InSync. The parse is cached (the objects it returns are immutable), in a bounded cache:
+holding every address of a 100k-endpoint snapshot cost 90 MB of peak memory.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import ipaddress
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
-@functools.lru_cache(maxsize=1 << 17)
+@functools.lru_cache(maxsize=1 << 14)
 def parse_network(text: str) -> IPNetwork:
     """An IP or CIDR, host bits allowed (masked off); raises ValueError."""
     return ipaddress.ip_network(text, strict=False)
