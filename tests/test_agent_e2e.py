@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from pyfelix.demo import CLIENT, SERVER, DemoNode, Workload
+from pyfelix.demo import DemoNode, Workload
 from pyfelix.dryrun import compute
+from pyfelix.pods import CLIENT, SERVER
 from pyfelix.resources import load_paths
 from pyfelix.status import status_prefix
 from pyfelix_dataplane.rules.render import render

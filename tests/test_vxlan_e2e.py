@@ -1,16 +1,17 @@
 """Two nodes, one agent each, pods talking across a VXLAN overlay the agents built.
 
-Each node is a network namespace (pyfelix.demo's DemoNode) with one workload; an underlay link
-joins the nodes. Both agents read one manifest directory (the file datastore) under their own
-hostnames and must create vxlan.calico, the ARP and FDB entries for the other node's VTEP and
-the route to its block, so that a TCP connection from one pod to the other crosses the tunnel
-and meets the policy on the far side.
+Each node is a network namespace (pyfelix.demo's DemoNode) whose pod `pyfelix pods up` wires;
+an underlay link joins the nodes. Both agents read one manifest directory (the file datastore),
+under their own hostnames, and must create vxlan.calico, the ARP and FDB entries for the other
+node's VTEP and the route to its block, so that a TCP connection from one pod to the other
+crosses the tunnel and meets the policy on the far side.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from pyfelix.demo import DemoNode
+from pyfelix.pods import connects
 
 pytestmark = pytest.mark.netns
 
@@ -77,7 +79,9 @@ metadata:
   labels: {{app: {"client" if index == 1 else "server"}}}
 spec:
   {{orchestrator: k8s, node: node-{index}, pod: pod{index}, endpoint: eth0,
-   interfaceName: cali{index}, ipNetworks: [10.65.{index}.2/32], profiles: [open]}}
+   interfaceName: cali{index}, ipNetworks: [10.65.{index}.2/32], profiles: [open],
+   ports: [{{name: http, protocol: TCP, port: 8080}},
+           {{name: metrics, protocol: TCP, port: 9090}}]}}
 """
 
 
@@ -101,8 +105,22 @@ def vxlan_tx_packets(ns: str) -> int:
     return int(stats)
 
 
+def pyfelix_pods(ns: str, action: str, hostname: str, manifests: Path, prefix: str) -> str:
+    """`pyfelix pods` as on a node: nsenter, not `ip netns exec`, whose private mount namespace
+    would hide the pod namespaces that `pods up` mounts under /run/netns."""
+    argv = ("-m", "pyfelix", "pods", action, "--hostname", hostname, "--prefix", prefix)
+    return subprocess.run(
+        ["nsenter", f"--net=/run/netns/{ns}", sys.executable, *argv, str(manifests)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+
+
 def test_pods_on_two_nodes_talk_through_the_agents_vxlan(tmp_path: Path) -> None:
+    """Also the Vagrant cluster's recipe: `pyfelix pods up` on each node, `pods check`."""
     (tmp_path / "cluster.yaml").write_text(MANIFESTS + node(1) + node(2))
+    prefix = f"pfv{os.getpid()}-"
     with ExitStack() as stack:
         nodes = [DemoNode(stack, tag=f"vx{i}-{os.getpid()}") for i in (1, 2)]
         underlay = ("ul0", "netns", nodes[0].node, "type", "veth", "peer", "name", "ul0")
@@ -110,15 +128,21 @@ def test_pods_on_two_nodes_talk_through_the_agents_vxlan(tmp_path: Path) -> None
         for index, demo in enumerate(nodes, start=1):
             run(demo.node, "ip", "addr", "add", f"10.99.0.{index}/24", "dev", "ul0")
             run(demo.node, "ip", "link", "set", "ul0", "up")
-        client = nodes[0].add_workload("pod1", "cali1", "10.65.1.2", {})
-        server = nodes[1].add_workload("pod2", "cali2", "10.65.2.2", {8080: "", 9090: ""})
-        for index, demo in enumerate(nodes, start=1):
+            stack.callback(remove_namespaces, prefix)
+            stack.callback(pyfelix_pods, demo.node, "down", f"node-{index}", tmp_path, prefix)
+            up = pyfelix_pods(demo.node, "up", f"node-{index}", tmp_path, prefix)
+            assert f"cali{index} -> 10.65.{index}.2" in up
             demo.start_agent(tmp_path, f"node-{index}")
+        client = f"{prefix}app.pod1"
 
-        assert eventually(lambda: nodes[0].connects(client, server, 8080)), run(
+        assert eventually(lambda: connects(client, "10.65.2.2", 8080)), run(
             nodes[0].node, "ip", "route"
         )
-        assert not nodes[0].connects(client, server, 9090)
+        check = pyfelix_pods(nodes[0].node, "check", "node-1", tmp_path, prefix)
+        assert "app/pod1                 app/pod2                 node-2     tcp/8080  allowed" in (
+            check
+        )
+        assert "app/pod2                 node-2     tcp/9090  denied" in check
         device = run(nodes[0].node, "ip", "-d", "link", "show", "vxlan.calico")
         assert "vxlan id 4096" in device
         assert "local 10.99.0.1 dev ul0" in device
@@ -128,7 +152,7 @@ def test_pods_on_two_nodes_talk_through_the_agents_vxlan(tmp_path: Path) -> None
             nodes[0].node, "ip", "route"
         )
         before = vxlan_tx_packets(nodes[0].node)
-        assert nodes[0].connects(client, server, 8080)
+        assert connects(client, "10.65.2.2", 8080)
         assert vxlan_tx_packets(nodes[0].node) > before
 
         # Tampering with the overlay is repaired on the route refresh (1 s here).
@@ -136,5 +160,16 @@ def test_pods_on_two_nodes_talk_through_the_agents_vxlan(tmp_path: Path) -> None
         (entry,) = [line for line in fdb.splitlines() if "dst 10.99.0.2" in line]
         run(nodes[0].node, "bridge", "fdb", "del", entry.split()[0], "dev", "vxlan.calico")
         run(nodes[0].node, "ip", "neigh", "flush", "dev", "vxlan.calico")
-        assert not nodes[0].connects(client, server, 8080)
-        assert eventually(lambda: nodes[0].connects(client, server, 8080))
+        assert not connects(client, "10.65.2.2", 8080)
+        assert eventually(lambda: connects(client, "10.65.2.2", 8080))
+
+        pyfelix_pods(nodes[0].node, "down", "node-1", tmp_path, prefix)
+        assert client not in run(nodes[0].node, "ip", "netns", "list")
+
+
+def remove_namespaces(prefix: str) -> None:
+    """Whatever `pods down` left behind (after a failure) under this test's prefix."""
+    listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False)
+    for line in listing.stdout.splitlines():
+        if line.startswith(prefix):
+            subprocess.run(["ip", "netns", "del", line.split()[0]], check=False)

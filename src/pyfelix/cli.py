@@ -21,6 +21,7 @@ from pyfelix.demo import run_demo
 from pyfelix.dryrun import compute, default_hostname, render_json, render_text
 from pyfelix.errors import ManifestError, Problem
 from pyfelix.logs import set_severity
+from pyfelix.pods import pods_check, pods_down, pods_up
 from pyfelix.resources import load_paths
 from pyfelix.resources.loader import LoadResult, Located
 from pyfelix.validation import validate_loaded
@@ -65,9 +66,8 @@ async def load_from_etcd(config: EtcdConfig) -> LoadResult:
     return LoadResult(tuple(located), tuple(problems))
 
 
-def cmd_dry_run(args: argparse.Namespace) -> int:
-    """Load, validate, compute the node's dataplane once, print it."""
-    sources: list[str] = args.sources
+def load_sources(sources: Sequence[str]) -> LoadResult | int:
+    """Manifest files and directories, or one etcd URL, validated; an exit code on failure."""
     etcd_sources = [s for s in sources if is_etcd(s)]
     if etcd_sources and len(sources) > 1:
         print("an etcd URL must be the only source", file=sys.stderr)
@@ -86,6 +86,14 @@ def cmd_dry_run(args: argparse.Namespace) -> int:
             print(problem)
         print(f"{len(problems)} problem(s) found", file=sys.stderr)
         return EXIT_INVALID
+    return result
+
+
+def cmd_dry_run(args: argparse.Namespace) -> int:
+    """Load, validate, compute the node's dataplane once, print it."""
+    result = load_sources(args.sources)
+    if isinstance(result, int):
+        return result
     view, _ = compute((item.resource for item in result.resources), args.hostname)
     sys.stdout.write(render_json(view) if args.format == "json" else render_text(view))
     return EXIT_OK
@@ -125,6 +133,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
             print(problem)
         return EXIT_INVALID
     return run_demo([item.resource for item in result.resources])
+
+
+def cmd_pods(args: argparse.Namespace) -> int:
+    """Pods for this node's workload endpoints, as the CNI plugin wires them."""
+    if os.geteuid() != 0:
+        print("pyfelix pods creates network namespaces and needs root", file=sys.stderr)
+        return EXIT_USAGE
+    result = load_sources(args.sources)
+    if isinstance(result, int):
+        return result
+    action = {"up": pods_up, "down": pods_down, "check": pods_check}[args.action]
+    resources = [item.resource for item in result.resources]
+    return action(resources, args.hostname, args.prefix, sys.stdout)
 
 
 def datastore_config(source: str | None) -> EtcdConfig:
@@ -218,6 +239,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("sources", nargs="+", metavar="SRC", help="manifest files or directories")
     demo.set_defaults(handler=cmd_demo)
+    pods = commands.add_parser(
+        "pods",
+        help="create, check or remove pods (network namespaces) for this node's endpoints",
+    )
+    pods.add_argument("action", choices=("up", "check", "down"))
+    pods.add_argument("sources", nargs="+", metavar="SRC", help="files, directories or etcd://URL")
+    pods.add_argument("--hostname", default=default_hostname(), help="this node's name")
+    pods.add_argument("--prefix", default="pod-", help="namespace name prefix (default: pod-)")
+    pods.set_defaults(handler=cmd_pods)
     _add_datastore_commands(commands)
     return parser
 

@@ -26,32 +26,12 @@ import yaml
 
 from pyfelix.dryrun import compute
 from pyfelix.explain import Explainer, Flow
+from pyfelix.pods import connects, run_in, start_responder, wire_pod
 from pyfelix.resources import Resource, WorkloadEndpoint
 
 DEMO_NODE = "demo-node"
-GATEWAY = "169.254.1.1"
 PREFIX = "pfd-"
 READY_TIMEOUT = 20.0
-SERVER = """
-import socket, sys, threading
-def serve(port):
-    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("0.0.0.0", port)); s.listen(16)
-    while True:
-        c, _ = s.accept(); c.sendall(b"ok"); c.close()
-for p in sys.argv[1:]:
-    threading.Thread(target=serve, args=(int(p),), daemon=True).start()
-print("ready", flush=True)
-threading.Event().wait()
-"""
-CLIENT = """
-import socket, sys
-try:
-    c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3]))
-    print(c.recv(2).decode())
-except OSError as e:
-    print("blocked", e)
-"""
 
 
 def _ip(*args: str) -> None:
@@ -59,9 +39,7 @@ def _ip(*args: str) -> None:
 
 
 def _in(ns: str, *argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["ip", "netns", "exec", ns, *argv], capture_output=True, text=True, check=False
-    )
+    return run_in(ns, *argv)
 
 
 @contextmanager
@@ -125,42 +103,11 @@ class DemoNode:
         self, name: str, interface: str, address: str, ports: dict[int, str], mac: str = ""
     ) -> Workload:
         ns = self.stack.enter_context(namespace(f"{PREFIX}{len(self.workloads)}-{self.tag}"))
-        _ip(
-            "link",
-            "add",
-            interface,
-            "netns",
-            self.node,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "eth0",
-            "netns",
-            ns,
-        )
-        if mac:
-            # The endpoint's MAC is what Felix pins in the node's ARP table.
-            _in(ns, "ip", "link", "set", "eth0", "address", mac)
-        for command in (
-            ("addr", "add", f"{address}/32", "dev", "eth0"),
-            ("link", "set", "eth0", "up"),
-            ("route", "add", GATEWAY, "dev", "eth0", "scope", "link"),
-            ("route", "add", "default", "via", GATEWAY, "dev", "eth0"),
-        ):
-            _in(ns, "ip", *command)
-        _in(self.node, "ip", "link", "set", interface, "up")
+        wire_pod(self.node, ns, interface, address, mac)
         workload = Workload(name, ns, interface, address, ports)
         self.workloads.append(workload)
         if ports:
-            server = subprocess.Popen(
-                ["ip", "netns", "exec", ns, sys.executable, "-c", SERVER, *map(str, ports)],
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-            assert server.stdout is not None
-            server.stdout.readline()
-            self.processes.append(server)
+            self.processes.append(start_responder(ns, list(ports)))
         return workload
 
     def start_agent(self, datastore: Path | str, hostname: str) -> subprocess.Popen[str]:
@@ -192,10 +139,7 @@ class DemoNode:
         return all(f"{w.address} dev {w.interface}" in routes for w in self.workloads)
 
     def connects(self, source: Workload, destination: Workload, port: int) -> bool:
-        result = _in(
-            source.namespace, sys.executable, "-c", CLIENT, destination.address, str(port), "0.5"
-        )
-        return result.stdout.strip() == "ok"
+        return connects(source.namespace, destination.address, port)
 
     def _stop_processes(self) -> None:
         for process in self.processes:

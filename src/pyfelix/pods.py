@@ -1,0 +1,202 @@
+"""Pods without an orchestrator: network namespaces wired as Calico's CNI plugin wires pods.
+
+``pyfelix pods up`` gives each WorkloadEndpoint of this node a namespace: a veth pair named as
+the endpoint says (the host end in the current namespace, ``eth0`` in the pod), the endpoint's
+address and MAC, a default route through the link-local gateway 169.254.1.1 (answered by proxy
+ARP on the host end, which the agent turns on), and a TCP responder on each of its ports
+(8080 when it declares none). ``pods check`` tries, from every pod of this node, every
+endpoint of the cluster on each of those ports; ``pods down`` removes it all. With two nodes
+(the Vagrant cluster in vagrant/) that is how an operator sees the agents' overlay and policy
+at work. ``pyfelix demo`` builds its node with the same wiring.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+import attrs
+
+from pyfelix.resources import Resource, WorkloadEndpoint
+
+GATEWAY = "169.254.1.1"
+DEFAULT_PORT = 8080
+PIDS = Path("/run/pyfelix/pods")
+SERVER = """
+import socket, sys, threading
+def serve(port):
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", port)); s.listen(16)
+    while True:
+        c, _ = s.accept(); c.sendall(b"ok"); c.close()
+for p in sys.argv[1:]:
+    threading.Thread(target=serve, args=(int(p),), daemon=True).start()
+print("ready", flush=True)
+threading.Event().wait()
+"""
+CLIENT = """
+import socket, sys
+try:
+    c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3]))
+    print(c.recv(2).decode())
+except OSError as e:
+    print("blocked", e)
+"""
+
+
+def run_in(ns: str | None, *argv: str) -> subprocess.CompletedProcess[str]:
+    """Run a command in namespace ``ns`` (None: the current one); never raises."""
+    prefix = ["ip", "netns", "exec", ns] if ns else []
+    return subprocess.run([*prefix, *argv], capture_output=True, text=True, check=False)
+
+
+def wire_pod(host: str | None, pod: str, interface: str, address: str, mac: str = "") -> None:
+    """A veth pair from namespace ``host`` (None: the current one) into namespace ``pod``,
+    configured as the CNI plugin configures a pod's."""
+    here = ["netns", host] if host else []
+    peer = ("peer", "name", "eth0", "netns", pod)
+    subprocess.run(
+        ["ip", "link", "add", interface, *here, "type", "veth", *peer],
+        check=True,
+        capture_output=True,
+    )
+    if mac:
+        # The endpoint's MAC is what Felix pins in the node's ARP table.
+        run_in(pod, "ip", "link", "set", "eth0", "address", mac)
+    for command in (
+        ("addr", "add", f"{address}/32", "dev", "eth0"),
+        ("link", "set", "eth0", "up"),
+        ("route", "add", GATEWAY, "dev", "eth0", "scope", "link"),
+        ("route", "add", "default", "via", GATEWAY, "dev", "eth0"),
+    ):
+        run_in(pod, "ip", *command)
+    run_in(host, "ip", "link", "set", interface, "up")
+
+
+def start_responder(pod: str, ports: Sequence[int], detach: bool = False) -> subprocess.Popen[str]:
+    """A TCP server answering "ok" on each port inside ``pod``; returns once it listens.
+    ``detach`` lets it outlive this process (its own session)."""
+    server = subprocess.Popen(
+        ["ip", "netns", "exec", pod, sys.executable, "-c", SERVER, *map(str, ports)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=detach,
+    )
+    assert server.stdout is not None
+    server.stdout.readline()
+    return server
+
+
+def connects(source_ns: str, address: str, port: int, timeout: float = 0.5) -> bool:
+    result = run_in(source_ns, sys.executable, "-c", CLIENT, address, str(port), str(timeout))
+    return result.stdout.strip() == "ok"
+
+
+@attrs.frozen
+class Pod:
+    """A workload endpoint as a pod: where it runs and what it answers on."""
+
+    name: str
+    node: str
+    interface: str
+    address: str
+    mac: str
+    ports: tuple[int, ...]
+
+    def netns(self, prefix: str) -> str:
+        return f"{prefix}{self.name.replace('/', '.')}"[:200]
+
+
+def cluster_pods(resources: Sequence[Resource]) -> list[Pod]:
+    """Every workload endpoint with an address, as a pod, in name order."""
+    pods = []
+    for wep in resources:
+        if not isinstance(wep, WorkloadEndpoint) or not wep.spec.ip_networks:
+            continue
+        ports = tuple(sorted({p.port for p in wep.spec.ports})) or (DEFAULT_PORT,)
+        pods.append(
+            Pod(
+                name=f"{wep.namespace}/{wep.spec.pod or wep.name}",
+                node=wep.spec.node,
+                interface=wep.spec.interface_name,
+                address=wep.spec.ip_networks[0].split("/")[0],
+                mac=wep.spec.mac,
+                ports=ports,
+            )
+        )
+    return sorted(pods, key=lambda p: p.name)
+
+
+def _existing_namespaces() -> set[str]:
+    listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False)
+    return {line.split()[0] for line in listing.stdout.splitlines() if line.strip()}
+
+
+def pods_up(resources: Sequence[Resource], hostname: str, prefix: str, out: TextIO) -> int:
+    """Create this node's pods (those already there are left as they are)."""
+    PIDS.mkdir(parents=True, exist_ok=True)
+    existing = _existing_namespaces()
+    for pod in cluster_pods(resources):
+        if pod.node != hostname:
+            continue
+        netns = pod.netns(prefix)
+        if netns in existing:
+            print(f"{pod.name}: {netns} exists", file=out)
+            continue
+        subprocess.run(["ip", "netns", "add", netns], check=True)
+        run_in(netns, "ip", "link", "set", "lo", "up")
+        wire_pod(None, netns, pod.interface, pod.address, pod.mac)
+        server = start_responder(netns, pod.ports, detach=True)
+        (PIDS / f"{netns}.pid").write_text(f"{server.pid}\n")
+        ports = ",".join(map(str, pod.ports))
+        print(f"{pod.name}: {netns}, {pod.interface} -> {pod.address}, tcp/{ports}", file=out)
+    return 0
+
+
+def pods_down(resources: Sequence[Resource], hostname: str, prefix: str, out: TextIO) -> int:
+    """Stop this node's responders and delete its pods' namespaces (and so their veths)."""
+    existing = _existing_namespaces()
+    for pod in cluster_pods(resources):
+        netns = pod.netns(prefix)
+        if pod.node != hostname or netns not in existing:
+            continue
+        pidfile = PIDS / f"{netns}.pid"
+        if pidfile.exists():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.killpg(int(pidfile.read_text()), signal.SIGTERM)
+            pidfile.unlink()
+        subprocess.run(["ip", "netns", "del", netns], check=False)
+        print(f"{pod.name}: removed {netns}", file=out)
+    return 0
+
+
+def pods_check(resources: Sequence[Resource], hostname: str, prefix: str, out: TextIO) -> int:
+    """From each pod of this node, every pod of the cluster on each of its ports; exit 1 if
+    this node has no pods up."""
+    pods = cluster_pods(resources)
+    existing = _existing_namespaces()
+    local = [p for p in pods if p.node == hostname and p.netns(prefix) in existing]
+    if not local:
+        print(f"no pods of {hostname} are up (pyfelix pods up)", file=out)
+        return 1
+    print(f"{'from':<24} {'to':<24} {'node':<10} {'port':<9} result", file=out)
+    for source in local:
+        for destination in pods:
+            if destination is source:
+                continue
+            for port in destination.ports:
+                seen = connects(source.netns(prefix), destination.address, port)
+                result = "allowed" if seen else "denied"
+                print(
+                    f"{source.name:<24} {destination.name:<24} {destination.node:<10} "
+                    f"tcp/{port:<5} {result}",
+                    file=out,
+                )
+    return 0
