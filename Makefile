@@ -6,6 +6,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 DEB_PACKAGES := python3 python3-venv python3-dev gcc openssl iproute2 iptables ipset conntrack \
 	wireguard-tools wireguard-go etcd-server etcd-client tcpdump iputils-ping
+# Only the tests need these: ruby checks vagrant/Vagrantfile's syntax.
+TEST_DEB_PACKAGES := ruby
 
 .PHONY: run test deps venv lint typecheck pytest clean
 
@@ -24,13 +26,17 @@ typecheck: venv
 	$(BIN)/mypy
 
 # pytest exits 5 when it collected nothing; that is a failure here, like any other non-zero code.
-pytest: venv
+pytest: venv .test-deps-installed
 	$(BIN)/pytest
 
 deps: .deps-installed
 .deps-installed:
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(DEB_PACKAGES)
+	touch $@
+
+.test-deps-installed: .deps-installed
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(TEST_DEB_PACKAGES)
 	touch $@
 
 venv: $(BIN)/pyfelix
@@ -41,4 +47,4 @@ $(BIN)/pyfelix: pyproject.toml | .deps-installed
 	touch $@
 
 clean:
-	rm -rf $(VENV) .deps-installed .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .deps-installed .test-deps-installed .mypy_cache .ruff_cache .pytest_cache
