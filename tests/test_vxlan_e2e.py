@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from pyfelix.demo import DemoNode
-from pyfelix.pods import connects
+from pyfelix.pods import connects, stop_processes
 
 pytestmark = pytest.mark.netns
 
@@ -172,4 +172,5 @@ def remove_namespaces(prefix: str) -> None:
     listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False)
     for line in listing.stdout.splitlines():
         if line.startswith(prefix):
+            stop_processes(line.split()[0])
             subprocess.run(["ip", "netns", "del", line.split()[0]], check=False)

@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TextIO
 
 import attrs
@@ -27,7 +26,6 @@ from pyfelix.resources import Resource, WorkloadEndpoint
 
 GATEWAY = "169.254.1.1"
 DEFAULT_PORT = 8080
-PIDS = Path("/run/pyfelix/pods")
 SERVER = """
 import socket, sys, threading
 def serve(port):
@@ -141,7 +139,6 @@ def _existing_namespaces() -> set[str]:
 
 def pods_up(resources: Sequence[Resource], hostname: str, prefix: str, out: TextIO) -> int:
     """Create this node's pods (those already there are left as they are)."""
-    PIDS.mkdir(parents=True, exist_ok=True)
     existing = _existing_namespaces()
     for pod in cluster_pods(resources):
         if pod.node != hostname:
@@ -153,11 +150,20 @@ def pods_up(resources: Sequence[Resource], hostname: str, prefix: str, out: Text
         subprocess.run(["ip", "netns", "add", netns], check=True)
         run_in(netns, "ip", "link", "set", "lo", "up")
         wire_pod(None, netns, pod.interface, pod.address, pod.mac)
-        server = start_responder(netns, pod.ports, detach=True)
-        (PIDS / f"{netns}.pid").write_text(f"{server.pid}\n")
+        start_responder(netns, pod.ports, detach=True)
         ports = ",".join(map(str, pod.ports))
         print(f"{pod.name}: {netns}, {pod.interface} -> {pod.address}, tcp/{ports}", file=out)
     return 0
+
+
+def stop_processes(netns: str) -> None:
+    """SIGTERM every process in ``netns`` (a namespace outlives its deletion while they run)."""
+    listing = subprocess.run(
+        ["ip", "netns", "pids", netns], capture_output=True, text=True, check=False
+    )
+    for pid in listing.stdout.split():
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(pid), signal.SIGTERM)
 
 
 def pods_down(resources: Sequence[Resource], hostname: str, prefix: str, out: TextIO) -> int:
@@ -167,11 +173,7 @@ def pods_down(resources: Sequence[Resource], hostname: str, prefix: str, out: Te
         netns = pod.netns(prefix)
         if pod.node != hostname or netns not in existing:
             continue
-        pidfile = PIDS / f"{netns}.pid"
-        if pidfile.exists():
-            with contextlib.suppress(ProcessLookupError, ValueError):
-                os.killpg(int(pidfile.read_text()), signal.SIGTERM)
-            pidfile.unlink()
+        stop_processes(netns)
         subprocess.run(["ip", "netns", "del", netns], check=False)
         print(f"{pod.name}: removed {netns}", file=out)
     return 0
