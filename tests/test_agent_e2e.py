@@ -661,3 +661,75 @@ def test_endpoint_status_reported_to_etcd(tmp_path: Path) -> None:
         datastore("delete", "-f", str(tmp_path / "spare.yaml"))
         assert eventually(lambda: "node-spare" not in statuses()), statuses()
         assert statuses()["server"] == "up"
+
+
+TIERS = """
+apiVersion: v1
+kind: Namespace
+metadata: {name: app}
+---
+apiVersion: projectcalico.org/v3
+kind: Profile
+metadata: {name: open}
+spec:
+  ingress: [{action: Allow}]
+  egress: [{action: Allow}]
+---
+apiVersion: projectcalico.org/v3
+kind: Tier
+metadata: {name: security}
+spec: {order: 100}
+---
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {name: security.gate}
+spec:
+  tier: security
+  order: 1
+  selector: app == "server"
+  types: [Ingress]
+  ingress:
+  - {action: Pass, protocol: TCP, source: {selector: app == "client"}, destination: {ports: [8080]}}
+  - action: Allow
+    protocol: TCP
+    source: {selector: app == "client"}
+    destination: {ports: [9090]}
+"""
+DEFAULT_TIER = """
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {name: web}
+spec:
+  order: 10
+  selector: app == "server"
+  types: [Ingress]
+  ingress:
+  - {action: Allow, protocol: TCP, source: {selector: app == "FROM"}, destination: {ports: [8080]}}
+"""
+
+
+def test_tiers_pass_and_end_of_tier_drop(tmp_path: Path) -> None:
+    """Through the running agent: Pass hands a flow to the next tier, which decides it; a flow
+    no rule of a tier matches is dropped at the tier's end, though the profile would allow it."""
+    config = MANIFESTS.partition("---")[0]
+    server = workload("server", "app", "server", "calisrv", SERVER_IP)
+    client = workload("client", "app", "client", "calicli", CLIENT_IP)
+    outsider = workload("outsider", "app", "outsider", "calioth", OUTSIDER_IP)
+    (tmp_path / "base.yaml").write_text("---".join((config, TIERS, server, client, outsider)))
+    (tmp_path / "web.yaml").write_text(DEFAULT_TIER.replace("FROM", "client"))
+    with ExitStack() as stack:
+        cluster = Cluster(stack, tmp_path)
+        cluster.add_workload("calisrv", SERVER_IP, [8080, 9090])
+        cluster.add_workload("calicli", CLIENT_IP)
+        cluster.add_workload("calioth", OUTSIDER_IP)
+        cluster.start_agent()
+
+        assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 8080)), "Pass, then Allow"
+        assert cluster.connects(CLIENT_IP, SERVER_IP, 9090), "allowed in the first tier"
+        assert not cluster.connects(OUTSIDER_IP, SERVER_IP, 8080), "end of the security tier"
+        assert not cluster.connects(OUTSIDER_IP, SERVER_IP, 9090)
+
+        # The default tier now admits nobody: the passed flow meets its end-of-tier drop.
+        (tmp_path / "web.yaml").write_text(DEFAULT_TIER.replace("FROM", "nobody"))
+        assert seconds_until(lambda: not cluster.connects(CLIENT_IP, SERVER_IP, 8080)) < 1.0
+        assert cluster.connects(CLIENT_IP, SERVER_IP, 9090)
