@@ -407,11 +407,12 @@ spec: {node: node, interfaceName: eth0, expectedIPs: [192.0.2.1]}
 """
 
 
-@pytest.mark.parametrize("interface", ["eth0", "'*'"])
+@pytest.mark.parametrize("interface", ["interfaceName: eth0, ", "interfaceName: '*', ", ""])
 def test_host_endpoint_with_failsafe_ports(tmp_path: Path, interface: str) -> None:
-    """A host endpoint with no policy and no profile, for eth0 or for all interfaces ("*"),
-    drops traffic into the node, except on the failsafe ports (tcp/22 by default)."""
-    host_endpoint = HOST_ENDPOINT.replace("interfaceName: eth0", f"interfaceName: {interface}")
+    """A host endpoint with no policy and no profile, for eth0, for all interfaces ("*") or
+    for the interface holding its expected address, drops traffic into the node, except on
+    the failsafe ports (tcp/22 by default)."""
+    host_endpoint = HOST_ENDPOINT.replace("interfaceName: eth0, ", interface)
     (tmp_path / "base.yaml").write_text(MANIFESTS + host_endpoint)
     with ExitStack() as stack:
         cluster = Cluster(stack, tmp_path)
@@ -611,11 +612,15 @@ def test_etcd_datastore_lost_and_back(tmp_path: Path) -> None:
 def test_endpoint_status_reported_to_etcd(tmp_path: Path) -> None:
     """With EndpointReportingEnabled, workload and host endpoint status land in etcd under
     /calico/felix/v2/: up, down when the interface goes down, error when a host endpoint's
-    interface does not exist, and the key goes when the endpoint does."""
+    interface does not exist or another endpoint governs it, and the key goes when the
+    endpoint does."""
     interval = "  reportingInterval: 1s\n"
     manifests = MANIFESTS.replace(interval, interval + "  endpointReportingEnabled: true\n")
     missing = HOST_ENDPOINT.replace("node-uplink", "node-spare").replace("eth0", "eth9")
-    (tmp_path / "base.yaml").write_text(manifests + HOST_ENDPOINT)
+    # Matches eth0 by address, but node-uplink names eth0 and comes first by name.
+    by_address = HOST_ENDPOINT.replace("node-uplink", "z-by-address")
+    by_address = by_address.replace("interfaceName: eth0, ", "")
+    (tmp_path / "base.yaml").write_text(manifests + HOST_ENDPOINT + by_address)
     (tmp_path / "spare.yaml").write_text(missing)
     with ExitStack() as stack:
         cluster = Cluster(stack, tmp_path / "unused")
@@ -651,6 +656,7 @@ def test_endpoint_status_reported_to_etcd(tmp_path: Path) -> None:
         datastore("apply", "-f", str(tmp_path / "spare.yaml"))
         cluster.start_agent(etcd.etcd_url)
         expected = {"node-uplink": "up", "node-spare": "error", "server": "up", "client": "up"}
+        expected["z-by-address"] = "error"
         assert eventually(lambda: statuses() == expected, timeout=20), statuses()
 
         run_in(cluster.node, "ip", "link", "set", "eth0", "down")
@@ -661,6 +667,12 @@ def test_endpoint_status_reported_to_etcd(tmp_path: Path) -> None:
         datastore("delete", "-f", str(tmp_path / "spare.yaml"))
         assert eventually(lambda: "node-spare" not in statuses()), statuses()
         assert statuses()["server"] == "up"
+
+        # With node-uplink gone, the endpoint expecting eth0's address governs eth0.
+        (tmp_path / "uplink.yaml").write_text(HOST_ENDPOINT)
+        datastore("delete", "-f", str(tmp_path / "uplink.yaml"))
+        assert eventually(lambda: statuses().get("z-by-address") == "up"), statuses()
+        assert "node-uplink" not in statuses()
 
 
 TIERS = """

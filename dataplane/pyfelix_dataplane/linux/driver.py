@@ -28,6 +28,7 @@ from pyfelix import model
 from pyfelix.validation.felixconfig import ParamError, parse_duration
 from pyfelix_dataplane.dryrun import DryRunDataplane
 from pyfelix_dataplane.linux.commands import DataplaneWriteError, available
+from pyfelix_dataplane.linux.host_endpoints import interface_addresses, resolve
 from pyfelix_dataplane.linux.ipsets import IpsetWriter
 from pyfelix_dataplane.linux.iptables import IptablesWriter, detect_backend
 from pyfelix_dataplane.linux.monitor import watch_interfaces
@@ -136,6 +137,9 @@ class LinuxDriver:
     _vxlan_written: tuple[VtepDevice | None, tuple[RemoteVtep, ...]] | None = None
     _route_results: dict[str, str] = attrs.Factory(dict)
     _statuses: dict[Any, str] = attrs.Factory(dict)
+    # The node's interfaces (with addresses) and which host endpoint governs each, as of the
+    # last apply (only looked up while there are host endpoints).
+    _host_interfaces: dict[str, model.HostEndpointKey] = attrs.Factory(dict)
     _started: float = 0.0
 
     async def apply(self, msg: m.ToDataplane) -> None:
@@ -143,12 +147,12 @@ class LinuxDriver:
         self._wake.set()
 
     def _on_interface(self, name: str) -> None:
-        """A link changed: if it is a local workload's, re-route now rather than at refresh;
-        if a host endpoint's, report its status now."""
+        """A link or an address changed: if it is a local workload's interface, re-route now
+        rather than at refresh; with host endpoints, re-resolve them and report their status."""
         if any(update.endpoint.name == name for update in self.state.workloads.values()):
             self._routes_written = None
             self._wake.set()
-        elif any(update.endpoint.name == name for update in self.state.hosts.values()):
+        elif self.state.hosts:
             self._wake.set()
 
     def endpoint_statuses(self, route_results: dict[str, str]) -> dict[Any, str]:
@@ -162,23 +166,56 @@ class LinuxDriver:
         return statuses
 
     def host_endpoint_statuses(self) -> dict[Any, str]:
-        """As Felix: "up" when the host endpoint's interface exists, is up and running, "down"
-        when it exists otherwise, "error" when no interface is resolved for it (also for an
-        endpoint without interfaceName: resolving by expectedIPs is not done yet). An
-        all-interfaces ("*") endpoint is always resolved: "up"."""
+        """As Felix: "up" when every interface the host endpoint governs is up and running,
+        "down" otherwise, "error" when it governs none (no such interface, no interface with
+        its expected addresses, or another endpoint won it). An all-interfaces ("*")
+        endpoint is always resolved: "up"."""
         statuses = {}
         for key, update in self.state.hosts.items():
-            name = update.endpoint.name
-            if name == "*":
+            if update.endpoint.name == "*":
                 statuses[key] = "up"
                 continue
-            found = link_flags(name) if name else None
-            if found is None:
+            interfaces = [name for name, owner in self._host_interfaces.items() if owner == key]
+            flags = [link_flags(name) for name in interfaces]
+            if not flags:
                 statuses[key] = "error"
-            else:
-                oper_up = found[1] & (IFF_UP | IFF_RUNNING) == IFF_UP | IFF_RUNNING
-                statuses[key] = "up" if oper_up else "down"
+                continue
+            running = IFF_UP | IFF_RUNNING
+            up = all(found is not None and found[1] & running == running for found in flags)
+            statuses[key] = "up" if up else "down"
         return statuses
+
+    async def _resolve_host_endpoints(self) -> None:
+        if not self.state.hosts:
+            self._host_interfaces = {}
+            return
+        named = tuple({u.endpoint.name for u in self.state.hosts.values()} - {"", "*"})
+        prefixes = tuple((self.state.config or {}).get("InterfacePrefix", "cali").split(","))
+        interfaces = await trio.to_thread.run_sync(interface_addresses, named, prefixes)
+        self._host_interfaces = resolve(self.state.hosts, interfaces)
+
+    def _rendering_state(self) -> DryRunDataplane:
+        """The state with each host endpoint placed on the interfaces it governs (several, for
+        an endpoint matched by address; none, for one that lost its interface); named
+        endpoints whose interface does not exist yet stay as named, "*" ones as they are."""
+        if not self.state.hosts:
+            return self.state
+        governed = set(self._host_interfaces.values())
+        hosts: dict[Any, m.HostEndpointUpdate] = {
+            key: update
+            for key, update in self.state.hosts.items()
+            if update.endpoint.name == "*"
+            or (
+                update.endpoint.name
+                and key not in governed
+                and update.endpoint.name not in self._host_interfaces
+            )
+        }
+        for interface, key in self._host_interfaces.items():
+            update = self.state.hosts[key]
+            endpoint = attrs.evolve(update.endpoint, name=interface)
+            hosts[(key, interface)] = attrs.evolve(update, endpoint=endpoint)
+        return attrs.evolve(self.state, hosts=hosts)
 
     async def _report_endpoints(self, route_results: dict[str, str]) -> None:
         if (self.state.config or {}).get("EndpointReportingEnabled", "false").lower() != "true":
@@ -319,8 +356,9 @@ class LinuxDriver:
         async with trio.open_nursery() as nursery:
             # Routes need neither the rendering nor the IP sets: they start first.
             nursery.start_soon(area, partial(self._apply_routes, routes), "routes")
-            await trio.lowlevel.checkpoint()
-            chains = {version: render_chains(self.state, version) for version in versions}
+            await self._resolve_host_endpoints()
+            rendering = self._rendering_state()
+            chains = {version: render_chains(rendering, version) for version in versions}
             desired_sets = kernel_ipsets(self.state, versions)
             rendered_at = trio.current_time()
             took["render"] = rendered_at - started
