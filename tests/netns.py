@@ -10,7 +10,8 @@ import contextlib
 import itertools
 import os
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 from pyroute2 import netns as _netns
 
@@ -45,3 +46,13 @@ def run_in(
         check=False,
         input=input_text,
     )
+
+
+def eventually(check: Callable[[], bool], timeout: float = 10.0, every: float = 0.1) -> bool:
+    """Whether ``check`` passes within ``timeout`` seconds (tried every ``every`` seconds)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(every)
+    return check()

@@ -23,12 +23,14 @@ from pyfelix.resources import load_paths
 from pyfelix.status import status_prefix
 from pyfelix_dataplane.rules.render import render
 from tests.etcd_server import EtcdServer
-from tests.netns import run_in
+from tests.netns import eventually, run_in
+from tests.workloads import OPEN_PROFILE
 
 pytestmark = pytest.mark.netns
 
 SERVER_IP, CLIENT_IP = "10.65.0.2", "10.65.0.3"
-MANIFESTS = """
+MANIFESTS = (
+    """
 apiVersion: projectcalico.org/v3
 kind: FelixConfiguration
 metadata: {name: default}
@@ -42,14 +44,9 @@ spec:
   healthPort: 9099
   prometheusMetricsEnabled: true
   prometheusMetricsPort: 9091
----
-apiVersion: projectcalico.org/v3
-kind: Profile
-metadata: {name: open}
-spec:
-  ingress: [{action: Allow}]
-  egress: [{action: Allow}]
----
+---"""
+    + OPEN_PROFILE
+    + """---
 apiVersion: projectcalico.org/v3
 kind: WorkloadEndpoint
 metadata: {name: node-k8s-server-eth0, namespace: app, labels: {app: server}}
@@ -65,6 +62,7 @@ spec:
   {orchestrator: k8s, node: node, pod: client, endpoint: eth0, interfaceName: calicli,
    ipNetworks: [10.65.0.3/32], profiles: [open]}
 """
+)
 POLICY = """
 apiVersion: projectcalico.org/v3
 kind: NetworkPolicy
@@ -113,15 +111,6 @@ class Cluster:
         assert server.stdout is not None
         assert server.stdout.readline().strip() == "ready"
         return server
-
-
-def eventually(check: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.1)
-    return check()
 
 
 @pytest.fixture
@@ -432,14 +421,9 @@ def test_host_endpoint_with_failsafe_ports(tmp_path: Path, interface: str) -> No
 
 
 OUTSIDER_IP = "10.65.0.4"
-SEMANTICS = """
-apiVersion: projectcalico.org/v3
-kind: Profile
-metadata: {name: open}
-spec:
-  ingress: [{action: Allow}]
-  egress: [{action: Allow}]
----
+SEMANTICS = (
+    OPEN_PROFILE
+    + """---
 apiVersion: v1
 kind: Namespace
 metadata: {name: app, labels: {team: blue}}
@@ -458,6 +442,7 @@ spec:
   - {action: Allow, protocol: TCP, source: {namespaceSelector: team == "blue"},
      destination: {ports: [8080, 9090]}}
 """
+)
 
 
 def workload(pod: str, namespace: str, app: str, interface: str, address: str) -> str:
@@ -493,6 +478,16 @@ spec:
 """
 
 
+def server_client_outsider(stack: ExitStack, manifests: Path) -> Cluster:
+    """The server (8080, 9090), client and outsider workloads, and the agent running."""
+    cluster = Cluster(stack, manifests)
+    cluster.add_workload("calisrv", SERVER_IP, [8080, 9090])
+    cluster.add_workload("calicli", CLIENT_IP)
+    cluster.add_workload("calioth", OUTSIDER_IP)
+    cluster.start_agent()
+    return cluster
+
+
 def seconds_until(check: Callable[[], bool], timeout: float = 5.0) -> float:
     """Seconds from now to the start of the first passing ``check``."""
     started = time.monotonic()
@@ -516,11 +511,7 @@ def test_policy_semantics_and_live_edits(tmp_path: Path) -> None:
     (tmp_path / "other.yaml").write_text(OTHER_NAMESPACE.replace("TEAM", "red"))
     (tmp_path / "egress.yaml").write_text(EGRESS)
     with ExitStack() as stack:
-        cluster = Cluster(stack, tmp_path)
-        cluster.add_workload("calisrv", SERVER_IP, [8080, 9090])
-        cluster.add_workload("calicli", CLIENT_IP)
-        cluster.add_workload("calioth", OUTSIDER_IP)
-        cluster.start_agent()
+        cluster = server_client_outsider(stack, tmp_path)
 
         def client(port: int) -> Callable[[], bool]:
             return lambda: cluster.connects(CLIENT_IP, SERVER_IP, port)
@@ -675,18 +666,14 @@ def test_endpoint_status_reported_to_etcd(tmp_path: Path) -> None:
         assert "node-uplink" not in statuses()
 
 
-TIERS = """
+TIERS = (
+    """
 apiVersion: v1
 kind: Namespace
 metadata: {name: app}
----
-apiVersion: projectcalico.org/v3
-kind: Profile
-metadata: {name: open}
-spec:
-  ingress: [{action: Allow}]
-  egress: [{action: Allow}]
----
+---"""
+    + OPEN_PROFILE
+    + """---
 apiVersion: projectcalico.org/v3
 kind: Tier
 metadata: {name: security}
@@ -707,6 +694,7 @@ spec:
     source: {selector: app == "client"}
     destination: {ports: [9090]}
 """
+)
 DEFAULT_TIER = """
 apiVersion: projectcalico.org/v3
 kind: GlobalNetworkPolicy
@@ -730,11 +718,7 @@ def test_tiers_pass_and_end_of_tier_drop(tmp_path: Path) -> None:
     (tmp_path / "base.yaml").write_text("---".join((config, TIERS, server, client, outsider)))
     (tmp_path / "web.yaml").write_text(DEFAULT_TIER.replace("FROM", "client"))
     with ExitStack() as stack:
-        cluster = Cluster(stack, tmp_path)
-        cluster.add_workload("calisrv", SERVER_IP, [8080, 9090])
-        cluster.add_workload("calicli", CLIENT_IP)
-        cluster.add_workload("calioth", OUTSIDER_IP)
-        cluster.start_agent()
+        cluster = server_client_outsider(stack, tmp_path)
 
         assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 8080)), "Pass, then Allow"
         assert cluster.connects(CLIENT_IP, SERVER_IP, 9090), "allowed in the first tier"

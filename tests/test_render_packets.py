@@ -9,19 +9,14 @@ import pytest
 
 from pyfelix.dryrun import compute
 from pyfelix.resources import Resource, load_text
-from tests.workloads import Node, calico_node
+from tests.workloads import OPEN_PROFILE, Node, calico_node
 
 pytestmark = pytest.mark.netns
 
 SERVER, CLIENT = "10.65.0.2", "10.65.0.3"
-BASE = """
-apiVersion: projectcalico.org/v3
-kind: Profile
-metadata: {name: open}
-spec:
-  ingress: [{action: Allow}]
-  egress: [{action: Allow}]
----
+BASE = (
+    OPEN_PROFILE
+    + """---
 apiVersion: projectcalico.org/v3
 kind: WorkloadEndpoint
 metadata:
@@ -54,6 +49,7 @@ spec:
   ipNetworks: [10.65.0.3/32]
   profiles: [open]
 """
+)
 
 
 def resources(extra: str) -> list[Resource]:

@@ -12,8 +12,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -21,10 +19,13 @@ import pytest
 
 from pyfelix.demo import DemoNode
 from pyfelix.pods import connects, stop_processes
+from tests.netns import eventually
+from tests.workloads import OPEN_PROFILE
 
 pytestmark = pytest.mark.netns
 
-MANIFESTS = """
+MANIFESTS = (
+    """
 apiVersion: projectcalico.org/v3
 kind: FelixConfiguration
 metadata: {name: default}
@@ -34,14 +35,9 @@ apiVersion: projectcalico.org/v3
 kind: IPPool
 metadata: {name: pods}
 spec: {cidr: 10.65.0.0/16, vxlanMode: Always, ipipMode: Never, natOutgoing: false}
----
-apiVersion: projectcalico.org/v3
-kind: Profile
-metadata: {name: open}
-spec:
-  ingress: [{action: Allow}]
-  egress: [{action: Allow}]
----
+---"""
+    + OPEN_PROFILE
+    + """---
 apiVersion: projectcalico.org/v3
 kind: GlobalNetworkPolicy
 metadata: {name: web-only}
@@ -54,6 +50,7 @@ spec:
     source: {selector: app == "client"}
     destination: {ports: [8080]}
 """
+)
 
 
 def node(index: int) -> str:
@@ -91,15 +88,6 @@ def run(ns: str, *argv: str) -> str:
     ).stdout
 
 
-def eventually(check: Callable[[], bool], timeout: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.2)
-    return check()
-
-
 def vxlan_tx_packets(ns: str) -> int:
     stats = run(ns, "cat", "/sys/class/net/vxlan.calico/statistics/tx_packets")
     return int(stats)
@@ -135,7 +123,7 @@ def test_pods_on_two_nodes_talk_through_the_agents_vxlan(tmp_path: Path) -> None
             demo.start_agent(tmp_path, f"node-{index}")
         client = f"{prefix}app.pod1"
 
-        assert eventually(lambda: connects(client, "10.65.2.2", 8080)), run(
+        assert eventually(lambda: connects(client, "10.65.2.2", 8080), timeout=15), run(
             nodes[0].node, "ip", "route"
         )
         check = pyfelix_pods(nodes[0].node, "check", "node-1", tmp_path, prefix)

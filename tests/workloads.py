@@ -13,6 +13,16 @@ import attrs
 from pyfelix.demo import DemoNode, Workload
 from tests.netns import run_in
 
+#: The allow-all profile that test workloads start from (policies then restrict them).
+OPEN_PROFILE = """
+apiVersion: projectcalico.org/v3
+kind: Profile
+metadata: {name: open}
+spec:
+  ingress: [{action: Allow}]
+  egress: [{action: Allow}]
+"""
+
 
 def ip(ns: str, *args: str) -> None:
     result = run_in(ns, "ip", *args)
