@@ -203,7 +203,7 @@ def main() -> None:
                 agent = start_agent(ns, directory, log_file)
                 # The driver logs when the complete snapshot (InSync) reaches it, and each
                 # apply when it has finished writing.
-                wait_for(log_path, "programming with")
+                wait_for(log_path, "in sync:")
                 in_sync = time.perf_counter() - start
                 first_apply = wait_for(log_path, "apply 1:")
                 total = time.perf_counter() - start

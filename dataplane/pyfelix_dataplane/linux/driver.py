@@ -282,6 +282,12 @@ class LinuxDriver:
             while not self.state.in_sync:
                 await self._wake.wait()
                 self._wake = trio.Event()
+            log.info(
+                "in sync: %d local workloads, %d host endpoints, %d active policies",
+                len(self.state.workloads),
+                len(self.state.hosts),
+                len(self.state.policies),
+            )
             configured = (self.state.config or {}).get("IptablesBackend", "auto")
             backend = await detect_backend(configured)
             versions = [
