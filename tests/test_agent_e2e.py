@@ -97,8 +97,8 @@ class Cluster:
     def connects(self, source: str, destination: str, port: int) -> bool:
         return self.demo.connects(self._by_address[source], self._by_address[destination], port)
 
-    def start_agent(self, datastore: str = "") -> None:
-        self.agent = self.demo.start_agent(datastore or self.manifests, "node")
+    def start_agent(self, datastore: str = "", log: Path | None = None) -> None:
+        self.agent = self.demo.start_agent(datastore or self.manifests, "node", log)
 
     def serve(self, namespace: str, code: str, *args: str) -> subprocess.Popen[str]:
         """Run a Python listener in ``namespace``; return once it prints "ready"."""
@@ -188,20 +188,25 @@ def fetch(cluster: Cluster, url: str) -> str:
     return run_in(cluster.node, sys.executable, "-c", FETCH, url).stdout
 
 
+def metrics(cluster: Cluster) -> dict[str, float]:
+    """The agent's Prometheus metrics (felix_*), by name; empty while it does not answer."""
+    text = fetch(cluster, "http://127.0.0.1:9091/metrics")
+    return {
+        line.split()[0]: float(line.split()[1])
+        for line in text.splitlines()
+        if line.startswith("felix_")
+    }
+
+
 def test_health_metrics_and_clean_stop(cluster: Cluster) -> None:
     """Health and metrics answer as configured; SIGTERM stops the agent with exit code 0 and
     leaves the dataplane programmed (allowed traffic keeps flowing)."""
     cluster.start_agent()
     assert eventually(lambda: fetch(cluster, "http://127.0.0.1:9099/readiness").startswith("200"))
     assert fetch(cluster, "http://127.0.0.1:9099/liveness").startswith("200")
-    metrics = fetch(cluster, "http://127.0.0.1:9091/metrics")
-    assert "felix_calc_graph_updates_processed" in metrics
-    assert "felix_active_local_endpoints 2" in metrics
-    values = {
-        line.split()[0]: float(line.split()[1])
-        for line in metrics.splitlines()
-        if line.startswith("felix_")
-    }
+    values = metrics(cluster)
+    assert "felix_calc_graph_updates_processed" in values
+    assert values["felix_active_local_endpoints"] == 2
     assert values["felix_int_dataplane_apply_time_seconds_count"] >= 1
     assert values["felix_int_dataplane_apply_time_seconds_sum"] > 0
     assert values["felix_iptables_restore_calls"] >= 4  # every table, at least IPv4
@@ -729,3 +734,33 @@ def test_tiers_pass_and_end_of_tier_drop(tmp_path: Path) -> None:
         (tmp_path / "web.yaml").write_text(DEFAULT_TIER.replace("FROM", "nobody"))
         assert seconds_until(lambda: not cluster.connects(CLIENT_IP, SERVER_IP, 8080)) < 1.0
         assert cluster.connects(CLIENT_IP, SERVER_IP, 9090)
+
+
+def test_failed_table_write_is_atomic_logged_and_retried(cluster: Cluster, tmp_path: Path) -> None:
+    """A transaction the kernel refuses (here: deleting a stale cali chain that someone else's
+    chain still jumps to) leaves that table exactly as it was, is logged with the failing line
+    and counted, and is retried with backoff until it succeeds."""
+    (cluster.manifests / "policy.yaml").write_text(POLICY.replace("PORT", "8080"))
+    node = cluster.node
+    for command in ("-N cali-stale", "-N mychain", "-A mychain -j cali-stale"):
+        assert run_in(node, "iptables-nft", *command.split()).returncode == 0
+    log = tmp_path / "agent.log"
+    cluster.start_agent(log=log)
+
+    def failures() -> float:
+        return metrics(cluster).get("felix_int_dataplane_failures", 0.0)
+
+    assert eventually(lambda: failures() >= 2), "never retried"
+    assert "failing line: -X cali-stale" in log.read_text()
+    saved = run_in(node, "iptables-nft-save", "-t", "filter").stdout
+    assert ":cali-tw-calisrv" not in saved, "the refused transaction left part of itself"
+    assert "cali-FORWARD" not in saved
+    assert cluster.connects(CLIENT_IP, SERVER_IP, 9090), "nothing programmed, nothing enforced"
+
+    run_in(node, "iptables-nft", "-F", "mychain")
+    assert eventually(lambda: not cluster.connects(CLIENT_IP, SERVER_IP, 9090), timeout=15)
+    assert cluster.connects(CLIENT_IP, SERVER_IP, 8080)
+    assert ":cali-stale" not in run_in(node, "iptables-nft-save", "-t", "filter").stdout
+    settled = failures()
+    time.sleep(2)
+    assert failures() == settled

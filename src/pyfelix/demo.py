@@ -110,7 +110,11 @@ class DemoNode:
             self.processes.append(start_responder(ns, list(ports)))
         return workload
 
-    def start_agent(self, datastore: Path | str, hostname: str) -> subprocess.Popen[str]:
+    def start_agent(
+        self, datastore: Path | str, hostname: str, log: Path | None = None
+    ) -> subprocess.Popen[str]:
+        """``pyfelix run`` in the node namespace; its log goes to ``log`` if given."""
+        stderr = self.stack.enter_context(log.open("w")) if log else subprocess.DEVNULL
         agent = subprocess.Popen(
             [
                 "ip",
@@ -127,7 +131,7 @@ class DemoNode:
                 str(datastore),
             ],
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=stderr,
             text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
