@@ -89,8 +89,11 @@ class Cluster:
         self.agent: subprocess.Popen[str] | None = None
         self._by_address: dict[str, Workload] = {}
 
-    def add_workload(self, interface: str, address: str, ports: Sequence[int] = ()) -> None:
-        workload = self.demo.add_workload(interface, interface, address, dict.fromkeys(ports, ""))
+    def add_workload(
+        self, interface: str, address: str, ports: Sequence[int] = (), mac: str = ""
+    ) -> None:
+        ports_by_number = dict.fromkeys(ports, "")
+        workload = self.demo.add_workload(interface, interface, address, ports_by_number, mac)
         self._by_address[address] = workload
         self.workloads[address] = workload.namespace
 
@@ -764,3 +767,36 @@ def test_failed_table_write_is_atomic_logged_and_retried(cluster: Cluster, tmp_p
     settled = failures()
     time.sleep(2)
     assert failures() == settled
+
+
+def test_workload_interface_settings_and_cleanup(tmp_path: Path) -> None:
+    """As Felix: proxy ARP and forwarding on a workload's interface and its MAC pinned in the
+    node's ARP table; deleting the endpoint removes its route and its chains."""
+    mac = "02:00:0a:41:00:02"
+    pinned = MANIFESTS.replace("interfaceName: calisrv,", f"interfaceName: calisrv, mac: '{mac}',")
+    base, client = pinned.rsplit("---", 1)
+    (tmp_path / "base.yaml").write_text(base)
+    (tmp_path / "client.yaml").write_text(client)
+    with ExitStack() as stack:
+        cluster = Cluster(stack, tmp_path)
+        cluster.add_workload("calisrv", SERVER_IP, [8080], mac=mac)
+        cluster.add_workload("calicli", CLIENT_IP)
+        cluster.start_agent(log=tmp_path / "agent.log")
+        assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 8080)), "never programmed"
+        node = cluster.node
+        neighbours = run_in(node, "ip", "neigh", "show", "dev", "calisrv").stdout
+        assert f"{SERVER_IP} lladdr {mac} PERMANENT" in neighbours
+        for setting in ("proxy_arp", "forwarding"):
+            value = run_in(node, "cat", f"/proc/sys/net/ipv4/conf/calisrv/{setting}").stdout
+            assert value.strip() == "1", setting
+
+        (tmp_path / "client.yaml").unlink()
+
+        def client_gone() -> bool:
+            routes = run_in(node, "ip", "route", "show", "proto", "80").stdout
+            saved = run_in(node, "iptables-nft-save", "-t", "filter").stdout
+            return f"{CLIENT_IP} dev calicli" not in routes and ":cali-tw-calicli" not in saved
+
+        assert eventually(client_gone, timeout=5)
+        assert "cannot remove" not in (tmp_path / "agent.log").read_text()
+        assert f"{SERVER_IP} dev calisrv" in run_in(node, "ip", "route").stdout

@@ -99,13 +99,16 @@ def sync_routes(desired: Mapping[str, RouteTarget]) -> dict[str, str]:
     links = {name: _link_state(name) for name in interfaces}
     with IPRoute() as ipr:
         existing: dict[str, tuple[int | None, str | None]] = {}
+        scopes: dict[str, int] = {}
         for family in (2, 10):
             for route in ipr.get_routes(family=family, table=MAIN_TABLE, proto=FELIX_ROUTE_PROTO):
                 dst = route.get_attr("RTA_DST")
                 if dst is None:
                     continue
                 via = route.get_attr("RTA_GATEWAY")
-                existing[f"{dst}/{route['dst_len']}"] = (route.get_attr("RTA_OIF"), via)
+                key = f"{dst}/{route['dst_len']}"
+                existing[key] = (route.get_attr("RTA_OIF"), via)
+                scopes[key] = route["scope"]
         configured: set[str] = set()
         for dst, wanted in desired.items():
             index, up = links.get(wanted.interface, (None, True))
@@ -155,7 +158,9 @@ def sync_routes(desired: Mapping[str, RouteTarget]) -> dict[str, str]:
                 )
         for dst in existing.keys() - desired.keys():
             try:
-                ipr.route("del", dst=dst, proto=FELIX_ROUTE_PROTO, table=MAIN_TABLE)
+                # The kernel only deletes a route whose scope matches the request's.
+                scope = scopes[dst]
+                ipr.route("del", dst=dst, proto=FELIX_ROUTE_PROTO, table=MAIN_TABLE, scope=scope)
                 done[dst] = "removed"
             except NetlinkError as exc:
                 log.warning("cannot remove route %s: %s", dst, exc)
