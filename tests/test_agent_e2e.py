@@ -800,3 +800,40 @@ def test_workload_interface_settings_and_cleanup(tmp_path: Path) -> None:
         assert eventually(client_gone, timeout=5)
         assert "cannot remove" not in (tmp_path / "agent.log").read_text()
         assert f"{SERVER_IP} dev calisrv" in run_in(node, "ip", "route").stdout
+
+
+@pytest.mark.parametrize(("mode", "port_9090"), [("Insert", False), ("Append", True)])
+def test_chain_insert_mode(cluster: Cluster, tmp_path: Path, mode: str, port_9090: bool) -> None:
+    """ChainInsertMode: Felix's jump goes before the node's own FORWARD rules (Insert, the
+    default) or after them (Append), where a rule of the node's accepts before policy runs."""
+    config = cluster.manifests / "base.yaml"
+    config.write_text(
+        config.read_text().replace(
+            "iptablesRefreshInterval: 1s", f"iptablesRefreshInterval: 1s\n  chainInsertMode: {mode}"
+        )
+    )
+    (cluster.manifests / "policy.yaml").write_text(POLICY.replace("PORT", "8080"))
+    accept = ["-p", "tcp", "--dport", "9090", "-j", "ACCEPT"]
+    assert run_in(cluster.node, "iptables-nft", "-A", "FORWARD", *accept).returncode == 0
+    cluster.start_agent()
+    assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 8080)), "never programmed"
+    assert eventually(
+        lambda: "-j cali-FORWARD" in run_in(cluster.node, "iptables-nft", "-S", "FORWARD").stdout
+    )
+    forward = run_in(cluster.node, "iptables-nft", "-S", "FORWARD").stdout.splitlines()
+    rules = [line for line in forward if line.startswith("-A FORWARD")]
+    hook = next(i for i, line in enumerate(rules) if "cali-FORWARD" in line)
+    assert hook == (len(rules) - 1 if mode == "Append" else 0)
+    assert cluster.connects(CLIENT_IP, SERVER_IP, 9090) == port_9090
+
+
+def test_backend_detected_from_existing_rules(cluster: Cluster, tmp_path: Path) -> None:
+    """Without IptablesBackend, the agent writes with the backend that already holds the
+    node's rules: legacy here, though nft is the default."""
+    assert run_in(cluster.node, "iptables-legacy", "-A", "INPUT", "-j", "ACCEPT").returncode == 0
+    log = tmp_path / "agent.log"
+    cluster.start_agent(log=log)
+    assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 8080)), "never programmed"
+    assert eventually(lambda: "programming with iptables-legacy" in log.read_text())
+    assert ":cali-FORWARD" in run_in(cluster.node, "iptables-legacy-save", "-t", "filter").stdout
+    assert "cali-" not in run_in(cluster.node, "iptables-nft-save").stdout
