@@ -658,6 +658,17 @@ def test_endpoint_status_reported_to_etcd(tmp_path: Path) -> None:
         expected["z-by-address"] = "error"
         assert eventually(lambda: statuses() == expected, timeout=20), statuses()
 
+        def process_status() -> dict[str, object]:
+            endpoints = etcd.etcd_url.replace("etcd://", "--endpoints=http://")
+            key = status_prefix("node") + "/status"
+            out = run_in(cluster.node, "etcdctl", endpoints, "get", "--print-value-only", key)
+            return dict(json.loads(out.stdout)) if out.stdout.strip() else {}
+
+        # Process status too, every ReportingInterval (1 s here): the uptime moves on.
+        first = process_status()
+        assert first
+        assert eventually(lambda: process_status().get("uptime") != first["uptime"], timeout=5)
+
         run_in(cluster.node, "ip", "link", "set", "eth0", "down")
         assert eventually(lambda: statuses().get("node-uplink") == "down"), statuses()
         run_in(cluster.node, "ip", "link", "set", "eth0", "up")

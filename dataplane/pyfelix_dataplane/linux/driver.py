@@ -430,8 +430,15 @@ class LinuxDriver:
                 self.last_script[f"ipv{version}/{table}"] = script
 
     async def _report_status(self) -> None:
+        """ProcessStatusUpdate every ReportingIntervalSecs. The first goes out at start, before
+        the configuration has arrived, so the interval is re-read at least every second."""
         while True:
-            uptime = trio.current_time() - self._started
+            sent_at = trio.current_time()
             stamp = datetime.now(UTC).isoformat(timespec="seconds")
-            await self.to_calc.send(m.ProcessStatusUpdate(stamp, uptime))
-            await trio.sleep(_seconds(self.state.config, "ReportingIntervalSecs", 30.0) or 30.0)
+            await self.to_calc.send(m.ProcessStatusUpdate(stamp, sent_at - self._started))
+            while True:
+                interval = _seconds(self.state.config, "ReportingIntervalSecs", 30.0) or 30.0
+                remaining = sent_at + interval - trio.current_time()
+                if remaining <= 0:
+                    break
+                await trio.sleep(min(remaining, 1.0))
