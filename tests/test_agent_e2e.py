@@ -18,7 +18,7 @@ import pytest
 
 from pyfelix.demo import DemoNode, Workload
 from pyfelix.dryrun import compute
-from pyfelix.pods import CLIENT, SERVER
+from pyfelix.pods import CLIENT, SERVER, connects
 from pyfelix.resources import load_paths
 from pyfelix.status import status_prefix
 from pyfelix_dataplane.rules.render import render
@@ -848,3 +848,43 @@ def test_backend_detected_from_existing_rules(cluster: Cluster, tmp_path: Path) 
     assert eventually(lambda: "programming with iptables-legacy" in log.read_text())
     assert ":cali-FORWARD" in run_in(cluster.node, "iptables-legacy-save", "-t", "filter").stdout
     assert "cali-" not in run_in(cluster.node, "iptables-nft-save").stdout
+
+
+SERVER_IP6, CLIENT_IP6 = "fd00:65::2", "fd00:65::3"
+
+
+def test_dual_stack_workloads(tmp_path: Path) -> None:
+    """Workloads with IPv4 and IPv6 addresses: routed and policed in both families (the
+    policy's source selector becomes an IPv4 and an IPv6 set), each pod reaching the node as
+    Calico wires IPv6 pods (default route via the host interface's link-local address)."""
+    dual = MANIFESTS.replace("[10.65.0.2/32]", f"[10.65.0.2/32, '{SERVER_IP6}/128']")
+    dual = dual.replace("[10.65.0.3/32]", f"[10.65.0.3/32, '{CLIENT_IP6}/128']")
+    (tmp_path / "base.yaml").write_text(dual)
+    (tmp_path / "policy.yaml").write_text(POLICY.replace("PORT", "8080"))
+    with ExitStack() as stack:
+        cluster = Cluster(stack, tmp_path)
+        node = cluster.node
+        run_in(node, "sysctl", "-qw", "net.ipv6.conf.all.forwarding=1")
+        run_in(node, "sysctl", "-qw", "net.ipv6.conf.default.accept_dad=0")
+        cluster.add_workload("calisrv", SERVER_IP, [8080, 9090])
+        cluster.add_workload("calicli", CLIENT_IP)
+        for interface, address in (("calisrv", SERVER_IP6), ("calicli", CLIENT_IP6)):
+            pod = cluster.workloads[SERVER_IP if interface == "calisrv" else CLIENT_IP]
+            shown = run_in(node, "ip", "-6", "addr", "show", "dev", interface, "scope", "link")
+            gateway = shown.stdout.split("inet6 ")[1].split("/")[0]
+            run_in(pod, "ip", "-6", "addr", "add", f"{address}/128", "dev", "eth0", "nodad")
+            route = ("default", "via", gateway, "dev", "eth0")
+            assert run_in(pod, "ip", "-6", "route", "add", *route).returncode == 0
+        cluster.start_agent()
+
+        def client6(port: int) -> bool:
+            return connects(cluster.workloads[CLIENT_IP], SERVER_IP6, port)
+
+        assert eventually(lambda: client6(8080)), run_in(node, "ip", "-6", "route").stdout
+        assert not client6(9090), "IPv6 policy enforced"
+        assert cluster.connects(CLIENT_IP, SERVER_IP, 8080)
+        assert not cluster.connects(CLIENT_IP, SERVER_IP, 9090)
+        routes = run_in(node, "ip", "-6", "route", "show", "proto", "80").stdout
+        assert f"{SERVER_IP6} dev calisrv" in routes
+        ndp = run_in(node, "cat", "/proc/sys/net/ipv6/conf/calisrv/proxy_ndp").stdout
+        assert ndp.strip() == "1"

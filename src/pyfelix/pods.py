@@ -29,8 +29,13 @@ DEFAULT_PORT = 8080
 SERVER = """
 import socket, sys, threading
 def serve(port):
-    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("0.0.0.0", port)); s.listen(16)
+    try:  # IPv4 and IPv6 on one socket, where the pod has IPv6 at all
+        s = socket.socket(socket.AF_INET6); s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        address = "::"
+    except OSError:
+        s = socket.socket(); address = "0.0.0.0"
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((address, port)); s.listen(16)
     while True:
         c, _ = s.accept(); c.sendall(b"ok"); c.close()
 for p in sys.argv[1:]:

@@ -57,12 +57,23 @@ def _sysctl(path: str, value: str) -> None:
 
 
 def _configure_interface(interface: str) -> None:
-    for path, value in (
+    """Felix's settings for a workload interface: proxy ARP (the pod's gateway 169.254.1.1
+    resolves to the host), forwarding, strict reverse-path filtering, routing to localhost
+    for NAT; with IPv6, proxy NDP and forwarding; never accepting router advertisements."""
+    settings = [
         (f"net/ipv4/conf/{interface}/proxy_arp", "1"),
         (f"net/ipv4/neigh/{interface}/proxy_delay", "0"),
         (f"net/ipv4/conf/{interface}/forwarding", "1"),
         (f"net/ipv4/conf/{interface}/rp_filter", "1"),
-    ):
+        (f"net/ipv4/conf/{interface}/route_localnet", "1"),
+    ]
+    if (Path("/proc/sys/net/ipv6/conf") / interface).exists():
+        settings += [
+            (f"net/ipv6/conf/{interface}/accept_ra", "0"),
+            (f"net/ipv6/conf/{interface}/proxy_ndp", "1"),
+            (f"net/ipv6/conf/{interface}/forwarding", "1"),
+        ]
+    for path, value in settings:
         _sysctl(path, value)
 
 

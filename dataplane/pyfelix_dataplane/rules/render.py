@@ -308,6 +308,13 @@ def _render_version(
         Chain(
             "cali-wl-to-host",
             (
+                # As Felix: a workload must be able to use its host as an IPv6 router
+                # (multicast listener reports, router and neighbour solicitations and
+                # advertisements), whatever its policy.
+                *(
+                    Rule(f"-p ipv6-icmp -m icmp6 --icmpv6-type {icmp_type}", "--jump ACCEPT")
+                    for icmp_type in ((130, 131, 132, 133, 135, 136) if version == 6 else ())
+                ),
                 Rule(action="--jump cali-from-wl-dispatch"),
                 Rule(
                     action=f"--jump {settings.endpoint_to_host_action}",
