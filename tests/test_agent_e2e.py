@@ -888,3 +888,32 @@ def test_dual_stack_workloads(tmp_path: Path) -> None:
         assert f"{SERVER_IP6} dev calisrv" in routes
         ndp = run_in(node, "cat", "/proc/sys/net/ipv6/conf/calisrv/proxy_ndp").stdout
         assert ndp.strip() == "1"
+
+
+POOL = """
+apiVersion: projectcalico.org/v3
+kind: IPPool
+metadata: {name: pods}
+spec: {cidr: 10.65.0.0/16, natOutgoing: NAT}
+"""
+
+
+@pytest.mark.parametrize("nat", [True, False])
+def test_nat_outgoing(cluster: Cluster, nat: bool) -> None:
+    """A pool with natOutgoing: pods reach a network that has no route back to the pool,
+    their traffic masqueraded to the node's address; without it, they cannot."""
+    (cluster.manifests / "pool.yaml").write_text(POOL.replace("NAT", str(nat).lower()))
+    outside = cluster.demo.outside
+    cluster.serve(outside, SERVER, "7777")
+    cluster.start_agent()
+    assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 8080)), "never programmed"
+
+    def reaches_outside() -> bool:
+        pod = cluster.workloads[CLIENT_IP]
+        return connects(pod, "192.0.2.2", 7777)
+
+    if nat:
+        assert eventually(reaches_outside)
+    else:
+        time.sleep(1)
+        assert not reaches_outside()
