@@ -917,3 +917,49 @@ def test_nat_outgoing(cluster: Cluster, nat: bool) -> None:
     else:
         time.sleep(1)
         assert not reaches_outside()
+
+
+SERVICE = """
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: app}
+spec: {type: ClusterIP, clusterIP: 10.96.0.10, ports: [{name: http, protocol: TCP, port: 80}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-abc12
+  namespace: app
+  labels: {kubernetes.io/service-name: web}
+addressType: IPv4
+endpoints:
+- addresses: [10.65.0.2]
+  conditions: {ready: true}
+ports:
+- {name: http, protocol: TCP, port: PORT}
+---
+apiVersion: projectcalico.org/v3
+kind: NetworkPolicy
+metadata: {name: client-to-web, namespace: app}
+spec:
+  selector: app == "client"
+  types: [Egress]
+  egress:
+  - action: Allow
+    protocol: TCP
+    destination:
+      services: {name: web, namespace: app}
+"""
+
+
+def test_egress_to_a_service(cluster: Cluster) -> None:
+    """A rule naming a Kubernetes service matches its endpoints' addresses and ports (from
+    EndpointSlices); when the slice's port changes, so does what the rule allows."""
+    (cluster.manifests / "service.yaml").write_text(SERVICE.replace("PORT", "8080"))
+    cluster.start_agent()
+    assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 8080)), "never programmed"
+    assert not cluster.connects(CLIENT_IP, SERVER_IP, 9090)
+
+    (cluster.manifests / "service.yaml").write_text(SERVICE.replace("PORT", "9090"))
+    assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 9090), timeout=5)
+    assert not cluster.connects(CLIENT_IP, SERVER_IP, 8080)
