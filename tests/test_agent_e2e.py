@@ -963,3 +963,43 @@ def test_egress_to_a_service(cluster: Cluster) -> None:
     (cluster.manifests / "service.yaml").write_text(SERVICE.replace("PORT", "9090"))
     assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 9090), timeout=5)
     assert not cluster.connects(CLIENT_IP, SERVER_IP, 8080)
+
+
+FORWARD_POLICY = """
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {name: uplink-forward}
+spec:
+  selector: role == "uplink"
+  applyOnForward: true
+  types: [Ingress]
+  ingress:
+  - {action: Deny, protocol: TCP, destination: {ports: [9090]}}
+  - {action: Allow}
+"""
+
+
+@pytest.mark.parametrize("pre_dnat", [False, True])
+def test_host_endpoint_policy_on_forwarded_traffic(tmp_path: Path, pre_dnat: bool) -> None:
+    """An applyOnForward policy (normal, or pre-DNAT in the mangle table) on the uplink's host
+    endpoint polices traffic the node forwards from outside to its pods, not only traffic to
+    the node itself."""
+    policy = FORWARD_POLICY.replace(
+        "applyOnForward: true", f"applyOnForward: true\n  preDNAT: {pre_dnat}"
+    )
+    (tmp_path / "base.yaml").write_text(MANIFESTS + HOST_ENDPOINT + "---" + policy)
+    with ExitStack() as stack:
+        cluster = Cluster(stack, tmp_path)
+        cluster.add_workload("calisrv", SERVER_IP, [8080, 9090])
+        cluster.add_workload("calicli", CLIENT_IP)
+        outside = cluster.demo.outside
+        run_in(outside, "ip", "route", "add", "10.65.0.0/16", "via", "192.0.2.1")
+        cluster.start_agent()
+
+        def from_outside(port: int) -> bool:
+            return connects(outside, SERVER_IP, port)
+
+        assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 8080)), "never programmed"
+        assert eventually(lambda: from_outside(8080))
+        assert not from_outside(9090), "denied by the uplink's forward policy"
+        assert cluster.connects(CLIENT_IP, SERVER_IP, 9090), "pod to pod is not forwarded via eth0"
