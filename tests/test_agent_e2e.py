@@ -1003,3 +1003,34 @@ def test_host_endpoint_policy_on_forwarded_traffic(tmp_path: Path, pre_dnat: boo
         assert eventually(lambda: from_outside(8080))
         assert not from_outside(9090), "denied by the uplink's forward policy"
         assert cluster.connects(CLIENT_IP, SERVER_IP, 9090), "pod to pod is not forwarded via eth0"
+
+
+UNTRACKED = """
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {name: untracked-7777}
+spec:
+  selector: role == "uplink"
+  doNotTrack: true
+  applyOnForward: true
+  ingress: [{action: Allow, protocol: TCP, destination: {ports: [7777]}}]
+  egress: [{action: Allow, protocol: TCP, source: {ports: [7777]}}]
+"""
+
+
+def test_untracked_host_endpoint_policy(tmp_path: Path) -> None:
+    """A doNotTrack policy on the uplink admits a service the host endpoint otherwise drops,
+    in both directions, without connection tracking (its rules live in the raw table)."""
+    (tmp_path / "base.yaml").write_text(MANIFESTS + HOST_ENDPOINT + "---" + UNTRACKED)
+    with ExitStack() as stack:
+        cluster = Cluster(stack, tmp_path)
+        cluster.add_workload("calisrv", SERVER_IP, [8080])
+        cluster.add_workload("calicli", CLIENT_IP)
+        cluster.serve(cluster.node, SERVER, "7777", "7778")
+        outside = cluster.demo.outside
+        cluster.start_agent()
+        assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 8080)), "never programmed"
+        assert eventually(lambda: not connects(outside, "192.0.2.1", 7778)), "the HEP drops"
+        assert connects(outside, "192.0.2.1", 7777)
+        raw = run_in(cluster.node, "iptables-nft-save", "-t", "raw").stdout
+        assert "NOTRACK" in raw or "CT --notrack" in raw
