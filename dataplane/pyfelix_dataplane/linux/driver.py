@@ -1,13 +1,16 @@
 """The Linux driver: the dry-run dataplane's state, rendered and written into the kernel.
 
 ``apply`` (called by the connector for every message) only updates the in-memory state; the
-apply loop, once the first InSync has arrived (or a workload interface appears, as the netlink
-monitor reports), reconciles the kernel: ipset creations and
-updates, routes, every iptables table (IPv4, and IPv6 where ip6tables exists), then ipset
-deletions. Applies are throttled; a failure is logged with the failing line and retried with
-backoff; periodic refreshes re-read the kernel and repair drift (IptablesRefreshInterval,
-IpsetsRefreshInterval and RouteRefreshInterval, each on its own schedule).
-The first successful apply is reported as DataplaneInSync.
+apply loop, once the first InSync has arrived (and again on changes, netlink link and address
+events, and refresh periods), reconciles the kernel as Felix orders it: routes (the VXLAN
+device and its neighbours first) in a worker thread from the start; meanwhile host endpoints
+are resolved against the kernel's interfaces, the chains rendered, IP sets created and
+updated, then each IP version's tables written (concurrently with the other version's); IP
+set deletions last. Applies are throttled; a failure is logged with the failing line and
+retried with backoff; periodic refreshes re-read the kernel and repair drift
+(IptablesRefreshInterval, IpsetsRefreshInterval and RouteRefreshInterval, each on its own
+schedule). The first successful apply is reported as DataplaneInSync; process status goes out
+every ReportingIntervalSecs, endpoint status after applies when EndpointReportingEnabled.
 """
 
 from __future__ import annotations
