@@ -44,6 +44,8 @@ from pyfelix_dataplane.linux.routes import (
 )
 from pyfelix_dataplane.linux.vxlan import DEVICE as VXLAN_DEVICE
 from pyfelix_dataplane.linux.vxlan import RemoteVtep, VtepDevice, sync_vxlan
+from pyfelix_dataplane.linux.wireguard import WireguardDevice, peers_from, sync_wireguard
+from pyfelix_dataplane.rules.marks import DEFAULT_MARK_MASK, wireguard_mark
 from pyfelix_dataplane.rules.model import Chain
 from pyfelix_dataplane.rules.render import HOOKS, TABLES, ip_versions, kernel_ipsets, render_chains
 
@@ -138,6 +140,10 @@ class LinuxDriver:
     _tables_written: dict[tuple[int, str], tuple[Chain, ...]] = attrs.Factory(dict)
     _routes_written: dict[str, RouteTarget] | None = None
     _vxlan_written: tuple[VtepDevice | None, tuple[RemoteVtep, ...]] | None = None
+    # The WireGuard device as last written ("unset" before the first apply), and its key.
+    _wireguard_written: WireguardDevice | str | None = "unset"
+    _wireguard_name: str = ""
+    public_key: str = ""
     _route_results: dict[str, str] = attrs.Factory(dict)
     _statuses: dict[Any, str] = attrs.Factory(dict)
     # The node's interfaces (with addresses) and which host endpoint governs each, as of the
@@ -253,6 +259,36 @@ class LinuxDriver:
         )
         return device, remotes
 
+    def desired_wireguard(self) -> WireguardDevice | None:
+        """This node's WireGuard device and peers, when WireguardEnabled: a peer for every
+        remote node whose public key is known, allowed its blocks and WireGuard address."""
+        config = self.state.config or {}
+        if config.get("WireguardEnabled", "false").lower() != "true":
+            return None
+        port = _integer(config, "WireguardListeningPort", 51820)
+        keys, addresses = {}, {}
+        for (kind, host), update in self.state.others.items():
+            if kind == "wireguard":
+                keys[host] = (update.public_key, update.interface_ipv4_addr)
+            elif kind == "host":
+                addresses[host] = update.ipv4_addr
+        blocks: dict[str, list[str]] = {}
+        for route in self.state.routes.values():
+            if "REMOTE_WORKLOAD" in route.types and route.dst_node:
+                blocks.setdefault(route.dst_node, []).append(route.dst)
+        mask = int(config.get("IptablesMarkMask") or str(DEFAULT_MARK_MASK), 0)
+        return WireguardDevice(
+            name=config.get("WireguardInterfaceName") or "wireguard.cali",
+            port=port,
+            fwmark=wireguard_mark(mask),
+            # Felix takes the first table of RouteTableRange (1-250 by default).
+            table=1,
+            rule_priority=_integer(config, "WireguardRoutingRulePriority", 99),
+            address=keys.get(self.hostname, ("", ""))[1],
+            mtu=_integer(config, "WireguardMTU", 0),
+            peers=peers_from(keys, blocks, addresses, port, self.hostname),
+        )
+
     def desired_routes(self) -> dict[str, RouteTarget]:
         """Local workloads through their interfaces; with VXLAN, remote blocks through the
         remote node's tunnel address (or straight to the node, where the pool's VXLAN mode
@@ -349,6 +385,8 @@ class LinuxDriver:
         if "routes" in due:
             self._routes_written = None
             self._vxlan_written = None
+            if self._wireguard_written is not None:
+                self._wireguard_written = "unset"
         started = trio.current_time()
         took: dict[str, float] = {}
         failed: list[Exception] = []
@@ -402,12 +440,23 @@ class LinuxDriver:
         await self._report_endpoints(self._route_results)
 
     async def _apply_routes(self, routes: RouteWriter) -> None:
-        """The VXLAN device and its neighbours first (routes go through it), then routes."""
+        """The VXLAN device and its neighbours first (routes go through it), the WireGuard
+        device, peers and routing, then routes."""
         vxlan = self.desired_vxlan()
         if self._vxlan_written != vxlan and (
             await trio.to_thread.run_sync(sync_vxlan, *vxlan) != "waiting"
         ):
             self._vxlan_written = vxlan
+        wireguard = self.desired_wireguard()
+        if wireguard != self._wireguard_written:
+            if wireguard is not None or self._wireguard_written != "unset":
+                key = await trio.to_thread.run_sync(sync_wireguard, wireguard, self._wireguard_name)
+                self._wireguard_name = wireguard.name if wireguard else ""
+                if key != self.public_key:
+                    self.public_key = key
+                    log.info("WireGuard public key: %s", key or "(none)")
+                    await self.to_calc.send(m.WireguardStatusUpdate(key))
+            self._wireguard_written = wireguard
         desired = self.desired_routes()
         if self._routes_written != desired:
             self._route_results = await routes.apply(desired)

@@ -35,3 +35,10 @@ class MarkBits:
     @property
     def all_used(self) -> int:
         return self.accept | self.pass_ | self.drop | self.scratch0 | self.scratch1
+
+
+def wireguard_mark(mask: int = DEFAULT_MARK_MASK) -> int:
+    """The WireGuard device's firewall mark: the first bit of the mask the rules leave free
+    (0x200000 for the default mask); 0 if none is."""
+    bits = [1 << i for i in range(32) if mask & (1 << i)]
+    return bits[_NEEDED] if len(bits) > _NEEDED else 0

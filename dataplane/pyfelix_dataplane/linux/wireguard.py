@@ -1,0 +1,220 @@
+"""The WireGuard writer: Felix's encrypted node-to-node path.
+
+When WireguardEnabled, the node has a WireGuard device (``wireguard.cali`` unless
+WireguardInterfaceName says otherwise): the kernel's where the module exists, else wireguard-go
+(userspace, over /dev/net/tun; its control socket lives under /var/run/wireguard). The device
+keeps its private key across agent restarts (one is generated the first time); its public key
+goes back to the datastore, where the other nodes read it. Each remote node with a public key
+is a peer: its underlay address as endpoint, its IPAM blocks and WireGuard address as allowed
+IPs. Those destinations are routed through the device in a routing table of their own, which
+a rule (WireguardRoutingRulePriority) consults for every packet not carrying the device's own
+firewall mark, so encrypted packets leave by the normal routes. Devices and peers are
+configured with the `wg` tool, which speaks to both kinds of device. Blocking; run in a worker
+thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import attrs
+from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
+
+log = logging.getLogger(__name__)
+
+SOCKETS = Path("/var/run/wireguard")
+#: What WireGuard adds to a packet over IPv4: outer IPv4 (20), UDP (8), WireGuard (32).
+OVERHEAD = 60
+FELIX_ROUTE_PROTO = 80
+FIB_RULE_INVERT = 0x2
+EOPNOTSUPP = 95
+
+
+@attrs.frozen
+class Peer:
+    public_key: str
+    endpoint: str
+    allowed_ips: tuple[str, ...]
+
+
+@attrs.frozen
+class WireguardDevice:
+    """The device as it must be; ``mtu`` 0 means the underlay's minus the overhead."""
+
+    name: str
+    port: int
+    fwmark: int
+    table: int
+    rule_priority: int
+    address: str = ""
+    mtu: int = 0
+    peers: tuple[Peer, ...] = ()
+
+
+def _wg(*args: str, stdin: str = "") -> str:
+    result = subprocess.run(["wg", *args], input=stdin, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise OSError(f"wg {' '.join(args)}: {result.stderr.strip()}")
+    return result.stdout.strip()
+
+
+def _create(ipr: IPRoute, name: str) -> None:
+    """The kernel's device if it can, else wireguard-go's (left running on its own)."""
+    try:
+        ipr.link("add", ifname=name, kind="wireguard")
+    except NetlinkError as exc:
+        if exc.code != EOPNOTSUPP:
+            raise
+    else:
+        log.info("created %s (kernel WireGuard)", name)
+        return
+    if shutil.which("wireguard-go") is None:
+        raise OSError("no WireGuard: the kernel lacks it and wireguard-go is not installed")
+    subprocess.Popen(
+        ["wireguard-go", name],
+        env={**os.environ, "WG_PROCESS_FOREGROUND": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 5
+    while not (SOCKETS / f"{name}.sock").exists() or not ipr.link_lookup(ifname=name):
+        if time.monotonic() > deadline:
+            raise OSError(f"wireguard-go did not create {name}")
+        time.sleep(0.01)
+    log.info("created %s (wireguard-go, userspace)", name)
+
+
+def _remove(ipr: IPRoute, name: str) -> None:
+    found = ipr.link_lookup(ifname=name)
+    if not found:
+        return
+    log.info("WireGuard disabled: removing %s", name)
+    socket_path = SOCKETS / f"{name}.sock"
+    if socket_path.exists():
+        # A wireguard-go device goes with its process, which exits when its socket is removed.
+        socket_path.unlink()
+    else:
+        ipr.link("del", index=found[0])
+
+
+def sync_wireguard(device: WireguardDevice | None, previous: str = "") -> str:
+    """Make the kernel match ``device`` (None: no device); returns the device's public key
+    ("" without a device). ``previous`` is the device name last configured."""
+    with IPRoute() as ipr:
+        if device is None or (previous and previous != device.name):
+            _remove(ipr, previous or "wireguard.cali")
+        if device is None:
+            _sync_rule(ipr, None)
+            return ""
+        if not ipr.link_lookup(ifname=device.name):
+            _create(ipr, device.name)
+        if _wg("show", device.name, "private-key") in ("", "(none)"):
+            _wg("set", device.name, "private-key", "/dev/stdin", stdin=_wg("genkey") + "\n")
+        _wg("set", device.name, "listen-port", str(device.port), "fwmark", hex(device.fwmark))
+        _sync_peers(device)
+        index = ipr.link_lookup(ifname=device.name)[0]
+        mtu = device.mtu or _underlay_mtu(ipr) - OVERHEAD
+        ipr.link("set", index=index, mtu=mtu, state="up")
+        _sync_address(ipr, index, device.address)
+        _sync_routes(ipr, index, device)
+        _sync_rule(ipr, device)
+        return _wg("show", device.name, "public-key")
+
+
+def _sync_peers(device: WireguardDevice) -> None:
+    wanted = {peer.public_key: peer for peer in device.peers}
+    lines = _wg("show", device.name, "peers").split()
+    for key in set(lines) - wanted.keys():
+        _wg("set", device.name, "peer", key, "remove")
+    for peer in device.peers:
+        args = ["peer", peer.public_key, "endpoint", peer.endpoint]
+        args += ["allowed-ips", ",".join(peer.allowed_ips)]
+        _wg("set", device.name, *args)
+
+
+def _underlay_mtu(ipr: IPRoute) -> int:
+    """The MTU of the interface the default route (else any IPv4 route) leaves by."""
+    for route in ipr.get_routes(family=2, table=254):
+        oif = route.get_attr("RTA_OIF")
+        if oif is not None and route.get_attr("RTA_DST") is None:
+            (link,) = ipr.get_links(oif)
+            return int(link.get_attr("IFLA_MTU"))
+    return 1500
+
+
+def _sync_address(ipr: IPRoute, index: int, address: str) -> None:
+    present = {e.get_attr("IFA_ADDRESS") for e in ipr.get_addr(index=index, family=2)}
+    for other in present - {address}:
+        ipr.addr("del", index=index, address=other, prefixlen=32)
+    if address and address not in present:
+        ipr.addr("add", index=index, address=address, prefixlen=32)
+
+
+def _sync_routes(ipr: IPRoute, index: int, device: WireguardDevice) -> None:
+    wanted = {net for peer in device.peers for net in peer.allowed_ips}
+    present: dict[str, int] = {}
+    for route in ipr.get_routes(family=2, table=device.table):
+        dst = route.get_attr("RTA_DST")
+        if dst is not None:
+            present[f"{dst}/{route['dst_len']}"] = route["scope"]
+    for dst, scope in present.items():
+        if dst not in wanted:
+            ipr.route("del", dst=dst, table=device.table, scope=scope)
+    for dst in wanted - present.keys():
+        ipr.route(
+            "replace",
+            dst=dst,
+            oif=index,
+            scope=253,
+            proto=FELIX_ROUTE_PROTO,
+            table=device.table,
+        )
+
+
+def _sync_rule(ipr: IPRoute, device: WireguardDevice | None) -> None:
+    """One rule: packets without the device's mark look up its table (as Felix's
+    "not from all fwmark M/M lookup T")."""
+    wanted = (device.rule_priority, device.table, device.fwmark) if device is not None else None
+    for rule in ipr.get_rules(family=2):
+        table = rule.get_attr("FRA_TABLE") or rule["table"]
+        mark = rule.get_attr("FRA_FWMARK")
+        if not rule["flags"] & FIB_RULE_INVERT or mark is None or table in (253, 254, 255):
+            continue
+        current = (rule.get_attr("FRA_PRIORITY"), table, mark)
+        if current == wanted:
+            wanted = None
+            continue
+        priority, table, mark = current
+        inverted = {"flags": FIB_RULE_INVERT, "fwmask": mark}
+        ipr.rule("del", priority=priority, table=table, fwmark=mark, **inverted)
+    if wanted is not None:
+        priority, table, mark = wanted
+        inverted = {"flags": FIB_RULE_INVERT, "fwmask": mark}
+        ipr.rule("add", priority=priority, table=table, fwmark=mark, **inverted)
+
+
+def peers_from(
+    wireguard: Mapping[str, tuple[str, str]],
+    blocks: Mapping[str, list[str]],
+    node_addresses: Mapping[str, str],
+    port: int,
+    hostname: str,
+) -> tuple[Peer, ...]:
+    """Peers for every remote node with a public key and an address: ``wireguard`` maps node
+    -> (public key, WireGuard address), ``blocks`` node -> its destinations."""
+    peers = []
+    for node, (public_key, address) in sorted(wireguard.items()):
+        endpoint = node_addresses.get(node, "")
+        if node == hostname or not public_key or not endpoint:
+            continue
+        allowed = sorted(set(blocks.get(node, [])) | ({f"{address}/32"} if address else set()))
+        peers.append(Peer(public_key, f"{endpoint}:{port}", tuple(allowed)))
+    return tuple(peers)

@@ -1,0 +1,132 @@
+"""Two nodes, one agent each, pod traffic between them encrypted by the agents' WireGuard.
+
+As in tests/test_vxlan_e2e.py, each node is a network namespace with one pod and an underlay
+link joins them, but the pool has no encapsulation: what crosses the underlay must be
+WireGuard. The kernel here has no WireGuard module, so the agents run wireguard-go; its
+control sockets are not per-namespace, so each node names its device differently (a
+node-specific FelixConfiguration). With the file datastore nobody publishes the nodes' public
+keys, so the test does what the etcd status updater would: it copies each agent's key into its
+Node resource.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from pyfelix.demo import DemoNode
+from pyfelix.pods import connects, stop_processes
+from tests.netns import eventually, run_in
+from tests.test_vxlan_e2e import pyfelix_pods, remove_namespaces
+from tests.workloads import OPEN_PROFILE
+
+pytestmark = pytest.mark.netns
+
+CLUSTER = (
+    """
+apiVersion: projectcalico.org/v3
+kind: FelixConfiguration
+metadata: {name: default}
+spec: {wireguardEnabled: true, routeRefreshInterval: 1s}
+---
+apiVersion: projectcalico.org/v3
+kind: IPPool
+metadata: {name: pods}
+spec: {cidr: 10.65.0.0/16, vxlanMode: Never, ipipMode: Never, natOutgoing: false}
+---"""
+    + OPEN_PROFILE
+)
+
+
+def node(index: int, public_key: str = "") -> str:
+    status = f"\nstatus: {{wireguardPublicKey: '{public_key}'}}" if public_key else ""
+    return f"""
+---
+apiVersion: projectcalico.org/v3
+kind: FelixConfiguration
+metadata: {{name: node.node-{index}}}
+spec: {{wireguardInterfaceName: wg-pft{index}-{os.getpid() % 10000}}}
+---
+apiVersion: projectcalico.org/v3
+kind: Node
+metadata: {{name: node-{index}}}
+spec:
+  bgp: {{ipv4Address: 10.99.0.{index}/24}}
+  wireguard: {{interfaceIPv4Address: 10.66.{index}.1}}{status}
+---
+apiVersion: projectcalico.org/v3
+kind: IPAMBlock
+metadata: {{name: 10-65-{index}-0-26}}
+spec: {{cidr: 10.65.{index}.0/26, affinity: "host:node-{index}"}}
+---
+apiVersion: projectcalico.org/v3
+kind: WorkloadEndpoint
+metadata: {{name: node--{index}-k8s-pod{index}-eth0, namespace: app}}
+spec:
+  {{orchestrator: k8s, node: node-{index}, pod: pod{index}, endpoint: eth0,
+   interfaceName: cali{index}, ipNetworks: [10.65.{index}.2/32], profiles: [open]}}
+"""
+
+
+def device(index: int) -> str:
+    return f"wg-pft{index}-{os.getpid() % 10000}"
+
+
+def test_pods_on_two_nodes_talk_through_wireguard(tmp_path: Path) -> None:
+    manifests = tmp_path / "cluster.yaml"
+    manifests.write_text(CLUSTER + node(1) + node(2))
+    prefix = f"pfw{os.getpid()}-"
+    with ExitStack() as stack:
+        agents: list[subprocess.Popen[str]] = []
+        nodes = [DemoNode(stack, tag=f"wg{i}-{os.getpid()}") for i in (1, 2)]
+        for demo in nodes:
+            # wireguard-go outlives the agent (it keeps the key); stop it with the node.
+            stack.callback(stop_processes, demo.node)
+        underlay = ("ul0", "netns", nodes[0].node, "type", "veth", "peer", "name", "ul0")
+        subprocess.run(["ip", "link", "add", *underlay, "netns", nodes[1].node], check=True)
+        for index, demo in enumerate(nodes, start=1):
+            run_in(demo.node, "ip", "addr", "add", f"10.99.0.{index}/24", "dev", "ul0")
+            run_in(demo.node, "ip", "link", "set", "ul0", "up")
+            stack.callback(remove_namespaces, prefix)
+            stack.callback(pyfelix_pods, demo.node, "down", f"node-{index}", tmp_path, prefix)
+            pyfelix_pods(demo.node, "up", f"node-{index}", tmp_path, prefix)
+            agents.append(demo.start_agent(tmp_path, f"node-{index}", tmp_path / f"a{index}.log"))
+
+        def public_key(index: int) -> str:
+            shown = run_in(nodes[index - 1].node, "wg", "show", device(index), "public-key")
+            return shown.stdout.strip() if shown.returncode == 0 else ""
+
+        assert eventually(lambda: bool(public_key(1) and public_key(2)), timeout=15), (
+            tmp_path / "a1.log"
+        ).read_text()
+        keys = [public_key(1), public_key(2)]
+        # What the status updater does with etcd: each node's key into its Node resource.
+        manifests.write_text(CLUSTER + node(1, keys[0]) + node(2, keys[1]))
+
+        client = f"{prefix}app.pod1"
+        assert eventually(lambda: connects(client, "10.65.2.2", 8080), timeout=15), run_in(
+            nodes[0].node, "wg", "show", device(1)
+        ).stdout
+        shown = run_in(nodes[0].node, "wg", "show", device(1)).stdout
+        assert f"peer: {keys[1]}" in shown
+        assert "endpoint: 10.99.0.2:51820" in shown
+        assert "latest handshake" in shown
+        assert "10.65.2.0/26" in shown
+        rules = run_in(nodes[0].node, "ip", "rule").stdout
+        assert "99:\tnot from all fwmark 0x200000/0x200000 lookup 1" in rules
+        assert (
+            f"10.65.2.0/26 dev {device(1)}"
+            in run_in(nodes[0].node, "ip", "route", "show", "table", "1").stdout
+        )
+
+        # An agent restart keeps the node's key (the device holds it) and the tunnel.
+        agents[0].terminate()
+        assert agents[0].wait(timeout=10) == 0
+        nodes[0].start_agent(tmp_path, "node-1", tmp_path / "a1-again.log")
+        assert eventually(lambda: "apply 1:" in (tmp_path / "a1-again.log").read_text())
+        assert public_key(1) == keys[0]
+        assert connects(client, "10.65.2.2", 8080)
