@@ -218,3 +218,22 @@ def test_ipv6_support_false_renders_ipv4_only(tmp_path: Path) -> None:
     assert view["iptables"]["ipv4"] == default["iptables"]["ipv4"]
     assert "create cali40" in view["ipset_restore"]
     assert "create cali60" not in view["ipset_restore"]
+
+
+def test_wireguard_traffic_to_the_node_is_allowed_before_host_policy(tmp_path: Path) -> None:
+    """With WireguardEnabled, cali-INPUT accepts the WireGuard port ahead of host endpoint
+    policy, as Felix does, so a host policy cannot cut the nodes' tunnels."""
+    manifests = tmp_path / "manifests"
+    shutil.copytree(REPO / "examples" / "cluster", manifests)
+    (manifests / "99-wireguard.yaml").write_text(
+        "apiVersion: projectcalico.org/v3\nkind: FelixConfiguration\n"
+        "metadata: {name: node.node-a}\n"
+        "spec: {wireguardEnabled: true, wireguardListeningPort: 51999}\n"
+    )
+    result = pyfelix("dry-run", "--hostname", "node-a", "--format", "json", str(manifests))
+    assert result.returncode == 0, result.stderr
+    rules = json.loads(result.stdout)["iptables"]["ipv4"]["filter"].splitlines()
+    accept = next(i for i, r in enumerate(rules) if "--destination-ports 51999" in r)
+    dispatch = next(i for i, r in enumerate(rules) if r.endswith("--jump cali-from-host-endpoint"))
+    assert rules[accept].startswith("-A cali-INPUT")
+    assert accept < dispatch

@@ -281,6 +281,17 @@ def _render_version(
                 ("Drop IPv4 VXLAN packets from non-allowed hosts",),
             ),
         ]
+    config = dp.config or {}
+    if version == 4 and config.get("WireguardEnabled", "false").lower() == "true":
+        # As Felix: a host endpoint policy must not be able to cut the nodes' tunnels.
+        port = config.get("WireguardListeningPort") or "51820"
+        input_rules.append(
+            Rule(
+                f"-p 17 -m multiport --destination-ports {port} -m addrtype --dst-type LOCAL",
+                "--jump ACCEPT",
+                ("Allow incoming IPv4 Wireguard packets",),
+            )
+        )
     input_rules += [
         Rule(f"--in-interface {wildcard}", "--goto cali-wl-to-host"),
         Rule(match_mark(marks.accept), "--jump ACCEPT"),
