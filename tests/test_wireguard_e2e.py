@@ -97,20 +97,23 @@ def test_pods_on_two_nodes_talk_through_wireguard(tmp_path: Path) -> None:
             agents.append(demo.start_agent(tmp_path, f"node-{index}", tmp_path / f"a{index}.log"))
 
         def public_key(index: int) -> str:
+            """The device's key once it has one (`wg` prints "(none)" before)."""
             shown = run_in(nodes[index - 1].node, "wg", "show", device(index), "public-key")
-            return shown.stdout.strip() if shown.returncode == 0 else ""
+            key = shown.stdout.strip() if shown.returncode == 0 else ""
+            return "" if key == "(none)" else key
 
-        assert eventually(lambda: bool(public_key(1) and public_key(2)), timeout=15), (
-            tmp_path / "a1.log"
-        ).read_text()
+        def logs() -> str:
+            return "\n".join(p.read_text() for p in sorted(tmp_path.glob("a*.log")))
+
+        assert eventually(lambda: bool(public_key(1) and public_key(2)), timeout=15), logs()
         keys = [public_key(1), public_key(2)]
         # What the status updater does with etcd: each node's key into its Node resource.
         manifests.write_text(CLUSTER + node(1, keys[0]) + node(2, keys[1]))
 
         client = f"{prefix}app.pod1"
-        assert eventually(lambda: connects(client, "10.65.2.2", 8080), timeout=15), run_in(
-            nodes[0].node, "wg", "show", device(1)
-        ).stdout
+        assert eventually(lambda: connects(client, "10.65.2.2", 8080), timeout=15), (
+            logs() + run_in(nodes[0].node, "wg", "show").stdout
+        )
         shown = run_in(nodes[0].node, "wg", "show", device(1)).stdout
         assert f"peer: {keys[1]}" in shown
         assert "endpoint: 10.99.0.2:51820" in shown
@@ -127,6 +130,6 @@ def test_pods_on_two_nodes_talk_through_wireguard(tmp_path: Path) -> None:
         agents[0].terminate()
         assert agents[0].wait(timeout=10) == 0
         nodes[0].start_agent(tmp_path, "node-1", tmp_path / "a1-again.log")
-        assert eventually(lambda: "apply 1:" in (tmp_path / "a1-again.log").read_text())
+        assert eventually(lambda: "apply 1:" in (tmp_path / "a1-again.log").read_text()), logs()
         assert public_key(1) == keys[0]
         assert connects(client, "10.65.2.2", 8080)

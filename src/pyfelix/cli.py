@@ -66,8 +66,9 @@ async def load_from_etcd(config: EtcdConfig) -> LoadResult:
     return LoadResult(tuple(located), tuple(problems))
 
 
-def load_sources(sources: Sequence[str]) -> LoadResult | int:
-    """Manifest files and directories, or one etcd URL, validated; an exit code on failure."""
+def load_sources(sources: Sequence[str], strict: bool = True) -> LoadResult | int:
+    """Manifest files and directories, or one etcd URL, validated; an exit code on failure
+    (unless not ``strict``: then problems are reported on stderr and the load goes on)."""
     etcd_sources = [s for s in sources if is_etcd(s)]
     if etcd_sources and len(sources) > 1:
         print("an etcd URL must be the only source", file=sys.stderr)
@@ -81,7 +82,10 @@ def load_sources(sources: Sequence[str]) -> LoadResult | int:
         print(exc, file=sys.stderr)
         return EXIT_INVALID
     problems = validate_loaded(result)
-    if problems:
+    if problems and not strict:
+        for problem in problems:
+            print(problem, file=sys.stderr)
+    elif problems:
         for problem in problems:
             print(problem)
         print(f"{len(problems)} problem(s) found", file=sys.stderr)
@@ -140,7 +144,8 @@ def cmd_pods(args: argparse.Namespace) -> int:
     if os.geteuid() != 0:
         print("pyfelix pods creates network namespaces and needs root", file=sys.stderr)
         return EXIT_USAGE
-    result = load_sources(args.sources)
+    # Pods must come down (and go up) even when some other resource is invalid.
+    result = load_sources(args.sources, strict=False)
     if isinstance(result, int):
         return result
     action = {"up": pods_up, "down": pods_down, "check": pods_check}[args.action]
