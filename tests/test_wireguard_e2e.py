@@ -83,9 +83,6 @@ def test_pods_on_two_nodes_talk_through_wireguard(tmp_path: Path) -> None:
     with ExitStack() as stack:
         agents: list[subprocess.Popen[str]] = []
         nodes = [DemoNode(stack, tag=f"wg{i}-{os.getpid()}") for i in (1, 2)]
-        for demo in nodes:
-            # wireguard-go outlives the agent (it keeps the key); stop it with the node.
-            stack.callback(stop_processes, demo.node)
         underlay = ("ul0", "netns", nodes[0].node, "type", "veth", "peer", "name", "ul0")
         subprocess.run(["ip", "link", "add", *underlay, "netns", nodes[1].node], check=True)
         for index, demo in enumerate(nodes, start=1):
@@ -95,6 +92,18 @@ def test_pods_on_two_nodes_talk_through_wireguard(tmp_path: Path) -> None:
             stack.callback(pyfelix_pods, demo.node, "down", f"node-{index}", tmp_path, prefix)
             pyfelix_pods(demo.node, "up", f"node-{index}", tmp_path, prefix)
             agents.append(demo.start_agent(tmp_path, f"node-{index}", tmp_path / f"a{index}.log"))
+
+        def stop_everything() -> None:
+            """Agents first (one mid-refresh would recreate a device it saw vanish), then what
+            they leave running on purpose: wireguard-go, which keeps the node's key."""
+            for demo in nodes:
+                for process in demo.processes:
+                    process.terminate()
+                    process.wait(timeout=10)
+            for demo in nodes:
+                stop_processes(demo.node)
+
+        stack.callback(stop_everything)
 
         def public_key(index: int) -> str:
             """The device's key once it has one (`wg` prints "(none)" before)."""
