@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
-from pyfelix.demo import DemoNode
-from pyfelix.pods import connects, stop_processes
+from pyfelix.pods import connects
 from tests.netns import eventually
+from tests.two_nodes import block_and_pod, node_resource, pyfelix_pods, two_nodes
 from tests.workloads import OPEN_PROFILE
 
 pytestmark = pytest.mark.netns
@@ -54,32 +53,10 @@ spec:
 
 
 def node(index: int) -> str:
-    return f"""
----
-apiVersion: projectcalico.org/v3
-kind: Node
-metadata: {{name: node-{index}}}
-spec:
-  bgp: {{ipv4Address: 10.99.0.{index}/24}}
-  ipv4VXLANTunnelAddr: 10.65.{index}.0
----
-apiVersion: projectcalico.org/v3
-kind: IPAMBlock
-metadata: {{name: 10-65-{index}-0-26}}
-spec: {{cidr: 10.65.{index}.0/26, affinity: "host:node-{index}"}}
----
-apiVersion: projectcalico.org/v3
-kind: WorkloadEndpoint
-metadata:
-  name: node--{index}-k8s-pod{index}-eth0
-  namespace: app
-  labels: {{app: {"client" if index == 1 else "server"}}}
-spec:
-  {{orchestrator: k8s, node: node-{index}, pod: pod{index}, endpoint: eth0,
-   interfaceName: cali{index}, ipNetworks: [10.65.{index}.2/32], profiles: [open],
-   ports: [{{name: http, protocol: TCP, port: 8080}},
-           {{name: metrics, protocol: TCP, port: 9090}}]}}
-"""
+    ports = """,
+   ports: [{name: http, protocol: TCP, port: 8080}, {name: metrics, protocol: TCP, port: 9090}]"""
+    tunnel = f"ipv4VXLANTunnelAddr: 10.65.{index}.0"
+    return node_resource(index, tunnel) + block_and_pod(index, ports)
 
 
 def run(ns: str, *argv: str) -> str:
@@ -93,33 +70,13 @@ def vxlan_tx_packets(ns: str) -> int:
     return int(stats)
 
 
-def pyfelix_pods(ns: str, action: str, hostname: str, manifests: Path, prefix: str) -> str:
-    """`pyfelix pods` as on a node: nsenter, not `ip netns exec`, whose private mount namespace
-    would hide the pod namespaces that `pods up` mounts under /run/netns."""
-    argv = ("-m", "pyfelix", "pods", action, "--hostname", hostname, "--prefix", prefix)
-    return subprocess.run(
-        ["nsenter", f"--net=/run/netns/{ns}", sys.executable, *argv, str(manifests)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-
-
 def test_pods_on_two_nodes_talk_through_the_agents_vxlan(tmp_path: Path) -> None:
     """Also the Vagrant cluster's recipe: `pyfelix pods up` on each node, `pods check`."""
     (tmp_path / "cluster.yaml").write_text(MANIFESTS + node(1) + node(2))
     prefix = f"pfv{os.getpid()}-"
     with ExitStack() as stack:
-        nodes = [DemoNode(stack, tag=f"vx{i}-{os.getpid()}") for i in (1, 2)]
-        underlay = ("ul0", "netns", nodes[0].node, "type", "veth", "peer", "name", "ul0")
-        subprocess.run(["ip", "link", "add", *underlay, "netns", nodes[1].node], check=True)
+        nodes = two_nodes(stack, tmp_path, prefix, "vx")
         for index, demo in enumerate(nodes, start=1):
-            run(demo.node, "ip", "addr", "add", f"10.99.0.{index}/24", "dev", "ul0")
-            run(demo.node, "ip", "link", "set", "ul0", "up")
-            stack.callback(remove_namespaces, prefix)
-            stack.callback(pyfelix_pods, demo.node, "down", f"node-{index}", tmp_path, prefix)
-            up = pyfelix_pods(demo.node, "up", f"node-{index}", tmp_path, prefix)
-            assert f"cali{index} -> 10.65.{index}.2" in up
             demo.start_agent(tmp_path, f"node-{index}")
         client = f"{prefix}app.pod1"
 
@@ -153,12 +110,3 @@ def test_pods_on_two_nodes_talk_through_the_agents_vxlan(tmp_path: Path) -> None
 
         pyfelix_pods(nodes[0].node, "down", "node-1", tmp_path, prefix)
         assert client not in run(nodes[0].node, "ip", "netns", "list")
-
-
-def remove_namespaces(prefix: str) -> None:
-    """Whatever `pods down` left behind (after a failure) under this test's prefix."""
-    listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False)
-    for line in listing.stdout.splitlines():
-        if line.startswith(prefix):
-            stop_processes(line.split()[0])
-            subprocess.run(["ip", "netns", "del", line.split()[0]], check=False)

@@ -18,10 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from pyfelix.demo import DemoNode
 from pyfelix.pods import connects, stop_processes
 from tests.netns import eventually, run_in
-from tests.test_vxlan_e2e import pyfelix_pods, remove_namespaces
+from tests.two_nodes import block_and_pod, node_resource, two_nodes
 from tests.workloads import OPEN_PROFILE
 
 pytestmark = pytest.mark.netns
@@ -44,32 +43,14 @@ spec: {cidr: 10.65.0.0/16, vxlanMode: Never, ipipMode: Never, natOutgoing: false
 
 def node(index: int, public_key: str = "") -> str:
     status = f"\nstatus: {{wireguardPublicKey: '{public_key}'}}" if public_key else ""
-    return f"""
+    config = f"""
 ---
 apiVersion: projectcalico.org/v3
 kind: FelixConfiguration
 metadata: {{name: node.node-{index}}}
-spec: {{wireguardInterfaceName: wg-pft{index}-{os.getpid() % 10000}}}
----
-apiVersion: projectcalico.org/v3
-kind: Node
-metadata: {{name: node-{index}}}
-spec:
-  bgp: {{ipv4Address: 10.99.0.{index}/24}}
-  wireguard: {{interfaceIPv4Address: 10.66.{index}.1}}{status}
----
-apiVersion: projectcalico.org/v3
-kind: IPAMBlock
-metadata: {{name: 10-65-{index}-0-26}}
-spec: {{cidr: 10.65.{index}.0/26, affinity: "host:node-{index}"}}
----
-apiVersion: projectcalico.org/v3
-kind: WorkloadEndpoint
-metadata: {{name: node--{index}-k8s-pod{index}-eth0, namespace: app}}
-spec:
-  {{orchestrator: k8s, node: node-{index}, pod: pod{index}, endpoint: eth0,
-   interfaceName: cali{index}, ipNetworks: [10.65.{index}.2/32], profiles: [open]}}
-"""
+spec: {{wireguardInterfaceName: {device(index)}}}"""
+    wireguard = f"wireguard: {{interfaceIPv4Address: 10.66.{index}.1}}{status}\n"
+    return config + node_resource(index, wireguard) + block_and_pod(index)
 
 
 def device(index: int) -> str:
@@ -82,15 +63,8 @@ def test_pods_on_two_nodes_talk_through_wireguard(tmp_path: Path) -> None:
     prefix = f"pfw{os.getpid()}-"
     with ExitStack() as stack:
         agents: list[subprocess.Popen[str]] = []
-        nodes = [DemoNode(stack, tag=f"wg{i}-{os.getpid()}") for i in (1, 2)]
-        underlay = ("ul0", "netns", nodes[0].node, "type", "veth", "peer", "name", "ul0")
-        subprocess.run(["ip", "link", "add", *underlay, "netns", nodes[1].node], check=True)
+        nodes = two_nodes(stack, tmp_path, prefix, "wg")
         for index, demo in enumerate(nodes, start=1):
-            run_in(demo.node, "ip", "addr", "add", f"10.99.0.{index}/24", "dev", "ul0")
-            run_in(demo.node, "ip", "link", "set", "ul0", "up")
-            stack.callback(remove_namespaces, prefix)
-            stack.callback(pyfelix_pods, demo.node, "down", f"node-{index}", tmp_path, prefix)
-            pyfelix_pods(demo.node, "up", f"node-{index}", tmp_path, prefix)
             agents.append(demo.start_agent(tmp_path, f"node-{index}", tmp_path / f"a{index}.log"))
 
         def stop_everything() -> None:

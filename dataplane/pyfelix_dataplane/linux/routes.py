@@ -143,20 +143,16 @@ def sync_routes(desired: Mapping[str, RouteTarget]) -> dict[str, str]:
                 else:
                     done[dst] = "added"
                 continue
+            if index is None:  # a direct route needs an interface; none was named
+                done[dst] = "waiting"
+                continue
             if wanted.interface not in configured:
                 _configure_interface(wanted.interface)
                 configured.add(wanted.interface)
             if existing.get(dst) == (index, None):
                 done[dst] = "kept"
             else:
-                ipr.route(
-                    "replace",
-                    dst=dst,
-                    oif=index,
-                    scope=253,
-                    proto=FELIX_ROUTE_PROTO,
-                    table=MAIN_TABLE,
-                )
+                route_through(ipr, dst, index)
                 done[dst] = "added"
             if wanted.mac:
                 address = str(ipaddress.ip_network(dst).network_address)
@@ -176,6 +172,11 @@ def sync_routes(desired: Mapping[str, RouteTarget]) -> dict[str, str]:
             except NetlinkError as exc:
                 log.warning("cannot remove route %s: %s", dst, exc)
     return done
+
+
+def route_through(ipr: IPRoute, dst: str, index: int, table: int = MAIN_TABLE) -> None:
+    """``dst`` straight out of interface ``index`` (scope link), marked as Felix's (proto 80)."""
+    ipr.route("replace", dst=dst, oif=index, scope=253, proto=FELIX_ROUTE_PROTO, table=table)
 
 
 def _route_via(ipr: IPRoute, dst: str, gateway: str, index: int | None) -> None:

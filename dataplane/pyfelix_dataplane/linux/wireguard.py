@@ -27,12 +27,13 @@ import attrs
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
+from pyfelix_dataplane.linux.routes import route_through
+
 log = logging.getLogger(__name__)
 
 SOCKETS = Path("/var/run/wireguard")
 #: What WireGuard adds to a packet over IPv4: outer IPv4 (20), UDP (8), WireGuard (32).
 OVERHEAD = 60
-FELIX_ROUTE_PROTO = 80
 FIB_RULE_INVERT = 0x2
 EOPNOTSUPP = 95
 
@@ -169,14 +170,7 @@ def _sync_routes(ipr: IPRoute, index: int, device: WireguardDevice) -> None:
         if dst not in wanted:
             ipr.route("del", dst=dst, table=device.table, scope=scope)
     for dst in wanted - present.keys():
-        ipr.route(
-            "replace",
-            dst=dst,
-            oif=index,
-            scope=253,
-            proto=FELIX_ROUTE_PROTO,
-            table=device.table,
-        )
+        route_through(ipr, dst, index, device.table)
 
 
 def _sync_rule(ipr: IPRoute, device: WireguardDevice | None) -> None:
