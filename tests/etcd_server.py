@@ -31,11 +31,15 @@ class EtcdServer:
     """``tls`` is a directory with ca.pem, server.pem and server-key.pem: clients must then
     present a certificate signed by that CA."""
 
-    def __init__(self, data_dir: str, tls: Path | None = None, netns: str = "") -> None:
+    def __init__(
+        self, data_dir: str, tls: Path | None = None, netns: str = "", host: str = "127.0.0.1"
+    ) -> None:
         self.data_dir = data_dir
         self.tls = tls
         #: Run inside this network namespace (its own 127.0.0.1), for an agent that runs there.
         self.netns = netns
+        #: The address clients reach it on (inside ``netns``, another node's may do).
+        self.host = host
         self.client_port = free_port()
         self.peer_port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
@@ -44,12 +48,12 @@ class EtcdServer:
     @property
     def url(self) -> str:
         scheme = "https" if self.tls else "http"
-        return f"{scheme}://127.0.0.1:{self.client_port}"
+        return f"{scheme}://{self.host}:{self.client_port}"
 
     @property
     def etcd_url(self) -> str:
         scheme = "etcds" if self.tls else "etcd"
-        return f"{scheme}://127.0.0.1:{self.client_port}"
+        return f"{scheme}://{self.host}:{self.client_port}"
 
     def _tls_flags(self) -> list[str]:
         if self.tls is None:

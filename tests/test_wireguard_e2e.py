@@ -5,20 +5,22 @@ link joins them, but the pool has no encapsulation: what crosses the underlay mu
 WireGuard. The kernel here has no WireGuard module, so the agents run wireguard-go; its
 control sockets are not per-namespace, so each node names its device differently (a
 node-specific FelixConfiguration). With the file datastore nobody publishes the nodes' public
-keys, so the test does what the etcd status updater would: it copies each agent's key into its
-Node resource.
+keys, so there the test does what the etcd status updater would: it copies each agent's key
+into its Node resource; with etcd the agents do it themselves.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
 from pyfelix.pods import connects, stop_processes
+from tests.etcd_server import EtcdServer
 from tests.netns import eventually, run_in
 from tests.two_nodes import block_and_pod, node_resource, two_nodes
 from tests.workloads import OPEN_PROFILE
@@ -57,15 +59,29 @@ def device(index: int) -> str:
     return f"wg-pft{index}-{os.getpid() % 10000}"
 
 
-def test_pods_on_two_nodes_talk_through_wireguard(tmp_path: Path) -> None:
+@pytest.mark.parametrize("datastore", ["files", "etcd"])
+def test_pods_on_two_nodes_talk_through_wireguard(tmp_path: Path, datastore: str) -> None:
+    """With etcd (running on node 1, reached over the underlay) the agents publish their keys
+    into their Nodes themselves; with files the test copies them there."""
     manifests = tmp_path / "cluster.yaml"
     manifests.write_text(CLUSTER + node(1) + node(2))
     prefix = f"pfw{os.getpid()}-"
     with ExitStack() as stack:
         agents: list[subprocess.Popen[str]] = []
         nodes = two_nodes(stack, tmp_path, prefix, "wg")
+        source = str(tmp_path)
+        if datastore == "etcd":
+            (tmp_path / "etcd").mkdir()
+            etcd = EtcdServer(str(tmp_path / "etcd"), netns=nodes[0].node, host="10.99.0.1")
+            etcd.start()
+            stack.callback(etcd.stop)
+            source = etcd.etcd_url
+            apply = ("-m", "pyfelix", "datastore", "--datastore", source, "apply", "-f")
+            loaded = run_in(nodes[0].node, sys.executable, *apply, str(manifests))
+            assert loaded.returncode == 0, loaded.stderr
         for index, demo in enumerate(nodes, start=1):
-            agents.append(demo.start_agent(tmp_path, f"node-{index}", tmp_path / f"a{index}.log"))
+            log = tmp_path / f"a{index}.log"
+            agents.append(demo.start_agent(source, f"node-{index}", log))
 
         def stop_everything() -> None:
             """Agents first (one mid-refresh would recreate a device it saw vanish), then what
@@ -90,8 +106,9 @@ def test_pods_on_two_nodes_talk_through_wireguard(tmp_path: Path) -> None:
 
         assert eventually(lambda: bool(public_key(1) and public_key(2)), timeout=15), logs()
         keys = [public_key(1), public_key(2)]
-        # What the status updater does with etcd: each node's key into its Node resource.
-        manifests.write_text(CLUSTER + node(1, keys[0]) + node(2, keys[1]))
+        if datastore == "files":
+            # What the status updater does with etcd: each node's key into its Node resource.
+            manifests.write_text(CLUSTER + node(1, keys[0]) + node(2, keys[1]))
 
         client = f"{prefix}app.pod1"
         assert eventually(lambda: connects(client, "10.65.2.2", 8080), timeout=15), (
@@ -112,7 +129,7 @@ def test_pods_on_two_nodes_talk_through_wireguard(tmp_path: Path) -> None:
         # An agent restart keeps the node's key (the device holds it) and the tunnel.
         agents[0].terminate()
         assert agents[0].wait(timeout=10) == 0
-        nodes[0].start_agent(tmp_path, "node-1", tmp_path / "a1-again.log")
+        nodes[0].start_agent(source, "node-1", tmp_path / "a1-again.log")
         assert eventually(lambda: "apply 1:" in (tmp_path / "a1-again.log").read_text()), logs()
         assert public_key(1) == keys[0]
         assert connects(client, "10.65.2.2", 8080)
