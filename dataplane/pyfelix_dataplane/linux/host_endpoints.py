@@ -16,6 +16,7 @@ from pyroute2 import IPRoute
 
 from pyfelix import messages as m
 from pyfelix import model
+from pyfelix_dataplane.linux.routes import link_flags
 
 Interfaces = Mapping[str, frozenset[str]]
 
@@ -49,7 +50,7 @@ def interface_addresses(
     """The node's non-workload interfaces that have an address, or that host endpoints name,
     with their addresses (blocking). Only addresses are dumped: parsing a dump of every link
     costs about 0.5 ms a link, and a node has a veth per pod."""
-    found: dict[str, set[str]] = {name: set() for name in named if _exists(name)}
+    found: dict[str, set[str]] = {name: set() for name in named if link_flags(name)}
     with IPRoute() as ipr:
         for entry in ipr.get_addr():
             address = entry.get_attr("IFA_ADDRESS")
@@ -60,11 +61,3 @@ def interface_addresses(
             if address and not name.startswith(workload_prefixes):
                 found.setdefault(name, set()).add(address)
     return {name: frozenset(addresses) for name, addresses in found.items()}
-
-
-def _exists(name: str) -> bool:
-    try:
-        socket.if_nametoindex(name)
-    except (OSError, ValueError):
-        return False
-    return True

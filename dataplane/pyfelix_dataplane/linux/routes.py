@@ -179,6 +179,19 @@ def route_through(ipr: IPRoute, dst: str, index: int, table: int = MAIN_TABLE) -
     ipr.route("replace", dst=dst, oif=index, scope=253, proto=FELIX_ROUTE_PROTO, table=table)
 
 
+def sync_only_address(ipr: IPRoute, index: int, address: str) -> None:
+    """Interface ``index`` holds ``address``/32 as its only IPv4 address (none if "")."""
+    wanted = {(address, 32)} if address else set()
+    present = {
+        (entry.get_attr("IFA_ADDRESS"), entry["prefixlen"])
+        for entry in ipr.get_addr(index=index, family=socket.AF_INET)
+    }
+    for other, prefixlen in present - wanted:
+        ipr.addr("del", index=index, address=other, prefixlen=prefixlen)
+    for new, prefixlen in wanted - present:
+        ipr.addr("add", index=index, address=new, prefixlen=prefixlen)
+
+
 def _route_via(ipr: IPRoute, dst: str, gateway: str, index: int | None) -> None:
     """A route through a gateway: onlink out of ``index`` when given (the gateway is a VXLAN
     tunnel address, reachable only through that device), else as the kernel resolves it."""

@@ -19,6 +19,8 @@ import attrs
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
+from pyfelix_dataplane.linux.routes import sync_only_address
+
 log = logging.getLogger(__name__)
 
 DEVICE = "vxlan.calico"
@@ -105,21 +107,10 @@ def sync_vxlan(device: VtepDevice | None, remotes: Collection[RemoteVtep]) -> st
         index = found[0]
         mtu = device.mtu or parent_mtu - VXLAN_OVERHEAD
         ipr.link("set", index=index, address=device.mac, mtu=mtu, state="up")
-        _sync_address(ipr, index, device.tunnel_ip)
+        sync_only_address(ipr, index, device.tunnel_ip)
         _sync_neighbours(ipr, index, {r.tunnel_ip: r.mac.lower() for r in remotes})
         _sync_fdb(ipr, index, {r.mac.lower(): r.parent_ip for r in remotes})
     return "ready"
-
-
-def _sync_address(ipr: IPRoute, index: int, address: str) -> None:
-    present = {
-        (entry.get_attr("IFA_ADDRESS"), entry["prefixlen"])
-        for entry in ipr.get_addr(index=index, family=socket.AF_INET)
-    }
-    for other, prefixlen in present - {(address, 32)}:
-        ipr.addr("del", index=index, address=other, prefixlen=prefixlen)
-    if (address, 32) not in present:
-        ipr.addr("add", index=index, address=address, prefixlen=32)
 
 
 def _sync_neighbours(ipr: IPRoute, index: int, wanted: dict[str, str]) -> None:

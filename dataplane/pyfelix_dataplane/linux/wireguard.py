@@ -27,7 +27,7 @@ import attrs
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from pyfelix_dataplane.linux.routes import route_through
+from pyfelix_dataplane.linux.routes import route_through, sync_only_address
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ def sync_wireguard(device: WireguardDevice | None, previous: str = "") -> str:
         index = ipr.link_lookup(ifname=device.name)[0]
         mtu = device.mtu or _underlay_mtu(ipr) - OVERHEAD
         ipr.link("set", index=index, mtu=mtu, state="up")
-        _sync_address(ipr, index, device.address)
+        sync_only_address(ipr, index, device.address)
         _sync_routes(ipr, index, device)
         _sync_rule(ipr, device)
         return _wg("show", device.name, "public-key")
@@ -149,14 +149,6 @@ def _underlay_mtu(ipr: IPRoute) -> int:
             (link,) = ipr.get_links(oif)
             return int(link.get_attr("IFLA_MTU"))
     return 1500
-
-
-def _sync_address(ipr: IPRoute, index: int, address: str) -> None:
-    present = {e.get_attr("IFA_ADDRESS") for e in ipr.get_addr(index=index, family=2)}
-    for other in present - {address}:
-        ipr.addr("del", index=index, address=other, prefixlen=32)
-    if address and address not in present:
-        ipr.addr("add", index=index, address=address, prefixlen=32)
 
 
 def _sync_routes(ipr: IPRoute, index: int, device: WireguardDevice) -> None:
