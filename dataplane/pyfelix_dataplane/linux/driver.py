@@ -140,9 +140,10 @@ class LinuxDriver:
     _tables_written: dict[tuple[int, str], tuple[Chain, ...]] = attrs.Factory(dict)
     _routes_written: dict[str, RouteTarget] | None = None
     _vxlan_written: tuple[VtepDevice | None, tuple[RemoteVtep, ...]] | None = None
-    # The WireGuard device as last written ("unset" before the first apply), and its key.
-    _wireguard_written: WireguardDevice | str | None = "unset"
-    _wireguard_name: str = ""
+    # The WireGuard device as last written (None: none, or never enabled), whether the route
+    # refresh asks for it to be re-read, and its key.
+    _wireguard_written: WireguardDevice | None = None
+    _wireguard_stale: bool = False
     public_key: str = ""
     _route_results: dict[str, str] = attrs.Factory(dict)
     _statuses: dict[Any, str] = attrs.Factory(dict)
@@ -289,7 +290,7 @@ class LinuxDriver:
             peers=peers_from(keys, blocks, addresses, port, self.hostname),
         )
 
-    def desired_routes(self) -> dict[str, RouteTarget]:
+    def desired_routes(self, vxlan_on: bool) -> dict[str, RouteTarget]:
         """Local workloads through their interfaces; with VXLAN, remote blocks through the
         remote node's tunnel address (or straight to the node, where the pool's VXLAN mode
         is CrossSubnet and the node shares our subnet)."""
@@ -298,7 +299,7 @@ class LinuxDriver:
             endpoint = update.endpoint
             for net in endpoint.ipv4_nets + endpoint.ipv6_nets:
                 routes[net] = RouteTarget(endpoint.name, endpoint.mac)
-        if self.desired_vxlan()[0] is None:
+        if not vxlan_on:
             return routes
         for route in self.state.routes.values():
             if "REMOTE_WORKLOAD" not in route.types or route.dst_node == self.hostname:
@@ -385,8 +386,7 @@ class LinuxDriver:
         if "routes" in due:
             self._routes_written = None
             self._vxlan_written = None
-            if self._wireguard_written is not None:
-                self._wireguard_written = "unset"
+            self._wireguard_stale = True
         started = trio.current_time()
         took: dict[str, float] = {}
         failed: list[Exception] = []
@@ -448,16 +448,17 @@ class LinuxDriver:
         ):
             self._vxlan_written = vxlan
         wireguard = self.desired_wireguard()
-        if wireguard != self._wireguard_written:
-            if wireguard is not None or self._wireguard_written != "unset":
-                key = await trio.to_thread.run_sync(sync_wireguard, wireguard, self._wireguard_name)
-                self._wireguard_name = wireguard.name if wireguard else ""
-                if key != self.public_key:
-                    self.public_key = key
-                    log.info("WireGuard public key: %s", key or "(none)")
-                    await self.to_calc.send(m.WireguardStatusUpdate(key))
-            self._wireguard_written = wireguard
-        desired = self.desired_routes()
+        written = self._wireguard_written
+        # Never enabled: the kernel is left alone. Disabled: the device goes.
+        if wireguard != written or (wireguard is not None and self._wireguard_stale):
+            previous = written.name if written is not None else ""
+            key = await trio.to_thread.run_sync(sync_wireguard, wireguard, previous)
+            self._wireguard_written, self._wireguard_stale = wireguard, False
+            if key != self.public_key:
+                self.public_key = key
+                log.info("WireGuard public key: %s", key or "(none)")
+                await self.to_calc.send(m.WireguardStatusUpdate(key))
+        desired = self.desired_routes(vxlan_on=vxlan[0] is not None)
         if self._routes_written != desired:
             self._route_results = await routes.apply(desired)
             if not {"waiting", "failed"} & set(self._route_results.values()):
