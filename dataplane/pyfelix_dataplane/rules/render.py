@@ -146,8 +146,8 @@ def render(
 def render_chains(
     dp: DryRunDataplane, version: int, settings: Settings | None = None
 ) -> dict[str, tuple[Chain, ...]]:
-    """One IP version's chains per table (the Linux driver renders and writes IPv4 while it
-    renders IPv6)."""
+    """One IP version's chains per table (the Linux driver renders these for a state in which
+    host endpoints have been placed on the kernel's interfaces)."""
     settings = settings or Settings.from_config(dp.config)
     tables = _render_version(dp, settings, version, _special_ipsets(dp))
     return {table: tuple(chains) for table, chains in tables.items()}
