@@ -31,7 +31,7 @@ ALLOW = ["-m mark --mark 0x10000/0x10000 --jump RETURN"]
 
 
 def text(rules: list[Rule]) -> list[str]:
-    return [r.body() for r in rules]
+    return [r.body for r in rules]
 
 
 def test_felix_hash_vectors() -> None:
@@ -208,7 +208,7 @@ def test_endpoint_chain_layout() -> None:
         marks=MARKS,
         from_workload=True,
     )
-    assert [r.body() for r in chain.rules] == [
+    assert [r.body for r in chain.rules] == [
         "-m conntrack --ctstate RELATED,ESTABLISHED --jump ACCEPT",
         "-m conntrack --ctstate INVALID --jump DROP",
         "--jump MARK --set-mark 0/0x30000",
@@ -228,7 +228,7 @@ def test_endpoint_chain_layout() -> None:
         '-m comment --comment "Drop if no profiles matched" --jump DROP',
     ]
     down = endpoint_chain("c", active=False, tiers=tiers, profiles=(), inbound=True, marks=MARKS)
-    assert [r.body() for r in down.rules] == [
+    assert [r.body for r in down.rules] == [
         '-m comment --comment "Endpoint admin disabled" --jump DROP'
     ]
 
@@ -242,14 +242,14 @@ def test_dispatch_tree() -> None:
         outbound=False,
         end=[Rule(action="--jump DROP", comment=("Unknown interface",))],
     )
-    assert [r.body() for r in root.rules] == [
+    assert [r.body for r in root.rules] == [
         "--in-interface calia+ --goto cali-from-wl-dispatch-a",
         "--in-interface calib1 --goto cali-fw-calib1",
         '-m comment --comment "Unknown interface" --jump DROP',
     ]
     (child,) = children
     assert child.name == "cali-from-wl-dispatch-a"
-    assert [r.body() for r in child.rules][:2] == [
+    assert [r.body for r in child.rules][:2] == [
         "--in-interface calia1 --goto cali-fw-calia1",
         "--in-interface calia2 --goto cali-fw-calia2",
     ]

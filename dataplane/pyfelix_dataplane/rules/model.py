@@ -8,6 +8,7 @@ anything before it changes, and the Linux driver can tell which chains differ fr
 from __future__ import annotations
 
 import base64
+import binascii
 import functools
 import hashlib
 from collections.abc import Iterable, Sequence
@@ -16,6 +17,7 @@ import attrs
 
 MAX_CHAIN_NAME = 28
 RULE_HASH_LENGTH = 16
+_URLSAFE = bytes.maketrans(b"+/", b"-_")
 
 
 def length_limited(prefix: str, suffix: str, max_length: int = MAX_CHAIN_NAME) -> str:
@@ -35,8 +37,10 @@ class Rule:
     action: str = ""
     comment: tuple[str, ...] = ()
 
+    @functools.cached_property
     def body(self) -> str:
-        """Comments first, then the match, then the action (Felix's order)."""
+        """Comments first, then the match, then the action (Felix's order); once per rule
+        value, as both its id and its line need it."""
         parts = [f'-m comment --comment "{c}"' for c in self.comment]
         if self.match:
             parts.append(self.match)
@@ -61,17 +65,21 @@ class Chain:
         So a rule's id changes whenever anything before it in the chain changes."""
         hashes = []
         digest = hashlib.sha224(self.name.encode()).digest()
+        prefix = f"-A {self.name} HASH "
+        # 12 bytes are exactly the 16 base64 characters of the id, with no padding.
+        id_bytes = RULE_HASH_LENGTH * 3 // 4
         for rule in self.rules:
-            fragment = f"-A {self.name} HASH {rule.body()}".rstrip()
-            digest = hashlib.sha224(digest + fragment.encode()).digest()
-            hashes.append(base64.urlsafe_b64encode(digest).decode()[:RULE_HASH_LENGTH])
+            digest = hashlib.sha224(digest + (prefix + rule.body).rstrip().encode()).digest()
+            encoded = binascii.b2a_base64(digest[:id_bytes], newline=False)
+            hashes.append(encoded.translate(_URLSAFE).decode())
         return hashes
 
     def lines(self) -> list[str]:
-        out = []
-        for rule, rule_hash in zip(self.rules, self.hashes, strict=True):
-            out.append(f'-A {self.name} -m comment --comment "cali:{rule_hash}" {rule.body()}')
-        return out
+        head = f"-A {self.name} -m comment --comment "
+        return [
+            f'{head}"cali:{rule_hash}" {rule.body}'
+            for rule, rule_hash in zip(self.rules, self.hashes, strict=True)
+        ]
 
 
 def restore_script(table: str, chains: Sequence[Chain], hooks: Iterable[str] = ()) -> str:
