@@ -3,6 +3,7 @@ failure into a DataplaneWriteError that names the failing input line."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from collections import Counter
@@ -43,14 +44,19 @@ async def run(argv: Sequence[str], stdin: str = "", check: bool = True) -> str:
     """Run a command, feed it ``stdin``, return its stdout; raise DataplaneWriteError."""
     kind = tool_kind(argv[0])
     CALLS[kind] += 1
-    with trio.fail_after(COMMAND_TIMEOUT):
-        result = await trio.run_process(
-            list(argv),
-            stdin=stdin.encode(),
-            capture_stdout=True,
-            capture_stderr=True,
-            check=False,
-        )
+    # The input goes in as an in-memory file, not a pipe: a pipe is refilled 64 KiB at a time
+    # by this thread, which has to win the GIL from the route writer's thread for every refill.
+    with os.fdopen(os.memfd_create(kind), "w+b") as input_file:
+        input_file.write(stdin.encode())
+        input_file.seek(0)
+        with trio.fail_after(COMMAND_TIMEOUT):
+            result = await trio.run_process(
+                list(argv),
+                stdin=input_file.fileno(),
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+            )
     stdout = result.stdout.decode(errors="replace")
     if check and result.returncode != 0:
         ERRORS[kind] += 1
