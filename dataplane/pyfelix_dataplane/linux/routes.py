@@ -14,10 +14,10 @@ from __future__ import annotations
 import fcntl
 import ipaddress
 import logging
+import os
 import socket
 import struct
 from collections.abc import Mapping
-from pathlib import Path
 
 import attrs
 import trio
@@ -48,10 +48,16 @@ class RouteTarget:
 
 
 def _sysctl(path: str, value: str) -> None:
-    target = Path("/proc/sys") / path
+    """Set a sysctl unless it already has ``value`` (plain system calls: a node sets several
+    for each of hundreds of interfaces at start)."""
     try:
-        if target.read_text().strip() != value:
-            target.write_text(value)
+        fd = os.open(f"/proc/sys/{path}", os.O_RDWR)
+        try:
+            if os.read(fd, 64).strip() != value.encode():
+                # At offset 0: the kernel ignores sysctl writes anywhere else.
+                os.pwrite(fd, value.encode(), 0)
+        finally:
+            os.close(fd)
     except OSError as exc:
         log.warning("cannot set %s: %s", path, exc)
 
@@ -67,7 +73,7 @@ def _configure_interface(interface: str) -> None:
         (f"net/ipv4/conf/{interface}/rp_filter", "1"),
         (f"net/ipv4/conf/{interface}/route_localnet", "1"),
     ]
-    if (Path("/proc/sys/net/ipv6/conf") / interface).exists():
+    if os.path.exists(f"/proc/sys/net/ipv6/conf/{interface}"):
         settings += [
             (f"net/ipv6/conf/{interface}/accept_ra", "0"),
             (f"net/ipv6/conf/{interface}/proxy_ndp", "1"),
