@@ -132,7 +132,6 @@ class LinuxDriver:
     applies: int = 0
     failures: int = 0
     apply_seconds: float = 0.0
-    last_script: dict[str, str] = attrs.Factory(dict)
     _wake: trio.Event = attrs.Factory(trio.Event)
     _reported_in_sync: bool = False
     # What the last successful applies wrote, so steady state writes only what changed; an
@@ -337,9 +336,7 @@ class LinuxDriver:
             ]
             insert_mode = (self.state.config or {}).get("ChainInsertMode", "insert").lower()
             writers = {
-                (version, table): IptablesWriter(table, version, backend, insert_mode)
-                for version in versions
-                for table in TABLES
+                version: IptablesWriter(version, backend, insert_mode) for version in versions
             }
             ipsets, routes = IpsetWriter(), RouteWriter()
             log.info("programming with iptables-%s, IPv%s", backend, "/".join(map(str, versions)))
@@ -351,7 +348,9 @@ class LinuxDriver:
                     await self._wake.wait()
                 self._wake = trio.Event()
                 due = refresh.take_due(trio.current_time(), self.state.config)
-                await trio.sleep(MIN_APPLY_INTERVAL)
+                if self.applies:
+                    # Let a burst of changes gather; the first apply has the whole snapshot.
+                    await trio.sleep(MIN_APPLY_INTERVAL)
                 try:
                     await self._apply_all(writers, ipsets, routes, versions, due)
                 except WRITE_ERRORS as exc:
@@ -368,7 +367,7 @@ class LinuxDriver:
 
     async def _apply_all(
         self,
-        writers: dict[tuple[int, str], IptablesWriter],
+        writers: dict[int, IptablesWriter],
         ipsets: IpsetWriter,
         routes: RouteWriter,
         versions: list[int],
@@ -376,10 +375,12 @@ class LinuxDriver:
     ) -> None:
         """Write what changed since the last apply; re-read and repair the ``due`` areas.
 
-        As in Felix, routes are written concurrently with the rest (netlink runs in a worker
-        thread); IP sets are created before the tables (rules refer to them) and deleted
-        after (once no rule does); each IP version's tables are written concurrently with the
-        other's (each restore is its own process).
+        IP sets are created before the tables (rules refer to them) and deleted after (once no
+        rule does). Each IP version is rendered and planned, then written while the next one
+        is rendered and planned; the writes go one after the other, since two nft
+        transactions at once make one of them start over. Routes are written beside the
+        tables, as in Felix (netlink in a worker thread), from when the first tables go to
+        the kernel: before that their thread would take the GIL from rendering and planning.
         """
         if "iptables" in due:
             self._tables_written.clear()
@@ -388,54 +389,59 @@ class LinuxDriver:
             self._vxlan_written = None
             self._wireguard_stale = True
         started = trio.current_time()
-        took: dict[str, float] = {}
+        timeline: dict[str, float] = {}
         failed: list[Exception] = []
+
+        def mark(event: str) -> None:
+            timeline[event] = trio.current_time() - started
 
         async def area(write: Callable[[], Awaitable[None]], name: str) -> None:
             # A failure in one area lets the others finish; the first is raised afterwards.
-            begun = trio.current_time()
             try:
                 await write()
             except WRITE_ERRORS as exc:
                 failed.append(exc)
-            took[name] = trio.current_time() - begun
+            mark(name)
 
         async with trio.open_nursery() as nursery:
-            # Routes need neither the rendering nor the IP sets: they start first.
-            nursery.start_soon(area, partial(self._apply_routes, routes), "routes")
             await self._resolve_host_endpoints()
             rendering = self._rendering_state()
-            chains = {version: render_chains(rendering, version) for version in versions}
             desired_sets = kernel_ipsets(self.state, versions)
-            rendered_at = trio.current_time()
-            took["render"] = rendered_at - started
             try:
                 await ipsets.apply_updates(desired_sets, refresh="ipsets" in due)
             except WRITE_ERRORS as exc:
                 failed.append(exc)  # the rules would refer to missing sets: no tables
-            else:
-                took["ipsets"] = trio.current_time() - rendered_at
-                for version in versions:
-                    tables = {key: w for key, w in writers.items() if key[0] == version}
-                    write = partial(self._apply_tables, tables, chains[version])
-                    nursery.start_soon(area, write, f"IPv{version}")
+            mark("ipsets")
+            previous: trio.Event | None = None
+            for version in versions if not failed else []:
+                chains = render_chains(rendering, version)
+                try:
+                    script, tables = await self._plan_tables(writers[version], chains)
+                except WRITE_ERRORS as exc:
+                    failed.append(exc)
+                    continue
+                mark(f"IPv{version} planned")
+                done = trio.Event()
+                write = partial(self._write_tables, writers[version], script, tables, previous)
+                nursery.start_soon(area, partial(write, done), f"IPv{version} written")
+                previous = done
+                if "routes started" not in timeline:
+                    mark("routes started")
+                    nursery.start_soon(area, partial(self._apply_routes, routes), "routes")
+            if "routes started" not in timeline:
+                nursery.start_soon(area, partial(self._apply_routes, routes), "routes")
         if failed:
             raise failed[0]
-        written_at = trio.current_time()
         await ipsets.apply_deletions(desired_sets)
         self.applies += 1
         self.apply_seconds += trio.current_time() - started
         # The first apply (the start-up cost an operator waits for) is worth an Info line.
         log.log(
             logging.INFO if self.applies == 1 else logging.DEBUG,
-            "apply %d: routes %.3fs, concurrently with render %.3fs, ipsets %.3fs, then "
-            "iptables %s (%.3fs in all)",
+            "apply %d: %s (%.3fs in all)",
             self.applies,
-            took.get("routes", 0.0),
-            took["render"],
-            took.get("ipsets", 0.0),
-            ", ".join(f"IPv{v} {took.get(f'IPv{v}', 0.0):.3f}s" for v in versions),
-            written_at - started,
+            ", ".join(f"{event} at {at:.3f}s" for event, at in timeline.items()),
+            trio.current_time() - started,
         )
         await self._report_endpoints(self._route_results)
 
@@ -464,23 +470,39 @@ class LinuxDriver:
             if not {"waiting", "failed"} & set(self._route_results.values()):
                 self._routes_written = desired
 
-    async def _apply_tables(
-        self,
-        writers: dict[tuple[int, str], IptablesWriter],
-        chains: Mapping[str, tuple[Chain, ...]],
-    ) -> None:
-        """One IP version's tables one after another, each its own transaction."""
-        for (version, table), writer in writers.items():
-            wanted = chains[table]
-            if self._tables_written.get((version, table)) == wanted:
+    async def _plan_tables(
+        self, writer: IptablesWriter, chains: Mapping[str, tuple[Chain, ...]]
+    ) -> tuple[str, dict[str, tuple[Chain, ...]]]:
+        """The restore script for one IP version's tables that changed since they were last
+        written, and those tables' chains."""
+        desired = {}
+        for table in TABLES:
+            if self._tables_written.get((writer.version, table)) == chains[table]:
                 continue
             hooks = list(HOOKS[table])
             if table == "nat":
                 hooks.append(("POSTROUTING", "cali-POSTROUTING"))
-            script = await writer.apply(wanted, hooks)
-            self._tables_written[(version, table)] = wanted
-            if script:
-                self.last_script[f"ipv{version}/{table}"] = script
+            desired[table] = (chains[table], hooks)
+        script = await writer.prepare(desired) if desired else ""
+        return script, {table: chains[table] for table in desired}
+
+    async def _write_tables(
+        self,
+        writer: IptablesWriter,
+        script: str,
+        tables: dict[str, tuple[Chain, ...]],
+        previous: trio.Event | None,
+        done: trio.Event,
+    ) -> None:
+        """One IP version's restore (a transaction per table), once ``previous`` is done."""
+        try:
+            if previous is not None:
+                await previous.wait()
+            await writer.write(script)
+        finally:
+            done.set()
+        for table, chains in tables.items():
+            self._tables_written[(writer.version, table)] = chains
 
     async def _report_status(self) -> None:
         """ProcessStatusUpdate every ReportingIntervalSecs. The first goes out at start, before

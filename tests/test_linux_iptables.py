@@ -1,0 +1,130 @@
+"""The iptables writer against the kernel, in a namespace, read back with iptables-nft-save:
+a large first write (which opens with a listing of the table, to spare iptables-nft-restore
+its per-command chain bookkeeping) leaves other programs' rules, base-chain policies and their
+counters as they were, and works in a namespace where the table does not exist yet; later
+small writes rewrite only what changed, without the listing."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+import pytest
+
+from pyfelix_dataplane.linux.iptables import IptablesWriter, TableState
+from pyfelix_dataplane.rules.model import Chain, Rule
+from tests.netns import run_in
+
+SCRIPT = """
+import json, sys, trio
+from pyfelix_dataplane.linux.iptables import IptablesWriter
+from pyfelix_dataplane.rules.model import Chain, Rule
+
+def chains(spec):
+    return [Chain(name, tuple(Rule(match=m, action=a) for m, a in rules)) for name, rules in spec]
+
+async def main():
+    writer = IptablesWriter(version=4, backend="nft")
+    hooks = [("INPUT", "cali-INPUT"), ("FORWARD", "cali-FORWARD"), ("OUTPUT", "cali-OUTPUT")]
+    scripts = []
+    for spec in json.loads(sys.stdin.read()):
+        scripts.append(await writer.apply({"filter": (chains(spec), hooks)}))
+    print(json.dumps(scripts))
+
+trio.run(main)
+"""
+
+
+def policy_chains(count: int, rules: int, port: int = 80) -> list[tuple[str, list[list[str]]]]:
+    """``count`` policy-like chains of ``rules`` rules each, and the top-level chains."""
+    spec: list[tuple[str, list[list[str]]]] = [
+        (f"cali-pi-p{i}", [[f"-p tcp --dport {port + r}", "--jump ACCEPT"] for r in range(rules)])
+        for i in range(count)
+    ]
+    spec.append(("cali-INPUT", [["", f"--jump cali-pi-p{i}"] for i in range(count)]))
+    spec.append(("cali-FORWARD", [["", "--jump cali-pi-p0"]]))
+    spec.append(("cali-OUTPUT", [["", "--jump RETURN"]]))
+    return spec
+
+
+def write(ns: str, steps: list[list[tuple[str, list[list[str]]]]]) -> list[str]:
+    result = run_in(ns, sys.executable, "-c", SCRIPT, input_text=json.dumps(steps))
+    assert result.returncode == 0, result.stderr
+    scripts: list[str] = json.loads(result.stdout)
+    return scripts
+
+
+def saved(ns: str) -> str:
+    result = run_in(ns, "iptables-nft-save", "-c", "-t", "filter")
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def rules_in(text: str, chain: str) -> list[str]:
+    return [line for line in text.splitlines() if f" -A {chain} " in f" {line} "]
+
+
+@pytest.mark.netns
+def test_large_first_write_keeps_other_programs_rules_policy_and_counters(netns: str) -> None:
+    run_in(netns, "ip", "link", "set", "lo", "up")
+    # Another program's firewall: a DROP policy that has counted packets, and a rule of its own.
+    run_in(netns, "iptables-nft", "-P", "OUTPUT", "DROP")
+    run_in(netns, "iptables-nft", "-A", "OUTPUT", "-o", "lo", "-p", "tcp", "-j", "ACCEPT")
+    run_in(netns, "ping", "-c", "3", "-W", "0.2", "127.0.0.1")
+    before = saved(netns)
+    counted = re.search(r"^:OUTPUT DROP \[(\d+):(\d+)\]", before, re.MULTILINE)
+    assert counted, before
+    assert int(counted.group(1)) >= 3, before
+
+    (script,) = write(netns, [policy_chains(150, 10)])
+
+    assert script.startswith("*filter\n-S\n"), "a large write into a small table lists it first"
+    after = saved(netns)
+    kept = re.search(r"^:OUTPUT DROP \[(\d+):(\d+)\]", after, re.MULTILINE)
+    assert kept, after
+    assert int(kept.group(1)) >= int(counted.group(1)), "the policy's counters were reset"
+    assert any("-o lo -p tcp -j ACCEPT" in line for line in rules_in(after, "OUTPUT"))
+    assert len(rules_in(after, "cali-pi-p149")) == 10
+    assert len(rules_in(after, "cali-INPUT")) == 150
+    for kernel_chain, ours in (("INPUT", "cali-INPUT"), ("OUTPUT", "cali-OUTPUT")):
+        assert f"-j {ours}" in rules_in(after, kernel_chain)[0], "hooks go at the top"
+    assert ":INPUT ACCEPT" in after
+    assert ":FORWARD ACCEPT" in after
+
+
+@pytest.mark.netns
+def test_first_write_into_a_namespace_without_the_table(netns: str) -> None:
+    (script,) = write(netns, [policy_chains(120, 10)])
+
+    assert "\n-S\n" in script
+    after = saved(netns)
+    assert len(rules_in(after, "cali-pi-p0")) == 10
+    assert [r.split(" -j ")[-1] for r in rules_in(after, "FORWARD")] == ["cali-FORWARD"]
+
+
+@pytest.mark.netns
+def test_later_writes_rewrite_only_what_changed_without_listing(netns: str) -> None:
+    first = policy_chains(120, 10)
+    changed = policy_chains(120, 10)
+    changed[5] = ("cali-pi-p5", [["-p tcp --dport 8080", "--jump ACCEPT"]])
+    _, second = write(netns, [first, changed])
+
+    assert "\n-S\n" not in second
+    assert second.splitlines()[1:2] == [":cali-pi-p5 - [0:0]"]
+    after = saved(netns)
+    assert [r.split("--dport ")[-1] for r in rules_in(after, "cali-pi-p5")] == ["8080 -j ACCEPT"]
+    assert len(rules_in(after, "cali-pi-p6")) == 10
+
+
+def test_the_listing_is_only_for_the_nft_backend_and_large_writes() -> None:
+    chains = [Chain(f"cali-pi-p{i}", (Rule(action="--jump ACCEPT"),) * 20) for i in range(100)]
+    hooks = [("INPUT", "cali-INPUT")]
+    empty = TableState({}, frozenset())
+    nft, legacy = IptablesWriter(backend="nft"), IptablesWriter(backend="legacy")
+
+    assert nft.plan("filter", empty, chains, hooks).startswith("*filter\n-S\n:INPUT ACCEPT")
+    assert "\n-S\n" not in legacy.plan("filter", empty, chains, hooks)
+    assert "\n-S\n" not in nft.plan("filter", empty, chains[:10], hooks)
+    full = TableState({f"other-{i}": ("",) * 100 for i in range(10)}, frozenset())
+    assert "\n-S\n" not in nft.plan("filter", full, chains, hooks), "the kernel's table is large"
