@@ -18,11 +18,16 @@ import os
 import socket
 import struct
 from collections.abc import Mapping
+from typing import Any
 
 import attrs
 import trio
 from pyroute2 import IPRoute
+from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_REPLACE, NLM_F_REQUEST
 from pyroute2.netlink.exceptions import NetlinkError
+from pyroute2.netlink.rtnl import RTM_NEWNEIGH, RTM_NEWROUTE
+from pyroute2.netlink.rtnl.ndmsg import ndmsg
+from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +38,8 @@ IFF_UP = 0x1
 IFF_RUNNING = 0x40
 NUD_PERMANENT = 0x80
 RTNH_F_ONLINK = 0x4
+RT_SCOPE_LINK = 253
+RTN_UNICAST = 1
 
 
 @attrs.frozen
@@ -127,6 +134,7 @@ def sync_routes(desired: Mapping[str, RouteTarget]) -> dict[str, str]:
                 existing[key] = (route.get_attr("RTA_OIF"), via)
                 scopes[key] = route["scope"]
         configured: set[str] = set()
+        batch: list[Any] = []
         for dst, wanted in desired.items():
             index, up = links.get(wanted.interface, (None, True))
             if wanted.interface and (index is None or not up):
@@ -158,17 +166,13 @@ def sync_routes(desired: Mapping[str, RouteTarget]) -> dict[str, str]:
             if existing.get(dst) == (index, None):
                 done[dst] = "kept"
             else:
-                route_through(ipr, dst, index)
+                batch.append(_direct_route(dst, index))
                 done[dst] = "added"
             if wanted.mac:
-                address = str(ipaddress.ip_network(dst).network_address)
-                ipr.neigh(
-                    "replace",
-                    dst=address,
-                    lladdr=wanted.mac,
-                    ifindex=index,
-                    state=NUD_PERMANENT,
-                )
+                batch.append(_permanent_neighbour(dst, wanted.mac, index))
+        if batch:
+            # One send for all: pyroute2 spends about 0.5 ms on each request made on its own.
+            ipr.nlm_request_batch(batch)
         for dst in existing.keys() - desired.keys():
             try:
                 # The kernel only deletes a route whose scope matches the request's.
@@ -180,9 +184,43 @@ def sync_routes(desired: Mapping[str, RouteTarget]) -> dict[str, str]:
     return done
 
 
+_REPLACE = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE
+
+
+def _direct_route(dst: str, index: int) -> Any:
+    """The request for what ``route_through`` does, to be sent in a batch."""
+    network = ipaddress.ip_network(dst)
+    msg = rtmsg()
+    msg["family"] = socket.AF_INET6 if network.version == 6 else socket.AF_INET
+    msg["dst_len"] = network.prefixlen
+    msg["table"] = MAIN_TABLE
+    msg["proto"] = FELIX_ROUTE_PROTO
+    msg["scope"] = RT_SCOPE_LINK
+    msg["type"] = RTN_UNICAST
+    msg["attrs"] = [("RTA_DST", str(network.network_address)), ("RTA_OIF", index)]
+    msg["header"]["type"] = RTM_NEWROUTE
+    msg["header"]["flags"] = _REPLACE
+    return msg
+
+
+def _permanent_neighbour(dst: str, mac: str, index: int) -> Any:
+    """The request for a permanent neighbour entry (a workload's MAC), to be sent in a batch."""
+    address = ipaddress.ip_network(dst).network_address
+    msg = ndmsg()
+    msg["family"] = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+    msg["ifindex"] = index
+    msg["state"] = NUD_PERMANENT
+    msg["attrs"] = [("NDA_DST", str(address)), ("NDA_LLADDR", mac)]
+    msg["header"]["type"] = RTM_NEWNEIGH
+    msg["header"]["flags"] = _REPLACE
+    return msg
+
+
 def route_through(ipr: IPRoute, dst: str, index: int, table: int = MAIN_TABLE) -> None:
     """``dst`` straight out of interface ``index`` (scope link), marked as Felix's (proto 80)."""
-    ipr.route("replace", dst=dst, oif=index, scope=253, proto=FELIX_ROUTE_PROTO, table=table)
+    ipr.route(
+        "replace", dst=dst, oif=index, scope=RT_SCOPE_LINK, proto=FELIX_ROUTE_PROTO, table=table
+    )
 
 
 def sync_only_address(ipr: IPRoute, index: int, address: str) -> None:
