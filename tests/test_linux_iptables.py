@@ -123,8 +123,10 @@ def test_the_listing_is_only_for_the_nft_backend_and_large_writes() -> None:
     empty = TableState({}, frozenset())
     nft, legacy = IptablesWriter(backend="nft"), IptablesWriter(backend="legacy")
 
-    assert nft.plan("filter", empty, chains, hooks).startswith("*filter\n-S\n:INPUT ACCEPT")
-    assert "\n-S\n" not in legacy.plan("filter", empty, chains, hooks)
-    assert "\n-S\n" not in nft.plan("filter", empty, chains[:10], hooks)
+    assert nft.plan("filter", empty, chains, hooks).text().startswith("*filter\n-S\n:INPUT ACCEPT")
+    assert "\n-S\n" not in legacy.plan("filter", empty, chains, hooks).text()
+    assert "\n-S\n" not in nft.plan("filter", empty, chains[:10], hooks).text()
     full = TableState({f"other-{i}": ("",) * 100 for i in range(10)}, frozenset())
-    assert "\n-S\n" not in nft.plan("filter", full, chains, hooks), "the kernel's table is large"
+    assert "\n-S\n" not in nft.plan("filter", full, chains, hooks).text(), (
+        "the kernel's table is large"
+    )

@@ -3,11 +3,14 @@ failure into a DataplaneWriteError that names the failing input line."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 import subprocess
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 import trio
 
@@ -16,6 +19,11 @@ from pyfelix.errors import PyfelixError
 # iptables-restore of a large table takes about a second (PLATFORM.md 2.2); anything near this
 # limit is a hung lock or a broken kernel, not a slow write.
 COMMAND_TIMEOUT = 30.0
+#: A streamed input goes through a pipe this large (root may exceed pipe-max-size), so the
+#: producer never waits for the tool; and in pieces of this size, one write each.
+STREAM_PIPE_SIZE = 1 << 23
+STREAM_CHUNK = 1 << 18
+F_SETPIPE_SZ = 1031
 _FAILED_LINE = re.compile(r"line:? (\d+)", re.IGNORECASE)
 
 #: Calls and failures per kind of tool ("ipset", "iptables-restore", "iptables-save"), for
@@ -40,35 +48,87 @@ class DataplaneWriteError(PyfelixError):
         self.line = line
 
 
-async def run(argv: Sequence[str], stdin: str = "", check: bool = True) -> str:
-    """Run a command, feed it ``stdin``, return its stdout; raise DataplaneWriteError."""
+async def run(argv: Sequence[str], stdin: str | Iterable[str] = "", check: bool = True) -> str:
+    """Run a command, feed it ``stdin``, return its stdout; raise DataplaneWriteError.
+
+    Text goes in as an in-memory file: a pipe is refilled 64 KiB at a time by this thread,
+    which has to win the GIL from the route writer's thread for every refill. Chunks produced
+    lazily are streamed through a pipe enlarged to hold them, so the tool starts parsing while
+    the rest is being produced and this thread never waits for the tool."""
     kind = tool_kind(argv[0])
     CALLS[kind] += 1
-    # The input goes in as an in-memory file, not a pipe: a pipe is refilled 64 KiB at a time
-    # by this thread, which has to win the GIL from the route writer's thread for every refill.
-    with os.fdopen(os.memfd_create(kind), "w+b") as input_file:
-        input_file.write(stdin.encode())
-        input_file.seek(0)
-        with trio.fail_after(COMMAND_TIMEOUT):
-            result = await trio.run_process(
-                list(argv),
-                stdin=input_file.fileno(),
-                capture_stdout=True,
-                capture_stderr=True,
-                check=False,
-            )
+    with trio.fail_after(COMMAND_TIMEOUT):
+        if isinstance(stdin, str):
+            text = stdin
+            with os.fdopen(os.memfd_create(kind), "w+b") as input_file:
+                input_file.write(stdin.encode())
+                input_file.seek(0)
+                result = await _run_process(argv, input_file.fileno())
+        else:
+            result, text = await _run_streaming(argv, stdin)
     stdout = result.stdout.decode(errors="replace")
     if check and result.returncode != 0:
         ERRORS[kind] += 1
         stderr = result.stderr.decode(errors="replace")
         match = _FAILED_LINE.search(stderr)
         line = ""
-        if match and stdin:
-            lines = stdin.splitlines()
+        if match and text:
+            lines = text.splitlines()
             index = int(match.group(1)) - 1
             line = lines[index] if 0 <= index < len(lines) else ""
         raise DataplaneWriteError(" ".join(argv[:2]), stderr, line)
     return stdout
+
+
+async def _run_process(argv: Sequence[str], stdin: int) -> subprocess.CompletedProcess[bytes]:
+    return await trio.run_process(
+        list(argv), stdin=stdin, capture_stdout=True, capture_stderr=True, check=False
+    )
+
+
+def _enlarge(pipe: int) -> None:
+    """As large as allowed: above pipe-max-size only with CAP_SYS_RESOURCE."""
+    try:
+        fcntl.fcntl(pipe, F_SETPIPE_SZ, STREAM_PIPE_SIZE)
+    except OSError:
+        with contextlib.suppress(OSError, ValueError):
+            limit = int(Path("/proc/sys/fs/pipe-max-size").read_text())
+            fcntl.fcntl(pipe, F_SETPIPE_SZ, min(limit, STREAM_PIPE_SIZE))
+
+
+async def _run_streaming(
+    argv: Sequence[str], chunks: Iterable[str]
+) -> tuple[subprocess.CompletedProcess[bytes], str]:
+    """Run with ``chunks`` streamed to stdin; returns the result and the text sent."""
+    read_end, write_end = os.pipe()
+    _enlarge(write_end)
+    sent: list[str] = []
+    results: list[subprocess.CompletedProcess[bytes]] = []
+
+    async def process() -> None:
+        results.append(await _run_process(argv, read_end))
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(process)
+            async with trio.lowlevel.FdStream(write_end) as pipe:
+                pending: list[str] = []
+                size = 0
+                try:
+                    for chunk in chunks:
+                        pending.append(chunk)
+                        size += len(chunk)
+                        if size >= STREAM_CHUNK:
+                            sent += pending
+                            await pipe.send_all("".join(pending).encode())
+                            pending, size = [], 0
+                    sent += pending
+                    await pipe.send_all("".join(pending).encode())
+                except trio.BrokenResourceError:
+                    pass  # the tool stopped reading: its exit status says why
+    finally:
+        os.close(read_end)
+    return results[0], "".join(sent)
 
 
 def available(tool: str) -> bool:

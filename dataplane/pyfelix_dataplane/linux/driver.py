@@ -33,7 +33,7 @@ from pyfelix_dataplane.dryrun import DryRunDataplane
 from pyfelix_dataplane.linux.commands import DataplaneWriteError, available
 from pyfelix_dataplane.linux.host_endpoints import interface_addresses, resolve
 from pyfelix_dataplane.linux.ipsets import IpsetWriter
-from pyfelix_dataplane.linux.iptables import IptablesWriter, detect_backend
+from pyfelix_dataplane.linux.iptables import IptablesWriter, Script, detect_backend
 from pyfelix_dataplane.linux.monitor import watch_interfaces
 from pyfelix_dataplane.linux.routes import (
     IFF_RUNNING,
@@ -472,7 +472,7 @@ class LinuxDriver:
 
     async def _plan_tables(
         self, writer: IptablesWriter, chains: Mapping[str, tuple[Chain, ...]]
-    ) -> tuple[str, dict[str, tuple[Chain, ...]]]:
+    ) -> tuple[Script, dict[str, tuple[Chain, ...]]]:
         """The restore script for one IP version's tables that changed since they were last
         written, and those tables' chains."""
         desired = {}
@@ -483,13 +483,13 @@ class LinuxDriver:
             if table == "nat":
                 hooks.append(("POSTROUTING", "cali-POSTROUTING"))
             desired[table] = (chains[table], hooks)
-        script = await writer.prepare(desired) if desired else ""
+        script = await writer.prepare(desired) if desired else Script()
         return script, {table: chains[table] for table in desired}
 
     async def _write_tables(
         self,
         writer: IptablesWriter,
-        script: str,
+        script: Script,
         tables: dict[str, tuple[Chain, ...]],
         previous: trio.Event | None,
         done: trio.Event,

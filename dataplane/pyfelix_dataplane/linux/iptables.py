@@ -11,7 +11,7 @@ our back is put right on the next refresh.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 
 import attrs
 
@@ -75,6 +75,32 @@ ABSENT = TableState({}, frozenset())
 Desired = tuple[Sequence[Chain], Sequence[tuple[str, str]]]
 
 
+@attrs.frozen
+class Script:
+    """An iptables-restore script: text, and chains whose rule lines (and so their rule ids)
+    are only produced when the script is written."""
+
+    parts: tuple[str | Chain, ...] = ()
+    #: Opens a table with a listing (then restored with --counters).
+    listing: bool = False
+
+    @classmethod
+    def join(cls, scripts: Iterable[Script]) -> Script:
+        scripts = list(scripts)
+        parts = tuple(part for script in scripts for part in script.parts)
+        return cls(parts, any(script.listing for script in scripts))
+
+    def __bool__(self) -> bool:
+        return bool(self.parts)
+
+    def chunks(self) -> Iterator[str]:
+        for part in self.parts:
+            yield part if isinstance(part, str) else "".join(f"{line}\n" for line in part.lines())
+
+    def text(self) -> str:
+        return "".join(self.chunks())
+
+
 @attrs.define
 class IptablesWriter:
     """Writes the tables of one IP version with one backend ("legacy" or "nft")."""
@@ -100,67 +126,75 @@ class IptablesWriter:
         state: TableState,
         chains: Sequence[Chain],
         hooks: Sequence[tuple[str, str]],
-    ) -> str:
+    ) -> Script:
         """The restore transaction that takes ``table`` from ``state`` to the desired chains
-        and hooks ("" when there is nothing to do)."""
+        and hooks (empty when there is nothing to do). A chain the kernel does not have is
+        written without computing its rule ids first: they are computed as its lines are."""
         wanted = {chain.name: chain for chain in chains}
-        changed = [chain for chain in chains if chain.hashes != state.chains.get(chain.name)]
+        changed = [
+            chain
+            for chain in chains
+            if chain.name not in state.chains or chain.hashes != state.chains[chain.name]
+        ]
         stale = sorted(
             name for name in state.chains if name.startswith(PREFIX) and name not in wanted
         )
         missing_hooks = [h for h in hooks if h not in state.hooks]
         if not (changed or stale or missing_hooks):
-            return ""
-        lines = [f"*{table}"]
+            return Script()
+        head = [f"*{table}"]
         written = sum(len(chain.rules) for chain in changed)
         in_kernel = sum(map(len, state.chains.values()))
-        if (
+        listing = (
             self.backend == "nft"
             and written >= LISTING_MIN_RULES
             and in_kernel <= written * LISTING_MAX_KERNEL_SHARE
-        ):
+        )
+        if listing:
             # After a listing the tool no longer creates the kernel chains it is missing, and
             # iptables-save shows absent ones as present; so the chains we hook into are
             # declared, with the policy and counters just read (restored with --counters).
-            lines.append(LISTING)
+            head.append(LISTING)
             hooked = dict.fromkeys(kernel_chain for kernel_chain, _ in missing_hooks)
-            lines += [f":{k} {state.policies.get(k, 'ACCEPT [0:0]')}" for k in hooked]
-        lines += [f":{chain.name} - [0:0]" for chain in changed]
-        lines += [f":{name} - [0:0]" for name in stale]
-        for chain in changed:
-            lines += chain.lines()
+            head += [f":{k} {state.policies.get(k, 'ACCEPT [0:0]')}" for k in hooked]
+        head += [f":{chain.name} - [0:0]" for chain in changed]
+        head += [f":{name} - [0:0]" for name in stale]
+        tail = []
         for kernel_chain, target in reversed(missing_hooks):
             (rule,) = Chain(kernel_chain, (_jump(target),)).lines()
             verb = "-I" if self.insert_mode == "insert" else "-A"
-            lines.append(rule.replace("-A ", f"{verb} ", 1))
-        lines += [f"-X {name}" for name in stale]
-        lines.append("COMMIT")
-        return "\n".join(lines) + "\n"
+            tail.append(rule.replace("-A ", f"{verb} ", 1))
+        tail += [f"-X {name}" for name in stale]
+        tail.append("COMMIT")
+        parts: list[str | Chain] = ["\n".join(head) + "\n", *changed, "\n".join(tail) + "\n"]
+        return Script(tuple(parts), listing)
 
-    async def prepare(self, desired: Mapping[str, Desired]) -> str:
+    async def prepare(self, desired: Mapping[str, Desired]) -> Script:
         """The restore script (a transaction per table) that brings the ``desired`` tables
         into the kernel as it is now."""
         states = await self.read(desired.keys())
-        return "".join(
+        return Script.join(
             self.plan(table, states[table], chains, hooks)
             for table, (chains, hooks) in desired.items()
         )
 
-    async def write(self, script: str) -> None:
+    async def write(self, script: Script) -> None:
+        """Stream the script into the tool, which parses its start while the rest (with the
+        rule ids) is still being produced."""
         if not script:
             return
         argv = [f"{self._tool}-restore", "--noflush"]
-        if f"\n{LISTING}\n" in script:
+        if script.listing:
             argv.append("--counters")
         if self.backend == "legacy":
             argv += ["-w", "10"]
-        await run(argv, script)
+        await run(argv, script.chunks())
 
     async def apply(self, desired: Mapping[str, Desired]) -> str:
         """Prepare and write at once; returns the script written."""
         script = await self.prepare(desired)
         await self.write(script)
-        return script
+        return script.text()
 
 
 def _jump(target: str) -> Rule:
