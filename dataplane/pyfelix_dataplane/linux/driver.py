@@ -413,6 +413,7 @@ class LinuxDriver:
                 failed.append(exc)  # the rules would refer to missing sets: no tables
             mark("ipsets")
             previous: trio.Event | None = None
+            routes_started = False
             for version in versions if not failed else []:
                 chains = render_chains(rendering, version)
                 try:
@@ -425,10 +426,11 @@ class LinuxDriver:
                 write = partial(self._write_tables, writers[version], script, tables, previous)
                 nursery.start_soon(area, partial(write, done), f"IPv{version} written")
                 previous = done
-                if "routes started" not in timeline:
+                if not routes_started:
                     mark("routes started")
                     nursery.start_soon(area, partial(self._apply_routes, routes), "routes")
-            if "routes started" not in timeline:
+                    routes_started = True
+            if not routes_started:  # no tables to write
                 nursery.start_soon(area, partial(self._apply_routes, routes), "routes")
         if failed:
             raise failed[0]
