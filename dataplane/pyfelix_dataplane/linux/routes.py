@@ -166,7 +166,7 @@ def sync_routes(desired: Mapping[str, RouteTarget]) -> dict[str, str]:
             if existing.get(dst) == (index, None):
                 done[dst] = "kept"
             else:
-                batch.append(_direct_route(dst, index))
+                batch.append(direct_route(dst, index))
                 done[dst] = "added"
             if wanted.mac:
                 batch.append(_permanent_neighbour(dst, wanted.mac, index))
@@ -187,17 +187,23 @@ def sync_routes(desired: Mapping[str, RouteTarget]) -> dict[str, str]:
 _REPLACE = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE
 
 
-def _direct_route(dst: str, index: int) -> Any:
-    """The request for what ``route_through`` does, to be sent in a batch."""
+def direct_route(dst: str, index: int, table: int = MAIN_TABLE) -> Any:
+    """The request for ``dst`` straight out of interface ``index`` (scope link), marked as
+    Felix's (proto 80), replacing any route there; sent with others in one
+    ``nlm_request_batch``."""
     network = ipaddress.ip_network(dst)
     msg = rtmsg()
     msg["family"] = socket.AF_INET6 if network.version == 6 else socket.AF_INET
     msg["dst_len"] = network.prefixlen
-    msg["table"] = MAIN_TABLE
+    msg["table"] = table if table < 256 else 0  # the header has 8 bits; RTA_TABLE has all
     msg["proto"] = FELIX_ROUTE_PROTO
     msg["scope"] = RT_SCOPE_LINK
     msg["type"] = RTN_UNICAST
-    msg["attrs"] = [("RTA_DST", str(network.network_address)), ("RTA_OIF", index)]
+    msg["attrs"] = [
+        ("RTA_TABLE", table),
+        ("RTA_DST", str(network.network_address)),
+        ("RTA_OIF", index),
+    ]
     msg["header"]["type"] = RTM_NEWROUTE
     msg["header"]["flags"] = _REPLACE
     return msg
@@ -214,13 +220,6 @@ def _permanent_neighbour(dst: str, mac: str, index: int) -> Any:
     msg["header"]["type"] = RTM_NEWNEIGH
     msg["header"]["flags"] = _REPLACE
     return msg
-
-
-def route_through(ipr: IPRoute, dst: str, index: int, table: int = MAIN_TABLE) -> None:
-    """``dst`` straight out of interface ``index`` (scope link), marked as Felix's (proto 80)."""
-    ipr.route(
-        "replace", dst=dst, oif=index, scope=RT_SCOPE_LINK, proto=FELIX_ROUTE_PROTO, table=table
-    )
 
 
 def sync_only_address(ipr: IPRoute, index: int, address: str) -> None:

@@ -19,14 +19,13 @@ import attrs
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from pyfelix_dataplane.linux.routes import sync_only_address
+from pyfelix_dataplane.linux.routes import NUD_PERMANENT, sync_only_address
 
 log = logging.getLogger(__name__)
 
 DEVICE = "vxlan.calico"
 #: What encapsulation costs: outer IPv4 (20), UDP (8), VXLAN (8) and inner Ethernet (14).
 VXLAN_OVERHEAD = 50
-NUD_PERMANENT = 0x80
 
 
 @attrs.frozen

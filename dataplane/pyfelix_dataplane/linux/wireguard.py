@@ -27,7 +27,7 @@ import attrs
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from pyfelix_dataplane.linux.routes import route_through, sync_only_address
+from pyfelix_dataplane.linux.routes import direct_route, sync_only_address
 
 log = logging.getLogger(__name__)
 
@@ -161,8 +161,9 @@ def _sync_routes(ipr: IPRoute, index: int, device: WireguardDevice) -> None:
     for dst, scope in present.items():
         if dst not in wanted:
             ipr.route("del", dst=dst, table=device.table, scope=scope)
-    for dst in wanted - present.keys():
-        route_through(ipr, dst, index, device.table)
+    missing = sorted(wanted - present.keys())
+    if missing:
+        ipr.nlm_request_batch([direct_route(dst, index, device.table) for dst in missing])
 
 
 def _sync_rule(ipr: IPRoute, device: WireguardDevice | None) -> None:
