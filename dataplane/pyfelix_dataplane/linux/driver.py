@@ -377,10 +377,12 @@ class LinuxDriver:
 
         IP sets are created before the tables (rules refer to them) and deleted after (once no
         rule does). Each IP version is rendered and planned, then written while the next one
-        is rendered and planned; the writes go one after the other, since two nft
-        transactions at once make one of them start over. Routes are written beside the
-        tables, as in Felix (netlink in a worker thread), from when the first tables go to
-        the kernel: before that their thread would take the GIL from rendering and planning.
+        is rendered, planned and written, as Felix writes its tables in parallel: the tools'
+        parsing overlaps, and when one nft transaction commits while the other is being
+        built, the tool notices (generation id) and rebuilds its batch, which costs little.
+        Routes are written beside the tables (netlink in a worker thread), from when the
+        first tables go to the kernel: before that their thread would take the GIL from
+        rendering and planning.
         """
         if "iptables" in due:
             self._tables_written.clear()
@@ -412,7 +414,6 @@ class LinuxDriver:
             except WRITE_ERRORS as exc:
                 failed.append(exc)  # the rules would refer to missing sets: no tables
             mark("ipsets")
-            previous: trio.Event | None = None
             routes_started = False
             for version in versions if not failed else []:
                 chains = render_chains(rendering, version)
@@ -422,10 +423,8 @@ class LinuxDriver:
                     failed.append(exc)
                     continue
                 mark(f"IPv{version} planned")
-                done = trio.Event()
-                write = partial(self._write_tables, writers[version], script, tables, previous)
-                nursery.start_soon(area, partial(write, done), f"IPv{version} written")
-                previous = done
+                write = partial(self._write_tables, writers[version], script, tables)
+                nursery.start_soon(area, write, f"IPv{version} written")
                 if not routes_started:
                     mark("routes started")
                     nursery.start_soon(area, partial(self._apply_routes, routes), "routes")
@@ -493,16 +492,9 @@ class LinuxDriver:
         writer: IptablesWriter,
         script: Script,
         tables: dict[str, tuple[Chain, ...]],
-        previous: trio.Event | None,
-        done: trio.Event,
     ) -> None:
-        """One IP version's restore (a transaction per table), once ``previous`` is done."""
-        try:
-            if previous is not None:
-                await previous.wait()
-            await writer.write(script)
-        finally:
-            done.set()
+        """One IP version's restore (a transaction per table)."""
+        await writer.write(script)
         for table, chains in tables.items():
             self._tables_written[(writer.version, table)] = chains
 
