@@ -146,12 +146,17 @@ def add_interfaces(ns: str) -> None:
     ns_exec(ns, "ip", "-batch", "-", stdin=batch)
 
 
-def wait_for(log_path: Path, text: str) -> str:
-    """Poll the agent's log (cheap: no kernel dumps competing with the agent for the CPU)."""
+def wait_for(log_path: Path, text: str, agent: subprocess.Popen[bytes]) -> str:
+    """Poll the agent's log (cheap: no kernel dumps competing with the agent for the CPU);
+    stop the benchmark, showing the log's end, if the agent exits first."""
     while True:
-        for line in log_path.read_text().splitlines():
+        lines = log_path.read_text().splitlines()
+        for line in lines:
             if text in line:
                 return line
+        if agent.poll() is not None:
+            tail = "\n".join(lines[-20:])
+            raise SystemExit(f"the agent exited ({agent.returncode}) before {text!r}:\n{tail}")
         time.sleep(0.005)
 
 
@@ -223,9 +228,9 @@ def main() -> None:
                 agent = start_agent(ns, directory, log_file)
                 # The driver logs when the complete snapshot (InSync) reaches it, and each
                 # apply when it has finished writing.
-                wait_for(log_path, "in sync:")
+                wait_for(log_path, "in sync:", agent)
                 in_sync = time.perf_counter() - start
-                first_apply = wait_for(log_path, "apply 1:")
+                first_apply = wait_for(log_path, "apply 1:", agent)
                 total = time.perf_counter() - start
                 if not programmed(ns, ("iptables", "ip6tables") if ipv6 else ("iptables",)):
                     raise SystemExit("the agent reported its first apply, the kernel disagrees")
