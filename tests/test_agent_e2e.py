@@ -375,6 +375,16 @@ def test_interface_appearing_later_is_routed_at_once(tmp_path: Path) -> None:
         assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 8080), timeout=5)
 
 
+def host_facing_cluster(stack: ExitStack, manifests: Path, *node_ports: str) -> Cluster:
+    """A server workload (8080) and a client, and listeners on the node itself on
+    ``node_ports``: what the tests of traffic to the host start from."""
+    cluster = Cluster(stack, manifests)
+    cluster.add_workload("calisrv", SERVER_IP, [8080])
+    cluster.add_workload("calicli", CLIENT_IP)
+    cluster.serve(cluster.node, SERVER, *node_ports)
+    return cluster
+
+
 @pytest.mark.parametrize(("action", "reachable"), [("Drop", False), ("Accept", True)])
 def test_default_endpoint_to_host_action(tmp_path: Path, action: str, reachable: bool) -> None:
     """Traffic from a workload to its own node is governed by DefaultEndpointToHostAction,
@@ -385,10 +395,7 @@ def test_default_endpoint_to_host_action(tmp_path: Path, action: str, reachable:
     )
     (tmp_path / "base.yaml").write_text(manifests)
     with ExitStack() as stack:
-        cluster = Cluster(stack, tmp_path)
-        cluster.add_workload("calisrv", SERVER_IP, [8080])
-        cluster.add_workload("calicli", CLIENT_IP)
-        cluster.serve(cluster.node, SERVER, "7777")
+        cluster = host_facing_cluster(stack, tmp_path, "7777")
         cluster.start_agent()
         assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 8080))
         client_ns = cluster.workloads[CLIENT_IP]
@@ -412,10 +419,7 @@ def test_host_endpoint_with_failsafe_ports(tmp_path: Path, interface: str) -> No
     host_endpoint = HOST_ENDPOINT.replace("interfaceName: eth0, ", interface)
     (tmp_path / "base.yaml").write_text(MANIFESTS + host_endpoint)
     with ExitStack() as stack:
-        cluster = Cluster(stack, tmp_path)
-        cluster.add_workload("calisrv", SERVER_IP, [8080])
-        cluster.add_workload("calicli", CLIENT_IP)
-        cluster.serve(cluster.node, SERVER, "22", "7777")
+        cluster = host_facing_cluster(stack, tmp_path, "22", "7777")
         outside = cluster.demo.outside
         assert connects(outside, "192.0.2.1", 7777)
         cluster.start_agent()
@@ -1018,10 +1022,7 @@ def test_untracked_host_endpoint_policy(tmp_path: Path) -> None:
     in both directions, without connection tracking (its rules live in the raw table)."""
     (tmp_path / "base.yaml").write_text(MANIFESTS + HOST_ENDPOINT + "---" + UNTRACKED)
     with ExitStack() as stack:
-        cluster = Cluster(stack, tmp_path)
-        cluster.add_workload("calisrv", SERVER_IP, [8080])
-        cluster.add_workload("calicli", CLIENT_IP)
-        cluster.serve(cluster.node, SERVER, "7777", "7778")
+        cluster = host_facing_cluster(stack, tmp_path, "7777", "7778")
         outside = cluster.demo.outside
         cluster.start_agent()
         assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 8080)), "never programmed"
