@@ -125,7 +125,7 @@ def sync_routes(desired: Mapping[str, RouteTarget]) -> dict[str, str]:
         existing: dict[str, tuple[int | None, str | None]] = {}
         scopes: dict[str, int] = {}
         for family in (2, 10):
-            for route in _felix_routes(ipr, family):
+            for route in table_routes(ipr, family, MAIN_TABLE, FELIX_ROUTE_PROTO):
                 dst = route.get_attr("RTA_DST")
                 if dst is None:
                     continue
@@ -195,19 +195,18 @@ def _filtering_iproute() -> IPRoute:
         return IPRoute()
 
 
-def _felix_routes(ipr: IPRoute, family: int) -> list[Any]:
-    """Our routes of one family in the main table. pyroute2 only filters its dumps in Python
-    unless given its own ``dump_filter``; then the table and protocol go to the kernel. The
-    filter still checks what comes back, for kernels that ignore them."""
+def table_routes(ipr: IPRoute, family: int, table: int, proto: int | None = None) -> list[Any]:
+    """The routes of one family in ``table`` (of protocol ``proto`` if given). pyroute2 only
+    filters its dumps in Python unless given its own ``dump_filter``; then, on a socket with
+    strict checking, the table and protocol go to the kernel. The filter still checks what
+    comes back, for sockets and kernels that ignore them."""
 
-    def ours(route: Any) -> bool:
-        return bool(route["table"] == MAIN_TABLE and route["proto"] == FELIX_ROUTE_PROTO)
+    def wanted(route: Any) -> bool:
+        in_table = (route.get_attr("RTA_TABLE") or route["table"]) == table
+        return bool(in_table and (proto is None or route["proto"] == proto))
 
-    return list(
-        ipr.route(
-            "dump", family=family, table=MAIN_TABLE, proto=FELIX_ROUTE_PROTO, dump_filter=ours
-        )
-    )
+    query = {"table": table} if proto is None else {"table": table, "proto": proto}
+    return list(ipr.route("dump", family=family, dump_filter=wanted, **query))
 
 
 _REPLACE = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE

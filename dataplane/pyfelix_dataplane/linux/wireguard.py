@@ -27,7 +27,7 @@ import attrs
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from pyfelix_dataplane.linux.routes import direct_route, sync_only_address
+from pyfelix_dataplane.linux.routes import direct_route, sync_only_address, table_routes
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ def _underlay_mtu(ipr: IPRoute) -> int:
 def _sync_routes(ipr: IPRoute, index: int, device: WireguardDevice) -> None:
     wanted = {net for peer in device.peers for net in peer.allowed_ips}
     present: dict[str, int] = {}
-    for route in ipr.get_routes(family=2, table=device.table):
+    for route in table_routes(ipr, 2, device.table):
         dst = route.get_attr("RTA_DST")
         if dst is not None:
             present[f"{dst}/{route['dst_len']}"] = route["scope"]
