@@ -380,9 +380,9 @@ class LinuxDriver:
         is rendered, planned and written, as Felix writes its tables in parallel: the tools'
         parsing overlaps, and when one nft transaction commits while the other is being
         built, the tool notices (generation id) and rebuilds its batch, which costs little.
-        Routes are written beside the tables (netlink in a worker thread), from when the
-        first tables go to the kernel: before that their thread would take the GIL from
-        rendering and planning.
+        Routes are written beside the tables (netlink in a worker thread), once every
+        version is planned: before that their thread would take the GIL from rendering and
+        planning.
         """
         if "iptables" in due:
             self._tables_written.clear()
@@ -414,7 +414,6 @@ class LinuxDriver:
             except WRITE_ERRORS as exc:
                 failed.append(exc)  # the rules would refer to missing sets: no tables
             mark("ipsets")
-            routes_started = False
             for version in versions if not failed else []:
                 chains = render_chains(rendering, version)
                 try:
@@ -425,12 +424,8 @@ class LinuxDriver:
                 mark(f"IPv{version} planned")
                 write = partial(self._write_tables, writers[version], script, tables)
                 nursery.start_soon(area, write, f"IPv{version} written")
-                if not routes_started:
-                    mark("routes started")
-                    nursery.start_soon(area, partial(self._apply_routes, routes), "routes")
-                    routes_started = True
-            if not routes_started:  # no tables to write
-                nursery.start_soon(area, partial(self._apply_routes, routes), "routes")
+            mark("routes started")
+            nursery.start_soon(area, partial(self._apply_routes, routes), "routes")
         if failed:
             raise failed[0]
         await ipsets.apply_deletions(desired_sets)
