@@ -206,7 +206,11 @@ def test_health_metrics_and_clean_stop(cluster: Cluster) -> None:
     leaves the dataplane programmed (allowed traffic keeps flowing)."""
     cluster.start_agent()
     assert eventually(lambda: fetch(cluster, "http://127.0.0.1:9099/readiness").startswith("200"))
-    assert fetch(cluster, "http://127.0.0.1:9099/liveness").startswith("200")
+    liveness = fetch(cluster, "http://127.0.0.1:9099/liveness")
+    assert liveness.startswith("200")
+    # Felix's component table: each component, its timeout and state.
+    assert "CalculationGraph" in liveness
+    assert "InternalDataplaneMainLoop" in liveness
     values = metrics(cluster)
     assert "felix_calc_graph_updates_processed" in values
     assert values["felix_active_local_endpoints"] == 2

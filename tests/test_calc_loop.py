@@ -37,7 +37,8 @@ async def test_loop_flushes_and_sends_in_sync_once(autojump_clock: trio.testing.
     state = example_state()
     async with trio.open_nursery() as nursery:
         await nursery.start(loop.run)
-        assert not loop.health.ready
+        assert not loop.ready
+        assert not loop.health.summary().ready
         for key, resource in state.items():
             decoupler.on_updates(converter.update(key, resource))
         decoupler.on_status(SyncStatus.IN_SYNC)
@@ -50,8 +51,9 @@ async def test_loop_flushes_and_sends_in_sync_once(autojump_clock: trio.testing.
                 break
         assert [type(x) for x in received].count(m.InSync) == 1
         assert isinstance(received[-1], m.InSync)
-        assert loop.health.ready
-        assert loop.health.live(timeout=2)
+        assert loop.ready
+        assert loop.health.summary().ready
+        assert loop.health.summary().live
         assert loop.updates_processed >= len(state)
         assert loop.messages_emitted == len(received)
         tier_key = ("Tier", "", "security")

@@ -5,6 +5,7 @@ would do. Every message is printed as it arrives; after each burst (checked ever
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
@@ -26,6 +27,8 @@ class PrintingDriver:
     to_calc: Any
     status_interval: float = 30.0
     render_interval: float = 0.1
+    #: Told (ready) after every round of the loop, as Felix's dataplane reports its health.
+    report_health: Callable[[bool], None] = lambda ready: None
     state: DryRunDataplane = attrs.Factory(DryRunDataplane)
     _started: float = 0.0
     _dirty: bool = False
@@ -45,6 +48,7 @@ class PrintingDriver:
             nursery.start_soon(self._report_status)
             task_status.started()
             while True:
+                self.report_health(self.state.in_sync)
                 await trio.sleep(self.render_interval)
                 if self._dirty and self.state.in_sync:
                     self._dirty = False

@@ -29,10 +29,11 @@ from pyfelix.calc_loop import CalcLoop
 from pyfelix.connector import DataplaneConnector, RestartRequired
 from pyfelix.datastore.etcd import EtcdClient, EtcdConfig
 from pyfelix.decoupler import Decoupler
-from pyfelix.health import LIVENESS_TIMEOUT, HealthServer, prometheus
+from pyfelix.health import DATAPLANE, HEALTH_INTERVAL, HealthAggregator, HealthServer, prometheus
 from pyfelix.status import EtcdNodeStore, EtcdStatusReporter, WireguardKeyUpdater
 from pyfelix.syncer.etcd import EtcdSyncer
 from pyfelix.syncer.files import FileSyncer
+from pyfelix.validation.felixconfig import ParamError, parse_duration
 from pyfelix_dataplane.linux.commands import CALLS, ERRORS
 from pyfelix_dataplane.linux.driver import LinuxDriver
 from pyfelix_dataplane.printing import PrintingDriver
@@ -68,13 +69,43 @@ async def _stop_on_signal(scope: trio.CancelScope) -> None:
             return
 
 
+def health_overrides(text: str) -> dict[str, float]:
+    """HealthTimeoutOverrides as Felix's config text carries it: ``Name=30s,Other=1m``; an entry
+    that does not parse is logged and left out (validation has reported it already)."""
+    overrides = {}
+    for entry in filter(None, (part.strip() for part in text.split(","))):
+        name, _, timeout = entry.partition("=")
+        try:
+            overrides[name.strip()] = parse_duration(timeout.strip())
+        except ParamError as exc:
+            log.warning("HealthTimeoutOverrides: ignoring %r: %s", entry, exc)
+    return overrides
+
+
+def dataplane_timeout(config: dict[str, str]) -> float:
+    """Felix's dataplane health timeout: DataplaneWatchdogTimeout, at least two intervals."""
+    try:
+        watchdog = parse_duration(config.get("DataplaneWatchdogTimeout") or "90")
+    except ParamError:
+        watchdog = 90.0
+    return max(watchdog, 2 * HEALTH_INTERVAL)
+
+
+def _on_config(health: HealthAggregator, config: dict[str, str]) -> None:
+    health.overrides = health_overrides(config.get("HealthTimeoutOverrides", ""))
+    health.register(DATAPLANE, timeout=dataplane_timeout(config))
+
+
 async def _serve_health(
-    calc: CalcLoop, connector: DataplaneConnector, driver: PrintingDriver | LinuxDriver
+    calc: CalcLoop,
+    connector: DataplaneConnector,
+    driver: PrintingDriver | LinuxDriver,
+    config_known: trio.Event,
 ) -> None:
     """Once the configuration is known, serve /liveness, /readiness and /metrics if enabled."""
-    while connector.config is None:
-        await trio.sleep(0.1)
+    await config_known.wait()
     config = connector.config
+    assert config is not None
 
     def enabled(name: str) -> bool:
         return config.get(name, "false").lower() == "true"
@@ -96,7 +127,7 @@ async def _serve_health(
                 "felix_resync_state": (
                     "gauge",
                     "3 once in sync with the datastore, 1 before.",
-                    3 if calc.health.ready else 1,
+                    3 if calc.ready else 1,
                 ),
                 "felix_active_local_endpoints": (
                     "gauge",
@@ -132,11 +163,7 @@ async def _serve_health(
             }
         )
 
-    server = HealthServer(
-        live=lambda: calc.health.live(LIVENESS_TIMEOUT) or not calc.health.ready,
-        ready=lambda: calc.health.ready and connector.dataplane_in_sync,
-        metrics=metrics,
-    )
+    server = HealthServer(calc.health, metrics, extra_ready=lambda: connector.dataplane_in_sync)
     async with trio.open_nursery() as nursery:
         if enabled("HealthEnabled"):
             host, port = (
@@ -163,11 +190,25 @@ async def run_agent(options: AgentOptions, out: TextIO = sys.stdout) -> int:
     decoupler = Decoupler()
     to_send, to_receive = trio.open_memory_channel[m.ToDataplane](TO_DATAPLANE_BUFFER)
     from_send, from_receive = trio.open_memory_channel[m.FromDataplane](FROM_DATAPLANE_BUFFER)
+    health = HealthAggregator()
+    health.register(DATAPLANE, timeout=dataplane_timeout({}))
+
+    def report_dataplane(ready: bool) -> None:
+        health.report(DATAPLANE, live=True, ready=ready)
+
     driver: PrintingDriver | LinuxDriver
     if options.dry_run:
-        driver = PrintingDriver(out, from_send, status_interval=options.status_interval)
+        driver = PrintingDriver(
+            out, from_send, status_interval=options.status_interval, report_health=report_dataplane
+        )
     else:
-        driver = LinuxDriver(from_send, options.hostname)
+        driver = LinuxDriver(from_send, options.hostname, report_health=report_dataplane)
+    config_known = trio.Event()
+
+    def on_config(config: dict[str, str]) -> None:
+        _on_config(health, config)
+        config_known.set()
+
     exit_code = 0
     try:
         async with AsyncExitStack() as stack, trio.open_nursery() as nursery:
@@ -183,7 +224,7 @@ async def run_agent(options: AgentOptions, out: TextIO = sys.stdout) -> int:
                 await nursery.start(updater.run)
             else:
                 syncer = FileSyncer(Path(options.datastore), decoupler)
-            calc = CalcLoop(options.hostname, decoupler, to_send)
+            calc = CalcLoop(options.hostname, decoupler, to_send, health=health)
             await nursery.start(calc.run)
             connector = DataplaneConnector(
                 to_receive,
@@ -191,11 +232,12 @@ async def run_agent(options: AgentOptions, out: TextIO = sys.stdout) -> int:
                 from_receive,
                 status=status,
                 on_wireguard_key=updater.on_key if updater else None,
+                on_config=on_config,
             )
             await nursery.start(connector.run)
             await nursery.start(driver.run)
             nursery.start_soon(syncer.run)
-            nursery.start_soon(_serve_health, calc, connector, driver)
+            nursery.start_soon(_serve_health, calc, connector, driver, config_known)
             nursery.start_soon(_stop_on_signal, nursery.cancel_scope)
     except* RestartRequired as group:
         for exc in _leaves(group):

@@ -4,7 +4,9 @@ sequencer, flushed through a leaky bucket, out to the connector's channel.
 Updates are applied as soon as they arrive; flushes are rate limited (a token every 10 ms, at
 most 10 saved up), so a storm of updates coalesces in the sequencer's per-key buffers instead of
 reaching the dataplane one by one. InSync is sent once, after the first flush that follows the
-datastore's IN_SYNC.
+datastore's IN_SYNC. Health goes to the aggregator as Felix's CalculationGraph reports it: live
+after every delivery and every HEALTH_INTERVAL while idle (so an idle agent stays live and a
+stuck loop does not), ready once the datastore is in sync.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import trio
 from pyfelix import messages as m
 from pyfelix.calc.graph import CalcGraph
 from pyfelix.decoupler import Decoupler
+from pyfelix.health import CALC_GRAPH, CALC_GRAPH_TIMEOUT, HEALTH_INTERVAL, HealthAggregator
 from pyfelix.sequencer import EventSequencer
 from pyfelix.syncer.api import SyncStatus, Update
 from pyfelix.validation.filter import ValidationFilter
@@ -67,17 +70,6 @@ class LeakyBucket:
         self._tokens -= 1
 
 
-@attrs.define
-class Health:
-    """Liveness is a heartbeat from the loop; readiness comes with the first InSync."""
-
-    last_heartbeat: float = 0.0
-    ready: bool = False
-
-    def live(self, timeout: float) -> bool:
-        return trio.current_time() - self.last_heartbeat < timeout
-
-
 @attrs.define(eq=False)
 class CalcLoop:
     hostname: str
@@ -87,7 +79,9 @@ class CalcLoop:
     graph: CalcGraph = attrs.field(init=False)
     validation: ValidationFilter = attrs.field(init=False)
     bucket: LeakyBucket = attrs.Factory(LeakyBucket)
-    health: Health = attrs.Factory(Health)
+    health: HealthAggregator = attrs.Factory(HealthAggregator)
+    #: True from the first flush after the datastore's IN_SYNC.
+    ready: bool = False
     updates_processed: int = 0
     messages_emitted: int = 0
     flushes: int = 0
@@ -98,6 +92,10 @@ class CalcLoop:
     def __attrs_post_init__(self) -> None:
         self.graph = CalcGraph(self.hostname, EventSequencer(self._pending.append))
         self.validation = ValidationFilter(self.graph, self.context)
+        self.health.register(CALC_GRAPH, timeout=CALC_GRAPH_TIMEOUT)
+
+    def _report_health(self) -> None:
+        self.health.report(CALC_GRAPH, live=True, ready=self._datastore_in_sync)
 
     def _apply(self, delivery: tuple[Update, ...] | SyncStatus) -> None:
         if isinstance(delivery, SyncStatus):
@@ -107,6 +105,8 @@ class CalcLoop:
         else:
             self.updates_processed += len(delivery)
             self.validation.on_updates(delivery)
+        # Felix reports after every update: a snapshot that takes minutes to load is progress.
+        self._report_health()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         # Loading the snapshot creates a large heap of long-lived objects, and the cyclic
@@ -119,8 +119,13 @@ class CalcLoop:
                 nursery.start_soon(_enable_gc_after, STARTUP_GC_PAUSE)
                 task_status.started()
                 while True:
-                    self.health.last_heartbeat = trio.current_time()
-                    self._apply(await self.source.get())
+                    self._report_health()
+                    delivery = None
+                    with trio.move_on_after(HEALTH_INTERVAL):
+                        delivery = await self.source.get()
+                    if delivery is None:
+                        continue
+                    self._apply(delivery)
                     await self.bucket.take()
                     while (delivery := self.source.poll()) is not None:
                         self._apply(delivery)
@@ -134,7 +139,8 @@ class CalcLoop:
         if self._datastore_in_sync and not self._in_sync_sent:
             self._in_sync_sent = True
             self._pending.append(m.InSync())
-            self.health.ready = True
+            self.ready = True
+            self._report_health()
             # The snapshot is long-lived: move it out of the collector's reach, so full
             # collections do not walk it again and again (they stall every update otherwise).
             gc.collect()

@@ -50,6 +50,8 @@ class DataplaneConnector:
     from_driver: trio.MemoryReceiveChannel[m.FromDataplane]
     status: StatusSink | None = None
     on_wireguard_key: Callable[[str], None] | None = None
+    #: Every configuration the agent runs with (the first, and each live change).
+    on_config: Callable[[dict[str, str]], None] | None = None
     config: dict[str, str] | None = None
     encapsulation: m.Encapsulation | None = None
     ready: bool = False
@@ -80,6 +82,8 @@ class DataplaneConnector:
                 # A change of LogSeverityScreen restarts the agent, so the first is the one.
                 set_severity(new.get("LogSeverityScreen", "Info"))
             self.config = new
+            if self.on_config is not None:
+                self.on_config(new)
         elif isinstance(message, m.Encapsulation):
             if self.encapsulation is not None and message != self.encapsulation:
                 raise RestartRequired(

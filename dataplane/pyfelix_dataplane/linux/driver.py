@@ -52,6 +52,8 @@ from pyfelix_dataplane.rules.render import HOOKS, TABLES, ip_versions, kernel_ip
 log = logging.getLogger(__name__)
 
 MIN_APPLY_INTERVAL = 0.01
+#: The loop reports its health at least this often, idle or not (Felix's healthInterval).
+HEALTH_INTERVAL = 10.0
 RETRY_START = 0.2
 RETRY_MAX = 10.0
 #: What a failed kernel write raises: retried with backoff, never fatal.
@@ -132,6 +134,9 @@ class LinuxDriver:
     applies: int = 0
     failures: int = 0
     apply_seconds: float = 0.0
+    #: Told (ready) on every round of the apply loop and every HEALTH_INTERVAL while idle;
+    #: ready once the first apply succeeded.
+    report_health: Callable[[bool], None] = lambda ready: None
     _wake: trio.Event = attrs.Factory(trio.Event)
     _reported_in_sync: bool = False
     # What the last successful applies wrote, so steady state writes only what changed; an
@@ -319,8 +324,10 @@ class LinuxDriver:
             # The configuration (IptablesBackend, refresh intervals) arrives with the snapshot:
             # nothing is written, nor the backend chosen, before InSync.
             while not self.state.in_sync:
-                await self._wake.wait()
-                self._wake = trio.Event()
+                self.report_health(False)
+                with trio.move_on_after(HEALTH_INTERVAL):
+                    await self._wake.wait()
+                    self._wake = trio.Event()
             log.info(
                 "in sync: %d local workloads, %d host endpoints, %d active policies",
                 len(self.state.workloads),
@@ -344,8 +351,12 @@ class LinuxDriver:
             retry = RETRY_START
             refresh = RefreshSchedule()
             while True:
-                with trio.move_on_at(refresh.next_due()):
+                self.report_health(self._reported_in_sync)
+                health_due = trio.current_time() + HEALTH_INTERVAL
+                with trio.move_on_at(min(refresh.next_due(), health_due)):
                     await self._wake.wait()
+                if not self._wake.is_set() and refresh.next_due() > trio.current_time():
+                    continue  # only the health tick
                 self._wake = trio.Event()
                 due = refresh.take_due(trio.current_time(), self.state.config)
                 if self.applies:
