@@ -61,3 +61,21 @@ def test_growth_deltas_and_deletion(netns: str) -> None:
     assert "Number of entries: 70000" in described
     sets = run_in(netns, "ipset", "list", "-n").stdout.split()
     assert sets == [SET], "the temporary set and the stale one are gone"
+
+
+def test_a_member_the_kernel_refuses_is_isolated(netns: str) -> None:
+    """A member ipset refuses (validation would have caught this one; the writer must not
+    depend on that) is left out and logged; every other member and set is written in the same
+    apply, and a later change still reaches the kernel."""
+    v6 = "cali60s:v6-set"
+    steps = [
+        {SET: ["hash:net", ["10.0.0.1", "10.0.0.0/33", "10.0.0.2"]], v6: ["hash:net", ["::1"]]},
+        {SET: ["hash:net", ["10.0.0.0/33", "10.0.0.3"]], v6: ["hash:net", ["::1", "::2"]]},
+    ]
+    result = run_in(netns, sys.executable, "-c", SCRIPT, input_text=json.dumps(steps))
+    assert result.returncode == 0, result.stderr
+    assert "refused member '10.0.0.0/33' of IP set cali40s:test-set" in result.stderr
+    listing = run_in(netns, "ipset", "list", SET).stdout
+    assert listing.split("Members:\n")[1].split() == ["10.0.0.3"]
+    v6_listing = run_in(netns, "ipset", "list", v6).stdout
+    assert sorted(v6_listing.split("Members:\n")[1].split()) == ["::1", "::2"]

@@ -431,6 +431,19 @@ CASES: list[tuple[str, Callable[[], Doc], str, str]] = [
         "invalid CIDR",
     ),
     (
+        # Python's ipaddress takes a zone; Calico's parser, ipset and iptables do not.
+        "network set IPv6 zone",
+        lambda: with_spec("GlobalNetworkSet", nets=["fe80::1%eth0/128"]),
+        "spec.nets[0]",
+        "invalid CIDR",
+    ),
+    (
+        "host endpoint IPv6 zone",
+        lambda: with_spec("HostEndpoint", expectedIPs=["fe80::1%eth0"]),
+        "spec.expectedIPs[0]",
+        "invalid IP address",
+    ),
+    (
         "network set namespace label",
         lambda: with_meta("NetworkSet", labels={"projectcalico.org/namespace": "x"}),
         "metadata.labels.projectcalico.org/namespace",

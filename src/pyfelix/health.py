@@ -190,7 +190,7 @@ class HealthServer:
             try:
                 listeners = await trio.open_tcp_listeners(port, host=host or None)
             except OSError as exc:
-                log.error("cannot listen on %s:%s (%s); retrying", host or "*", port, exc)  # noqa: TRY400
+                log.error("cannot listen on %s:%s (%s); retrying", host or "*", port, exc)
                 await trio.sleep(LISTEN_RETRY)
                 continue
             log.info("serving health and metrics on %s:%s", host or "*", port)

@@ -16,8 +16,21 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 @functools.lru_cache(maxsize=1 << 14)
 def parse_network(text: str) -> IPNetwork:
-    """An IP or CIDR, host bits allowed (masked off); raises ValueError."""
+    """An IP or CIDR, host bits allowed (masked off); raises ValueError.
+
+    An IPv6 zone (``fe80::1%eth0``) is refused: Python accepts it, but Go's parser (so
+    Calico's validation) does not, and neither ipset nor iptables can take it.
+    """
+    if "%" in text:
+        raise ValueError(f"{text!r}: an IPv6 zone is not allowed")
     return ipaddress.ip_network(text, strict=False)
+
+
+def parse_address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """An IP address, without an IPv6 zone (see parse_network); raises ValueError."""
+    if "%" in text:
+        raise ValueError(f"{text!r}: an IPv6 zone is not allowed")
+    return ipaddress.ip_address(text)
 
 
 def has_host_bits(text: str, network: IPNetwork) -> bool:

@@ -4,18 +4,28 @@
 New sets are created with maxelem sized to their members; a set whose type or size must change
 is rebuilt as a temporary set and swapped in; otherwise only member deltas are written. Sets
 no longer wanted are destroyed in a separate step, after iptables stopped referring to them.
+
+A member the kernel refuses (one that validation let through) is isolated: it is logged with
+its set, left out, and the rest of the script is written at once, so one bad value never holds
+back the rest of the node. It stays left out while it is wanted.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 
 import attrs
 
-from pyfelix_dataplane.linux.commands import run
+from pyfelix_dataplane.linux.commands import DataplaneWriteError, run
 from pyfelix_dataplane.rules.ipsets import maxelem_for
 
+log = logging.getLogger(__name__)
+
 OURS = ("cali40", "cali60")
+#: How many refused members one apply isolates before it gives up (and retries later): a
+#: kernel that refuses everything is not a bad member.
+MAX_REFUSED_PER_APPLY = 64
 TEMP = {"cali40": "cali4t", "cali60": "cali6t"}
 
 
@@ -48,25 +58,67 @@ def parse_save(text: str) -> dict[str, KernelSet]:
 DesiredSets = Mapping[str, tuple[str, frozenset[str]]]
 
 
+def _refused_member(line: str, desired: DesiredSets) -> tuple[str, str] | None:
+    """(set, member) when the failing line adds a member of one of the desired sets."""
+    parts = line.split()
+    if len(parts) < 3 or parts[0] != "add":
+        return None
+    name = parts[1]
+    for set_name, temp in TEMP.items():
+        if name.startswith(temp):
+            name = set_name + name[len(temp) :]
+    if name not in desired:
+        return None
+    return name, _normal(parts[2])
+
+
 class IpsetWriter:
     """Remembers what it wrote, so steady-state updates are pure deltas; ``refresh`` re-reads
     the kernel first (to repair drift)."""
 
     def __init__(self) -> None:
         self._known: dict[str, KernelSet] | None = None
+        #: Members the kernel refused, by set name.
+        self.refused: dict[str, set[str]] = {}
 
     async def read(self) -> dict[str, KernelSet]:
         return parse_save(await run(["ipset", "save"]))
 
     async def apply_updates(self, desired: DesiredSets, refresh: bool = False) -> str:
-        """Create, fill and fix sets so the kernel holds ``desired``; returns the script used."""
+        """Create, fill and fix sets so the kernel holds ``desired``; returns the script used.
+
+        Raises DataplaneWriteError for a failure that is not one refused member."""
+        self.refused = {
+            name: refused & {_normal(m) for m in desired[name][1]}
+            for name, refused in self.refused.items()
+            if name in desired
+        }
+        for _ in range(MAX_REFUSED_PER_APPLY):
+            try:
+                return await self._apply_updates(desired, refresh)
+            except DataplaneWriteError as exc:
+                refused = _refused_member(exc.line, desired)
+                if refused is None:
+                    raise
+                name, member = refused
+                log.error(
+                    "the kernel refused member %r of IP set %s (%s); leaving it out",
+                    member,
+                    name,
+                    exc,
+                )
+                self.refused.setdefault(name, set()).add(member)
+                refresh = True
+        return await self._apply_updates(desired, refresh)
+
+    async def _apply_updates(self, desired: DesiredSets, refresh: bool) -> str:
         if refresh or self._known is None:
             self._known = await self.read()
         kernel = self._known
         lines = []
         for name, (set_type, members) in sorted(desired.items()):
             family = "inet6" if name.startswith("cali60") else "inet"
-            wanted = {_normal(m) for m in members}
+            wanted = {_normal(m) for m in members} - self.refused.get(name, set())
             current = kernel.get(name)
             maxelem = maxelem_for(len(wanted))
             if current is None:
@@ -96,7 +148,7 @@ class IpsetWriter:
                 self._known = None
                 raise
         for name, (set_type, members) in desired.items():
-            written = frozenset(_normal(m) for m in members)
+            written = frozenset(_normal(m) for m in members) - self.refused.get(name, set())
             self._known[name] = KernelSet(set_type, maxelem_for(len(written)), written)
         return script
 

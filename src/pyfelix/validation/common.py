@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-import ipaddress
 import re
 from collections.abc import Mapping
 
 import attrs
 
 from pyfelix.errors import FieldProblem
-from pyfelix.ipnet import IPNetwork, has_host_bits, parse_network
+from pyfelix.ipnet import IPNetwork, has_host_bits, parse_address, parse_network
 from pyfelix.selector import SelectorError, parse_selector
 
 _LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -147,7 +146,7 @@ def check_cidr(
 
 def check_ip(c: Checker, text: str, *, version: int | None = None) -> None:
     try:
-        address = ipaddress.ip_address(text)
+        address = parse_address(text)
     except ValueError:
         c.error(f"invalid IP address {text!r}")
         return

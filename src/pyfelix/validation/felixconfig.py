@@ -14,6 +14,7 @@ from typing import Any
 
 import attrs
 
+from pyfelix.ipnet import parse_address
 from pyfelix.resources.cluster import FelixConfiguration
 from pyfelix.resources.felixconfig_params import BY_JSON, Param
 from pyfelix.resources.rules import Port
@@ -152,7 +153,7 @@ def _parse_string(param: Param, value: str) -> str:
     elif param.json in _ADDRESS_FIELDS:
         version = _ADDRESS_FIELDS[param.json]
         try:
-            ok = ipaddress.ip_address(value).version == version
+            ok = parse_address(value).version == version
         except ValueError:
             ok = False
         if not ok:
