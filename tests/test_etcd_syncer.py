@@ -172,3 +172,30 @@ async def test_concurrent_writers(etcd: EtcdServer) -> None:
             expected[doc["metadata"]["name"]] = float(doc["spec"]["order"])
         await state.until(lambda: state.tiers() == expected)
         assert len(expected) == 10
+
+
+async def test_hostile_keys_and_values_are_absent_at_start_and_in_the_watch(
+    etcd: EtcdServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A key that is not UTF-8 and a value nested 1,000 deep crash neither the first list (a
+    crash loop on every start) nor the watch; the other resources flow."""
+    prefix = resource_key(tier("x", 0)).rsplit("/", 1)[0]
+    not_utf8 = (prefix.encode() + b"/\xff\xfe").decode("utf-8", "surrogateescape")
+    deep = '{"kind": "Tier", "metadata": {"name": "deep"}, "spec": ' + "[" * 1000 + "]" * 1000
+    async with EtcdClient(EtcdConfig.from_url(etcd.etcd_url)) as writer:
+        await writer.put(not_utf8, encode(tier("x", 1)))
+        await writer.put(f"{prefix}/deep", deep + "}")
+        await put_tier(writer, "a", 1)
+        async with running(etcd) as (client, state, _):
+            assert state.statuses[-1] is SyncStatus.IN_SYNC
+            assert state.tiers() == {"a": 1.0}
+            await client.put(not_utf8 + "2", encode(tier("y", 1)))
+            await client.put(f"{prefix}/deep2", deep + "}")
+            await put_tier(client, "b", 2)
+            await state.until(lambda: state.tiers() == {"a": 1.0, "b": 2.0})
+            await client.delete(not_utf8)
+            await put_tier(client, "c", 3)
+            await state.until(lambda: "c" in state.tiers())
+    messages = " ".join(r.getMessage() for r in caplog.records)
+    assert "key is not valid UTF-8" in messages
+    assert "nested" in messages

@@ -3,6 +3,9 @@ strings as in Go), including for the features its fast path hands to PyYAML's co
 
 from __future__ import annotations
 
+import json
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,7 +13,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyfelix.resources.loader import parse_yaml
+from pyfelix.resources import loader
+from pyfelix.resources.loader import LoadResult, load_paths, load_text, parse_yaml
 
 scalars = (
     st.none()
@@ -88,3 +92,75 @@ def test_errors_name_the_line(text: str, message: str, line: int) -> None:
 def test_recursive_anchor_is_an_error_not_a_hang() -> None:
     with pytest.raises(yaml.YAMLError, match="recursive"):
         parse_yaml("a: &x [1, *x]\n")
+
+
+BOMB = """
+a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]
+b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]
+c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]
+d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]
+e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]
+f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]
+g: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f]
+h: &h [*g, *g, *g, *g, *g, *g, *g, *g, *g]
+i: &i [*h, *h, *h, *h, *h, *h, *h, *h, *h]
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "source", "message"),
+    [
+        ("[" * 1000 + "]" * 1000, "deep.json", "nested more than 64 levels deep"),
+        ("a: " + "[" * 600 + "]" * 600, "deep.yaml", "nested more than 64 levels deep"),
+        ("a: " + "{b: " * 100 + "1" + "}" * 100, "deep-map.yaml", "nested more than 64 levels"),
+        (BOMB, "bomb.yaml", "aliases expand the document too far"),
+        (
+            "root:\n  <<: {k: 1}\n" + BOMB.replace("\n", "\n  "),
+            "merge.yaml",
+            "aliases expand the document too far",
+        ),
+        ("&a [*a]", "cycle.yaml", "cannot parse YAML"),
+    ],
+    ids=["json-depth", "yaml-depth", "yaml-map-depth", "alias-bomb", "bomb-via-merge", "cycle"],
+)
+def test_hostile_documents_are_refused_quickly(text: str, source: str, message: str) -> None:
+    """Deep nesting and alias bombs are clear errors naming the file (bounded time), and the
+    file is unparsable (a watcher keeps its last resources)."""
+    started = time.monotonic()
+    result = load_text(text, source)
+    assert time.monotonic() - started < 2
+    assert [p.source for p in result.problems] == [source]
+    assert message in result.problems[0].message, result.problems
+    assert result.unparsable == {source}
+
+
+def test_hostile_documents_are_refused_deep_in_a_stack() -> None:
+    """The agent parses inside Trio, many frames deep: the same input still ends in an error."""
+
+    def nest(levels: int) -> LoadResult:
+        if levels:
+            return nest(levels - 1)
+        return load_text("[" * 900 + "]" * 900, "deep.json")
+
+    assert "nested" in nest(800).problems[0].message
+
+
+def test_free_form_values_are_bounded() -> None:
+    """A value kept verbatim (a namespace's status conditions) may not nest without bound."""
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": "ns"},
+        "status": {"conditions": json.loads("[" * 40 + "]" * 40)},
+    }
+    result = load_text(json.dumps(doc), "pod.json")
+    assert any("nested more than 32 levels deep" in p.message for p in result.problems)
+
+
+def test_oversized_file_is_refused_unread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loader, "MAX_FILE_BYTES", 1 << 20)
+    big = tmp_path / "big.yaml"
+    big.write_text("# padding\n" * 200_000)
+    result = load_paths([tmp_path])
+    assert result.problems[0].source == str(big)
+    assert "larger than 1 MiB" in result.problems[0].message

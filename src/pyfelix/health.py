@@ -82,7 +82,7 @@ class HealthAggregator:
     ) -> None:
         reporter = self._reporters[name]
         if (reporter.latest_live, reporter.latest_ready) != (live, ready):
-            log.info("health of %s: live=%s ready=%s", name, live, ready)
+            log.debug("health of %s: live=%s ready=%s", name, live, ready)
         reporter.latest_live, reporter.latest_ready, reporter.detail = live, ready, detail
         reporter.at = self.clock()
 

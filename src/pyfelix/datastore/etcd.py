@@ -46,7 +46,7 @@ class EtcdCompacted(EtcdError):
 
 
 def _b64(text: str | bytes) -> str:
-    raw = text.encode() if isinstance(text, str) else text
+    raw = text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text
     return base64.b64encode(raw).decode()
 
 
@@ -73,7 +73,9 @@ class KeyValue:
     @classmethod
     def from_json(cls, kv: Mapping[str, Any]) -> KeyValue:
         return cls(
-            key=_unb64(kv.get("key")).decode(),
+            # A key that is not UTF-8 keeps its bytes (as surrogate escapes), so it can still be
+            # told apart, paged past and deleted; decoding its value refuses it.
+            key=_unb64(kv.get("key")).decode("utf-8", "surrogateescape"),
             value=_unb64(kv.get("value")),
             mod_revision=int(kv.get("mod_revision", 0)),
             create_revision=int(kv.get("create_revision", 0)),

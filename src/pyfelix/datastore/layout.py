@@ -122,9 +122,20 @@ def _block_document(key: str, data: dict[str, Any]) -> dict[str, Any]:
 def decode(key: str, value: bytes, mod_revision: int = 0) -> Resource | None:
     """The resource stored at ``key``; None for keys pyfelix does not read (status, handles).
 
-    Raises ManifestError when the value is not JSON or not a valid resource of the kind its
-    key names.
+    Raises ManifestError when the key is not UTF-8, or the value is not JSON or not a valid
+    resource of the kind its key names.
     """
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ManifestError([Problem(ascii(key), "key is not valid UTF-8")]) from None
+    try:
+        return _decode(key, value, mod_revision)
+    except RecursionError:
+        raise ManifestError([Problem(key, "value is nested too deeply")]) from None
+
+
+def _decode(key: str, value: bytes, mod_revision: int) -> Resource | None:
     if key.startswith(IPAM_BLOCK_PREFIX):
         if "/block/" not in key:
             return None

@@ -23,6 +23,7 @@ from pyfelix.resources.schema import (
     ListOf,
     Nested,
     Spec,
+    TooDeep,
     field,
     freeze,
     thaw,
@@ -154,7 +155,10 @@ class FelixConfigurationSpec(Spec):
             if param is None:
                 ctx.at(str(key)).error("unknown field")
             elif item is not None and _check_param_shape(param.kind, item, ctx.at(key)):
-                kept[key] = freeze(item)
+                try:
+                    kept[key] = freeze(item)
+                except TooDeep as exc:
+                    ctx.at(key).error(str(exc))
         return cls(FrozenMap(kept))
 
     def encode_json(self) -> dict[str, JSON]:

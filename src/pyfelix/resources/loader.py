@@ -5,11 +5,17 @@ Accepted: multi-document YAML, JSON, a document that is a plain list of resource
 Every problem is reported with the file, the line where the document (or list item) starts,
 the resource and the field path. A file that does not parse at all yields no resources and is
 flagged ``unparsable`` so that a watcher can keep the resources it held before.
+
+Hostile input is bounded: a file larger than MAX_FILE_BYTES is refused unread, documents nested
+more than MAX_DEPTH levels are refused, and YAML aliases may not expand a document beyond a
+budget proportional to its text (an alias bomb of a few hundred bytes would otherwise grow
+without bound).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -22,6 +28,23 @@ from pyfelix.resources.meta import KINDS, Resource, load_document
 from pyfelix.resources.schema import JSON
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+#: No manifest comes close (250k endpoints are about 100 MB across many files).
+MAX_FILE_BYTES = 256 << 20
+#: Calico's resources nest about ten levels; Kubernetes objects with status about twenty.
+MAX_DEPTH = 64
+#: Values built per character of YAML text, plus a constant: a document without aliases builds
+#: fewer values than it has characters; anchors reused sensibly stay far below this.
+ALIAS_EXPANSION_PER_CHAR = 4
+ALIAS_EXPANSION_SLACK = 100_000
+
+
+class _Unbounded(yaml.YAMLError):
+    """A document nested too deeply or expanding too far through aliases."""
+
+    def __init__(self, problem: str, mark: yaml.Mark | None) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.problem_mark = mark
 
 
 @attrs.frozen
@@ -71,6 +94,7 @@ class _StrictLoader(_BaseLoader):  # type: ignore[valid-type,misc]
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self._tags: dict[str, str] = {}
+        self._budget = ALIAS_EXPANSION_PER_CHAR * len(stream) + ALIAS_EXPANSION_SLACK
 
     def resolve(self, kind: type[yaml.Node], value: Any, implicit: tuple[bool, bool]) -> str:
         """The implicit tag of a scalar, remembered per value: manifests repeat the same
@@ -99,42 +123,75 @@ class _StrictLoader(_BaseLoader):  # type: ignore[valid-type,misc]
         return mapping
 
     def construct_fast(self, node: yaml.Node) -> Any:
-        """The document ``node`` holds (a fresh object per alias use; nothing mutates them)."""
+        """The document ``node`` holds (a fresh object per alias use; nothing mutates them).
+
+        Every value built is charged to the loader's budget; what PyYAML's constructor builds
+        (it shares aliased objects) is measured afterwards, as a tree, against the same."""
         try:
-            return self._build(node, set())
+            self._general = False
+            data = self._build(node, set(), 0)
+            if self._general:
+                self._charge_tree(data, node)
+            return data
         finally:
             self.constructed_objects: dict[yaml.Node, Any] = {}
             self.recursive_objects: dict[yaml.Node, None] = {}
 
-    def _build(self, node: yaml.Node, active: set[int]) -> Any:
+    def _construct_general(self, node: yaml.Node) -> Any:
+        self._general = True
+        return self.construct_object(node, deep=True)
+
+    def _charge(self, node: yaml.Node, count: int = 1) -> None:
+        self._budget -= count
+        if self._budget < 0:
+            raise _Unbounded("aliases expand the document too far", node.start_mark)
+
+    def _charge_tree(self, data: Any, node: yaml.Node) -> None:
+        """Charge the tree ``data`` unfolds to (shared objects count every time they appear),
+        and check its depth, without recursion."""
+        stack = [(data, 0)]
+        while stack:
+            value, depth = stack.pop()
+            self._charge(node)
+            if depth > MAX_DEPTH:
+                raise _Unbounded(f"nested more than {MAX_DEPTH} levels deep", node.start_mark)
+            if isinstance(value, dict):
+                stack.extend((v, depth + 1) for v in value.values())
+            elif isinstance(value, list):
+                stack.extend((v, depth + 1) for v in value)
+
+    def _build(self, node: yaml.Node, active: set[int], depth: int) -> Any:
+        self._charge(node)
         tag = node.tag
         if tag == _STR and type(node) is yaml.ScalarNode:
             return node.value
+        if depth > MAX_DEPTH:
+            raise _Unbounded(f"nested more than {MAX_DEPTH} levels deep", node.start_mark)
         if id(node) in active:
-            return self.construct_object(node, deep=True)
+            return self._construct_general(node)
         if tag == _MAP and type(node) is yaml.MappingNode:
             if any(
                 key.tag in _SPECIAL_KEYS or type(key) is not yaml.ScalarNode
                 for key, _ in node.value
             ):
-                return self.construct_object(node, deep=True)
+                return self._construct_general(node)
             active.add(id(node))
             result: dict[Any, Any] = {}
             for key_node, value_node in node.value:
-                key = self._build(key_node, active)
+                key = self._build(key_node, active, depth + 1)
                 if key in result:
                     raise _duplicate(key, key_node)
-                result[key] = self._build(value_node, active)
+                result[key] = self._build(value_node, active, depth + 1)
             active.discard(id(node))
             return result
         if tag == _SEQ and type(node) is yaml.SequenceNode:
             active.add(id(node))
-            items = [self._build(item, active) for item in node.value]
+            items = [self._build(item, active, depth + 1) for item in node.value]
             active.discard(id(node))
             return items
         if tag in _PLAIN_SCALARS and type(node) is yaml.ScalarNode:
             return self.yaml_constructors[tag](self, node)
-        return self.construct_object(node, deep=True)
+        return self._construct_general(node)
 
 
 def _duplicate(key: Any, key_node: yaml.Node) -> yaml.constructor.ConstructorError:
@@ -236,15 +293,35 @@ def load_text(text: str, source: str = "<input>") -> LoadResult:
         documents = _parse(text, source)
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
         return LoadResult(problems=(_parse_error(source, exc),), unparsable=frozenset({source}))
+    except RecursionError:
+        # JSON's decoder (and PyYAML's composer) recurse; deep input ends here, not in a crash.
+        problem = Problem(source, f"cannot parse: nested more than {MAX_DEPTH} levels deep")
+        return LoadResult(problems=(problem,), unparsable=frozenset({source}))
     located: list[Located] = []
     problems: list[Problem] = []
     for data, line, item_lines in documents:
         for doc, doc_line in _expand(data, line, item_lines):
-            resource, found = load_document(doc, source, doc_line)
+            try:
+                resource, found = load_document(doc, source, doc_line)
+            except RecursionError:
+                resource = None
+                found = [Problem(source, f"nested more than {MAX_DEPTH} levels deep", doc_line)]
             problems.extend(found)
             if resource is not None:
                 located.append(Located(resource, source, doc_line))
     return _without_duplicates(LoadResult(tuple(located), tuple(problems)))
+
+
+def read_manifest(path: Path) -> str:
+    """A manifest file's text; raises OSError (also for one over MAX_FILE_BYTES, which is not
+    read) or UnicodeDecodeError."""
+    with path.open("rb") as file:
+        if os.fstat(file.fileno()).st_size > MAX_FILE_BYTES:
+            raise OSError(f"larger than {MAX_FILE_BYTES >> 20} MiB")
+        data = file.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise OSError(f"larger than {MAX_FILE_BYTES >> 20} MiB")
+    return data.decode("utf-8")
 
 
 def _without_duplicates(result: LoadResult) -> LoadResult:
@@ -295,7 +372,7 @@ def load_paths(paths: Iterable[Path | str]) -> LoadResult:
             continue
         for file in manifest_files(path):
             try:
-                text = file.read_text(encoding="utf-8")
+                text = read_manifest(file)
             except (OSError, UnicodeDecodeError) as exc:
                 problems.append(Problem(str(file), f"cannot read: {exc}"))
                 unparsable.add(str(file))

@@ -127,7 +127,11 @@ class RawJSON:
     """Kept verbatim (HTTP matches, Kubernetes status blocks): carried, not interpreted."""
 
     def decode(self, value: JSON, ctx: Context) -> JSON:
-        return freeze(value)
+        try:
+            return freeze(value)
+        except TooDeep as exc:
+            ctx.error(str(exc))
+            return MISSING
 
     def encode(self, value: JSON) -> JSON:
         return thaw(value)
@@ -211,12 +215,24 @@ class FrozenMap(Mapping[str, T]):
         return f"FrozenMap({self._data!r})"
 
 
-def freeze(value: JSON) -> JSON:
-    """Make arbitrary JSON hashable (lists -> tuples, objects -> FrozenMap)."""
+#: Free-form values (kept verbatim) nested deeper than this are refused: nothing Calico defines
+#: comes close, and every later stage that walks them recursively stays far from Python's limit.
+MAX_FREE_FORM_DEPTH = 32
+
+
+class TooDeep(ValueError):
+    def __init__(self) -> None:
+        super().__init__(f"nested more than {MAX_FREE_FORM_DEPTH} levels deep")
+
+
+def freeze(value: JSON, depth: int = 0) -> JSON:
+    """Make arbitrary JSON hashable (lists -> tuples, objects -> FrozenMap); raises TooDeep."""
+    if depth > MAX_FREE_FORM_DEPTH:
+        raise TooDeep
     if isinstance(value, Mapping):
-        return FrozenMap({k: freeze(v) for k, v in value.items()})
+        return FrozenMap({k: freeze(v, depth + 1) for k, v in value.items()})
     if isinstance(value, list | tuple):
-        return tuple(freeze(v) for v in value)
+        return tuple(freeze(v, depth + 1) for v in value)
     return value
 
 

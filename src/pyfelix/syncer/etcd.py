@@ -103,5 +103,5 @@ class EtcdSyncer:
             try:
                 resource = decode(key, kv.value, kv.mod_revision)
             except ManifestError as exc:
-                log.warning("ignoring invalid value at %s (treated as absent): %s", key, exc)
+                log.warning("ignoring invalid value at %r (treated as absent): %s", key, exc)
         return self._converter.update(key, resource, str(revision))

@@ -27,7 +27,13 @@ from pathlib import Path
 import attrs
 import trio
 
-from pyfelix.resources.loader import MANIFEST_SUFFIXES, Located, load_text, manifest_files
+from pyfelix.resources.loader import (
+    MANIFEST_SUFFIXES,
+    Located,
+    load_text,
+    manifest_files,
+    read_manifest,
+)
 from pyfelix.resources.meta import Resource
 from pyfelix.syncer.api import SyncerCallbacks, SyncStatus, Update
 from pyfelix.syncer.inotify import Inotify, InotifyUnavailable
@@ -173,7 +179,7 @@ class FileSyncer:
     def _read(self, path: Path) -> None:
         try:
             stat = path.stat()
-            text = path.read_text(encoding="utf-8")
+            text = read_manifest(path)
         except FileNotFoundError:
             self._files.pop(path, None)
             self._stats.pop(path, None)
