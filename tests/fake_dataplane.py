@@ -134,7 +134,7 @@ class StrictDataplane(DryRunDataplane):
             "routes": dict(self.routes),
             "vteps": dict(self.vteps),
             "keyed": dict(self.others),
-            "config": self.config,
+            "config": self.config_text,
             "encapsulation": self.encapsulation,
         }
 

@@ -209,7 +209,7 @@ def test_nothing_about_endpoints_or_config_before_in_sync() -> None:
     harness.feed(harness.diff(STATES["cluster"]))
     harness.flush()
     assert harness.dataplane.workloads == {}
-    assert harness.dataplane.config is None
+    assert harness.dataplane.config_text is None
     assert not harness.dataplane.in_sync
     harness.in_sync()
     harness.flush()

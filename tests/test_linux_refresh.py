@@ -2,11 +2,12 @@
 
 import math
 
+from pyfelix.config import parse_config
 from pyfelix_dataplane.linux.driver import RefreshSchedule
 
 
 def test_areas_fall_due_on_their_own_intervals() -> None:
-    config = {"IptablesRefreshInterval": "600", "IpsetsRefreshInterval": "5s"}
+    config = parse_config({"IptablesRefreshInterval": "600", "IpsetsRefreshInterval": "5s"})
     schedule = RefreshSchedule()
     assert schedule.take_due(0.0, config) == {"iptables", "ipsets", "routes"}
     assert schedule.next_due() == 5.0
@@ -17,11 +18,9 @@ def test_areas_fall_due_on_their_own_intervals() -> None:
 
 
 def test_zero_disables_an_area_and_a_failure_makes_all_due() -> None:
-    config = {
-        "IptablesRefreshInterval": "0",
-        "IpsetsRefreshInterval": "0",
-        "RouteRefreshInterval": "0",
-    }
+    config = parse_config(
+        {"IptablesRefreshInterval": "0", "IpsetsRefreshInterval": "0", "RouteRefreshInterval": "0"}
+    )
     schedule = RefreshSchedule()
     schedule.take_due(0.0, config)
     assert schedule.next_due() == math.inf

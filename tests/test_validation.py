@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
+from pyfelix.config.params import BY_JSON
+from pyfelix.config.text import parse_felix_port_list
 from pyfelix.errors import FieldProblem
 from pyfelix.resources import KINDS, FelixConfiguration
-from pyfelix.resources.felixconfig_params import BY_JSON
 from pyfelix.validation import (
     ParamError,
     ProtoPort,
@@ -19,7 +20,6 @@ from pyfelix.validation import (
     parse_param,
     validate_resource,
 )
-from pyfelix.validation.felixconfig import parse_felix_port_list
 from tests.test_resources import SAMPLES, document
 
 Doc = dict[str, Any]

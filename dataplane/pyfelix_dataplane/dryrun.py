@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 
 from pyfelix import messages as m
+from pyfelix.config import FelixConfig
 
 MAX_IPSET_NAME = 31
 
@@ -51,7 +52,9 @@ class DryRunDataplane:
     routes: dict[str, m.RouteUpdate] = attrs.Factory(dict)
     vteps: dict[str, m.VXLANTunnelEndpointUpdate] = attrs.Factory(dict)
     others: dict[tuple[str, Any], Any] = attrs.Factory(dict)
-    config: dict[str, str] | None = None
+    #: The typed configuration (Felix's defaults until a ConfigUpdate), and its text as sent.
+    config: FelixConfig = attrs.Factory(FelixConfig)
+    config_text: dict[str, str] | None = None
     encapsulation: m.Encapsulation | None = None
     in_sync: bool = False
     datastore_not_ready: bool = False
@@ -79,7 +82,7 @@ def _ipset_delta(dp: DryRunDataplane, msg: Any) -> None:
 
 
 def _config(dp: DryRunDataplane, msg: Any) -> None:
-    dp.config = dict(msg.config)
+    dp.config, dp.config_text = msg.typed, dict(msg.config)
 
 
 def _set(attribute: str, key: Callable[[Any], Any]) -> Callable[[DryRunDataplane, Any], None]:
@@ -245,7 +248,7 @@ def snapshot(
             if dp.encapsulation
             else None
         ),
-        "config": dict(sorted((dp.config or {}).items())),
+        "config": dict(sorted((dp.config_text or {}).items())),
     }
 
 

@@ -26,6 +26,7 @@ import trio
 
 from pyfelix import messages as m
 from pyfelix.calc_loop import CalcLoop
+from pyfelix.config import FelixConfig
 from pyfelix.connector import DataplaneConnector, RestartRequired
 from pyfelix.datastore.etcd import EtcdClient, EtcdConfig
 from pyfelix.decoupler import Decoupler
@@ -33,7 +34,6 @@ from pyfelix.health import DATAPLANE, HEALTH_INTERVAL, HealthAggregator, HealthS
 from pyfelix.status import EtcdNodeStore, EtcdStatusReporter, WireguardKeyUpdater
 from pyfelix.syncer.etcd import EtcdSyncer
 from pyfelix.syncer.files import FileSyncer
-from pyfelix.validation.felixconfig import ParamError, parse_duration
 from pyfelix_dataplane.linux.commands import CALLS, ERRORS
 from pyfelix_dataplane.linux.driver import LinuxDriver
 from pyfelix_dataplane.printing import PrintingDriver
@@ -69,30 +69,13 @@ async def _stop_on_signal(scope: trio.CancelScope) -> None:
             return
 
 
-def health_overrides(text: str) -> dict[str, float]:
-    """HealthTimeoutOverrides as Felix's config text carries it: ``Name=30s,Other=1m``; an entry
-    that does not parse is logged and left out (validation has reported it already)."""
-    overrides = {}
-    for entry in filter(None, (part.strip() for part in text.split(","))):
-        name, _, timeout = entry.partition("=")
-        try:
-            overrides[name.strip()] = parse_duration(timeout.strip())
-        except ParamError as exc:
-            log.warning("HealthTimeoutOverrides: ignoring %r: %s", entry, exc)
-    return overrides
-
-
-def dataplane_timeout(config: dict[str, str]) -> float:
+def dataplane_timeout(config: FelixConfig) -> float:
     """Felix's dataplane health timeout: DataplaneWatchdogTimeout, at least two intervals."""
-    try:
-        watchdog = parse_duration(config.get("DataplaneWatchdogTimeout") or "90")
-    except ParamError:
-        watchdog = 90.0
-    return max(watchdog, 2 * HEALTH_INTERVAL)
+    return max(config.dataplane_watchdog_timeout, 2 * HEALTH_INTERVAL)
 
 
-def _on_config(health: HealthAggregator, config: dict[str, str]) -> None:
-    health.overrides = health_overrides(config.get("HealthTimeoutOverrides", ""))
+def _on_config(health: HealthAggregator, config: FelixConfig) -> None:
+    health.overrides = dict(config.health_timeout_overrides)
     health.register(DATAPLANE, timeout=dataplane_timeout(config))
 
 
@@ -104,11 +87,8 @@ async def _serve_health(
 ) -> None:
     """Once the configuration is known, serve /liveness, /readiness and /metrics if enabled."""
     await config_known.wait()
-    config = connector.config
+    config = connector.felix_config
     assert config is not None
-
-    def enabled(name: str) -> bool:
-        return config.get(name, "false").lower() == "true"
 
     def metrics() -> str:
         graph = calc.graph
@@ -165,17 +145,12 @@ async def _serve_health(
 
     server = HealthServer(calc.health, metrics, extra_ready=lambda: connector.dataplane_in_sync)
     async with trio.open_nursery() as nursery:
-        if enabled("HealthEnabled"):
-            host, port = (
-                config.get("HealthHost", "localhost"),
-                int(config.get("HealthPort", "9099")),
+        if config.health_enabled:
+            await nursery.start(server.serve, config.health_host, config.health_port)
+        if config.prometheus_metrics_enabled:
+            await nursery.start(
+                server.serve, config.prometheus_metrics_host, config.prometheus_metrics_port
             )
-            await nursery.start(server.serve, host, port)
-            log.info("health on %s:%s", host, port)
-        if enabled("PrometheusMetricsEnabled"):
-            port = int(config.get("PrometheusMetricsPort", "9091"))
-            await nursery.start(server.serve, config.get("PrometheusMetricsHost", ""), port)
-            log.info("metrics on port %s", port)
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
@@ -191,7 +166,7 @@ async def run_agent(options: AgentOptions, out: TextIO = sys.stdout) -> int:
     to_send, to_receive = trio.open_memory_channel[m.ToDataplane](TO_DATAPLANE_BUFFER)
     from_send, from_receive = trio.open_memory_channel[m.FromDataplane](FROM_DATAPLANE_BUFFER)
     health = HealthAggregator()
-    health.register(DATAPLANE, timeout=dataplane_timeout({}))
+    health.register(DATAPLANE, timeout=dataplane_timeout(FelixConfig()))
 
     def report_dataplane(ready: bool) -> None:
         health.report(DATAPLANE, live=True, ready=ready)
@@ -205,7 +180,7 @@ async def run_agent(options: AgentOptions, out: TextIO = sys.stdout) -> int:
         driver = LinuxDriver(from_send, options.hostname, report_health=report_dataplane)
     config_known = trio.Event()
 
-    def on_config(config: dict[str, str]) -> None:
+    def on_config(config: FelixConfig) -> None:
         _on_config(health, config)
         config_known.set()
 

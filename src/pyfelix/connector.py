@@ -18,6 +18,7 @@ import attrs
 import trio
 
 from pyfelix import messages as m
+from pyfelix.config import FelixConfig
 from pyfelix.errors import PyfelixError
 from pyfelix.logs import set_severity
 
@@ -51,8 +52,10 @@ class DataplaneConnector:
     status: StatusSink | None = None
     on_wireguard_key: Callable[[str], None] | None = None
     #: Every configuration the agent runs with (the first, and each live change).
-    on_config: Callable[[dict[str, str]], None] | None = None
+    on_config: Callable[[FelixConfig], None] | None = None
+    #: The configuration as Felix's text (to tell what changed) and typed (to use).
     config: dict[str, str] | None = None
+    felix_config: FelixConfig | None = None
     encapsulation: m.Encapsulation | None = None
     ready: bool = False
     dataplane_in_sync: bool = False
@@ -80,10 +83,10 @@ class DataplaneConnector:
                     raise RestartRequired(f"configuration changed: {names}")
             else:
                 # A change of LogSeverityScreen restarts the agent, so the first is the one.
-                set_severity(new.get("LogSeverityScreen", "Info"))
-            self.config = new
+                set_severity(message.typed.log_severity_screen)
+            self.config, self.felix_config = new, message.typed
             if self.on_config is not None:
-                self.on_config(new)
+                self.on_config(message.typed)
         elif isinstance(message, m.Encapsulation):
             if self.encapsulation is not None and message != self.encapsulation:
                 raise RestartRequired(

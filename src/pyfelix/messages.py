@@ -11,6 +11,7 @@ from __future__ import annotations
 import attrs
 
 from pyfelix import model
+from pyfelix.config import FelixConfig, parse_config
 from pyfelix.resources.schema import FrozenMap
 
 # ------------------------------------------------------------------------------------ to driver
@@ -23,9 +24,16 @@ class InSync:
 
 @attrs.frozen
 class ConfigUpdate:
-    """The merged Felix configuration (global, then per-node) as Felix parameter strings."""
+    """The merged Felix configuration (global, then per-node, then the environment): ``config``
+    as Felix parameter strings (Felix's wire form), ``typed`` parsed once from them when the
+    message is made, for every consumer."""
 
     config: FrozenMap[str]
+    typed: FelixConfig = attrs.field(
+        default=attrs.Factory(lambda self: parse_config(self.config), takes_self=True),
+        eq=False,
+        repr=False,
+    )
 
 
 @attrs.frozen

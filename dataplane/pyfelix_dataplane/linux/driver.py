@@ -28,7 +28,8 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from pyfelix import messages as m
 from pyfelix import model
-from pyfelix.validation.felixconfig import ParamError, parse_duration
+from pyfelix.config import FelixConfig
+from pyfelix.config.felix_config import ChainInsertMode
 from pyfelix_dataplane.dryrun import DryRunDataplane
 from pyfelix_dataplane.linux.commands import DataplaneWriteError, available
 from pyfelix_dataplane.linux.host_endpoints import interface_addresses, resolve
@@ -45,7 +46,7 @@ from pyfelix_dataplane.linux.routes import (
 from pyfelix_dataplane.linux.vxlan import DEVICE as VXLAN_DEVICE
 from pyfelix_dataplane.linux.vxlan import RemoteVtep, VtepDevice, sync_vxlan
 from pyfelix_dataplane.linux.wireguard import WireguardDevice, peers_from, sync_wireguard
-from pyfelix_dataplane.rules.marks import DEFAULT_MARK_MASK, wireguard_mark
+from pyfelix_dataplane.rules.marks import wireguard_mark
 from pyfelix_dataplane.rules.model import Chain
 from pyfelix_dataplane.rules.render import HOOKS, TABLES, ip_versions, kernel_ipsets, render_chains
 
@@ -60,32 +61,12 @@ RETRY_MAX = 10.0
 WRITE_ERRORS = (DataplaneWriteError, OSError, NetlinkError, trio.TooSlowError)
 
 
-def _integer(config: dict[str, str], name: str, default: int) -> int:
-    try:
-        return int(config.get(name) or default)
-    except ValueError:
-        return default
-
-
-def _seconds(config: dict[str, str] | None, name: str, default: float) -> float:
-    value = (config or {}).get(name)
-    if not value:
-        return default
-    try:
-        return float(value)
-    except ValueError:
-        try:
-            return parse_duration(value)
-        except ParamError:
-            return default
-
-
 #: Each area of the kernel is re-read on its own period, as Felix does, so a tampered route is
 #: repaired without also paying for an iptables-save of every table.
-REFRESH_INTERVALS = {
-    "iptables": ("IptablesRefreshInterval", 180.0),
-    "ipsets": ("IpsetsRefreshInterval", 90.0),
-    "routes": ("RouteRefreshInterval", 90.0),
+REFRESH_INTERVALS: dict[str, Callable[[FelixConfig], float]] = {
+    "iptables": lambda config: config.iptables_refresh_interval,
+    "ipsets": lambda config: config.ipsets_refresh_interval,
+    "routes": lambda config: config.route_refresh_interval,
 }
 
 
@@ -101,11 +82,10 @@ class RefreshSchedule:
     def next_due(self) -> float:
         return min(self._due_at.values())
 
-    def take_due(self, now: float, config: dict[str, str] | None) -> frozenset[str]:
+    def take_due(self, now: float, config: FelixConfig) -> frozenset[str]:
         due = frozenset(area for area, when in self._due_at.items() if when <= now)
         for area in due:
-            name, default = REFRESH_INTERVALS[area]
-            interval = _seconds(config, name, default)
+            interval = REFRESH_INTERVALS[area](config)
             self._due_at[area] = now + interval if interval > 0 else math.inf
         return due
 
@@ -204,7 +184,7 @@ class LinuxDriver:
             self._host_interfaces = {}
             return
         named = tuple({u.endpoint.name for u in self.state.hosts.values()} - {"", "*"})
-        prefixes = tuple((self.state.config or {}).get("InterfacePrefix", "cali").split(","))
+        prefixes = tuple(self.state.config.interface_prefix.split(","))
         interfaces = await trio.to_thread.run_sync(interface_addresses, named, prefixes)
         self._host_interfaces = resolve(self.state.hosts, interfaces)
 
@@ -232,7 +212,7 @@ class LinuxDriver:
         return attrs.evolve(self.state, hosts=hosts)
 
     async def _report_endpoints(self, route_results: dict[str, str]) -> None:
-        if (self.state.config or {}).get("EndpointReportingEnabled", "false").lower() != "true":
+        if not self.state.config.endpoint_reporting_enabled:
             return
         statuses = self.endpoint_statuses(route_results) | self.host_endpoint_statuses()
         for key, status in statuses.items():
@@ -248,14 +228,14 @@ class LinuxDriver:
         local = self.state.vteps.get(self.hostname)
         if encapsulation is None or not encapsulation.vxlan_enabled or local is None:
             return None, ()
-        config = self.state.config or {}
+        config = self.state.config
         device = VtepDevice(
-            vni=_integer(config, "VXLANVNI", 4096),
-            port=_integer(config, "VXLANPort", 4789),
+            vni=config.vxlan_vni,
+            port=config.vxlan_port,
             mac=local.mac,
             tunnel_ip=local.ipv4_addr,
             parent_ip=local.parent_device_ip,
-            mtu=_integer(config, "VXLANMTU", 0),
+            mtu=config.vxlan_mtu,
         )
         remotes = tuple(
             RemoteVtep(vtep.ipv4_addr, vtep.mac, vtep.parent_device_ip)
@@ -267,10 +247,10 @@ class LinuxDriver:
     def desired_wireguard(self) -> WireguardDevice | None:
         """This node's WireGuard device and peers, when WireguardEnabled: a peer for every
         remote node whose public key is known, allowed its blocks and WireGuard address."""
-        config = self.state.config or {}
-        if config.get("WireguardEnabled", "false").lower() != "true":
+        config = self.state.config
+        if not config.wireguard_enabled:
             return None
-        port = _integer(config, "WireguardListeningPort", 51820)
+        port = config.wireguard_listening_port
         keys, addresses = {}, {}
         for (kind, host), update in self.state.others.items():
             if kind == "wireguard":
@@ -281,16 +261,15 @@ class LinuxDriver:
         for route in self.state.routes.values():
             if "REMOTE_WORKLOAD" in route.types and route.dst_node:
                 blocks.setdefault(route.dst_node, []).append(route.dst)
-        mask = int(config.get("IptablesMarkMask") or str(DEFAULT_MARK_MASK), 0)
         return WireguardDevice(
-            name=config.get("WireguardInterfaceName") or "wireguard.cali",
+            name=config.wireguard_interface_name,
             port=port,
-            fwmark=wireguard_mark(mask),
+            fwmark=wireguard_mark(config.iptables_mark_mask),
             # Felix takes the first table of RouteTableRange (1-250 by default).
             table=1,
-            rule_priority=_integer(config, "WireguardRoutingRulePriority", 99),
+            rule_priority=config.wireguard_routing_rule_priority,
             address=keys.get(self.hostname, ("", ""))[1],
-            mtu=_integer(config, "WireguardMTU", 0),
+            mtu=config.wireguard_mtu,
             peers=peers_from(keys, blocks, addresses, port, self.hostname),
         )
 
@@ -334,16 +313,16 @@ class LinuxDriver:
                 len(self.state.hosts),
                 len(self.state.policies),
             )
-            configured = (self.state.config or {}).get("IptablesBackend", "auto")
-            backend = await detect_backend(configured)
+            backend = await detect_backend(self.state.config.iptables_backend)
             versions = [
                 v
                 for v in ip_versions(self.state.config)
                 if v == 4 or available(f"ip6tables-{backend}")
             ]
-            insert_mode = (self.state.config or {}).get("ChainInsertMode", "insert").lower()
+            append = self.state.config.chain_insert_mode is ChainInsertMode.APPEND
             writers = {
-                version: IptablesWriter(version, backend, insert_mode) for version in versions
+                version: IptablesWriter(version, backend, "append" if append else "insert")
+                for version in versions
             }
             ipsets, routes = IpsetWriter(), RouteWriter()
             log.info("programming with iptables-%s, IPv%s", backend, "/".join(map(str, versions)))
@@ -512,7 +491,7 @@ class LinuxDriver:
             stamp = datetime.now(UTC).isoformat(timespec="seconds")
             await self.to_calc.send(m.ProcessStatusUpdate(stamp, sent_at - self._started))
             while True:
-                interval = _seconds(self.state.config, "ReportingIntervalSecs", 30.0) or 30.0
+                interval = self.state.config.reporting_interval or 30.0
                 remaining = sent_at + interval - trio.current_time()
                 if remaining <= 0:
                     break

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
-from pyfelix.validation.felixconfig import ProtoPort, parse_felix_port_list
+from pyfelix.config import FelixConfig, ProtoPort
 from pyfelix_dataplane.dryrun import DryRunDataplane
 from pyfelix_dataplane.rules import ipsets as ipset_rendering
 from pyfelix_dataplane.rules.endpoints import (
@@ -20,7 +20,7 @@ from pyfelix_dataplane.rules.endpoints import (
     endpoint_chain,
     endpoint_chain_name,
 )
-from pyfelix_dataplane.rules.marks import DEFAULT_MARK_MASK, MarkBits
+from pyfelix_dataplane.rules.marks import MarkBits
 from pyfelix_dataplane.rules.model import Chain, Rule, restore_script
 from pyfelix_dataplane.rules.policy import (
     RuleContext,
@@ -34,8 +34,7 @@ TABLES = ("raw", "mangle", "nat", "filter")
 MASQ_POOLS = "masq-ipam-pools"
 ALL_POOLS = "all-ipam-pools"
 VXLAN_HOSTS = "all-vxlan-net"
-DEFAULT_FAILSAFE_IN = "tcp:22,udp:68,tcp:179,tcp:2379,tcp:2380,tcp:5473,tcp:6443,tcp:6666,tcp:6667"
-DEFAULT_FAILSAFE_OUT = "udp:53,udp:67,tcp:179,tcp:2379,tcp:2380,tcp:5473,tcp:6443,tcp:6666,tcp:6667"
+_DEFAULTS = FelixConfig()
 HOOKS = {
     "raw": (("PREROUTING", "cali-PREROUTING"), ("OUTPUT", "cali-OUTPUT")),
     "mangle": (("PREROUTING", "cali-PREROUTING"), ("POSTROUTING", "cali-POSTROUTING")),
@@ -50,34 +49,24 @@ class Settings:
 
     marks: MarkBits = attrs.Factory(MarkBits.from_mask)
     endpoint_to_host_action: str = "DROP"
-    failsafe_in: tuple[ProtoPort, ...] = parse_felix_port_list(DEFAULT_FAILSAFE_IN)
-    failsafe_out: tuple[ProtoPort, ...] = parse_felix_port_list(DEFAULT_FAILSAFE_OUT)
-    log_prefix: str = "calico-packet"
+    failsafe_in: tuple[ProtoPort, ...] = _DEFAULTS.failsafe_inbound_host_ports
+    failsafe_out: tuple[ProtoPort, ...] = _DEFAULTS.failsafe_outbound_host_ports
+    log_prefix: str = _DEFAULTS.log_prefix
     allow_vxlan_from_workloads: bool = False
     allow_ipip_from_workloads: bool = False
     interface_prefix: str = "cali"
 
     @classmethod
-    def from_config(cls, config: Mapping[str, str] | None) -> Settings:
-        config = config or {}
-
-        def flag(name: str) -> bool:
-            return config.get(name, "false").lower() == "true"
-
-        mask = config.get("IptablesMarkMask")
+    def from_config(cls, config: FelixConfig) -> Settings:
         return cls(
-            marks=MarkBits.from_mask(int(mask, 0) if mask else DEFAULT_MARK_MASK),
-            endpoint_to_host_action=config.get("DefaultEndpointToHostAction", "DROP").upper(),
-            failsafe_in=parse_felix_port_list(
-                config.get("FailsafeInboundHostPorts", DEFAULT_FAILSAFE_IN)
-            ),
-            failsafe_out=parse_felix_port_list(
-                config.get("FailsafeOutboundHostPorts", DEFAULT_FAILSAFE_OUT)
-            ),
-            log_prefix=config.get("LogPrefix", "calico-packet"),
-            allow_vxlan_from_workloads=flag("AllowVXLANPacketsFromWorkloads"),
-            allow_ipip_from_workloads=flag("AllowIPIPPacketsFromWorkloads"),
-            interface_prefix=config.get("InterfacePrefix", "cali").split(",")[0],
+            marks=MarkBits.from_mask(config.iptables_mark_mask),
+            endpoint_to_host_action=config.default_endpoint_to_host_action.upper(),
+            failsafe_in=config.failsafe_inbound_host_ports,
+            failsafe_out=config.failsafe_outbound_host_ports,
+            log_prefix=config.log_prefix,
+            allow_vxlan_from_workloads=config.allow_vxlan_packets_from_workloads,
+            allow_ipip_from_workloads=config.allow_ipip_packets_from_workloads,
+            interface_prefix=config.interface_prefix.split(",")[0],
         )
 
 
@@ -115,9 +104,9 @@ def _hooks(table: str) -> list[str]:
     return lines
 
 
-def ip_versions(config: Mapping[str, str] | None) -> tuple[int, ...]:
+def ip_versions(config: FelixConfig) -> tuple[int, ...]:
     """IPv4 always; IPv6 too unless FelixConfiguration's ipv6Support is false."""
-    return (4,) if (config or {}).get("Ipv6Support", "true").lower() == "false" else (4, 6)
+    return (4, 6) if config.ipv6_support else (4,)
 
 
 def render(
@@ -281,10 +270,9 @@ def _render_version(
                 ("Drop IPv4 VXLAN packets from non-allowed hosts",),
             ),
         ]
-    config = dp.config or {}
-    if version == 4 and config.get("WireguardEnabled", "false").lower() == "true":
+    if version == 4 and dp.config.wireguard_enabled:
         # As Felix: a host endpoint policy must not be able to cut the nodes' tunnels.
-        port = config.get("WireguardListeningPort") or "51820"
+        port = dp.config.wireguard_listening_port
         input_rules.append(
             Rule(
                 f"-p 17 -m multiport --destination-ports {port} -m addrtype --dst-type LOCAL",

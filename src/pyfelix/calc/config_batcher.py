@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping
 
 from pyfelix import model
-from pyfelix.resources.felixconfig_params import BY_FELIX_NAME
+from pyfelix.config.params import BY_FELIX_NAME
 from pyfelix.sequencer import EventSequencer
 
 

@@ -8,7 +8,7 @@ from typing import Self
 
 import attrs
 
-from pyfelix.resources.felixconfig_params import BY_JSON
+from pyfelix.config.params import BY_JSON
 from pyfelix.resources.meta import Resource, register
 from pyfelix.resources.schema import (
     BOOL,

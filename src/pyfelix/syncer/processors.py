@@ -18,6 +18,8 @@ from typing import Any
 import attrs
 
 from pyfelix import model
+from pyfelix.config.params import BY_JSON
+from pyfelix.config.text import ParamError, parse_duration
 from pyfelix.ipnet import parse_network
 from pyfelix.model import (
     NAME_LABEL,
@@ -53,13 +55,11 @@ from pyfelix.resources import (
     Tier,
     WorkloadEndpoint,
 )
-from pyfelix.resources.felixconfig_params import BY_JSON
 from pyfelix.resources.rules import EntityRule
 from pyfelix.resources.rules import Rule as V3Rule
 from pyfelix.resources.schema import FrozenMap
 from pyfelix.selector import SelectorError, parse_selector
 from pyfelix.syncer.api import Update, UpdateType
-from pyfelix.validation.felixconfig import ParamError, parse_duration
 
 KV = tuple[Hashable, object | None]
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from pyfelix.config.text import ParamError, ProtoPort, parse_duration
 from pyfelix.errors import FieldProblem, Problem
 from pyfelix.resources import FelixConfiguration, LoadResult, Located, Resource
-from pyfelix.validation.felixconfig import ParamError, ProtoPort, parse_duration, parse_param
+from pyfelix.validation.felixconfig import parse_param
 from pyfelix.validation.kinds import ValidationContext, check_resource
 
 

@@ -12,25 +12,14 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-import attrs
-
+from pyfelix.config.params import BY_JSON, Param
+from pyfelix.config.text import ParamError, ProtoPort, parse_duration
 from pyfelix.ipnet import parse_address
 from pyfelix.resources.cluster import FelixConfiguration
-from pyfelix.resources.felixconfig_params import BY_JSON, Param
 from pyfelix.resources.rules import Port
 from pyfelix.selector import SelectorError, parse_selector
 from pyfelix.validation.common import INTERFACE_NAME, Checker, check_name
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
-_UNIT_SECONDS = {
-    "ns": 1e-9,
-    "us": 1e-6,
-    "µs": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
-}
 _IFACE_PARAM = re.compile(r"^[a-zA-Z0-9:._+-]{1,15}$")
 _INTERFACE_PREFIX = re.compile(r"^[a-zA-Z0-9_-]{1,15}(,[a-zA-Z0-9_-]{1,15})*$")
 _KEY_BOOL_LIST = re.compile(r"^([a-zA-Z0-9-_]+=(true|false|),)*([a-zA-Z0-9-_]+=(true|false|))?$")
@@ -82,43 +71,6 @@ _DSCP_NAMES = frozenset(
     | {f"CS{n}" for n in range(7)}
 )
 _MIN_MARK_BITS = 2
-
-
-class ParamError(ValueError):
-    """A FelixConfiguration value Felix would reject; ``field`` is relative to the param."""
-
-    def __init__(self, message: str, field: str = "") -> None:
-        super().__init__(message)
-        self.field = field
-
-
-@attrs.frozen
-class ProtoPort:
-    """One failsafe port: protocol (lower case, as Felix keeps it), port and optional net."""
-
-    protocol: str
-    port: int
-    net: str = ""
-
-
-def parse_duration(text: str) -> float:
-    """Go's time.ParseDuration, in seconds ("1m30s" -> 90.0, "0" -> 0.0)."""
-    body = text.strip()
-    sign = -1.0 if body.startswith("-") else 1.0
-    body = body.lstrip("+-")
-    if body == "0":
-        return 0.0
-    total = 0.0
-    pos = 0
-    while pos < len(body):
-        match = _DURATION_PART.match(body, pos)
-        if match is None:
-            raise ParamError(f'invalid duration {text!r}: expected e.g. "90s", "1m30s"')
-        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-        pos = match.end()
-    if not body:
-        raise ParamError(f"invalid duration {text!r}")
-    return sign * total
 
 
 def _parse_int(param: Param, value: Any) -> int:
@@ -195,23 +147,6 @@ def _parse_proto_ports(value: list[Any]) -> tuple[ProtoPort, ...]:
             except ValueError:
                 raise ParamError(f"invalid CIDR {net!r}", f"[{index}].net") from None
         out.append(ProtoPort(protocol.lower(), port, net))
-    return tuple(out)
-
-
-def parse_felix_port_list(text: str) -> tuple[ProtoPort, ...]:
-    """Felix's own string form ("tcp:22,udp:68,tcp:10.0.0.0/8:443"), used for defaults and env."""
-    if text.strip().lower() == "none":
-        return ()
-    out = []
-    for entry in filter(None, (e.strip() for e in text.split(","))):
-        parts = entry.split(":")
-        if len(parts) == 1:
-            parts = ["tcp", parts[0]]
-        protocol, port = parts[0].lower(), parts[-1]
-        net = ":".join(parts[1:-1]).strip("[]")
-        if protocol not in ("tcp", "udp") or not port.isdigit() or int(port) > 65535:
-            raise ParamError(f"invalid failsafe port {entry!r}")
-        out.append(ProtoPort(protocol, int(port), net))
     return tuple(out)
 
 

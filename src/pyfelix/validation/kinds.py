@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 import attrs
 
+from pyfelix.config.text import ParamError, parse_duration
 from pyfelix.ipnet import parse_network
 from pyfelix.resources import (
     BGPConfiguration,
@@ -54,7 +55,7 @@ from pyfelix.validation.common import (
     port_name_problem,
     supports_ports,
 )
-from pyfelix.validation.felixconfig import ParamError, check_felix_configuration, parse_duration
+from pyfelix.validation.felixconfig import check_felix_configuration
 from pyfelix.validation.rules import check_rule
 
 _LABEL_RE = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"

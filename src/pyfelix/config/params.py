@@ -398,5 +398,13 @@ PARAMS: tuple[Param, ...] = (
     _P("bpfMaglevMaxServices", "int", "BPFMaglevMaxServices", 100, (), 1, 3000),
 )
 
+#: Parameters Felix takes from the datastore's ClusterInformation, not from FelixConfiguration.
+DATASTORE_PARAMS: tuple[Param, ...] = (
+    _P("", "string", "ClusterGUID", None),
+    _P("", "string", "ClusterType", None),
+    _P("", "string", "CalicoVersion", None),
+    _P("", "string", "Variant", None),
+)
+
 BY_JSON: dict[str, Param] = {p.json: p for p in PARAMS}
 BY_FELIX_NAME: dict[str, Param] = {p.felix.lower(): p for p in PARAMS if p.felix}
