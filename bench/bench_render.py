@@ -14,8 +14,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_calc_graph import tag_policies
-from pyfelix.calc.graph import CalcGraph
-from pyfelix.sequencer import EventSequencer
+from pyfelix.pipeline import build_pipeline
 from pyfelix.syncer.api import SyncStatus
 from pyfelix_dataplane.dryrun import DryRunDataplane
 from pyfelix_dataplane.rules.render import render
@@ -31,12 +30,12 @@ def main() -> None:
     endpoints = int(sys.argv[1]) if len(sys.argv) > 1 else 250_000
     policies = int(sys.argv[2]) if len(sys.argv) > 2 else 10_000
     dataplane = DryRunDataplane()
-    graph = CalcGraph("host-local", EventSequencer(dataplane.apply))
+    pipeline = build_pipeline("host-local", dataplane.apply)
     updates = list(tag_policies(endpoints, policies))
     for offset in range(0, len(updates), 100):
-        graph.on_updates(updates[offset : offset + 100])
-    graph.on_status(SyncStatus.IN_SYNC)
-    graph.flush()
+        pipeline.on_updates(updates[offset : offset + 100])
+    pipeline.on_status(SyncStatus.IN_SYNC)
+    pipeline.flush()
     start = time.perf_counter()
     rendered = render(dataplane, versions=(4,))
     render_seconds = time.perf_counter() - start

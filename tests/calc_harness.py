@@ -9,12 +9,11 @@ import attrs
 
 from pyfelix import messages as m
 from pyfelix.calc.graph import CalcGraph
+from pyfelix.pipeline import Pipeline, build_pipeline
 from pyfelix.resources import Resource, load_paths, load_text
-from pyfelix.sequencer import EventSequencer
 from pyfelix.syncer.api import SyncStatus, Update
 from pyfelix.syncer.processors import Converter
 from pyfelix.validation import ValidationContext
-from pyfelix.validation.filter import ValidationFilter
 from tests.conftest import REPO
 from tests.fake_dataplane import StrictDataplane
 
@@ -37,15 +36,21 @@ class Harness:
     hostname: str = "node-a"
     dataplane: StrictDataplane = attrs.Factory(StrictDataplane)
     current: dict[Identity, Resource] = attrs.Factory(dict)
-    converter: Converter = attrs.Factory(Converter)
-    graph: CalcGraph = attrs.field(init=False)
-    stage: ValidationFilter = attrs.field(init=False)
+    pipeline: Pipeline = attrs.field(init=False)
     in_sync_sent: bool = False
 
     def __attrs_post_init__(self) -> None:
-        sequencer = EventSequencer(self.dataplane.apply)
-        self.graph = CalcGraph(self.hostname, sequencer)
-        self.stage = ValidationFilter(self.graph, ValidationContext("Any"))
+        self.pipeline = build_pipeline(
+            self.hostname, self.dataplane.apply, ValidationContext("Any")
+        )
+
+    @property
+    def graph(self) -> CalcGraph:
+        return self.pipeline.graph
+
+    @property
+    def converter(self) -> Converter:
+        return self.pipeline.converter
 
     def diff(self, state: State) -> list[Update]:
         """The updates that move the datastore from the current state to ``state``."""
@@ -61,11 +66,11 @@ class Harness:
         for update in updates:
             batch.append(update)
             if flush_every and len(batch) >= flush_every:
-                self.stage.on_updates(batch)
+                self.pipeline.on_updates(batch)
                 batch = []
                 self.flush()
         if batch:
-            self.stage.on_updates(batch)
+            self.pipeline.on_updates(batch)
 
     def flush(self) -> None:
         self.graph.flush()
@@ -74,7 +79,7 @@ class Harness:
             self.dataplane.apply(m.InSync())
 
     def in_sync(self) -> None:
-        self.stage.on_status(SyncStatus.IN_SYNC)
+        self.pipeline.on_status(SyncStatus.IN_SYNC)
 
     def run(self, state: State) -> dict[str, Any]:
         """Snapshot, in sync, flush: the view of ``state`` applied on its own."""

@@ -21,9 +21,8 @@ from pyfelix import messages as m
 from pyfelix.calc.graph import CalcGraph
 from pyfelix.decoupler import Decoupler
 from pyfelix.health import CALC_GRAPH, CALC_GRAPH_TIMEOUT, HEALTH_INTERVAL, HealthAggregator
-from pyfelix.sequencer import EventSequencer
+from pyfelix.pipeline import Pipeline, build_pipeline
 from pyfelix.syncer.api import SyncStatus, Update
-from pyfelix.validation.filter import ValidationFilter
 from pyfelix.validation.kinds import ValidationContext
 
 log = logging.getLogger(__name__)
@@ -76,8 +75,7 @@ class CalcLoop:
     source: Decoupler
     output: trio.MemorySendChannel[m.ToDataplane]
     context: ValidationContext = attrs.Factory(ValidationContext)
-    graph: CalcGraph = attrs.field(init=False)
-    validation: ValidationFilter = attrs.field(init=False)
+    pipeline: Pipeline = attrs.field(init=False)
     bucket: LeakyBucket = attrs.Factory(LeakyBucket)
     health: HealthAggregator = attrs.Factory(HealthAggregator)
     #: True from the first flush after the datastore's IN_SYNC.
@@ -90,8 +88,7 @@ class CalcLoop:
     _in_sync_sent: bool = False
 
     def __attrs_post_init__(self) -> None:
-        self.graph = CalcGraph(self.hostname, EventSequencer(self._pending.append))
-        self.validation = ValidationFilter(self.graph, self.context)
+        self.pipeline = build_pipeline(self.hostname, self._pending.append, self.context)
         self.health.register(CALC_GRAPH, timeout=CALC_GRAPH_TIMEOUT)
 
     def _report_health(self) -> None:
@@ -101,12 +98,16 @@ class CalcLoop:
         if isinstance(delivery, SyncStatus):
             if delivery is SyncStatus.IN_SYNC:
                 self._datastore_in_sync = True
-            self.validation.on_status(delivery)
+            self.pipeline.on_status(delivery)
         else:
             self.updates_processed += len(delivery)
-            self.validation.on_updates(delivery)
+            self.pipeline.on_updates(delivery)
         # Felix reports after every update: a snapshot that takes minutes to load is progress.
         self._report_health()
+
+    @property
+    def graph(self) -> CalcGraph:
+        return self.pipeline.graph
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         # Loading the snapshot creates a large heap of long-lived objects, and the cyclic
@@ -134,7 +135,7 @@ class CalcLoop:
             gc.enable()
 
     async def _flush(self) -> None:
-        self.graph.flush()
+        self.pipeline.flush()
         self.flushes += 1
         if self._datastore_in_sync and not self._in_sync_sent:
             self._in_sync_sent = True

@@ -12,13 +12,9 @@ import socket
 from collections.abc import Iterable
 from typing import Any
 
-from pyfelix.calc.graph import CalcGraph
+from pyfelix.pipeline import build_pipeline
 from pyfelix.resources import Resource
-from pyfelix.sequencer import EventSequencer
-from pyfelix.syncer.api import SyncStatus
-from pyfelix.syncer.processors import Converter
 from pyfelix.validation import context_from
-from pyfelix.validation.filter import ValidationFilter
 from pyfelix_dataplane.dryrun import DryRunDataplane, snapshot
 from pyfelix_dataplane.rules.render import TABLES, render
 
@@ -35,20 +31,11 @@ def compute(resources: Iterable[Resource], hostname: str) -> tuple[dict[str, Any
     iptables-restore scripts (per IP version and table) and ipset restore script."""
     resources = list(resources)
     dataplane = DryRunDataplane()
-    graph = CalcGraph(hostname, EventSequencer(dataplane.apply))
-    stage = ValidationFilter(graph, context_from(resources))
-    converter = Converter()
-    updates = []
-    for resource in resources:
-        updates.extend(
-            converter.update((resource.KIND, resource.namespace, resource.name), resource)
-        )
-    stage.on_updates(updates)
-    stage.on_status(SyncStatus.IN_SYNC)
-    graph.flush()
+    pipeline = build_pipeline(hostname, dataplane.apply, context_from(resources))
+    pipeline.load(resources)
 
     def describe(set_id: str) -> dict[str, str]:
-        data = graph.ipsets.get(set_id)
+        data = pipeline.graph.ipsets.get(set_id)
         return data.describe() if data is not None else {}
 
     view = snapshot(dataplane, hostname, describe)

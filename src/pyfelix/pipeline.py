@@ -1,0 +1,76 @@
+"""The one place the synchronous pipeline is wired: validation filter -> calculation graph ->
+event sequencer -> a dataplane's ``apply``.
+
+    updates (from a syncer, or converted from resources)
+        │
+        ▼
+    ValidationFilter ── invalid resources become deletions
+        │
+        ▼
+    CalcGraph ── dispatchers, calculators, resolvers
+        │
+        ▼
+    EventSequencer ── dependency-ordered messages, on flush
+        │
+        ▼
+    emit(message)   (the dry-run dataplane, the async loop's buffer, a test's fake, a counter)
+
+``pyfelix run`` (through the async calc loop), ``pyfelix dry-run``, the test harness and every
+benchmark build it here, so a new stage or a change of order is made once. The Trio edges (the
+syncers, the decoupler, the connector, the driver) stay with their callers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+import attrs
+
+from pyfelix import messages as m
+from pyfelix.calc.graph import CalcGraph
+from pyfelix.resources import Resource
+from pyfelix.sequencer import EventSequencer
+from pyfelix.syncer.api import SyncStatus, Update
+from pyfelix.syncer.processors import Converter
+from pyfelix.validation.filter import ValidationFilter
+from pyfelix.validation.kinds import ValidationContext
+
+
+@attrs.define(eq=False)
+class Pipeline:
+    """The stages, built by :func:`build_pipeline`; updates go in at ``validation``."""
+
+    graph: CalcGraph
+    validation: ValidationFilter
+    converter: Converter = attrs.Factory(Converter)
+
+    def on_updates(self, updates: Sequence[Update]) -> None:
+        self.validation.on_updates(updates)
+
+    def on_status(self, status: SyncStatus) -> None:
+        self.validation.on_status(status)
+
+    def flush(self) -> None:
+        """Let the deferred calculators emit, then hand the sequencer's messages on."""
+        self.graph.flush()
+
+    def load(self, resources: Iterable[Resource]) -> None:
+        """Datastore resources as one snapshot, converted as the syncers convert them, then
+        in sync and flushed (the dry-run's and the benchmarks' one-shot computation)."""
+        updates: list[Update] = []
+        for resource in resources:
+            key = (resource.KIND, resource.namespace, resource.name)
+            updates.extend(self.converter.update(key, resource))
+        self.on_updates(updates)
+        self.on_status(SyncStatus.IN_SYNC)
+        self.flush()
+
+
+def build_pipeline(
+    hostname: str,
+    emit: Callable[[m.ToDataplane], None],
+    context: ValidationContext | None = None,
+) -> Pipeline:
+    """The pipeline for ``hostname``, sending each message to ``emit``."""
+    graph = CalcGraph(hostname, EventSequencer(emit))
+    return Pipeline(graph, ValidationFilter(graph, context or ValidationContext()))
