@@ -21,6 +21,7 @@ test: venv lint typecheck pytest
 lint: venv
 	$(BIN)/ruff check src dataplane tests bench
 	$(BIN)/ruff format --check src dataplane tests bench
+	$(BIN)/lint-imports
 
 typecheck: venv
 	$(BIN)/mypy

@@ -19,9 +19,9 @@ import time
 from collections.abc import Iterator
 
 from pyfelix import model
-from pyfelix.pipeline import build_pipeline
-from pyfelix.resources.schema import FrozenMap
+from pyfelix.calc.pipeline import build_pipeline
 from pyfelix.syncer.api import SyncStatus, Update
+from pyfelix.values import FrozenMap
 
 HOST = "host-local"
 LOCAL = 200

@@ -14,7 +14,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_calc_graph import tag_policies
-from pyfelix.pipeline import build_pipeline
+from pyfelix.calc.pipeline import build_pipeline
 from pyfelix.syncer.api import SyncStatus
 from pyfelix_dataplane.dryrun import DryRunDataplane
 from pyfelix_dataplane.rules.render import render

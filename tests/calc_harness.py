@@ -9,7 +9,7 @@ import attrs
 
 from pyfelix import messages as m
 from pyfelix.calc.graph import CalcGraph
-from pyfelix.pipeline import Pipeline, build_pipeline
+from pyfelix.calc.pipeline import Pipeline, build_pipeline
 from pyfelix.resources import Resource, load_paths, load_text
 from pyfelix.syncer.api import SyncStatus, Update
 from pyfelix.syncer.processors import Converter

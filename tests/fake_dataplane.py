@@ -10,7 +10,6 @@ from typing import Any
 import attrs
 
 from pyfelix import messages as m
-from pyfelix.calc.rule_scanner import rule_ipsets
 from pyfelix_dataplane.dryrun import DryRunDataplane, keyed_identity
 
 KEYED_REMOVALS = (
@@ -27,8 +26,13 @@ class OrderingViolation(AssertionError):
     """The calculation graph sent something the dataplane cannot apply yet."""
 
 
-def _rule_set_ids(rules: Any) -> set[str]:
-    return {data.id for rule in rules for data in rule_ipsets(rule)}
+def _rule_set_ids(update: m.ActivePolicyUpdate | m.ActiveProfileUpdate) -> set[str]:
+    """The IP sets the update's rules match on, as the graph resolved them."""
+    ids: set[str] = set()
+    for parsed in update.inbound + update.outbound:
+        for value in attrs.astuple(parsed.ipsets, recurse=False):
+            ids.update((value,) if isinstance(value, str) else value)
+    return ids - {""}
 
 
 @attrs.define
@@ -43,9 +47,9 @@ class StrictDataplane(DryRunDataplane):
     def _referenced_sets(self) -> set[str]:
         used: set[str] = set()
         for policy in self.policies.values():
-            used |= _rule_set_ids(policy.policy.inbound_rules + policy.policy.outbound_rules)
+            used |= _rule_set_ids(policy)
         for profile in self.profiles.values():
-            used |= _rule_set_ids(profile.profile.inbound_rules + profile.profile.outbound_rules)
+            used |= _rule_set_ids(profile)
         return used
 
     def _endpoint_policies(self) -> set[m.PolicyID]:
@@ -74,8 +78,7 @@ class StrictDataplane(DryRunDataplane):
             if msg.id in self._referenced_sets():
                 self.fail(f"IP set {msg.id} removed while a rule uses it")
         elif isinstance(msg, m.ActivePolicyUpdate | m.ActiveProfileUpdate):
-            body = msg.policy if isinstance(msg, m.ActivePolicyUpdate) else msg.profile
-            missing = _rule_set_ids(body.inbound_rules + body.outbound_rules) - set(self.ipsets)
+            missing = _rule_set_ids(msg) - set(self.ipsets)
             if missing:
                 self.fail(f"{msg.id} uses IP sets not yet created: {sorted(missing)}")
         elif isinstance(msg, m.ActivePolicyRemove):

@@ -9,9 +9,8 @@ from pyfelix.calc.ipsets import IPSetMemberIndex, split_default_route
 from pyfelix.calc.rule_scanner import IPSetData, RuleScanner, rule_ipsets
 from pyfelix.calc.service_index import ServiceIndex
 from pyfelix.resources import EndpointSlice
-from pyfelix.resources.rules import Port
-from pyfelix.resources.schema import FrozenMap
 from pyfelix.selector import make_unique_id, parse_selector
+from pyfelix.values import FrozenMap, Port
 from pyfelix_dataplane.linux.driver import LinuxDriver
 
 

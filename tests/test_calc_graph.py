@@ -16,7 +16,7 @@ from pyfelix import model
 from pyfelix.calc.rule_scanner import IPSetData
 from pyfelix.calc.vxlan import derived_vtep_mac
 from pyfelix.resources import Resource
-from pyfelix.resources.schema import FrozenMap
+from pyfelix.values import FrozenMap
 from tests.calc_harness import Harness, Identity, example_state, final_view, load_manifest, mutate
 
 FRONTEND = model.WorkloadEndpointKey("node-a", "k8s", "shop/frontend-1", "eth0")

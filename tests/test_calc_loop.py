@@ -9,8 +9,8 @@ import trio
 import trio.testing
 
 from pyfelix import messages as m
-from pyfelix.calc_loop import STARTUP_GC_PAUSE, CalcLoop, LeakyBucket
-from pyfelix.decoupler import Decoupler
+from pyfelix.calc.async_loop import STARTUP_GC_PAUSE, CalcLoop, LeakyBucket
+from pyfelix.calc.decoupler import Decoupler
 from pyfelix.syncer.api import SyncStatus
 from pyfelix.syncer.processors import Converter
 from tests.calc_harness import example_state

@@ -11,7 +11,7 @@ from pyfelix import messages as m
 from pyfelix.config import FIELDS, FelixConfig, ProtoPort, parse_config
 from pyfelix.config.felix_config import ChainInsertMode, IptablesBackend
 from pyfelix.config.params import DATASTORE_PARAMS, PARAMS
-from pyfelix.resources.schema import FrozenMap
+from pyfelix.values import FrozenMap
 
 
 def test_generated_module_matches_the_table() -> None:

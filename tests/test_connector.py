@@ -11,7 +11,7 @@ import trio.testing
 from pyfelix import messages as m
 from pyfelix.connector import DataplaneConnector, RestartRequired
 from pyfelix.logs import OURS
-from pyfelix.resources.schema import FrozenMap
+from pyfelix.values import FrozenMap
 
 
 def connector() -> DataplaneConnector:

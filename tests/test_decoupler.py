@@ -8,7 +8,7 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyfelix.decoupler import Decoupler, Delivery
+from pyfelix.calc.decoupler import Decoupler, Delivery
 from pyfelix.syncer.api import SyncStatus, Update
 
 

@@ -4,7 +4,6 @@ renames, partial writes, unparsable files, new directories, polling, and 10k fil
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -183,7 +182,7 @@ async def test_polling_fallback(tmp_path: Path) -> None:
     write(tmp_path / "a.yaml", tier("a", 1))
     async with syncer(tmp_path, use_inotify=False, poll_interval=0.1) as (_, recorder):
         recorder.batches.clear()
-        time.sleep(0.01)
+        await trio.sleep(0.01)
         write(tmp_path / "a.yaml", tier("a", 9))
         assert keys(await recorder.next_batch()) == {model.TierKey("a"): model.Tier(9.0, "Deny")}
         (tmp_path / "a.yaml").unlink()

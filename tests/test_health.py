@@ -9,8 +9,8 @@ import trio
 import trio.testing
 
 from pyfelix import messages as m
-from pyfelix.calc_loop import CalcLoop
-from pyfelix.decoupler import Decoupler
+from pyfelix.calc.async_loop import CalcLoop
+from pyfelix.calc.decoupler import Decoupler
 from pyfelix.health import CALC_GRAPH, HealthAggregator, HealthServer
 from pyfelix.syncer.api import SyncStatus
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pyfelix import messages as m
 from pyfelix import model
-from pyfelix.resources.schema import FrozenMap
+from pyfelix.values import FrozenMap
 from pyfelix_dataplane.linux.host_endpoints import resolve
 
 Entry = tuple[model.HostEndpointKey, m.HostEndpointUpdate]

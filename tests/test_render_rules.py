@@ -8,10 +8,10 @@ import pytest
 
 from pyfelix import messages as m
 from pyfelix import model
-from pyfelix.calc.rule_scanner import IPSetData
+from pyfelix.calc.rule_scanner import IPSetData, parse_rule
 from pyfelix.dryrun import compute
 from pyfelix.resources.loader import load_text
-from pyfelix.resources.rules import Port
+from pyfelix.values import Port
 from pyfelix_dataplane.rules.endpoints import dispatch_chains, endpoint_chain
 from pyfelix_dataplane.rules.ipsets import ipset_name, maxelem_for, restore_script
 from pyfelix_dataplane.rules.marks import MarkBits, MarkMaskTooSmall
@@ -28,6 +28,11 @@ MARKS = MarkBits.from_mask()
 V4 = RuleContext(4, MARKS)
 V6 = RuleContext(6, MARKS)
 ALLOW = ["-m mark --mark 0x10000/0x10000 --jump RETURN"]
+
+
+def render_parsed(rule: model.Rule, ctx: RuleContext) -> list[Rule]:
+    """A rule rendered as it reaches the dataplane: with the scanner's IP set ids."""
+    return render_rule(parse_rule(rule), ctx)
 
 
 def text(rules: list[Rule]) -> list[str]:
@@ -75,7 +80,7 @@ def test_mark_bits() -> None:
 def test_allow_tcp_port() -> None:
     """Allow: set the accept mark, then return if set."""
     rule = model.Rule(action="allow", protocol="tcp", dst_ports=(Port(80, 80), Port(1000, 2000)))
-    assert text(render_rule(rule, V4)) == [
+    assert text(render_parsed(rule, V4)) == [
         "-p tcp -m multiport --destination-ports 80,1000:2000 --jump MARK --set-mark 0x10000/0x10000",
         *ALLOW,
     ]
@@ -83,15 +88,15 @@ def test_allow_tcp_port() -> None:
 
 def test_deny_pass_log() -> None:
     """Deny sets the drop mark and drops; Pass sets the pass mark; Log logs and falls through."""
-    assert text(render_rule(model.Rule(action="deny"), V4)) == [
+    assert text(render_parsed(model.Rule(action="deny"), V4)) == [
         "--jump MARK --set-mark 0x40000/0x40000",
         "-m mark --mark 0x40000/0x40000 --jump DROP",
     ]
-    assert text(render_rule(model.Rule(action="next-tier", protocol=17), V4)) == [
+    assert text(render_parsed(model.Rule(action="next-tier", protocol=17), V4)) == [
         "-p 17 --jump MARK --set-mark 0x20000/0x20000",
         "-m mark --mark 0x20000/0x20000 --jump RETURN",
     ]
-    assert text(render_rule(model.Rule(action="log"), RuleContext(4, MARKS, "audit"))) == [
+    assert text(render_parsed(model.Rule(action="log"), RuleContext(4, MARKS, "audit"))) == [
         '--jump LOG --log-prefix "audit: " --log-level 5'
     ]
 
@@ -107,7 +112,7 @@ def test_selectors_and_negations() -> None:
     )
     a = ipset_name(IPSetData(selector='app == "a"').id)
     b = ipset_name(IPSetData(selector='app == "b"').id)
-    assert text(render_rule(rule, V4))[0] == (
+    assert text(render_parsed(rule, V4))[0] == (
         f"--source 10.0.0.0/8 -m set --match-set {a} src ! --destination 10.1.0.0/16 "
         f"-m set ! --match-set {b} src --jump MARK --set-mark 0x10000/0x10000"
     )
@@ -121,7 +126,7 @@ def test_several_nets_use_blocks() -> None:
         src_nets=("10.0.0.0/8", "192.168.0.0/16"),
         dst_ports=(Port(80, 80),),
     )
-    assert text(render_rule(rule, V4)) == [
+    assert text(render_parsed(rule, V4)) == [
         "--jump MARK --set-mark 0/0x180000",
         "--source 10.0.0.0/8 --jump MARK --set-mark 0x80000/0x80000",
         "--source 192.168.0.0/16 --jump MARK --set-mark 0x80000/0x80000",
@@ -135,7 +140,7 @@ def test_more_than_fifteen_ports_split() -> None:
     """A multiport match holds 15 slots (a range takes two): more ports need a block."""
     ports = tuple(Port(p, p) for p in range(1, 20))
     assert split_ports(ports) == [",".join(str(p) for p in range(1, 16)), "16,17,18,19"]
-    rules = text(render_rule(model.Rule(action="allow", protocol="udp", dst_ports=ports), V4))
+    rules = text(render_parsed(model.Rule(action="allow", protocol="udp", dst_ports=ports), V4))
     assert rules[0] == "--jump MARK --set-mark 0/0x180000"
     assert rules[1].startswith("-p udp -m multiport --destination-ports 1,2,3")
     assert rules[1].endswith("--jump MARK --set-mark 0x80000/0x80000")
@@ -158,7 +163,7 @@ def test_named_and_numeric_ports_or_together() -> None:
     )
     named = ipset_name(IPSetData(selector="has(web)", named_port="http", protocol="tcp").id)
     plain = ipset_name(IPSetData(selector="has(web)").id)
-    assert text(render_rule(rule, V4)) == [
+    assert text(render_parsed(rule, V4)) == [
         "--jump MARK --set-mark 0/0x180000",
         "-p tcp -m multiport --destination-ports 8080 --jump MARK --set-mark 0x80000/0x80000",
         f"-p tcp -m set --match-set {named} dst,dst --jump MARK --set-mark 0x80000/0x80000",
@@ -171,24 +176,24 @@ def test_named_and_numeric_ports_or_together() -> None:
 def test_icmp_and_versions() -> None:
     """ICMP type/code (and negation) per family; rules for the other family render nothing."""
     rule = model.Rule(action="allow", protocol="icmp", icmp_type=8, icmp_code=0, not_icmp_type=3)
-    assert text(render_rule(rule, V4))[0] == (
+    assert text(render_parsed(rule, V4))[0] == (
         "-p icmp -m icmp --icmp-type 8/0 -m icmp ! --icmp-type 3 --jump MARK --set-mark 0x10000/0x10000"
     )
-    assert render_rule(rule, V6) == []
+    assert render_parsed(rule, V6) == []
     v6 = model.Rule(action="allow", protocol="icmpv6", icmp_type=128)
-    assert text(render_rule(v6, V6))[0] == (
+    assert text(render_parsed(v6, V6))[0] == (
         "-p icmpv6 -m icmp6 --icmpv6-type 128 --jump MARK --set-mark 0x10000/0x10000"
     )
     only_v4_nets = model.Rule(action="allow", src_nets=("10.0.0.0/8",))
-    assert render_rule(only_v4_nets, V6) == []
-    assert render_rule(model.Rule(action="allow", ip_version=4), V6) == []
+    assert render_parsed(only_v4_nets, V6) == []
+    assert render_parsed(model.Rule(action="allow", ip_version=4), V6) == []
 
 
 def test_service_match() -> None:
     """A destination service matches its ip,port set."""
     rule = model.Rule(action="allow", dst_service="web", dst_service_namespace="shop")
     name = ipset_name(IPSetData(service="shop/web", include_ports=True).id)
-    assert text(render_rule(rule, V4))[0] == (
+    assert text(render_parsed(rule, V4))[0] == (
         f"-m set --match-set {name} dst,dst --jump MARK --set-mark 0x10000/0x10000"
     )
 
@@ -273,7 +278,7 @@ def test_nets_and_not_nets_on_one_side() -> None:
     """iptables allows one -s per rule: the exception becomes a negated block that clears the
     all-blocks mark (found by the packet tests)."""
     rule = model.Rule(action="allow", src_nets=("10.0.0.0/8",), not_src_nets=("10.65.0.3/32",))
-    assert text(render_rule(rule, V4)) == [
+    assert text(render_parsed(rule, V4)) == [
         "--jump MARK --set-mark 0x80000/0x180000",
         "--source 10.65.0.3/32 --jump MARK --set-mark 0/0x80000",
         "--source 10.0.0.0/8 -m mark --mark 0x80000/0x80000 --jump MARK --set-mark 0x10000/0x10000",

@@ -16,13 +16,13 @@ from pyfelix.resources import (
     FelixConfiguration,
     GlobalNetworkPolicy,
     NetworkPolicy,
-    Port,
     Profile,
     Tier,
     WorkloadEndpoint,
     load_paths,
     load_text,
 )
+from pyfelix.values import Port
 
 V3 = "projectcalico.org/v3"
 

@@ -8,11 +8,11 @@ from collections.abc import Sequence
 import attrs
 import pytest
 
+from pyfelix.calc.validation_filter import ValidationFilter
 from pyfelix.resources import KINDS
 from pyfelix.syncer.api import SyncStatus, Update
 from pyfelix.syncer.processors import convert
 from pyfelix.validation import ValidationContext
-from pyfelix.validation.filter import ValidationFilter
 from tests.test_resources import document
 
 

@@ -25,11 +25,11 @@ import attrs
 import trio
 
 from pyfelix import messages as m
-from pyfelix.calc_loop import CalcLoop
+from pyfelix.calc.async_loop import CalcLoop
+from pyfelix.calc.decoupler import Decoupler
 from pyfelix.config import FelixConfig
 from pyfelix.connector import DataplaneConnector, RestartRequired
 from pyfelix.datastore.etcd import EtcdClient, EtcdConfig
-from pyfelix.decoupler import Decoupler
 from pyfelix.health import DATAPLANE, HEALTH_INTERVAL, HealthAggregator, HealthServer, prometheus
 from pyfelix.status import EtcdNodeStore, EtcdStatusReporter, WireguardKeyUpdater
 from pyfelix.syncer.etcd import EtcdSyncer

@@ -12,7 +12,7 @@ import socket
 from collections.abc import Iterable
 from typing import Any
 
-from pyfelix.pipeline import build_pipeline
+from pyfelix.calc.pipeline import build_pipeline
 from pyfelix.resources import Resource
 from pyfelix.validation import context_from
 from pyfelix_dataplane.dryrun import DryRunDataplane, snapshot

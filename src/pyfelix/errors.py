@@ -1,10 +1,32 @@
 """Errors and problem reports shared by every stage.
 
-Exceptions::
+Every exception pyfelix raises is a PyfelixError; those that are also a kind of builtin error
+(a bad value, an unavailable facility) subclass it too, so callers may catch either::
 
     PyfelixError
-    └── ManifestError        a file or document could not be read as resources (.problems)
-    SelectorError(ValueError) a selector did not parse (pyfelix.selector; names the position)
+    ├── ManifestError            a file, document or etcd value could not be read as resources
+    │                            (.problems: every problem found)
+    ├── SelectorError            a selector did not parse; names the position    (ValueError)
+    ├── ParamError               a Felix parameter value Felix would refuse       (ValueError)
+    │                            (pyfelix.config.text)
+    ├── TooDeep                  a free-form value nested too deeply              (ValueError)
+    │                            (pyfelix.resources.schema)
+    ├── MarkMaskTooSmall         IptablesMarkMask has too few bits for the rules  (ValueError)
+    │                            (pyfelix_dataplane.rules.marks)
+    ├── InotifyUnavailable       no inotify here; the file syncer polls           (OSError)
+    │                            (pyfelix.syncer.inotify)
+    ├── EtcdError                an etcd request failed (pyfelix.datastore.etcd)
+    │   ├── EtcdUnavailable      no configured endpoint could be reached
+    │   └── EtcdCompacted        a watch fell behind a compaction: re-list
+    ├── CommandError             a `pyfelix datastore` command cannot be carried out
+    ├── DataplaneWriteError      a kernel write failed: a tool's refusal with its failing line,
+    │                            or an OSError, netlink error or timeout mapped where the
+    │                            writer met it (pyfelix_dataplane.linux.commands.writing)
+    └── RestartRequired          the agent must exit 129 for its supervisor (pyfelix.connector)
+
+Exceptions from below (OSError, NetlinkError, yaml and JSON errors, RecursionError) are mapped
+where they enter: into Problems by the loader, into ManifestError by the etcd value decoder,
+into DataplaneWriteError by the kernel writers; nothing above those points catches them raw.
 
 Problems are values, not exceptions: loading and validation collect every problem they find, so a
 user sees all of them at once. Each one names where it came from (file and line), the resource
@@ -46,6 +68,15 @@ class Problem:
 
 class PyfelixError(Exception):
     """Base of pyfelix's own exceptions."""
+
+
+class DataplaneWriteError(PyfelixError):
+    """A kernel write failed; ``line`` is the input line the tool rejected, when it says."""
+
+    def __init__(self, command: str, stderr: str, line: str = "") -> None:
+        detail = f" (failing line: {line})" if line else ""
+        super().__init__(f"{command} failed: {stderr.strip()}{detail}")
+        self.line = line
 
 
 class ManifestError(PyfelixError):

@@ -17,7 +17,7 @@ import attrs
 from pyfelix import messages as m
 from pyfelix import model
 from pyfelix.calc.rule_scanner import IPSetData, side_ipsets
-from pyfelix.resources.rules import Port
+from pyfelix.values import Port
 from pyfelix_dataplane.dryrun import DryRunDataplane
 
 PROTOCOLS = {"tcp": 6, "udp": 17, "icmp": 1, "icmpv6": 58, "sctp": 132, "udplite": 136}

@@ -12,7 +12,7 @@ import attrs
 
 from pyfelix import model
 from pyfelix.config import FelixConfig, parse_config
-from pyfelix.resources.schema import FrozenMap
+from pyfelix.values import FrozenMap
 
 # ------------------------------------------------------------------------------------ to driver
 
@@ -74,9 +74,35 @@ class PolicyID:
 
 
 @attrs.frozen(cache_hash=True)
+class RuleIPSets:
+    """The IP set ids one rule matches on, resolved once by the rule scanner (Felix's ParsedRule
+    carries the same), so the dataplane renders them and never derives them."""
+
+    src: tuple[str, ...] = ()
+    src_named_ports: tuple[str, ...] = ()
+    not_src: tuple[str, ...] = ()
+    dst: tuple[str, ...] = ()
+    dst_named_ports: tuple[str, ...] = ()
+    not_dst: tuple[str, ...] = ()
+    not_dst_named_ports: tuple[str, ...] = ()
+    src_service: str = ""
+    dst_service: str = ""
+
+
+@attrs.frozen(cache_hash=True)
+class ParsedRule:
+    rule: model.Rule
+    ipsets: RuleIPSets = RuleIPSets()
+
+
+@attrs.frozen(cache_hash=True)
 class ActivePolicyUpdate:
+    """An active policy; ``inbound`` and ``outbound`` are its rules with their IP set ids."""
+
     id: PolicyID
     policy: model.Policy
+    inbound: tuple[ParsedRule, ...] = ()
+    outbound: tuple[ParsedRule, ...] = ()
 
 
 @attrs.frozen
@@ -84,10 +110,12 @@ class ActivePolicyRemove:
     id: PolicyID
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class ActiveProfileUpdate:
     id: str
     profile: model.ProfileRules
+    inbound: tuple[ParsedRule, ...] = ()
+    outbound: tuple[ParsedRule, ...] = ()
 
 
 @attrs.frozen

@@ -9,13 +9,15 @@ excluded from equality) so the validation filter can check it and name it in war
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from pyfelix.resources import Resource
-from pyfelix.resources.rules import Port
-from pyfelix.resources.schema import FrozenMap
+from pyfelix.values import FrozenMap, Port
+
+if TYPE_CHECKING:
+    # Only a type: values record the resource they came from, the model never reads it.
+    from pyfelix.resources import Resource
 
 NAMESPACE_LABEL = "projectcalico.org/namespace"
 ORCHESTRATOR_LABEL = "projectcalico.org/orchestrator"

@@ -9,12 +9,13 @@ import os
 import re
 import subprocess
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import trio
+from pyroute2.netlink.exceptions import NetlinkError
 
-from pyfelix.errors import PyfelixError
+from pyfelix.errors import DataplaneWriteError
 
 # iptables-restore of a large table takes about a second (PLATFORM.md 2.2); anything near this
 # limit is a hung lock or a broken kernel, not a slow write.
@@ -39,13 +40,20 @@ def tool_kind(program: str) -> str:
     return program
 
 
-class DataplaneWriteError(PyfelixError):
-    """A kernel write failed; ``line`` is the input line the tool rejected, when it says."""
+#: What fails below the kernel writers: each writer maps these to DataplaneWriteError.
+KERNEL_ERRORS = (OSError, NetlinkError, subprocess.SubprocessError, trio.TooSlowError)
 
-    def __init__(self, command: str, stderr: str, line: str = "") -> None:
-        detail = f" (failing line: {line})" if line else ""
-        super().__init__(f"{command} failed: {stderr.strip()}{detail}")
-        self.line = line
+
+@contextlib.contextmanager
+def writing(what: str) -> Iterator[None]:
+    """Map a failure below a kernel writer (a system call, netlink, a timeout) to
+    DataplaneWriteError naming what was being written."""
+    try:
+        yield
+    except DataplaneWriteError:
+        raise
+    except KERNEL_ERRORS as exc:
+        raise DataplaneWriteError(what, str(exc) or type(exc).__name__) from exc
 
 
 async def run(argv: Sequence[str], stdin: str | Iterable[str] = "", check: bool = True) -> str:
@@ -57,7 +65,7 @@ async def run(argv: Sequence[str], stdin: str | Iterable[str] = "", check: bool 
     the rest is being produced and this thread never waits for the tool."""
     kind = tool_kind(argv[0])
     CALLS[kind] += 1
-    with trio.fail_after(COMMAND_TIMEOUT):
+    with writing(" ".join(argv[:2])), trio.fail_after(COMMAND_TIMEOUT):
         if isinstance(stdin, str):
             text = stdin
             with os.fdopen(os.memfd_create(kind), "w+b") as input_file:

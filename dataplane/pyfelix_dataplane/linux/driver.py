@@ -24,14 +24,14 @@ from typing import Any
 
 import attrs
 import trio
-from pyroute2.netlink.exceptions import NetlinkError
 
 from pyfelix import messages as m
 from pyfelix import model
 from pyfelix.config import FelixConfig
 from pyfelix.config.felix_config import ChainInsertMode
+from pyfelix.errors import DataplaneWriteError
 from pyfelix_dataplane.dryrun import DryRunDataplane
-from pyfelix_dataplane.linux.commands import DataplaneWriteError, available
+from pyfelix_dataplane.linux.commands import available
 from pyfelix_dataplane.linux.host_endpoints import interface_addresses, resolve
 from pyfelix_dataplane.linux.ipsets import IpsetWriter
 from pyfelix_dataplane.linux.iptables import IptablesWriter, Script, detect_backend
@@ -57,8 +57,9 @@ MIN_APPLY_INTERVAL = 0.01
 HEALTH_INTERVAL = 10.0
 RETRY_START = 0.2
 RETRY_MAX = 10.0
-#: What a failed kernel write raises: retried with backoff, never fatal.
-WRITE_ERRORS = (DataplaneWriteError, OSError, NetlinkError, trio.TooSlowError)
+#: What a failed kernel write raises (each writer maps the errors below it): retried with
+#: backoff, never fatal.
+WRITE_ERRORS = (DataplaneWriteError,)
 
 
 #: Each area of the kernel is re-read on its own period, as Felix does, so a tampered route is

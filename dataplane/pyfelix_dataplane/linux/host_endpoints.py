@@ -16,6 +16,7 @@ from pyroute2 import IPRoute
 
 from pyfelix import messages as m
 from pyfelix import model
+from pyfelix_dataplane.linux.commands import writing
 from pyfelix_dataplane.linux.routes import link_flags
 
 Interfaces = Mapping[str, frozenset[str]]
@@ -44,6 +45,7 @@ def resolve(
     return resolved
 
 
+@writing("interface listing")
 def interface_addresses(
     named: tuple[str, ...], workload_prefixes: tuple[str, ...]
 ) -> dict[str, frozenset[str]]:

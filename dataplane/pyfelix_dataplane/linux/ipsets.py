@@ -17,7 +17,8 @@ from collections.abc import Mapping
 
 import attrs
 
-from pyfelix_dataplane.linux.commands import DataplaneWriteError, run
+from pyfelix.errors import DataplaneWriteError
+from pyfelix_dataplane.linux.commands import run
 from pyfelix_dataplane.rules.ipsets import maxelem_for
 
 log = logging.getLogger(__name__)

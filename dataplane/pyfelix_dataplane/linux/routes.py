@@ -29,6 +29,8 @@ from pyroute2.netlink.rtnl import RTM_NEWNEIGH, RTM_NEWROUTE
 from pyroute2.netlink.rtnl.ndmsg import ndmsg
 from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
+from pyfelix_dataplane.linux.commands import writing
+
 log = logging.getLogger(__name__)
 
 FELIX_ROUTE_PROTO = 80
@@ -276,4 +278,5 @@ def _route_via(ipr: IPRoute, dst: str, gateway: str, index: int | None) -> None:
 
 class RouteWriter:
     async def apply(self, desired: Mapping[str, RouteTarget]) -> dict[str, str]:
-        return await trio.to_thread.run_sync(sync_routes, dict(desired))
+        with writing("routes"):
+            return await trio.to_thread.run_sync(sync_routes, dict(desired))

@@ -19,6 +19,7 @@ import attrs
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
+from pyfelix_dataplane.linux.commands import writing
 from pyfelix_dataplane.linux.routes import NUD_PERMANENT, sync_only_address
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,7 @@ def _matches(link: object, want: VtepDevice, parent: int) -> bool:
     )
 
 
+@writing("VXLAN device")
 def sync_vxlan(device: VtepDevice | None, remotes: Collection[RemoteVtep]) -> str:
     """Make the kernel match; returns "absent", "ready", or "waiting" (no interface holds the
     underlay address yet). Blocking."""

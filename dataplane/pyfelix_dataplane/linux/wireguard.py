@@ -27,6 +27,7 @@ import attrs
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
+from pyfelix_dataplane.linux.commands import writing
 from pyfelix_dataplane.linux.routes import direct_route, sync_only_address, table_routes
 
 log = logging.getLogger(__name__)
@@ -106,6 +107,7 @@ def _remove(ipr: IPRoute, name: str) -> None:
         ipr.link("del", index=found[0])
 
 
+@writing("WireGuard device")
 def sync_wireguard(device: WireguardDevice | None, previous: str = "") -> str:
     """Make the kernel match ``device`` (None: no device); returns the device's public key
     ("" without a device). ``previous`` is the device name last configured."""

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import attrs
 
+from pyfelix.errors import PyfelixError
+
 DEFAULT_MARK_MASK = 0xFFFF0000
 _NEEDED = 5
 
 
-class MarkMaskTooSmall(ValueError):
+class MarkMaskTooSmall(PyfelixError, ValueError):
     """The configured mask has fewer bits than the rules need."""
 
 

@@ -16,9 +16,7 @@ from collections.abc import Sequence
 import attrs
 
 from pyfelix import messages as m
-from pyfelix import model
-from pyfelix.calc.rule_scanner import IPSetData, side_ipsets
-from pyfelix.resources.rules import Port
+from pyfelix.values import Port
 from pyfelix_dataplane.rules.ipsets import ipset_name
 from pyfelix_dataplane.rules.marks import MarkBits
 from pyfelix_dataplane.rules.model import Chain, Rule, length_limited
@@ -91,12 +89,13 @@ class RuleContext:
     log_prefix: str = "calico-packet"
 
 
-def _set_names(sets: Sequence[IPSetData], version: int) -> list[str]:
-    return [ipset_name(data.id, version) for data in sets]
+def _set_names(set_ids: Sequence[str], version: int) -> list[str]:
+    return [ipset_name(set_id, version) for set_id in set_ids]
 
 
-def render_rule(rule: model.Rule, ctx: RuleContext) -> list[Rule]:
+def render_rule(parsed: m.ParsedRule, ctx: RuleContext) -> list[Rule]:
     """The iptables rules for one Calico rule (empty when it cannot match this IP version)."""
+    rule, sets = parsed.rule, parsed.ipsets
     version = ctx.version
     if rule.ip_version not in (None, version):
         return []
@@ -113,8 +112,8 @@ def render_rule(rule: model.Rule, ctx: RuleContext) -> list[Rule]:
             return []
     marks = ctx.marks
     protocol = _protocol(rule.protocol)
-    src_sel_sets, src_named = side_ipsets(rule.src_selector, rule.src_ports, rule.protocol)
-    dst_sel_sets, dst_named = side_ipsets(rule.dst_selector, rule.dst_ports, rule.protocol)
+    src_sel_sets, src_named = sets.src, sets.src_named_ports
+    dst_sel_sets, dst_named = sets.dst, sets.dst_named_ports
     src_numeric = split_ports([p for p in rule.src_ports if not p.is_named])
     dst_numeric = split_ports([p for p in rule.dst_ports if not p.is_named])
 
@@ -139,14 +138,10 @@ def render_rule(rule: model.Rule, ctx: RuleContext) -> list[Rule]:
     elif nets["dst_nets"]:
         blocks.append([f"--destination {c}" for c in nets["dst_nets"]])
     positive.extend(f"-m set --match-set {n} dst" for n in _set_names(dst_sel_sets, version))
-    if rule.dst_service:
-        service = IPSetData(
-            service=f"{rule.dst_service_namespace}/{rule.dst_service}", include_ports=True
-        )
-        positive.append(f"-m set --match-set {ipset_name(service.id, version)} dst,dst")
-    if rule.src_service:
-        service = IPSetData(service=f"{rule.src_service_namespace}/{rule.src_service}")
-        positive.append(f"-m set --match-set {ipset_name(service.id, version)} src")
+    if sets.dst_service:
+        positive.append(f"-m set --match-set {ipset_name(sets.dst_service, version)} dst,dst")
+    if sets.src_service:
+        positive.append(f"-m set --match-set {ipset_name(sets.src_service, version)} src")
     dst_port_options = [f"-m multiport --destination-ports {p}" for p in dst_numeric] + [
         f"-m set --match-set {n} dst,dst" for n in _set_names(dst_named, version)
     ]
@@ -173,19 +168,16 @@ def render_rule(rule: model.Rule, ctx: RuleContext) -> list[Rule]:
             negative.append(f"! {option} {nets[side][0]}")
         else:
             not_blocks.extend(f"{option} {c}" for c in nets[side])
-    if rule.not_src_selector:
-        name = ipset_name(IPSetData(selector=rule.not_src_selector).id, version)
+    for name in _set_names(sets.not_src, version):
         negative.append(f"-m set ! --match-set {name} src")
     for split in split_ports([p for p in rule.not_src_ports if not p.is_named]):
         negative.append(f"-m multiport ! --source-ports {split}")
     for split in split_ports([p for p in rule.not_dst_ports if not p.is_named]):
         negative.append(f"-m multiport ! --destination-ports {split}")
-    if rule.not_dst_selector:
-        name = ipset_name(IPSetData(selector=rule.not_dst_selector).id, version)
+    for name in _set_names(sets.not_dst, version):
         negative.append(f"-m set ! --match-set {name} dst")
-    not_named_ports = tuple(p for p in rule.not_dst_ports if p.is_named)
-    _, not_dst_named = side_ipsets(rule.dst_selector, not_named_ports, rule.protocol)
-    negative.extend(f"-m set ! --match-set {n} dst,dst" for n in _set_names(not_dst_named, version))
+    not_dst_named = _set_names(sets.not_dst_named_ports, version)
+    negative.extend(f"-m set ! --match-set {n} dst,dst" for n in not_dst_named)
     if rule.not_icmp_type is not None:
         code = f"/{rule.not_icmp_code}" if rule.not_icmp_code is not None else ""
         negative.append(f"-m {icmp} ! {icmp_option} {rule.not_icmp_type}{code}")
@@ -221,7 +213,7 @@ def render_rule(rule: model.Rule, ctx: RuleContext) -> list[Rule]:
 
 
 def rules_chain(
-    name: str, rules: Sequence[model.Rule], ctx: RuleContext, description: str
+    name: str, rules: Sequence[m.ParsedRule], ctx: RuleContext, description: str
 ) -> Chain:
     """A policy or profile chain: the rules in order, a trailing RETURN dropped (it is implied),
     and the first rule commented with what the chain is."""
@@ -244,12 +236,8 @@ def policy_chains(policy: m.ActivePolicyUpdate, ctx: RuleContext) -> list[Chain]
     pid = policy.id
     label = f"{pid.kind} {pid.namespace + '/' if pid.namespace else ''}{pid.name}"
     return [
-        rules_chain(
-            policy_chain_name(pid, True), policy.policy.inbound_rules, ctx, f"{label} ingress"
-        ),
-        rules_chain(
-            policy_chain_name(pid, False), policy.policy.outbound_rules, ctx, f"{label} egress"
-        ),
+        rules_chain(policy_chain_name(pid, True), policy.inbound, ctx, f"{label} ingress"),
+        rules_chain(policy_chain_name(pid, False), policy.outbound, ctx, f"{label} egress"),
     ]
 
 
@@ -259,13 +247,13 @@ def profile_chains(profile: m.ActiveProfileUpdate, ctx: RuleContext) -> list[Cha
     return [
         rules_chain(
             profile_chain_name(profile.id, True),
-            profile.profile.inbound_rules,
+            profile.inbound,
             ctx,
             f"{label} ingress",
         ),
         rules_chain(
             profile_chain_name(profile.id, False),
-            profile.profile.outbound_rules,
+            profile.outbound,
             ctx,
             f"{label} egress",
         ),

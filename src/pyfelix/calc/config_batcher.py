@@ -11,8 +11,8 @@ import os
 from collections.abc import Mapping
 
 from pyfelix import model
+from pyfelix.calc.sequencer import EventSequencer
 from pyfelix.config.params import BY_FELIX_NAME
-from pyfelix.sequencer import EventSequencer
 
 
 def environment_config(environ: Mapping[str, str]) -> dict[str, str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pyfelix import messages as m
 from pyfelix import model
-from pyfelix.sequencer import EventSequencer
+from pyfelix.calc.sequencer import EventSequencer
 
 
 class EncapsulationResolver:

@@ -21,11 +21,11 @@ from pyfelix.calc.passthru import DataplanePassthru
 from pyfelix.calc.policy_resolver import PolicyResolver, policy_id
 from pyfelix.calc.profile_decoder import ProfileDecoder
 from pyfelix.calc.routes import L3RouteResolver
-from pyfelix.calc.rule_scanner import IPSetData, RuleScanner
+from pyfelix.calc.rule_scanner import IPSetData, RuleScanner, parse_rules
+from pyfelix.calc.sequencer import EventSequencer
 from pyfelix.calc.service_index import ServiceIndex
 from pyfelix.calc.vxlan import VXLANResolver
 from pyfelix.resources import EndpointSlice, Service
-from pyfelix.sequencer import EventSequencer
 from pyfelix.syncer.api import SyncStatus, Update
 
 
@@ -96,7 +96,12 @@ class CalcGraph:
 
         def policy_active(key: model.PolicyKey, policy: model.Policy) -> None:
             scanner.on_rules_update(key, policy.inbound_rules + policy.outbound_rules)
-            seq.policies.update(policy_id(key), m.ActivePolicyUpdate(policy_id(key), policy))
+            pid = policy_id(key)
+            inbound, outbound = (
+                parse_rules(policy.inbound_rules),
+                parse_rules(policy.outbound_rules),
+            )
+            seq.policies.update(pid, m.ActivePolicyUpdate(pid, policy, inbound, outbound))
 
         def policy_inactive(key: model.PolicyKey) -> None:
             seq.policies.remove(policy_id(key))
@@ -104,7 +109,8 @@ class CalcGraph:
 
         def profile_active(name: str, rules: model.ProfileRules) -> None:
             scanner.on_rules_update(("profile", name), rules.inbound_rules + rules.outbound_rules)
-            seq.profiles.update(name, m.ActiveProfileUpdate(name, rules))
+            inbound, outbound = parse_rules(rules.inbound_rules), parse_rules(rules.outbound_rules)
+            seq.profiles.update(name, m.ActiveProfileUpdate(name, rules, inbound, outbound))
 
         def profile_inactive(name: str) -> None:
             seq.profiles.remove(name)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pyfelix import messages as m
 from pyfelix import model
+from pyfelix.calc.sequencer import EventSequencer
 from pyfelix.resources import Service
-from pyfelix.sequencer import EventSequencer
 
 
 class DataplanePassthru:

@@ -6,14 +6,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from pyfelix import messages as m
+from pyfelix.calc.sequencer import EventSequencer
 from pyfelix.model import (
     NAMESPACE_LABEL_PREFIX,
     NAMESPACE_PROFILE_PREFIX,
     SERVICE_ACCOUNT_LABEL_PREFIX,
     SERVICE_ACCOUNT_PROFILE_PREFIX,
 )
-from pyfelix.resources.schema import FrozenMap
-from pyfelix.sequencer import EventSequencer
+from pyfelix.values import FrozenMap
 
 
 def _strip(labels: Mapping[str, str], prefix: str) -> FrozenMap[str]:

@@ -13,7 +13,7 @@ import ipaddress
 
 from pyfelix import messages as m
 from pyfelix import model
-from pyfelix.sequencer import EventSequencer
+from pyfelix.calc.sequencer import EventSequencer
 
 
 class L3RouteResolver:

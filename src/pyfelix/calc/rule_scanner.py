@@ -8,14 +8,16 @@ service index fill the active sets.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from functools import cached_property
 
 import attrs
 
+from pyfelix import messages as m
 from pyfelix import model
-from pyfelix.resources.rules import Port
 from pyfelix.selector import make_unique_id, parse_selector
+from pyfelix.values import Port
 
 IP_NET = "hash:net"
 IP_PORT = "hash:ip,port"
@@ -121,6 +123,41 @@ def rule_ipsets(rule: model.Rule) -> list[IPSetData]:
             )
         )
     return sets
+
+
+def _ids(sets: Iterable[IPSetData]) -> tuple[str, ...]:
+    return tuple(data.id for data in sets)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def parse_rule(rule: model.Rule) -> m.ParsedRule:
+    """The rule with the ids of the IP sets it matches on, as they leave the graph."""
+    src, src_named = side_ipsets(rule.src_selector, rule.src_ports, rule.protocol)
+    dst, dst_named = side_ipsets(rule.dst_selector, rule.dst_ports, rule.protocol)
+    not_dst_ports = tuple(p for p in rule.not_dst_ports if p.is_named)
+    _, not_dst_named = side_ipsets(rule.dst_selector, not_dst_ports, rule.protocol)
+    src_service = dst_service = ""
+    if rule.src_service:
+        src_service = IPSetData(service=f"{rule.src_service_namespace}/{rule.src_service}").id
+    if rule.dst_service:
+        service = f"{rule.dst_service_namespace}/{rule.dst_service}"
+        dst_service = IPSetData(service=service, include_ports=True).id
+    ipsets = m.RuleIPSets(
+        src=_ids(src),
+        src_named_ports=_ids(src_named),
+        not_src=_ids([IPSetData(selector=rule.not_src_selector)] if rule.not_src_selector else []),
+        dst=_ids(dst),
+        dst_named_ports=_ids(dst_named),
+        not_dst=_ids([IPSetData(selector=rule.not_dst_selector)] if rule.not_dst_selector else []),
+        not_dst_named_ports=_ids(not_dst_named),
+        src_service=src_service,
+        dst_service=dst_service,
+    )
+    return m.ParsedRule(rule, ipsets)
+
+
+def parse_rules(rules: Iterable[model.Rule]) -> tuple[m.ParsedRule, ...]:
+    return tuple(parse_rule(rule) for rule in rules)
 
 
 class RuleScanner:

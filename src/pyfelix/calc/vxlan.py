@@ -8,7 +8,7 @@ import hashlib
 
 from pyfelix import messages as m
 from pyfelix import model
-from pyfelix.sequencer import EventSequencer
+from pyfelix.calc.sequencer import EventSequencer
 
 
 def derived_vtep_mac(node: str) -> str:

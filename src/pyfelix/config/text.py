@@ -13,6 +13,8 @@ from typing import Any, TypeVar
 
 import attrs
 
+from pyfelix.errors import PyfelixError
+
 E = TypeVar("E", bound=enum.StrEnum)
 
 
@@ -37,7 +39,7 @@ _UNIT_SECONDS = {
 }
 
 
-class ParamError(ValueError):
+class ParamError(PyfelixError, ValueError):
     """A FelixConfiguration value Felix would reject; ``field`` is relative to the param."""
 
     def __init__(self, message: str, field: str = "") -> None:

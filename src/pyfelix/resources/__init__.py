@@ -31,7 +31,8 @@ from pyfelix.resources.policy import (
     StagedNetworkPolicy,
     Tier,
 )
-from pyfelix.resources.rules import EntityRule, Port, Rule
+from pyfelix.resources.rules import EntityRule, Rule
+from pyfelix.values import Port
 
 __all__ = [
     "KINDS",

@@ -19,7 +19,6 @@ from pyfelix.resources.schema import (
     STR,
     STR_LIST,
     Context,
-    FrozenMap,
     ListOf,
     Nested,
     Spec,
@@ -29,6 +28,7 @@ from pyfelix.resources.schema import (
     thaw,
     type_name,
 )
+from pyfelix.values import FrozenMap
 
 
 @attrs.frozen

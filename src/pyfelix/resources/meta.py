@@ -16,13 +16,13 @@ from pyfelix.resources.schema import (
     STR_LIST,
     STR_MAP,
     Context,
-    FrozenMap,
     Missing,
     Spec,
     decode,
     encode,
     field,
 )
+from pyfelix.values import FrozenMap
 
 CALICO_API_VERSION = "projectcalico.org/v3"
 

@@ -6,16 +6,8 @@ import attrs
 
 from pyfelix.resources.meta import ConditionsStatus, Resource, register
 from pyfelix.resources.rules import RULES, Rule
-from pyfelix.resources.schema import (
-    BOOL,
-    FLOAT,
-    STR,
-    STR_LIST,
-    STR_MAP,
-    FrozenMap,
-    Spec,
-    field,
-)
+from pyfelix.resources.schema import BOOL, FLOAT, STR, STR_LIST, STR_MAP, Spec, field
+from pyfelix.values import FrozenMap
 
 DEFAULT_TIER = "default"
 # Felix's order for the default tier when no Tier resource gives one.

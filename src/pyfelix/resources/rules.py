@@ -6,8 +6,6 @@ that ``to_manifest()`` prints what calicoctl would; normalisation belongs to the
 
 from __future__ import annotations
 
-import re
-
 import attrs
 
 from pyfelix.resources.schema import (
@@ -20,53 +18,13 @@ from pyfelix.resources.schema import (
     STR_LIST,
     STR_MAP,
     Context,
-    FrozenMap,
     ListOf,
     Missing,
     Nested,
     Spec,
     field,
 )
-
-_RANGE = re.compile(r"^(\d+):(\d+)$")
-_NUMBER = re.compile(r"^\d+$")
-
-
-@attrs.frozen
-class Port:
-    """A port, a ``"min:max"`` range, or a named port (resolved per endpoint by Felix)."""
-
-    min_port: int = 0
-    max_port: int = 0
-    name: str = ""
-
-    @classmethod
-    def parse(cls, value: int | str) -> Port:
-        """Parse Calico's numorstring.Port; raises ValueError for anything else."""
-        if isinstance(value, bool):
-            raise ValueError(f"invalid port {value!r}")  # noqa: TRY004 (a value problem for users)
-        if isinstance(value, int):
-            return cls(value, value)
-        value = value.strip()
-        if _NUMBER.match(value):
-            return cls(int(value), int(value))
-        match = _RANGE.match(value)
-        if match:
-            return cls(int(match.group(1)), int(match.group(2)))
-        if not value or ":" in value:
-            raise ValueError(f"invalid port range {value!r}: expected N, N:M or a port name")
-        return cls(name=value)
-
-    @property
-    def is_named(self) -> bool:
-        return bool(self.name)
-
-    def __str__(self) -> str:
-        if self.name:
-            return self.name
-        if self.min_port == self.max_port:
-            return str(self.min_port)
-        return f"{self.min_port}:{self.max_port}"
+from pyfelix.values import FrozenMap, Port
 
 
 @attrs.frozen

@@ -12,12 +12,13 @@ named and reported with all its problems.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
 
 import attrs
 
-from pyfelix.errors import FieldProblem
+from pyfelix.errors import FieldProblem, PyfelixError
+from pyfelix.values import FrozenMap
 
 T = TypeVar("T")
 JSON = Any
@@ -183,44 +184,12 @@ class MapOf(Generic[T]):
         return {k: self.item.encode(v) for k, v in sorted(value.items())}
 
 
-class FrozenMap(Mapping[str, T]):
-    """An immutable, hashable mapping so resources stay usable as dict keys."""
-
-    __slots__ = ("_data", "_hash")
-
-    def __init__(self, data: Mapping[str, T] | None = None) -> None:
-        self._data: dict[str, T] = dict(data or {})
-        self._hash: int | None = None
-
-    def __getitem__(self, key: str) -> T:
-        return self._data[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._data)
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-    def __hash__(self) -> int:
-        if self._hash is None:
-            self._hash = hash(frozenset(self._data.items()))
-        return self._hash
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Mapping):
-            return self._data == dict(other)
-        return NotImplemented
-
-    def __repr__(self) -> str:
-        return f"FrozenMap({self._data!r})"
-
-
 #: Free-form values (kept verbatim) nested deeper than this are refused: nothing Calico defines
 #: comes close, and every later stage that walks them recursively stays far from Python's limit.
 MAX_FREE_FORM_DEPTH = 32
 
 
-class TooDeep(ValueError):
+class TooDeep(PyfelixError, ValueError):
     def __init__(self) -> None:
         super().__init__(f"nested more than {MAX_FREE_FORM_DEPTH} levels deep")
 

@@ -13,12 +13,14 @@ import enum
 
 import attrs
 
+from pyfelix.errors import PyfelixError
+
 MAX_LABEL_LENGTH = 512
 _LABEL_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./-")
 _WHITESPACE = " \t"
 
 
-class SelectorError(ValueError):
+class SelectorError(PyfelixError, ValueError):
     """A selector that does not parse; ``position`` is the 0-based character offset."""
 
     def __init__(self, text: str, position: int, reason: str) -> None:

@@ -16,6 +16,8 @@ from pathlib import Path
 import attrs
 import trio
 
+from pyfelix.errors import PyfelixError
+
 IN_MODIFY = 0x00000002
 IN_CLOSE_WRITE = 0x00000008
 IN_MOVED_FROM = 0x00000040
@@ -44,7 +46,7 @@ _EVENT = struct.Struct("iIII")
 _READ_SIZE = 64 * 1024
 
 
-class InotifyUnavailable(OSError):
+class InotifyUnavailable(PyfelixError, OSError):
     """The kernel or libc offers no inotify; callers fall back to polling."""
 
 

@@ -57,9 +57,9 @@ from pyfelix.resources import (
 )
 from pyfelix.resources.rules import EntityRule
 from pyfelix.resources.rules import Rule as V3Rule
-from pyfelix.resources.schema import FrozenMap
 from pyfelix.selector import SelectorError, parse_selector
 from pyfelix.syncer.api import Update, UpdateType
+from pyfelix.values import FrozenMap
 
 KV = tuple[Hashable, object | None]
 

@@ -16,9 +16,9 @@ from pyfelix.config.params import BY_JSON, Param
 from pyfelix.config.text import ParamError, ProtoPort, parse_duration
 from pyfelix.ipnet import parse_address
 from pyfelix.resources.cluster import FelixConfiguration
-from pyfelix.resources.rules import Port
 from pyfelix.selector import SelectorError, parse_selector
 from pyfelix.validation.common import INTERFACE_NAME, Checker, check_name
+from pyfelix.values import Port
 
 _IFACE_PARAM = re.compile(r"^[a-zA-Z0-9:._+-]{1,15}$")
 _INTERFACE_PREFIX = re.compile(r"^[a-zA-Z0-9_-]{1,15}(,[a-zA-Z0-9_-]{1,15})*$")

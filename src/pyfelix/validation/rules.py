@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pyfelix.ipnet import IPNetwork
-from pyfelix.resources.rules import EntityRule, ICMPFields, Port, Rule
+from pyfelix.resources.rules import EntityRule, ICMPFields, Rule
 from pyfelix.validation.common import (
     Checker,
     check_cidr,
@@ -16,6 +16,7 @@ from pyfelix.validation.common import (
     port_name_problem,
     supports_ports,
 )
+from pyfelix.values import Port
 
 ACTIONS = ("Allow", "Deny", "Log", "Pass")
 ICMP_PROTOCOLS = {"ICMP": 4, 1: 4, "ICMPv6": 6, 58: 6}

@@ -28,11 +28,11 @@ import attrs
 
 from pyfelix import messages as m
 from pyfelix.calc.graph import CalcGraph
+from pyfelix.calc.sequencer import EventSequencer
+from pyfelix.calc.validation_filter import ValidationFilter
 from pyfelix.resources import Resource
-from pyfelix.sequencer import EventSequencer
 from pyfelix.syncer.api import SyncStatus, Update
 from pyfelix.syncer.processors import Converter
-from pyfelix.validation.filter import ValidationFilter
 from pyfelix.validation.kinds import ValidationContext
 
 

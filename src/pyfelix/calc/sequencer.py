@@ -22,7 +22,7 @@ from typing import Generic, TypeVar
 
 from pyfelix import messages as m
 from pyfelix import model
-from pyfelix.resources.schema import FrozenMap
+from pyfelix.values import FrozenMap
 
 Emit = Callable[[m.ToDataplane], None]
 K = TypeVar("K", bound=Hashable)

@@ -18,10 +18,10 @@ import attrs
 import trio
 
 from pyfelix import messages as m
+from pyfelix.calc.decoupler import Decoupler
 from pyfelix.calc.graph import CalcGraph
-from pyfelix.decoupler import Decoupler
+from pyfelix.calc.pipeline import Pipeline, build_pipeline
 from pyfelix.health import CALC_GRAPH, CALC_GRAPH_TIMEOUT, HEALTH_INTERVAL, HealthAggregator
-from pyfelix.pipeline import Pipeline, build_pipeline
 from pyfelix.syncer.api import SyncStatus, Update
 from pyfelix.validation.kinds import ValidationContext
 

@@ -1,0 +1,86 @@
+"""Immutable values shared by the resource model, Felix's model and the messages: a hashable
+mapping and a port. A leaf module, so the messages the dataplane reads depend on nothing of the
+resource layer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from typing import TypeVar
+
+import attrs
+
+T = TypeVar("T")
+
+_RANGE = re.compile(r"^(\d+):(\d+)$")
+_NUMBER = re.compile(r"^\d+$")
+
+
+class FrozenMap(Mapping[str, T]):
+    """An immutable, hashable mapping so resources stay usable as dict keys."""
+
+    __slots__ = ("_data", "_hash")
+
+    def __init__(self, data: Mapping[str, T] | None = None) -> None:
+        self._data: dict[str, T] = dict(data or {})
+        self._hash: int | None = None
+
+    def __getitem__(self, key: str) -> T:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash(frozenset(self._data.items()))
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Mapping):
+            return self._data == dict(other)
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"FrozenMap({self._data!r})"
+
+
+@attrs.frozen
+class Port:
+    """A port, a ``"min:max"`` range, or a named port (resolved per endpoint by Felix)."""
+
+    min_port: int = 0
+    max_port: int = 0
+    name: str = ""
+
+    @classmethod
+    def parse(cls, value: int | str) -> Port:
+        """Parse Calico's numorstring.Port; raises ValueError for anything else."""
+        if isinstance(value, bool):
+            raise ValueError(f"invalid port {value!r}")  # noqa: TRY004 (a value problem for users)
+        if isinstance(value, int):
+            return cls(value, value)
+        value = value.strip()
+        if _NUMBER.match(value):
+            return cls(int(value), int(value))
+        match = _RANGE.match(value)
+        if match:
+            return cls(int(match.group(1)), int(match.group(2)))
+        if not value or ":" in value:
+            raise ValueError(f"invalid port range {value!r}: expected N, N:M or a port name")
+        return cls(name=value)
+
+    @property
+    def is_named(self) -> bool:
+        return bool(self.name)
+
+    def __str__(self) -> str:
+        if self.name:
+            return self.name
+        if self.min_port == self.max_port:
+            return str(self.min_port)
+        return f"{self.min_port}:{self.max_port}"
