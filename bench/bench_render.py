@@ -16,8 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_calc_graph import tag_policies
 from pyfelix.calc.pipeline import build_pipeline
 from pyfelix.syncer.api import SyncStatus
-from pyfelix_dataplane.dryrun import DryRunDataplane
 from pyfelix_dataplane.rules.render import render
+from pyfelix_dataplane.state import NodeState
 
 
 def timed_load(namespace: str, command: list[str], text: str) -> float:
@@ -29,7 +29,7 @@ def timed_load(namespace: str, command: list[str], text: str) -> float:
 def main() -> None:
     endpoints = int(sys.argv[1]) if len(sys.argv) > 1 else 250_000
     policies = int(sys.argv[2]) if len(sys.argv) > 2 else 10_000
-    dataplane = DryRunDataplane()
+    dataplane = NodeState()
     pipeline = build_pipeline("host-local", dataplane.apply)
     updates = list(tag_policies(endpoints, policies))
     for offset in range(0, len(updates), 100):

@@ -10,7 +10,7 @@ from typing import Any
 import attrs
 
 from pyfelix import messages as m
-from pyfelix_dataplane.dryrun import DryRunDataplane, keyed_identity
+from pyfelix_dataplane.state import NodeState, keyed_identity
 
 KEYED_REMOVALS = (
     m.ServiceAccountRemove,
@@ -36,7 +36,7 @@ def _rule_set_ids(update: m.ActivePolicyUpdate | m.ActiveProfileUpdate) -> set[s
 
 
 @attrs.define
-class StrictDataplane(DryRunDataplane):
+class StrictDataplane(NodeState):
     """The dry-run dataplane, refusing anything a real dataplane could not apply in order."""
 
     received: list[Any] = attrs.Factory(list)

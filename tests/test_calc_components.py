@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pyfelix import messages as m
 from pyfelix import model
 from pyfelix.calc.config_batcher import environment_config
 from pyfelix.calc.ipsets import IPSetMemberIndex, split_default_route
@@ -11,7 +10,6 @@ from pyfelix.calc.service_index import ServiceIndex
 from pyfelix.resources import EndpointSlice
 from pyfelix.selector import make_unique_id, parse_selector
 from pyfelix.values import FrozenMap, Port
-from pyfelix_dataplane.linux.driver import LinuxDriver
 
 
 def members_recorder() -> tuple[dict[str, set[str]], IPSetMemberIndex]:
@@ -146,13 +144,3 @@ def test_environment_overrides_configuration() -> None:
     """FELIX_<NAME> (any case) overrides datastore configuration, by Felix's parameter name."""
     env = {"FELIX_LOGSEVERITYSCREEN": "Debug", "felix_healthenabled": "true", "FELIX_BOGUS": "1"}
     assert environment_config(env) == {"LogSeverityScreen": "Debug", "HealthEnabled": "true"}
-
-
-def test_endpoint_status_follows_routes() -> None:
-    """A workload is up once its addresses are routed, down while its interface is missing."""
-    driver = LinuxDriver(to_calc=None)
-    key = model.WorkloadEndpointKey("node", "k8s", "ns/pod", "eth0")
-    endpoint = model.WorkloadEndpoint("active", "cali1", "", (), ("10.0.0.1/32",), (), FrozenMap())
-    driver.state.apply(m.WorkloadEndpointUpdate(key, endpoint, ()))
-    assert driver.endpoint_statuses({"10.0.0.1/32": "added"}) == {key: "up"}
-    assert driver.endpoint_statuses({"10.0.0.1/32": "waiting"}) == {key: "down"}

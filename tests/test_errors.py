@@ -49,4 +49,3 @@ def test_writers_map_what_fails_below_them(error: Exception) -> None:
 async def test_a_missing_tool_is_a_write_error_not_a_crash() -> None:
     with pytest.raises(DataplaneWriteError, match="no-such-tool-here"):
         await run(["no-such-tool-here", "restore"], "")
-

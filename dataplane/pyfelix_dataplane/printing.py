@@ -13,10 +13,11 @@ import attrs
 import trio
 
 from pyfelix import messages as m
-from pyfelix_dataplane.dryrun import DryRunDataplane, describe_message
+from pyfelix_dataplane.dryrun import describe_message
 from pyfelix_dataplane.rules.ipsets import ipset_name, member_version
 from pyfelix_dataplane.rules.model import Chain
 from pyfelix_dataplane.rules.render import render
+from pyfelix_dataplane.state import NodeState
 
 ChainKey = tuple[int, str, str]
 
@@ -29,7 +30,7 @@ class PrintingDriver:
     render_interval: float = 0.1
     #: Told (ready) after every round of the loop, as Felix's dataplane reports its health.
     report_health: Callable[[bool], None] = lambda ready: None
-    state: DryRunDataplane = attrs.Factory(DryRunDataplane)
+    state: NodeState = attrs.Factory(NodeState)
     _started: float = 0.0
     _dirty: bool = False
     _chains: dict[ChainKey, Chain] = attrs.Factory(dict)

@@ -15,8 +15,9 @@ from typing import Any
 from pyfelix.calc.pipeline import build_pipeline
 from pyfelix.resources import Resource
 from pyfelix.validation import context_from
-from pyfelix_dataplane.dryrun import DryRunDataplane, snapshot
+from pyfelix_dataplane.dryrun import snapshot
 from pyfelix_dataplane.rules.render import TABLES, render
+from pyfelix_dataplane.state import NodeState
 
 
 def default_hostname() -> str:
@@ -26,11 +27,11 @@ def default_hostname() -> str:
     )
 
 
-def compute(resources: Iterable[Resource], hostname: str) -> tuple[dict[str, Any], DryRunDataplane]:
+def compute(resources: Iterable[Resource], hostname: str) -> tuple[dict[str, Any], NodeState]:
     """The snapshot of ``hostname``'s dataplane for this datastore content, with the rendered
     iptables-restore scripts (per IP version and table) and ipset restore script."""
     resources = list(resources)
-    dataplane = DryRunDataplane()
+    dataplane = NodeState()
     pipeline = build_pipeline(hostname, dataplane.apply, context_from(resources))
     pipeline.load(resources)
 

@@ -18,7 +18,7 @@ from pyfelix import messages as m
 from pyfelix import model
 from pyfelix.calc.rule_scanner import IPSetData, side_ipsets
 from pyfelix.values import Port
-from pyfelix_dataplane.dryrun import DryRunDataplane
+from pyfelix_dataplane.state import NodeState
 
 PROTOCOLS = {"tcp": 6, "udp": 17, "icmp": 1, "icmpv6": 58, "sctp": 132, "udplite": 136}
 
@@ -49,7 +49,7 @@ def _in_nets(ip: str, nets: Sequence[str]) -> bool:
 
 @attrs.define
 class Explainer:
-    dataplane: DryRunDataplane
+    dataplane: NodeState
 
     def _members(self, data: IPSetData) -> set[str]:
         return self.dataplane.ipsets.get(data.id, ("", set()))[1]

@@ -12,7 +12,6 @@ from collections.abc import Iterable, Mapping
 import attrs
 
 from pyfelix.config import FelixConfig, ProtoPort
-from pyfelix_dataplane.dryrun import DryRunDataplane
 from pyfelix_dataplane.rules import ipsets as ipset_rendering
 from pyfelix_dataplane.rules.endpoints import (
     ANY_INTERFACE,
@@ -29,6 +28,7 @@ from pyfelix_dataplane.rules.policy import (
     profile_chains,
     set_mark,
 )
+from pyfelix_dataplane.state import NodeState
 
 TABLES = ("raw", "mangle", "nat", "filter")
 MASQ_POOLS = "masq-ipam-pools"
@@ -110,7 +110,7 @@ def ip_versions(config: FelixConfig) -> tuple[int, ...]:
 
 
 def render(
-    dp: DryRunDataplane, versions: Iterable[int] | None = None, *, with_text: bool = True
+    dp: NodeState, versions: Iterable[int] | None = None, *, with_text: bool = True
 ) -> Rendered:
     """Chains per version and table, and the kernel's ipsets; ``with_text`` also builds the
     restore scripts (the dry-run prints them). ``versions`` defaults to what the
@@ -133,7 +133,7 @@ def render(
 
 
 def render_chains(
-    dp: DryRunDataplane, version: int, settings: Settings | None = None
+    dp: NodeState, version: int, settings: Settings | None = None
 ) -> dict[str, tuple[Chain, ...]]:
     """One IP version's chains per table (the Linux driver renders these for a state in which
     host endpoints have been placed on the kernel's interfaces)."""
@@ -142,13 +142,11 @@ def render_chains(
     return {table: tuple(chains) for table, chains in tables.items()}
 
 
-def _all_sets(dp: DryRunDataplane) -> dict[str, tuple[str, set[str]]]:
+def _all_sets(dp: NodeState) -> dict[str, tuple[str, set[str]]]:
     return {k: (t, members) for k, (t, members) in dp.ipsets.items()} | _special_ipsets(dp)
 
 
-def kernel_ipsets(
-    dp: DryRunDataplane, versions: Iterable[int]
-) -> dict[str, tuple[str, frozenset[str]]]:
+def kernel_ipsets(dp: NodeState, versions: Iterable[int]) -> dict[str, tuple[str, frozenset[str]]]:
     """The kernel's IP sets (per version, named as Felix names them) with their members."""
     return {
         ipset_rendering.ipset_name(set_id, version): (
@@ -160,7 +158,7 @@ def kernel_ipsets(
     }
 
 
-def _special_ipsets(dp: DryRunDataplane) -> dict[str, tuple[str, set[str]]]:
+def _special_ipsets(dp: NodeState) -> dict[str, tuple[str, set[str]]]:
     """The fixed sets Felix keeps: NAT-outgoing pools, all pools, VXLAN-capable hosts."""
     pools = [v for (kind, _), v in dp.others.items() if kind == "pool"]
     hosts = [v for (kind, _), v in dp.others.items() if kind == "host"]
@@ -177,7 +175,7 @@ def _special_ipsets(dp: DryRunDataplane) -> dict[str, tuple[str, set[str]]]:
 
 
 def _render_version(
-    dp: DryRunDataplane,
+    dp: NodeState,
     settings: Settings,
     version: int,
     special_sets: Mapping[str, tuple[str, set[str]]],
@@ -420,7 +418,7 @@ def _render_version(
 
 
 def _host_endpoint_chains(
-    dp: DryRunDataplane,
+    dp: NodeState,
     settings: Settings,
     filter_chains: list[Chain],
     raw_chains: list[Chain],

@@ -1,0 +1,115 @@
+"""The kernel as the managers see it: one small interface per writer, and the Linux set of them.
+
+Each writer's real implementation is tested against the kernel in namespaces; each has a fake in
+tests/fake_kernel.py that checks what it is given as the kernel would (a rule naming a set that
+does not exist, a member of the wrong family), so the driver's ordering, retry and repair are
+tested without root. A writer raises DataplaneWriteError for every failure (commands.writing
+maps what fails below it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from typing import Protocol
+
+import attrs
+import trio
+
+from pyfelix.config import FelixConfig
+from pyfelix.config.felix_config import ChainInsertMode
+from pyfelix_dataplane.linux.commands import available
+from pyfelix_dataplane.linux.host_endpoints import interface_addresses
+from pyfelix_dataplane.linux.ipsets import DesiredSets, IpsetWriter
+from pyfelix_dataplane.linux.iptables import Desired, IptablesWriter, Script, detect_backend
+from pyfelix_dataplane.linux.monitor import watch_interfaces
+from pyfelix_dataplane.linux.routes import RouteTarget, RouteWriter, link_flags
+from pyfelix_dataplane.linux.vxlan import RemoteVtep, VtepDevice, sync_vxlan
+from pyfelix_dataplane.linux.wireguard import WireguardDevice, sync_wireguard
+from pyfelix_dataplane.rules.render import ip_versions
+
+
+class IpsetWriting(Protocol):
+    async def apply_updates(self, desired: DesiredSets, refresh: bool = False) -> str: ...
+
+    async def apply_deletions(self, desired: DesiredSets) -> list[str]: ...
+
+
+class TableWriting(Protocol):
+    """One IP version's tables: plan a restore against the kernel as it is, then write it."""
+
+    version: int
+
+    async def prepare(self, desired: Mapping[str, Desired]) -> Script: ...
+
+    async def write(self, script: Script) -> None: ...
+
+
+class RouteWriting(Protocol):
+    async def apply(self, desired: Mapping[str, RouteTarget]) -> dict[str, str]: ...
+
+
+class DeviceWriting(Protocol):
+    """The tunnel devices: VXLAN (returns absent/ready/waiting) and WireGuard (its key)."""
+
+    async def vxlan(self, device: VtepDevice | None, remotes: Collection[RemoteVtep]) -> str: ...
+
+    async def wireguard(self, device: WireguardDevice | None, previous: str) -> str: ...
+
+
+class InterfaceReading(Protocol):
+    async def addresses(
+        self, named: tuple[str, ...], workload_prefixes: tuple[str, ...]
+    ) -> dict[str, frozenset[str]]: ...
+
+    def flags(self, name: str) -> tuple[int, int] | None: ...
+
+
+@attrs.define
+class LinuxDevices:
+    async def vxlan(self, device: VtepDevice | None, remotes: Collection[RemoteVtep]) -> str:
+        return await trio.to_thread.run_sync(sync_vxlan, device, remotes)
+
+    async def wireguard(self, device: WireguardDevice | None, previous: str) -> str:
+        return await trio.to_thread.run_sync(sync_wireguard, device, previous)
+
+
+@attrs.define
+class LinuxInterfaces:
+    async def addresses(
+        self, named: tuple[str, ...], workload_prefixes: tuple[str, ...]
+    ) -> dict[str, frozenset[str]]:
+        return await trio.to_thread.run_sync(interface_addresses, named, workload_prefixes)
+
+    def flags(self, name: str) -> tuple[int, int] | None:
+        return link_flags(name)
+
+
+@attrs.define(eq=False)
+class Kernel:
+    """Everything the driver writes and reads, for the IP versions it programs."""
+
+    ipsets: IpsetWriting
+    tables: dict[int, TableWriting]
+    routes: RouteWriting
+    devices: DeviceWriting
+    interfaces: InterfaceReading
+    #: Calls back with an interface name on every link or address change, until cancelled.
+    watch: Callable[[Callable[[str], None]], Awaitable[None]]
+    description: str = ""
+
+
+async def linux_kernel(config: FelixConfig) -> Kernel:
+    """The real kernel, with the iptables backend chosen as configured (or detected), and IPv6
+    only where it is enabled and ip6tables exists."""
+    backend = await detect_backend(config.iptables_backend)
+    versions = [v for v in ip_versions(config) if v == 4 or available(f"ip6tables-{backend}")]
+    mode = "append" if config.chain_insert_mode is ChainInsertMode.APPEND else "insert"
+    return Kernel(
+        ipsets=IpsetWriter(),
+        tables={v: IptablesWriter(v, backend, mode) for v in versions},
+        routes=RouteWriter(),
+        devices=LinuxDevices(),
+        interfaces=LinuxInterfaces(),
+        watch=watch_interfaces,
+        description=f"iptables-{backend}, IPv{'/'.join(map(str, versions))}",
+    )

@@ -1,0 +1,27 @@
+"""The Linux dataplane's managers, one per concern, as Felix's int_dataplane splits them.
+
+Each reads the desired state (pyfelix_dataplane.state.NodeState, shared with the dry-run),
+works out what its part of the kernel should hold, and writes it through its writer
+(pyfelix_dataplane.linux.kernel). The driver only orders them:
+
+    endpoints.resolve  -> host endpoints placed on interfaces (rendering needs it)
+    ipsets.apply       -> sets created and filled            (rules refer to them)
+    tables.plan/write  -> each IP version's four tables      (beside the routes)
+    vxlan, wireguard, routes                                  (devices before routes)
+    ipsets.clean_up    -> sets no rule refers to any more
+    endpoints.report   -> workload and host endpoint status
+
+``invalidate`` forgets what a manager wrote, so its next apply re-reads the kernel and
+repairs it (the refresh of its ``area``).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class Manager(Protocol):
+    #: The refresh period it belongs to: "iptables", "ipsets" or "routes".
+    area: str
+
+    def invalidate(self) -> None: ...

@@ -1,0 +1,52 @@
+"""Routes: each local workload through its interface (with its interface settings and pinned
+MAC); with VXLAN, each remote block through the remote node's tunnel address, or straight to
+the node where the pool is CrossSubnet and the node shares our subnet."""
+
+from __future__ import annotations
+
+import attrs
+
+from pyfelix_dataplane.linux.kernel import RouteWriting
+from pyfelix_dataplane.linux.routes import RouteTarget
+from pyfelix_dataplane.linux.vxlan import DEVICE as VXLAN_DEVICE
+from pyfelix_dataplane.state import NodeState
+
+
+@attrs.define(eq=False)
+class RoutesManager:
+    state: NodeState
+    writer: RouteWriting
+    hostname: str
+    area: str = "routes"
+    #: Per destination: "added", "waiting" (interface missing) or "failed", from the last write.
+    results: dict[str, str] = attrs.Factory(dict)
+    _written: dict[str, RouteTarget] | None = None
+
+    def invalidate(self) -> None:
+        self._written = None
+
+    def desired(self, vxlan_on: bool) -> dict[str, RouteTarget]:
+        routes = {}
+        for update in self.state.workloads.values():
+            endpoint = update.endpoint
+            for net in endpoint.ipv4_nets + endpoint.ipv6_nets:
+                routes[net] = RouteTarget(endpoint.name, endpoint.mac)
+        if not vxlan_on:
+            return routes
+        for route in self.state.routes.values():
+            if "REMOTE_WORKLOAD" not in route.types or route.dst_node == self.hostname:
+                continue
+            vtep = self.state.vteps.get(route.dst_node)
+            if route.tunnel == "vxlan" and vtep is not None and vtep.ipv4_addr:
+                routes[route.dst] = RouteTarget(VXLAN_DEVICE, gateway=vtep.ipv4_addr)
+            elif route.tunnel == "none" and route.dst_node_ip:
+                routes[route.dst] = RouteTarget("", gateway=route.dst_node_ip)
+        return routes
+
+    async def apply(self, vxlan_on: bool) -> None:
+        desired = self.desired(vxlan_on)
+        if self._written == desired:
+            return
+        self.results = await self.writer.apply(desired)
+        if not {"waiting", "failed"} & set(self.results.values()):
+            self._written = desired

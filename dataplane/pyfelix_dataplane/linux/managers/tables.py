@@ -1,0 +1,52 @@
+"""The iptables tables of each IP version: rendered from the state, planned against the kernel,
+written as one restore per version (a transaction per table)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import attrs
+
+from pyfelix_dataplane.linux.iptables import Script
+from pyfelix_dataplane.linux.kernel import TableWriting
+from pyfelix_dataplane.rules.model import Chain
+from pyfelix_dataplane.rules.render import HOOKS, TABLES, render_chains
+from pyfelix_dataplane.state import NodeState
+
+Tables = dict[str, tuple[Chain, ...]]
+
+
+@attrs.define(eq=False)
+class TablesManager:
+    writers: Mapping[int, TableWriting]
+    area: str = "iptables"
+    # What the last successful writes left in each table, so steady state writes only the
+    # tables that changed.
+    _written: dict[tuple[int, str], tuple[Chain, ...]] = attrs.Factory(dict)
+
+    @property
+    def versions(self) -> tuple[int, ...]:
+        return tuple(self.writers)
+
+    def invalidate(self) -> None:
+        self._written.clear()
+
+    async def plan(self, version: int, rendering: NodeState) -> tuple[Script, Tables]:
+        """The restore script for the tables of ``version`` that changed since last written."""
+        chains = render_chains(rendering, version)
+        desired = {}
+        for table in TABLES:
+            if self._written.get((version, table)) == chains[table]:
+                continue
+            hooks = list(HOOKS[table])
+            if table == "nat":
+                hooks.append(("POSTROUTING", "cali-POSTROUTING"))
+            desired[table] = (chains[table], hooks)
+        writer = self.writers[version]
+        script = await writer.prepare(desired) if desired else Script()
+        return script, {table: chains[table] for table in desired}
+
+    async def write(self, version: int, script: Script, tables: Tables) -> None:
+        await self.writers[version].write(script)
+        for table, chains in tables.items():
+            self._written[(version, table)] = chains

@@ -1,0 +1,76 @@
+"""WireGuard: the device, its peers (every remote node whose key is known, allowed its blocks and
+WireGuard address), the routing table and rule; the device's public key goes back to the
+datastore through the calc side."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import attrs
+
+from pyfelix import messages as m
+from pyfelix_dataplane.linux.kernel import DeviceWriting
+from pyfelix_dataplane.linux.wireguard import WireguardDevice, peers_from
+from pyfelix_dataplane.rules.marks import wireguard_mark
+from pyfelix_dataplane.state import NodeState
+
+log = logging.getLogger(__name__)
+
+
+@attrs.define(eq=False)
+class WireguardManager:
+    state: NodeState
+    writer: DeviceWriting
+    hostname: str
+    to_calc: Any
+    area: str = "routes"
+    public_key: str = ""
+    # The device as last written (None: none, or never enabled), and whether the route
+    # refresh asks for it to be re-read.
+    _written: WireguardDevice | None = None
+    _stale: bool = False
+
+    def invalidate(self) -> None:
+        self._stale = True
+
+    def desired(self) -> WireguardDevice | None:
+        config = self.state.config
+        if not config.wireguard_enabled:
+            return None
+        port = config.wireguard_listening_port
+        keys, addresses = {}, {}
+        for (kind, host), update in self.state.others.items():
+            if kind == "wireguard":
+                keys[host] = (update.public_key, update.interface_ipv4_addr)
+            elif kind == "host":
+                addresses[host] = update.ipv4_addr
+        blocks: dict[str, list[str]] = {}
+        for route in self.state.routes.values():
+            if "REMOTE_WORKLOAD" in route.types and route.dst_node:
+                blocks.setdefault(route.dst_node, []).append(route.dst)
+        return WireguardDevice(
+            name=config.wireguard_interface_name,
+            port=port,
+            fwmark=wireguard_mark(config.iptables_mark_mask),
+            # Felix takes the first table of RouteTableRange (1-250 by default).
+            table=1,
+            rule_priority=config.wireguard_routing_rule_priority,
+            address=keys.get(self.hostname, ("", ""))[1],
+            mtu=config.wireguard_mtu,
+            peers=peers_from(keys, blocks, addresses, port, self.hostname),
+        )
+
+    async def apply(self) -> None:
+        """Never enabled: the kernel is left alone. Disabled: the device goes."""
+        wireguard = self.desired()
+        written = self._written
+        if wireguard == written and not (wireguard is not None and self._stale):
+            return
+        previous = written.name if written is not None else ""
+        key = await self.writer.wireguard(wireguard, previous)
+        self._written, self._stale = wireguard, False
+        if key != self.public_key:
+            self.public_key = key
+            log.info("WireGuard public key: %s", key or "(none)")
+            await self.to_calc.send(m.WireguardStatusUpdate(key))

@@ -1,0 +1,132 @@
+"""The desired state of a node: every message from the calculation graph applied to an
+in-memory model, touching nothing.
+
+``pyfelix dry-run`` prints it (dryrun.snapshot), the printing driver renders it, and the Linux
+driver's managers write it into the kernel: after the same messages, all three agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from pyfelix import messages as m
+from pyfelix.config import FelixConfig
+
+
+@attrs.define
+class NodeState:
+    """What the node should look like, as the messages said: the desired state the dry-run prints
+    and the Linux driver's managers write. ``apply`` takes any message, in any order."""
+
+    ipsets: dict[str, tuple[str, set[str]]] = attrs.Factory(dict)
+    policies: dict[m.PolicyID, m.ActivePolicyUpdate] = attrs.Factory(dict)
+    profiles: dict[str, m.ActiveProfileUpdate] = attrs.Factory(dict)
+    workloads: dict[Any, m.WorkloadEndpointUpdate] = attrs.Factory(dict)
+    hosts: dict[Any, m.HostEndpointUpdate] = attrs.Factory(dict)
+    routes: dict[str, m.RouteUpdate] = attrs.Factory(dict)
+    vteps: dict[str, m.VXLANTunnelEndpointUpdate] = attrs.Factory(dict)
+    others: dict[tuple[str, Any], Any] = attrs.Factory(dict)
+    #: The typed configuration (Felix's defaults until a ConfigUpdate), and its text as sent.
+    config: FelixConfig = attrs.Factory(FelixConfig)
+    config_text: dict[str, str] | None = None
+    encapsulation: m.Encapsulation | None = None
+    in_sync: bool = False
+    datastore_not_ready: bool = False
+
+    def apply(self, msg: m.ToDataplane) -> None:
+        handler = _HANDLERS.get(type(msg))
+        if handler is not None:
+            handler(self, msg)
+            return
+        kind, key, is_update = keyed_identity(msg)
+        if is_update:
+            self.others[(kind, key)] = msg
+        else:
+            self.others.pop((kind, key), None)
+
+
+def _ipset_update(dp: NodeState, msg: Any) -> None:
+    dp.ipsets[msg.id] = (msg.type, set(msg.members))
+
+
+def _ipset_delta(dp: NodeState, msg: Any) -> None:
+    _, members = dp.ipsets.setdefault(msg.id, ("hash:net", set()))
+    members -= msg.removed
+    members |= msg.added
+
+
+def _config(dp: NodeState, msg: Any) -> None:
+    dp.config, dp.config_text = msg.typed, dict(msg.config)
+
+
+def _set(attribute: str, key: Callable[[Any], Any]) -> Callable[[NodeState, Any], None]:
+    def handler(dp: NodeState, msg: Any) -> None:
+        getattr(dp, attribute)[key(msg)] = msg
+
+    return handler
+
+
+def _remove(attribute: str, key: Callable[[Any], Any]) -> Callable[[NodeState, Any], None]:
+    def handler(dp: NodeState, msg: Any) -> None:
+        getattr(dp, attribute).pop(key(msg), None)
+
+    return handler
+
+
+def _flag(name: str, value: Any = True) -> Callable[[NodeState, Any], None]:
+    def handler(dp: NodeState, msg: Any) -> None:
+        setattr(dp, name, msg if value is None else value)
+
+    return handler
+
+
+def _by_id(msg: Any) -> Any:
+    return msg.id
+
+
+_HANDLERS: dict[type, Callable[[NodeState, Any], None]] = {
+    m.InSync: _flag("in_sync"),
+    m.DatastoreNotReady: _flag("datastore_not_ready"),
+    m.ConfigUpdate: _config,
+    m.Encapsulation: _flag("encapsulation", None),
+    m.IPSetUpdate: _ipset_update,
+    m.IPSetDeltaUpdate: _ipset_delta,
+    m.IPSetRemove: _remove("ipsets", _by_id),
+    m.ActivePolicyUpdate: _set("policies", _by_id),
+    m.ActivePolicyRemove: _remove("policies", _by_id),
+    m.ActiveProfileUpdate: _set("profiles", _by_id),
+    m.ActiveProfileRemove: _remove("profiles", _by_id),
+    m.WorkloadEndpointUpdate: _set("workloads", _by_id),
+    m.WorkloadEndpointRemove: _remove("workloads", _by_id),
+    m.HostEndpointUpdate: _set("hosts", _by_id),
+    m.HostEndpointRemove: _remove("hosts", _by_id),
+    m.RouteUpdate: _set("routes", lambda msg: msg.dst),
+    m.RouteRemove: _remove("routes", lambda msg: msg.dst),
+    m.VXLANTunnelEndpointUpdate: _set("vteps", lambda msg: msg.node),
+    m.VXLANTunnelEndpointRemove: _remove("vteps", lambda msg: msg.node),
+}
+
+_KEYED: dict[type, tuple[str, bool]] = {
+    m.ServiceAccountUpdate: ("service_account", True),
+    m.ServiceAccountRemove: ("service_account", False),
+    m.NamespaceUpdate: ("namespace", True),
+    m.NamespaceRemove: ("namespace", False),
+    m.WireguardEndpointUpdate: ("wireguard", True),
+    m.WireguardEndpointRemove: ("wireguard", False),
+    m.HostMetadataUpdate: ("host", True),
+    m.HostMetadataRemove: ("host", False),
+    m.IPAMPoolUpdate: ("pool", True),
+    m.IPAMPoolRemove: ("pool", False),
+    m.ServiceUpdate: ("service", True),
+    m.ServiceRemove: ("service", False),
+}
+
+
+def keyed_identity(msg: Any) -> tuple[str, Any, bool]:
+    kind, is_update = _KEYED[type(msg)]
+    if kind == "service":
+        return kind, (msg.namespace, msg.name), is_update
+    return kind, getattr(msg, "id", None) or getattr(msg, "hostname", None), is_update

@@ -1,0 +1,245 @@
+"""A fake kernel for the Linux driver: each writer checks what it is given as the kernel would.
+
+The tables fake parses the restore script the real planner produced (IptablesWriter.plan) and
+commits a table only if every rule's jump target exists and every set it matches on exists
+with the rule's IP family; ``ipset destroy`` of a set a rule still uses is refused. So a driver
+that writes in the wrong order fails here as it would on a node, without root. Failures can be
+injected per writer (``fail``), and the state tampered with, to test retry and repair.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Collection, Mapping
+from typing import Any
+
+import attrs
+import trio
+
+from pyfelix.errors import DataplaneWriteError
+from pyfelix_dataplane.linux.ipsets import DesiredSets
+from pyfelix_dataplane.linux.iptables import Desired, IptablesWriter, Script, parse_save
+from pyfelix_dataplane.linux.kernel import Kernel
+from pyfelix_dataplane.linux.routes import IFF_RUNNING, IFF_UP, RouteTarget
+from pyfelix_dataplane.linux.vxlan import RemoteVtep, VtepDevice
+from pyfelix_dataplane.linux.wireguard import WireguardDevice
+
+_TARGET = re.compile(r"(?:--jump|--goto|-j|-g) (\S+)")
+_MATCH_SET = re.compile(r"--match-set (\S+)")
+KERNEL_CHAINS = {
+    "raw": ("PREROUTING", "OUTPUT"),
+    "mangle": ("PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"),
+    "nat": ("PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"),
+    "filter": ("INPUT", "FORWARD", "OUTPUT"),
+}
+BUILTIN_TARGETS = {"ACCEPT", "DROP", "RETURN", "REJECT", "LOG", "MARK", "MASQUERADE", "SNAT"}
+BUILTIN_TARGETS |= {"DNAT", "NOTRACK", "CT"}
+
+
+def _refuse(tool: str, message: str, line: str = "") -> DataplaneWriteError:
+    return DataplaneWriteError(tool, message, line)
+
+
+@attrs.define
+class FakeNode:
+    """What the fake kernel holds, shared by its writers; ``log`` records every write in order."""
+
+    sets: dict[str, tuple[str, set[str]]] = attrs.Factory(dict)
+    tables: dict[int, dict[str, dict[str, list[str]]]] = attrs.Factory(dict)
+    routes: dict[str, RouteTarget] = attrs.Factory(dict)
+    vxlan: tuple[VtepDevice | None, tuple[RemoteVtep, ...]] = (None, ())
+    wireguard: WireguardDevice | None = None
+    log: list[str] = attrs.Factory(list)
+    #: Errors the next writes of a kind ("ipsets", "tables", "routes") raise, first first.
+    fail: dict[str, list[DataplaneWriteError]] = attrs.Factory(dict)
+
+    def failure(self, kind: str) -> None:
+        pending = self.fail.get(kind)
+        if pending:
+            raise pending.pop(0)
+
+    def sets_in_use(self) -> set[str]:
+        used = set()
+        for tables in self.tables.values():
+            for chains in tables.values():
+                for rules in chains.values():
+                    for rule in rules:
+                        used.update(_MATCH_SET.findall(rule))
+        return used
+
+    def table(self, version: int, name: str) -> dict[str, list[str]]:
+        tables = self.tables.setdefault(version, {})
+        if name not in tables:
+            tables[name] = {chain: [] for chain in KERNEL_CHAINS[name]}
+        return tables[name]
+
+
+def _valid_member(set_type: str, family: str, member: str) -> bool:
+    address = member.split(",", 1)[0]
+    try:
+        network = ipaddress.ip_network(address, strict=False)
+    except ValueError:
+        return False
+    if network.version != (6 if family == "inet6" else 4):
+        return False
+    if set_type == "hash:ip,port":
+        return bool(re.fullmatch(r"[^,]+,(tcp|udp|sctp):\d+", member))
+    return set_type in ("hash:net", "hash:ip")
+
+
+@attrs.define
+class FakeIpsets:
+    node: FakeNode
+
+    async def apply_updates(self, desired: DesiredSets, refresh: bool = False) -> str:
+        self.node.failure("ipsets")
+        for name, (set_type, members) in sorted(desired.items()):
+            family = "inet6" if name.startswith("cali60") else "inet"
+            for member in sorted(members):
+                if not _valid_member(set_type, family, member):
+                    raise _refuse("ipset restore", "Syntax error", f"add {name} {member}")
+            if name not in self.node.sets:
+                self.node.log.append(f"ipset create {name}")
+            self.node.sets[name] = (set_type, set(members))
+        return ""
+
+    async def apply_deletions(self, desired: DesiredSets) -> list[str]:
+        stale = sorted(n for n in self.node.sets if n.startswith(("cali4", "cali6")))
+        stale = [n for n in stale if n not in desired]
+        in_use = self.node.sets_in_use()
+        for name in stale:
+            if name in in_use:
+                raise _refuse("ipset restore", "Set cannot be destroyed: it is in use", name)
+            del self.node.sets[name]
+            self.node.log.append(f"ipset destroy {name}")
+        return stale
+
+
+@attrs.define
+class FakeTables:
+    """One IP version's tables: planned by the real planner, committed by a checking parser."""
+
+    node: FakeNode
+    version: int
+
+    def _save(self) -> str:
+        lines = []
+        for table, chains in self.node.tables.get(self.version, {}).items():
+            lines.append(f"*{table}")
+            for chain in chains:
+                policy = "ACCEPT [0:0]" if chain in KERNEL_CHAINS[table] else "- [0:0]"
+                lines.append(f":{chain} {policy}")
+            for chain, rules in chains.items():
+                for rule in rules:
+                    short = rule.replace("--jump ", "-j ").replace("--goto ", "-g ")
+                    lines.append(f"-A {chain} {short}".rstrip())
+            lines.append("COMMIT")
+        return "\n".join(lines) + "\n"
+
+    async def prepare(self, desired: Mapping[str, Desired]) -> Script:
+        states = parse_save(self._save())
+        planner = IptablesWriter(self.version, "nft")
+        return Script.join(
+            planner.plan(table, states.get(table) or parse_save(f"*{table}\nCOMMIT\n")[table], c, h)
+            for table, (c, h) in desired.items()
+        )
+
+    async def write(self, script: Script) -> None:
+        self.node.failure("tables")
+        tool = f"ip{'6' if self.version == 6 else ''}tables-restore"
+        working: dict[str, list[str]] = {}
+        table = ""
+        for line in script.text().splitlines():
+            if line.startswith("*"):
+                table = line[1:]
+                working = {k: list(v) for k, v in self.node.table(self.version, table).items()}
+            elif line == "-S":
+                continue
+            elif line.startswith(":"):
+                name = line[1:].split()[0]
+                working[name] = [] if name not in KERNEL_CHAINS[table] else working.get(name, [])
+            elif line.startswith(("-A ", "-I ")):
+                verb, chain, *rest = line.split(" ", 2)
+                if chain not in working:
+                    raise _refuse(tool, f"chain {chain} does not exist", line)
+                body = rest[0] if rest else ""
+                working[chain].insert(0 if verb == "-I" else len(working[chain]), body)
+            elif line.startswith("-X "):
+                working.pop(line.split()[1], None)
+            elif line == "COMMIT":
+                self._check(tool, working)
+                self.node.tables[self.version][table] = working
+                self.node.log.append(f"IPv{self.version} {table} committed")
+
+    def _check(self, tool: str, chains: dict[str, list[str]]) -> None:
+        family = "cali6" if self.version == 6 else "cali4"
+        for chain, rules in chains.items():
+            for rule in rules:
+                line = f"-A {chain} {rule}"
+                for target in _TARGET.findall(rule):
+                    if target not in BUILTIN_TARGETS and target not in chains:
+                        raise _refuse(tool, f"target {target} does not exist", line)
+                for name in _MATCH_SET.findall(rule):
+                    if name not in self.node.sets or not name.startswith(family):
+                        raise _refuse(tool, f"Set {name} doesn't exist", line)
+
+
+@attrs.define
+class FakeRoutes:
+    node: FakeNode
+    #: Interfaces that do not exist: routes through them are "waiting".
+    missing: set[str] = attrs.Factory(set)
+
+    async def apply(self, desired: Mapping[str, RouteTarget]) -> dict[str, str]:
+        self.node.failure("routes")
+        self.node.routes = dict(desired)
+        self.node.log.append("routes")
+        return {
+            dst: "waiting" if target.interface in self.missing else "added"
+            for dst, target in desired.items()
+        }
+
+
+@attrs.define
+class FakeDevices:
+    node: FakeNode
+
+    async def vxlan(self, device: VtepDevice | None, remotes: Collection[RemoteVtep]) -> str:
+        self.node.vxlan = (device, tuple(remotes))
+        return "absent" if device is None else "ready"
+
+    async def wireguard(self, device: WireguardDevice | None, previous: str) -> str:
+        self.node.wireguard = device
+        return "" if device is None else "ZmFrZS1rZXktZmFrZS1rZXktZmFrZS1rZXktZmFrZSE="
+
+
+@attrs.define
+class FakeInterfaces:
+    addresses_by_name: dict[str, frozenset[str]] = attrs.Factory(dict)
+
+    async def addresses(
+        self, named: tuple[str, ...], workload_prefixes: tuple[str, ...]
+    ) -> dict[str, frozenset[str]]:
+        return dict(self.addresses_by_name)
+
+    def flags(self, name: str) -> tuple[int, int] | None:
+        if name not in self.addresses_by_name:
+            return None
+        return (1, IFF_UP | IFF_RUNNING)
+
+
+async def _no_events(on_change: Any) -> None:
+    await trio.sleep_forever()
+
+
+def fake_kernel(node: FakeNode, versions: tuple[int, ...] = (4, 6)) -> Kernel:
+    return Kernel(
+        ipsets=FakeIpsets(node),
+        tables={v: FakeTables(node, v) for v in versions},
+        routes=FakeRoutes(node),
+        devices=FakeDevices(node),
+        interfaces=FakeInterfaces(),
+        watch=_no_events,
+        description="a fake kernel",
+    )

@@ -1,0 +1,180 @@
+"""The Linux driver's loop against a fake kernel: apply order, retry, repair and status, with no
+root (the writers themselves are tested against the real kernel in test_linux_*.py)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import trio
+import trio.testing
+
+from pyfelix import messages as m
+from pyfelix import model
+from pyfelix.calc.pipeline import build_pipeline
+from pyfelix.errors import DataplaneWriteError
+from pyfelix.resources import Resource
+from pyfelix.validation import ValidationContext
+from pyfelix.values import FrozenMap
+from pyfelix_dataplane.linux.driver import LinuxDriver
+from pyfelix_dataplane.linux.kernel import Kernel
+from pyfelix_dataplane.linux.managers.endpoints import EndpointManager
+from pyfelix_dataplane.state import NodeState
+from tests.calc_harness import Identity, example_state
+from tests.fake_kernel import FakeInterfaces, FakeNode, fake_kernel
+
+
+@attrs.define
+class Datastore:
+    """The calculation graph's messages for a datastore and its later changes."""
+
+    out: list[Any] = attrs.Factory(list)
+    pipeline: Any = None
+
+    def __attrs_post_init__(self) -> None:
+        self.pipeline = build_pipeline("node-a", self.out.append, ValidationContext("Any"))
+
+    def snapshot(self, state: dict[Identity, Resource]) -> list[Any]:
+        self.pipeline.load(state.values())
+        return [*self._taken(), m.InSync()]
+
+    def delete(self, keys: list[Identity]) -> list[Any]:
+        self.pipeline.on_updates(
+            [u for key in keys for u in self.pipeline.converter.update(key, None)]
+        )
+        self.pipeline.flush()
+        return self._taken()
+
+    def _taken(self) -> list[Any]:
+        taken, self.out[:] = list(self.out), []
+        return taken
+
+
+def messages_for(state: dict[Identity, Resource]) -> list[Any]:
+    return Datastore().snapshot(state)
+
+
+@attrs.define
+class Running:
+    driver: LinuxDriver
+    node: FakeNode
+    to_calc: trio.MemoryReceiveChannel[Any]
+
+    async def send(self, messages: list[Any]) -> None:
+        for message in messages:
+            await self.driver.apply(message)
+
+    async def settle(self, seconds: float = 1.0) -> None:
+        await trio.sleep(seconds)
+
+
+@asynccontextmanager
+async def running(node: FakeNode | None = None) -> AsyncIterator[Running]:
+    node = node or FakeNode()
+    send, receive = trio.open_memory_channel[Any](1000)
+
+    async def open_kernel(config: Any) -> Kernel:
+        return fake_kernel(node)
+
+    driver = LinuxDriver(send, "node-a", open_kernel=open_kernel)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(driver.run)
+        yield Running(driver, node, receive)
+        nursery.cancel_scope.cancel()
+
+
+def received(channel: trio.MemoryReceiveChannel[Any]) -> list[Any]:
+    out = []
+    while True:
+        try:
+            out.append(channel.receive_nowait())
+        except trio.WouldBlock:
+            return out
+
+
+async def test_first_apply_programs_sets_before_the_tables_that_use_them(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with running() as r:
+        await r.send(messages_for(example_state()))
+        await r.settle()
+        assert r.driver.failures == 0
+        assert any(isinstance(x, m.DataplaneInSync) for x in received(r.to_calc))
+        log = r.node.log
+        first_table = min(i for i, entry in enumerate(log) if "committed" in entry)
+        assert all(i < first_table for i, e in enumerate(log) if e.startswith("ipset create"))
+        assert "cali-FORWARD" in r.node.tables[4]["filter"]
+        assert r.node.sets_in_use() <= set(r.node.sets)
+        assert r.node.routes, "local workloads are routed"
+
+
+async def test_a_set_goes_only_after_no_rule_uses_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Removing every policy: the chains that used the sets are rewritten first, then the sets
+    are destroyed (the fake refuses to destroy a set in use, as the kernel does)."""
+    state = example_state()
+    datastore = Datastore()
+    async with running() as r:
+        await r.send(datastore.snapshot(state))
+        await r.settle()
+        before = set(r.node.sets)
+        policies = [k for k in state if k[0] in ("GlobalNetworkPolicy", "NetworkPolicy")]
+        removals = datastore.delete(policies)
+        assert any(isinstance(x, m.IPSetRemove) for x in removals)
+        await r.send(removals)
+        await r.settle()
+        assert r.driver.failures == 0
+        assert set(r.node.sets) < before
+        assert r.node.sets_in_use() <= set(r.node.sets)
+
+
+async def test_a_failed_write_is_retried_and_the_other_areas_still_written(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    node = FakeNode()
+    # Both versions fail in the first apply, one in the second; the third succeeds.
+    node.fail["tables"] = [DataplaneWriteError("iptables-restore", "boom", "-A cali-x")] * 3
+    async with running(node) as r:
+        await r.send(messages_for(example_state()))
+        await trio.sleep(0.05)
+        assert r.node.routes, "routes are written although the tables failed"
+        assert not any(isinstance(x, m.DataplaneInSync) for x in received(r.to_calc))
+        await r.settle(5)
+        assert r.driver.failures == 2
+        assert "cali-FORWARD" in r.node.tables[4]["filter"]
+        assert any(isinstance(x, m.DataplaneInSync) for x in received(r.to_calc))
+
+
+async def test_tampering_is_repaired_on_the_refresh_period(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with running() as r:
+        await r.send(messages_for(example_state()))
+        await r.settle()
+        filter_table = r.node.tables[4]["filter"]
+        policy_chain = next(name for name in filter_table if name.startswith("cali-pi-"))
+        wanted = list(filter_table[policy_chain])
+        filter_table[policy_chain].clear()
+        some_set = next(iter(r.node.sets))
+        members = set(r.node.sets[some_set][1])
+        r.node.sets[some_set][1].clear()
+        await r.settle(60)
+        assert r.node.tables[4]["filter"][policy_chain] == []
+        await r.settle(40)  # IpsetsRefreshInterval 90 s
+        assert r.node.sets[some_set][1] == members
+        await r.settle(90)  # IptablesRefreshInterval 180 s
+        assert r.node.tables[4]["filter"][policy_chain] == wanted
+
+
+def test_endpoint_status_follows_routes() -> None:
+    """A workload is up once its addresses are routed, down while its interface is missing."""
+    state = NodeState()
+    manager = EndpointManager(state, FakeInterfaces(), to_calc=None)
+    key = model.WorkloadEndpointKey("node", "k8s", "ns/pod", "eth0")
+    endpoint = model.WorkloadEndpoint("active", "cali1", "", (), ("10.0.0.1/32",), (), FrozenMap())
+    state.apply(m.WorkloadEndpointUpdate(key, endpoint, ()))
+    assert manager.workload_statuses({"10.0.0.1/32": "added"}) == {key: "up"}
+    assert manager.workload_statuses({"10.0.0.1/32": "waiting"}) == {key: "down"}
