@@ -6,6 +6,7 @@ from pyfelix import model
 from pyfelix.calc.config_batcher import environment_config
 from pyfelix.calc.ipsets import IPSetMemberIndex, split_default_route
 from pyfelix.calc.rule_scanner import IPSetData, RuleScanner, rule_ipsets
+from pyfelix.calc.sequencer import EventSequencer
 from pyfelix.calc.service_index import ServiceIndex
 from pyfelix.resources import EndpointSlice
 from pyfelix.selector import make_unique_id, parse_selector
@@ -76,7 +77,9 @@ def test_rule_scanner_counts_references() -> None:
     """A set is active while any rule needs it, announced once, withdrawn once."""
     events: list[tuple[str, str]] = []
     scanner = RuleScanner(
-        lambda d: events.append(("on", d.id)), lambda d: events.append(("off", d.id))
+        lambda d: events.append(("on", d.id)),
+        lambda d: events.append(("off", d.id)),
+        EventSequencer(lambda _: None),
     )
     rule = model.Rule(action="allow", src_selector='a == "b"')
     scanner.on_rules_update("p1", [rule])

@@ -14,8 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Mapping
 
 from pyfelix import model
+from pyfelix.calc.dispatcher import Dispatcher, value_of
 from pyfelix.calc.labelindex import LabelIndex
 from pyfelix.selector import SelectorError, parse_selector
+from pyfelix.syncer.api import Update
 
 EndpointKey = model.WorkloadEndpointKey | model.HostEndpointKey
 Endpoint = model.WorkloadEndpoint | model.HostEndpoint
@@ -45,6 +47,33 @@ class ActiveRulesCalculator:
         self._profiles: dict[str, model.ProfileRules] = {}
         self._profile_users: dict[str, set[EndpointKey]] = {}
         self._endpoint_profiles: dict[EndpointKey, tuple[str, ...]] = {}
+
+    def register_with(self, updates: Dispatcher, local_updates: Dispatcher) -> None:
+        updates.register(model.PolicyKey, self._on_policy_update)
+        updates.register(model.ProfileRulesKey, self._on_profile_rules_update)
+        updates.register(model.ProfileLabelsKey, self._on_profile_labels_update)
+        local_updates.register(model.WorkloadEndpointKey, self._on_endpoint_update)
+        local_updates.register(model.HostEndpointKey, self._on_endpoint_update)
+
+    def _on_policy_update(self, update: Update) -> None:
+        assert isinstance(update.key, model.PolicyKey)
+        self.on_policy(update.key, value_of(update, model.Policy))
+
+    def _on_profile_rules_update(self, update: Update) -> None:
+        assert isinstance(update.key, model.ProfileRulesKey)
+        self.on_profile_rules(update.key.name, value_of(update, model.ProfileRules))
+
+    def _on_profile_labels_update(self, update: Update) -> None:
+        assert isinstance(update.key, model.ProfileLabelsKey)
+        labels = value_of(update, model.ProfileLabels)
+        self.on_profile_labels(update.key.name, labels.labels if labels else None)
+
+    def _on_endpoint_update(self, update: Update) -> None:
+        key = update.key
+        assert isinstance(key, model.WorkloadEndpointKey | model.HostEndpointKey)
+        value = update.value
+        assert value is None or isinstance(value, model.WorkloadEndpoint | model.HostEndpoint)
+        self.on_endpoint(key, value)
 
     # Policies.
 

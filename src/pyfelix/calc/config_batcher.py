@@ -11,8 +11,10 @@ import os
 from collections.abc import Mapping
 
 from pyfelix import model
-from pyfelix.calc.sequencer import EventSequencer
+from pyfelix.calc.dispatcher import Dispatcher, value_of
+from pyfelix.calc.outputs import ConfigOutput
 from pyfelix.config.params import BY_FELIX_NAME
+from pyfelix.syncer.api import SyncStatus, Update
 
 
 def environment_config(environ: Mapping[str, str]) -> dict[str, str]:
@@ -27,14 +29,36 @@ def environment_config(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 class ConfigBatcher:
-    def __init__(self, hostname: str, sequencer: EventSequencer) -> None:
+    def __init__(self, hostname: str, output: ConfigOutput) -> None:
         self._hostname = hostname
-        self._seq = sequencer
+        self._out = output
         self._global: dict[str, str] = {}
         self._host: dict[str, str] = {}
         self._sent: dict[str, str] | None = None
         self._in_sync = False
         self._environment = environment_config(os.environ)
+
+    def register_with(self, updates: Dispatcher) -> None:
+        updates.register(model.GlobalConfigKey, self._on_global_update)
+        updates.register(model.HostConfigKey, self._on_host_update)
+        updates.register(model.ReadyFlagKey, self._on_ready_update)
+        updates.register_status(self._on_status)
+
+    def _on_global_update(self, update: Update) -> None:
+        assert isinstance(update.key, model.GlobalConfigKey)
+        self.on_global(update.key.name, value_of(update, model.ConfigValue))
+
+    def _on_host_update(self, update: Update) -> None:
+        key = update.key
+        assert isinstance(key, model.HostConfigKey)
+        self.on_host(key.hostname, key.name, value_of(update, model.ConfigValue))
+
+    def _on_ready_update(self, update: Update) -> None:
+        self.on_ready_flag(value_of(update, model.ReadyFlag))
+
+    def _on_status(self, status: SyncStatus) -> None:
+        if status is SyncStatus.IN_SYNC:
+            self.on_in_sync()
 
     def on_global(self, name: str, value: model.ConfigValue | None) -> None:
         self._set(self._global, name, value)
@@ -45,7 +69,7 @@ class ConfigBatcher:
 
     def on_ready_flag(self, flag: model.ReadyFlag | None) -> None:
         if flag is not None and not flag.ready:
-            self._seq.on_datastore_not_ready()
+            self._out.on_datastore_not_ready()
 
     def _set(self, target: dict[str, str], name: str, value: model.ConfigValue | None) -> None:
         if value is None:
@@ -69,4 +93,4 @@ class ConfigBatcher:
         merged = self.merged
         if merged != self._sent:
             self._sent = merged
-            self._seq.on_config_update(merged)
+            self._out.on_config_update(merged)

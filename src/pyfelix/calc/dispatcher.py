@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from pyfelix.syncer.api import SyncStatus, Update
 
 # A receiver returns True to stop the update going to the receivers after it (the hostname
 # filter uses that, as Felix's does).
 Receiver = Callable[[Update], bool | None]
+T = TypeVar("T")
+
+
+def value_of(update: Update, cls: type[T]) -> T | None:
+    """The update's value if it is a ``cls`` (None for a deletion, or a value of another kind)."""
+    value = update.value
+    return value if isinstance(value, cls) else None
 
 
 class StatusReceiver(Protocol):

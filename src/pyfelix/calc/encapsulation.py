@@ -9,15 +9,34 @@ from __future__ import annotations
 
 from pyfelix import messages as m
 from pyfelix import model
-from pyfelix.calc.sequencer import EventSequencer
+from pyfelix.calc.dispatcher import Dispatcher, value_of
+from pyfelix.calc.outputs import EncapsulationOutput
+from pyfelix.syncer.api import SyncStatus, Update
 
 
 class EncapsulationResolver:
-    def __init__(self, sequencer: EventSequencer) -> None:
-        self._seq = sequencer
+    def __init__(self, output: EncapsulationOutput) -> None:
+        self._out = output
         self._pools: dict[str, model.IPPool] = {}
         self._overrides: dict[str, bool] = {}
         self._in_sync = False
+
+    def register_with(self, updates: Dispatcher) -> None:
+        updates.register(model.IPPoolKey, self._on_pool_update)
+        updates.register(model.GlobalConfigKey, self._on_config_update)
+        updates.register_status(self._on_status)
+
+    def _on_pool_update(self, update: Update) -> None:
+        assert isinstance(update.key, model.IPPoolKey)
+        self.on_pool(update.key.cidr, value_of(update, model.IPPool))
+
+    def _on_config_update(self, update: Update) -> None:
+        assert isinstance(update.key, model.GlobalConfigKey)
+        self.on_global_config(update.key.name, value_of(update, model.ConfigValue))
+
+    def _on_status(self, status: SyncStatus) -> None:
+        if status is SyncStatus.IN_SYNC:
+            self.on_in_sync()
 
     def on_pool(self, cidr: str, pool: model.IPPool | None) -> None:
         if pool is None:
@@ -52,4 +71,4 @@ class EncapsulationResolver:
 
     def _send(self) -> None:
         if self._in_sync:
-            self._seq.on_encapsulation(self.current())
+            self._out.on_encapsulation(self.current())

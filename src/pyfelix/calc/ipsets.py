@@ -13,9 +13,11 @@ import ipaddress
 from collections.abc import Callable, Hashable, Mapping
 
 from pyfelix import model
+from pyfelix.calc.dispatcher import Dispatcher, value_of
 from pyfelix.calc.labelindex import LabelIndex
 from pyfelix.calc.rule_scanner import IPSetData
 from pyfelix.selector import parse_selector
+from pyfelix.syncer.api import Update
 
 Item = model.WorkloadEndpoint | model.HostEndpoint | model.NetworkSet
 
@@ -70,6 +72,23 @@ class IPSetMemberIndex:
         self._items: dict[Hashable, Item] = {}
         self._contributions: dict[tuple[str, Hashable], frozenset[str]] = {}
         self._counts: dict[tuple[str, str], int] = {}
+
+    def register_with(self, updates: Dispatcher) -> None:
+        for key_type in (model.WorkloadEndpointKey, model.HostEndpointKey, model.NetworkSetKey):
+            updates.register(key_type, self._on_item_update)
+        updates.register(model.ProfileLabelsKey, self._on_parent_labels_update)
+
+    def _on_item_update(self, update: Update) -> None:
+        value = update.value
+        assert value is None or isinstance(
+            value, model.WorkloadEndpoint | model.HostEndpoint | model.NetworkSet
+        )
+        self.on_item_update(update.key, value)
+
+    def _on_parent_labels_update(self, update: Update) -> None:
+        assert isinstance(update.key, model.ProfileLabelsKey)
+        labels = value_of(update, model.ProfileLabels)
+        self.on_parent_labels(update.key.name, labels.labels if labels else None)
 
     # IP sets (from the rule scanner).
 

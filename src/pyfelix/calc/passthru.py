@@ -8,42 +8,71 @@ from __future__ import annotations
 
 from pyfelix import messages as m
 from pyfelix import model
-from pyfelix.calc.sequencer import EventSequencer
+from pyfelix.calc.dispatcher import Dispatcher, value_of
+from pyfelix.calc.outputs import PassthruOutput
 from pyfelix.resources import Service
+from pyfelix.syncer.api import Update
 
 
 class DataplanePassthru:
-    def __init__(self, sequencer: EventSequencer) -> None:
-        self._seq = sequencer
+    def __init__(self, output: PassthruOutput) -> None:
+        self._out = output
+
+    def register_with(self, updates: Dispatcher) -> None:
+        updates.register(model.HostIPKey, self._on_host_ip_update)
+        updates.register(model.IPPoolKey, self._on_pool_update)
+        updates.register(model.WireguardKey, self._on_wireguard_update)
+        updates.register(model.ResourceKey, self._on_resource_update)
+
+    def _on_host_ip_update(self, update: Update) -> None:
+        assert isinstance(update.key, model.HostIPKey)
+        self.on_host_ip(update.key.hostname, value_of(update, model.ConfigValue))
+
+    def _on_pool_update(self, update: Update) -> None:
+        assert isinstance(update.key, model.IPPoolKey)
+        self.on_ip_pool(update.key.cidr, value_of(update, model.IPPool))
+
+    def _on_wireguard_update(self, update: Update) -> None:
+        assert isinstance(update.key, model.WireguardKey)
+        self.on_wireguard(update.key.hostname, value_of(update, model.Wireguard))
+
+    def _on_resource_update(self, update: Update) -> None:
+        key = update.key
+        assert isinstance(key, model.ResourceKey)
+        if key.kind != "Service":
+            return
+        passthrough = value_of(update, model.Passthrough)
+        resource = passthrough.resource if passthrough is not None else None
+        assert resource is None or isinstance(resource, Service)
+        self.on_service(key.namespace, key.name, resource)
 
     def on_host_ip(self, hostname: str, value: model.ConfigValue | None) -> None:
         if value is None:
-            self._seq.host_metadata.remove(hostname)
+            self._out.on_host_metadata_remove(hostname)
         else:
-            self._seq.host_metadata.update(hostname, m.HostMetadataUpdate(hostname, value.value))
+            self._out.on_host_metadata_update(m.HostMetadataUpdate(hostname, value.value))
 
     def on_ip_pool(self, cidr: str, pool: model.IPPool | None) -> None:
         if pool is None:
-            self._seq.pools.remove(cidr)
+            self._out.on_pool_remove(cidr)
         else:
-            self._seq.pools.update(cidr, m.IPAMPoolUpdate(cidr, pool))
+            self._out.on_pool_update(m.IPAMPoolUpdate(cidr, pool))
 
     def on_wireguard(self, hostname: str, value: model.Wireguard | None) -> None:
         if value is None or not value.public_key:
-            self._seq.wireguard.remove(hostname)
+            self._out.on_wireguard_remove(hostname)
         else:
             message = m.WireguardEndpointUpdate(
                 hostname, value.public_key, value.interface_ipv4_addr
             )
-            self._seq.wireguard.update(hostname, message)
+            self._out.on_wireguard_update(message)
 
     def on_service(self, namespace: str, name: str, service: Service | None) -> None:
-        key = (namespace, name)
         if service is None:
-            self._seq.services.remove(key)
+            self._out.on_service_remove(namespace, name)
             return
         spec = service.spec
         ips = spec.cluster_ips or ((spec.cluster_ip,) if spec.cluster_ip else ())
         ports = tuple((p.name, p.protocol or "TCP", p.port) for p in spec.ports)
         message = m.ServiceUpdate(name, namespace, spec.type or "ClusterIP", ips, ports)
-        self._seq.services.update(key, message)
+        self._out.on_service_update(message)

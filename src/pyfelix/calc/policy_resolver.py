@@ -15,7 +15,10 @@ import math
 from collections.abc import Callable
 
 from pyfelix import messages, model
+from pyfelix.calc.dispatcher import Dispatcher, value_of
+from pyfelix.calc.outputs import EndpointOutput
 from pyfelix.resources.policy import DEFAULT_TIER, DEFAULT_TIER_ORDER
+from pyfelix.syncer.api import SyncStatus, Update
 
 EndpointKey = model.WorkloadEndpointKey | model.HostEndpointKey
 Endpoint = model.WorkloadEndpoint | model.HostEndpoint
@@ -33,13 +36,8 @@ def _policy_sort_key(item: tuple[model.PolicyKey, model.Policy]) -> tuple[float,
 
 
 class PolicyResolver:
-    def __init__(
-        self,
-        on_endpoint_update: Callable[[EndpointMessage], None],
-        on_endpoint_remove: Callable[[EndpointKey], None],
-    ) -> None:
-        self._update = on_endpoint_update
-        self._remove = on_endpoint_remove
+    def __init__(self, output: EndpointOutput) -> None:
+        self._out = output
         self._tiers: dict[str, model.Tier] = {}
         self._policies: dict[model.PolicyKey, model.Policy] = {}
         self._endpoints: dict[EndpointKey, Endpoint] = {}
@@ -48,6 +46,32 @@ class PolicyResolver:
         self._dirty: set[EndpointKey] = set()
         self._sent: set[EndpointKey] = set()
         self._in_sync = False
+
+    def register_with(self, updates: Dispatcher, local_updates: Dispatcher) -> None:
+        updates.register(model.TierKey, self._on_tier_update)
+        updates.register(model.PolicyKey, self._on_policy_update)
+        local_updates.register(model.WorkloadEndpointKey, self._on_endpoint_update)
+        local_updates.register(model.HostEndpointKey, self._on_endpoint_update)
+        updates.register_status(self._on_status)
+
+    def _on_tier_update(self, update: Update) -> None:
+        assert isinstance(update.key, model.TierKey)
+        self.on_tier(update.key.name, value_of(update, model.Tier))
+
+    def _on_policy_update(self, update: Update) -> None:
+        assert isinstance(update.key, model.PolicyKey)
+        self.on_policy(update.key, value_of(update, model.Policy))
+
+    def _on_endpoint_update(self, update: Update) -> None:
+        key = update.key
+        assert isinstance(key, model.WorkloadEndpointKey | model.HostEndpointKey)
+        value = update.value
+        assert value is None or isinstance(value, model.WorkloadEndpoint | model.HostEndpoint)
+        self.on_endpoint(key, value)
+
+    def _on_status(self, status: SyncStatus) -> None:
+        if status is SyncStatus.IN_SYNC:
+            self.on_in_sync()
 
     def on_tier(self, name: str, tier: model.Tier | None) -> None:
         if tier is None:
@@ -99,10 +123,10 @@ class PolicyResolver:
             if endpoint is None:
                 if key in self._sent:
                     self._sent.discard(key)
-                    self._remove(key)
+                    self._out.on_endpoint_remove(key)
                 continue
             self._sent.add(key)
-            self._update(self._message(key, endpoint))
+            self._out.on_endpoint_update(self._message(key, endpoint))
         self._dirty.clear()
 
     def _tier_info(

@@ -6,13 +6,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from pyfelix import messages as m
-from pyfelix.calc.sequencer import EventSequencer
+from pyfelix import model
+from pyfelix.calc.dispatcher import Dispatcher, value_of
+from pyfelix.calc.outputs import NamespaceOutput
 from pyfelix.model import (
     NAMESPACE_LABEL_PREFIX,
     NAMESPACE_PROFILE_PREFIX,
     SERVICE_ACCOUNT_LABEL_PREFIX,
     SERVICE_ACCOUNT_PROFILE_PREFIX,
 )
+from pyfelix.syncer.api import Update
 from pyfelix.values import FrozenMap
 
 
@@ -21,22 +24,30 @@ def _strip(labels: Mapping[str, str], prefix: str) -> FrozenMap[str]:
 
 
 class ProfileDecoder:
-    def __init__(self, sequencer: EventSequencer) -> None:
-        self._seq = sequencer
+    def __init__(self, output: NamespaceOutput) -> None:
+        self._out = output
+
+    def register_with(self, updates: Dispatcher) -> None:
+        updates.register(model.ProfileLabelsKey, self._on_labels_update)
+
+    def _on_labels_update(self, update: Update) -> None:
+        assert isinstance(update.key, model.ProfileLabelsKey)
+        labels = value_of(update, model.ProfileLabels)
+        self.on_profile_labels(update.key.name, labels.labels if labels else None)
 
     def on_profile_labels(self, name: str, labels: Mapping[str, str] | None) -> None:
         if name.startswith(NAMESPACE_PROFILE_PREFIX):
             namespace = name[len(NAMESPACE_PROFILE_PREFIX) :]
             if labels is None:
-                self._seq.namespaces.remove(namespace)
+                self._out.on_namespace_remove(namespace)
             else:
                 message = m.NamespaceUpdate(namespace, _strip(labels, NAMESPACE_LABEL_PREFIX))
-                self._seq.namespaces.update(namespace, message)
+                self._out.on_namespace_update(message)
         elif name.startswith(SERVICE_ACCOUNT_PROFILE_PREFIX):
             namespace, _, account = name[len(SERVICE_ACCOUNT_PROFILE_PREFIX) :].partition(".")
             key = m.ServiceAccountID(namespace, account)
             if labels is None:
-                self._seq.service_accounts.remove(key)
+                self._out.on_service_account_remove(key)
             else:
                 stripped = _strip(labels, SERVICE_ACCOUNT_LABEL_PREFIX)
-                self._seq.service_accounts.update(key, m.ServiceAccountUpdate(key, stripped))
+                self._out.on_service_account_update(m.ServiceAccountUpdate(key, stripped))

@@ -10,16 +10,32 @@ only the differences are sent.
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Hashable
+from typing import TypeVar
 
 from pyfelix import messages as m
 from pyfelix import model
-from pyfelix.calc.sequencer import EventSequencer
+from pyfelix.calc.dispatcher import Dispatcher, value_of
+from pyfelix.calc.outputs import RouteOutput
+from pyfelix.ipnet import IPNetwork
+from pyfelix.syncer.api import Update
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+def _within(network: IPNetwork, pool: IPNetwork) -> bool:
+    if isinstance(network, ipaddress.IPv4Network) and isinstance(pool, ipaddress.IPv4Network):
+        return network.subnet_of(pool)
+    if isinstance(network, ipaddress.IPv6Network) and isinstance(pool, ipaddress.IPv6Network):
+        return network.subnet_of(pool)
+    return False
 
 
 class L3RouteResolver:
-    def __init__(self, hostname: str, sequencer: EventSequencer) -> None:
+    def __init__(self, hostname: str, output: RouteOutput) -> None:
         self._hostname = hostname
-        self._seq = sequencer
+        self._out = output
         self._pools: dict[str, model.IPPool] = {}
         self._blocks: dict[str, model.AllocationBlock] = {}
         self._host_ips: dict[str, str] = {}
@@ -27,6 +43,34 @@ class L3RouteResolver:
         self._workloads: dict[model.WorkloadEndpointKey, model.WorkloadEndpoint] = {}
         self._sent: dict[str, m.RouteUpdate] = {}
         self._dirty = False
+
+    def register_with(self, updates: Dispatcher, local_updates: Dispatcher) -> None:
+        updates.register(model.IPPoolKey, self._on_pool_update)
+        updates.register(model.BlockKey, self._on_block_update)
+        updates.register(model.HostIPKey, self._on_host_ip_update)
+        updates.register(model.HostConfigKey, self._on_host_config_update)
+        local_updates.register(model.WorkloadEndpointKey, self._on_local_workload_update)
+
+    def _on_pool_update(self, update: Update) -> None:
+        assert isinstance(update.key, model.IPPoolKey)
+        self.on_pool(update.key.cidr, value_of(update, model.IPPool))
+
+    def _on_block_update(self, update: Update) -> None:
+        assert isinstance(update.key, model.BlockKey)
+        self.on_block(update.key.cidr, value_of(update, model.AllocationBlock))
+
+    def _on_host_ip_update(self, update: Update) -> None:
+        assert isinstance(update.key, model.HostIPKey)
+        self.on_host_ip(update.key.hostname, value_of(update, model.ConfigValue))
+
+    def _on_host_config_update(self, update: Update) -> None:
+        key = update.key
+        assert isinstance(key, model.HostConfigKey)
+        self.on_host_config(key.hostname, key.name, value_of(update, model.ConfigValue))
+
+    def _on_local_workload_update(self, update: Update) -> None:
+        assert isinstance(update.key, model.WorkloadEndpointKey)
+        self.on_local_workload(update.key, value_of(update, model.WorkloadEndpoint))
 
     def on_pool(self, cidr: str, pool: model.IPPool | None) -> None:
         self._store(self._pools, cidr, pool)
@@ -46,7 +90,7 @@ class L3RouteResolver:
     ) -> None:
         self._store(self._workloads, key, endpoint)
 
-    def _store(self, target: dict, key: object, value: object) -> None:  # type: ignore[type-arg]
+    def _store(self, target: dict[K, V], key: K, value: V | None) -> None:
         if value is None:
             target.pop(key, None)
         else:
@@ -57,7 +101,7 @@ class L3RouteResolver:
         network = ipaddress.ip_network(cidr, strict=False)
         for pool in self._pools.values():
             pool_net = ipaddress.ip_network(pool.cidr)
-            if network.version == pool_net.version and network.subnet_of(pool_net):  # type: ignore[arg-type]
+            if _within(network, pool_net):
                 return pool
         return None
 
@@ -137,8 +181,8 @@ class L3RouteResolver:
         self._dirty = False
         wanted = self.routes()
         for dst in set(self._sent) - set(wanted):
-            self._seq.routes.remove(dst)
+            self._out.on_route_remove(dst)
         for dst, route in wanted.items():
             if self._sent.get(dst) != route:
-                self._seq.routes.update(dst, route)
+                self._out.on_route_update(route)
         self._sent = wanted

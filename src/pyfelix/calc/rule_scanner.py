@@ -16,6 +16,8 @@ import attrs
 
 from pyfelix import messages as m
 from pyfelix import model
+from pyfelix.calc.outputs import RulesOutput
+from pyfelix.calc.policy_resolver import policy_id
 from pyfelix.selector import make_unique_id, parse_selector
 from pyfelix.values import Port
 
@@ -161,15 +163,40 @@ def parse_rules(rules: Iterable[model.Rule]) -> tuple[m.ParsedRule, ...]:
 
 
 class RuleScanner:
+    """Between the active rules calculator and the dataplane, as Felix's: active policies and
+    profiles go on with their rules parsed (IP set ids resolved), and each IP set is announced
+    active when the first rule needs it, inactive when the last one stops."""
+
     def __init__(
         self,
         on_ipset_active: Callable[[IPSetData], None],
         on_ipset_inactive: Callable[[IPSetData], None],
+        output: RulesOutput,
     ) -> None:
         self._active = on_ipset_active
         self._inactive = on_ipset_inactive
+        self._out = output
         self._by_rules: dict[Hashable, frozenset[IPSetData]] = {}
         self._users: dict[IPSetData, set[Hashable]] = {}
+
+    def on_policy_active(self, key: model.PolicyKey, policy: model.Policy) -> None:
+        self.on_rules_update(key, policy.inbound_rules + policy.outbound_rules)
+        pid = policy_id(key)
+        inbound, outbound = parse_rules(policy.inbound_rules), parse_rules(policy.outbound_rules)
+        self._out.on_policy_update(m.ActivePolicyUpdate(pid, policy, inbound, outbound))
+
+    def on_policy_inactive(self, key: model.PolicyKey) -> None:
+        self._out.on_policy_remove(policy_id(key))
+        self.on_rules_remove(key)
+
+    def on_profile_active(self, name: str, rules: model.ProfileRules) -> None:
+        self.on_rules_update(("profile", name), rules.inbound_rules + rules.outbound_rules)
+        inbound, outbound = parse_rules(rules.inbound_rules), parse_rules(rules.outbound_rules)
+        self._out.on_profile_update(m.ActiveProfileUpdate(name, rules, inbound, outbound))
+
+    def on_profile_inactive(self, name: str) -> None:
+        self._out.on_profile_remove(name)
+        self.on_rules_remove(("profile", name))
 
     def on_rules_update(self, rules_id: Hashable, rules: Iterable[model.Rule]) -> None:
         wanted = frozenset(s for rule in rules for s in rule_ipsets(rule))

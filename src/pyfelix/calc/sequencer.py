@@ -60,6 +60,8 @@ class KeyedBuffer(Generic[K]):
 
 
 class EventSequencer:
+    """Implements every output interface of calc/outputs.py; ``flush`` emits in order."""
+
     def __init__(self, emit: Emit) -> None:
         self._emit = emit
         self._not_ready = False
@@ -127,6 +129,78 @@ class EventSequencer:
 
     def on_encapsulation(self, encapsulation: m.Encapsulation) -> None:
         self._encapsulation = encapsulation
+
+    def on_policy_update(self, update: m.ActivePolicyUpdate) -> None:
+        self.policies.update(update.id, update)
+
+    def on_policy_remove(self, policy: m.PolicyID) -> None:
+        self.policies.remove(policy)
+
+    def on_profile_update(self, update: m.ActiveProfileUpdate) -> None:
+        self.profiles.update(update.id, update)
+
+    def on_profile_remove(self, profile: str) -> None:
+        self.profiles.remove(profile)
+
+    def on_endpoint_update(self, update: m.WorkloadEndpointUpdate | m.HostEndpointUpdate) -> None:
+        if isinstance(update, m.WorkloadEndpointUpdate):
+            self.workloads.update(update.id, update)
+        else:
+            self.hosts.update(update.id, update)
+
+    def on_endpoint_remove(self, key: model.WorkloadEndpointKey | model.HostEndpointKey) -> None:
+        if isinstance(key, model.WorkloadEndpointKey):
+            self.workloads.remove(key)
+        else:
+            self.hosts.remove(key)
+
+    def on_route_update(self, update: m.RouteUpdate) -> None:
+        self.routes.update(update.dst, update)
+
+    def on_route_remove(self, dst: str) -> None:
+        self.routes.remove(dst)
+
+    def on_vtep_update(self, update: m.VXLANTunnelEndpointUpdate) -> None:
+        self.vteps.update(update.node, update)
+
+    def on_vtep_remove(self, node: str) -> None:
+        self.vteps.remove(node)
+
+    def on_host_metadata_update(self, update: m.HostMetadataUpdate) -> None:
+        self.host_metadata.update(update.hostname, update)
+
+    def on_host_metadata_remove(self, hostname: str) -> None:
+        self.host_metadata.remove(hostname)
+
+    def on_pool_update(self, update: m.IPAMPoolUpdate) -> None:
+        self.pools.update(update.id, update)
+
+    def on_pool_remove(self, cidr: str) -> None:
+        self.pools.remove(cidr)
+
+    def on_wireguard_update(self, update: m.WireguardEndpointUpdate) -> None:
+        self.wireguard.update(update.hostname, update)
+
+    def on_wireguard_remove(self, hostname: str) -> None:
+        self.wireguard.remove(hostname)
+
+    def on_service_update(self, update: m.ServiceUpdate) -> None:
+        self.services.update((update.namespace, update.name), update)
+
+    def on_service_remove(self, namespace: str, name: str) -> None:
+        self.services.remove((namespace, name))
+
+    def on_namespace_update(self, update: m.NamespaceUpdate) -> None:
+        self.namespaces.update(update.id, update)
+
+    def on_namespace_remove(self, namespace: str) -> None:
+        self.namespaces.remove(namespace)
+
+    def on_service_account_update(self, update: m.ServiceAccountUpdate) -> None:
+        self.service_accounts.update(update.id, update)
+
+    def on_service_account_remove(self, account: m.ServiceAccountID) -> None:
+        self.service_accounts.remove(account)
 
     # -------------------------------------------------------------------------------- flush
 

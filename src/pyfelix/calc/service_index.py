@@ -11,8 +11,11 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Callable
 
+from pyfelix import model
+from pyfelix.calc.dispatcher import Dispatcher, value_of
 from pyfelix.calc.rule_scanner import IPSetData
 from pyfelix.resources import EndpointSlice
+from pyfelix.syncer.api import Update
 
 
 def _slice_members(eps: EndpointSlice, include_ports: bool) -> set[str]:
@@ -45,6 +48,19 @@ class ServiceIndex:
         self._slices: dict[str, dict[tuple[str, str], EndpointSlice]] = {}
         self._active: dict[str, IPSetData] = {}
         self._sent: dict[str, set[str]] = {}
+
+    def register_with(self, updates: Dispatcher) -> None:
+        updates.register(model.ResourceKey, self._on_resource_update)
+
+    def _on_resource_update(self, update: Update) -> None:
+        key = update.key
+        assert isinstance(key, model.ResourceKey)
+        if key.kind != "EndpointSlice":
+            return
+        passthrough = value_of(update, model.Passthrough)
+        resource = passthrough.resource if passthrough is not None else None
+        assert resource is None or isinstance(resource, EndpointSlice)
+        self.on_endpoint_slice(key.namespace, key.name, resource)
 
     def on_ipset_active(self, data: IPSetData) -> None:
         if not data.service:

@@ -8,7 +8,9 @@ import hashlib
 
 from pyfelix import messages as m
 from pyfelix import model
-from pyfelix.calc.sequencer import EventSequencer
+from pyfelix.calc.dispatcher import Dispatcher, value_of
+from pyfelix.calc.outputs import VtepOutput
+from pyfelix.syncer.api import Update
 
 
 def derived_vtep_mac(node: str) -> str:
@@ -17,11 +19,24 @@ def derived_vtep_mac(node: str) -> str:
 
 
 class VXLANResolver:
-    def __init__(self, sequencer: EventSequencer) -> None:
-        self._seq = sequencer
+    def __init__(self, output: VtepOutput) -> None:
+        self._out = output
         self._host_ips: dict[str, str] = {}
         self._tunnel_addrs: dict[str, str] = {}
         self._macs: dict[str, str] = {}
+
+    def register_with(self, updates: Dispatcher) -> None:
+        updates.register(model.HostIPKey, self._on_host_ip_update)
+        updates.register(model.HostConfigKey, self._on_host_config_update)
+
+    def _on_host_ip_update(self, update: Update) -> None:
+        assert isinstance(update.key, model.HostIPKey)
+        self.on_host_ip(update.key.hostname, value_of(update, model.ConfigValue))
+
+    def _on_host_config_update(self, update: Update) -> None:
+        key = update.key
+        assert isinstance(key, model.HostConfigKey)
+        self.on_host_config(key.hostname, key.name, value_of(update, model.ConfigValue))
 
     def on_host_ip(self, node: str, value: model.ConfigValue | None) -> None:
         self._set(self._host_ips, node, value)
@@ -49,6 +64,6 @@ class VXLANResolver:
     def _resolve(self, node: str) -> None:
         vtep = self.vtep(node)
         if vtep is None:
-            self._seq.vteps.remove(node)
+            self._out.on_vtep_remove(node)
         else:
-            self._seq.vteps.update(node, vtep)
+            self._out.on_vtep_update(vtep)
