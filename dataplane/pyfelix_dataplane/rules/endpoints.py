@@ -22,6 +22,8 @@ from pyfelix_dataplane.rules.policy import (
     profile_chain_name,
     set_mark,
 )
+from pyfelix_dataplane.rules.settings import Settings
+from pyfelix_dataplane.state import NodeState
 
 ANY_INTERFACE = "any-interface-at-all"
 
@@ -157,3 +159,44 @@ def dispatch_chains(
         rules = [Rule(f"{option} {n}", f"--goto {targets[n]}") for n in members]
         children.append(Chain(child, (*rules, *end)))
     return [Chain(root, (*root_rules, *end)), *children]
+
+
+def workload_chains(dp: NodeState, settings: Settings) -> list[Chain]:
+    """Each local workload's to- and from-workload chains, then the two dispatch trees."""
+    marks = settings.marks
+    filter_chains: list[Chain] = []
+    to_workload: dict[str, str] = {}
+    from_workload: dict[str, str] = {}
+    drop_encap = (not settings.allow_vxlan_from_workloads, not settings.allow_ipip_from_workloads)
+    for update in dp.workloads.values():
+        interface = update.endpoint.name
+        active = update.endpoint.state == "active"
+        profiles = update.endpoint.profile_ids
+        tw = endpoint_chain_name("cali-tw-", interface)
+        fw = endpoint_chain_name("cali-fw-", interface)
+        filter_chains.append(
+            endpoint_chain(
+                tw, active=active, tiers=update.tiers, profiles=profiles, inbound=True, marks=marks
+            )
+        )
+        filter_chains.append(
+            endpoint_chain(
+                fw,
+                active=active,
+                tiers=update.tiers,
+                profiles=profiles,
+                inbound=False,
+                marks=marks,
+                from_workload=True,
+                drop_encap=drop_encap,
+            )
+        )
+        to_workload[interface] = tw
+        from_workload[interface] = fw
+    unknown = [Rule(action="--jump DROP", comment=("Unknown interface",))]
+    filter_chains += dispatch_chains(
+        "cali-from-wl-dispatch", from_workload, outbound=False, end=unknown
+    )
+    filter_chains += dispatch_chains("cali-to-wl-dispatch", to_workload, outbound=True, end=unknown)
+
+    return filter_chains

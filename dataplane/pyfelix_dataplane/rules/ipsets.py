@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from pyfelix_dataplane.state import NodeState
+
 MAX_NAME = 31
 MIN_MAXELEM = 65536
 
@@ -45,3 +47,24 @@ def restore_script(
             )
             lines.extend(f"add {name} {member}" for member in wanted)
     return "\n".join(lines) + ("\n" if lines else "")
+
+
+MASQ_POOLS = "masq-ipam-pools"
+ALL_POOLS = "all-ipam-pools"
+VXLAN_HOSTS = "all-vxlan-net"
+
+
+def special_ipsets(dp: NodeState) -> dict[str, tuple[str, set[str]]]:
+    """The fixed sets Felix keeps: NAT-outgoing pools, all pools, VXLAN-capable hosts."""
+    pools = [v for (kind, _), v in dp.others.items() if kind == "pool"]
+    hosts = [v for (kind, _), v in dp.others.items() if kind == "host"]
+    sets = {
+        MASQ_POOLS: (
+            "hash:net",
+            {p.pool.cidr for p in pools if p.pool.masquerade and not p.pool.disabled},
+        ),
+        ALL_POOLS: ("hash:net", {p.pool.cidr for p in pools}),
+    }
+    if dp.encapsulation is not None and dp.encapsulation.vxlan_enabled:
+        sets[VXLAN_HOSTS] = ("hash:net", {f"{h.ipv4_addr}/32" for h in hosts if h.ipv4_addr})
+    return sets

@@ -1,0 +1,125 @@
+"""Host endpoint chains and their dispatch trees: normal and forward (applyOnForward) chains in
+filter, untracked (doNotTrack) chains in raw, pre-DNAT chains in mangle."""
+
+from __future__ import annotations
+
+from pyfelix_dataplane.rules.endpoints import (
+    ANY_INTERFACE,
+    dispatch_chains,
+    endpoint_chain,
+    endpoint_chain_name,
+)
+from pyfelix_dataplane.rules.model import Chain, Rule
+from pyfelix_dataplane.rules.settings import Settings
+from pyfelix_dataplane.state import NodeState
+
+
+def host_endpoint_chains(dp: NodeState, settings: Settings) -> dict[str, list[Chain]]:
+    """Per table ("filter", "raw", "mangle"): the host endpoints' chains, then the dispatch
+    trees that lead to them."""
+    filter_chains: list[Chain] = []
+    mangle_chains: list[Chain] = []
+    raw_chains: list[Chain] = []
+    host_targets = _endpoint_chains(dp, settings, filter_chains, raw_chains, mangle_chains)
+    for chains, root, kind, outbound in (
+        (filter_chains, "cali-from-host-endpoint", "fh", False),
+        (filter_chains, "cali-to-host-endpoint", "th", True),
+        (filter_chains, "cali-from-hep-forward", "fhfw", False),
+        (filter_chains, "cali-to-hep-forward", "thfw", True),
+        (raw_chains, "cali-from-host-endpoint", "raw-fh", False),
+        (raw_chains, "cali-to-host-endpoint", "raw-th", True),
+        (mangle_chains, "cali-from-host-endpoint", "mangle-fh", False),
+    ):
+        # An all-interfaces ("*") host endpoint is the default: interfaces without their own
+        # host endpoint end up in its chain.
+        targets = dict(host_targets[kind])
+        default = targets.pop(ANY_INTERFACE, None)
+        end = (Rule(action=f"--goto {default}"),) if default else ()
+        chains.extend(dispatch_chains(root, targets, outbound=outbound, end=end))
+    return {"filter": filter_chains, "raw": raw_chains, "mangle": mangle_chains}
+
+
+def _endpoint_chains(
+    dp: NodeState,
+    settings: Settings,
+    filter_chains: list[Chain],
+    raw_chains: list[Chain],
+    mangle_chains: list[Chain],
+) -> dict[str, dict[str, str]]:
+    """Host endpoint chains: normal and forward ones in filter, untracked (doNotTrack) ones in
+    raw, pre-DNAT ones in mangle; returns the dispatch targets for each table. As in Felix, an
+    all-interfaces ("*") endpoint gets no untracked chains."""
+    marks = settings.marks
+    targets: dict[str, dict[str, str]] = {
+        k: {} for k in ("fh", "th", "fhfw", "thfw", "raw-fh", "raw-th", "mangle-fh")
+    }
+    for update in sorted(dp.hosts.values(), key=lambda u: str(u.id)):
+        interface = update.endpoint.name
+        if interface == "*":
+            interface = ANY_INTERFACE
+        elif not interface:
+            continue  # resolving host endpoints by expectedIPs needs the kernel's addresses
+        if interface in targets["fh"]:
+            continue  # two host endpoints for one interface: the first by id governs it
+        profiles = update.endpoint.profile_ids
+        for prefix, inbound, failsafe in (
+            ("cali-th-", False, "cali-failsafe-out"),
+            ("cali-fh-", True, "cali-failsafe-in"),
+        ):
+            name = endpoint_chain_name(prefix, interface)
+            filter_chains.append(
+                endpoint_chain(
+                    name,
+                    active=True,
+                    tiers=update.tiers,
+                    profiles=profiles,
+                    inbound=inbound,
+                    marks=marks,
+                    failsafe=failsafe,
+                )
+            )
+            targets["fh" if inbound else "th"][interface] = name
+        for prefix, inbound in (("cali-thfw-", False), ("cali-fhfw-", True)):
+            name = endpoint_chain_name(prefix, interface)
+            filter_chains.append(
+                endpoint_chain(
+                    name,
+                    active=True,
+                    tiers=update.forward_tiers,
+                    profiles=(),
+                    inbound=inbound,
+                    marks=marks,
+                    kind="forward",
+                )
+            )
+            targets["fhfw" if inbound else "thfw"][interface] = name
+        if update.untracked_tiers and interface != ANY_INTERFACE:
+            for prefix, inbound in (("cali-th-", False), ("cali-fh-", True)):
+                name = endpoint_chain_name(prefix, interface)
+                raw_chains.append(
+                    endpoint_chain(
+                        name,
+                        active=True,
+                        tiers=update.untracked_tiers,
+                        profiles=(),
+                        inbound=inbound,
+                        marks=marks,
+                        kind="untracked",
+                    )
+                )
+                targets["raw-fh" if inbound else "raw-th"][interface] = name
+        if update.pre_dnat_tiers:
+            name = endpoint_chain_name("cali-fh-", interface)
+            mangle_chains.append(
+                endpoint_chain(
+                    name,
+                    active=True,
+                    tiers=update.pre_dnat_tiers,
+                    profiles=(),
+                    inbound=True,
+                    marks=marks,
+                    kind="prednat",
+                )
+            )
+            targets["mangle-fh"][interface] = name
+    return targets

@@ -1,0 +1,37 @@
+"""The FelixConfiguration values rendering depends on, taken once from the typed configuration."""
+
+from __future__ import annotations
+
+import attrs
+
+from pyfelix.config import FelixConfig, ProtoPort
+from pyfelix_dataplane.rules.marks import MarkBits
+
+_DEFAULTS = FelixConfig()
+
+
+@attrs.frozen
+class Settings:
+    """The FelixConfiguration values rendering depends on, with Felix's defaults."""
+
+    marks: MarkBits = attrs.Factory(MarkBits.from_mask)
+    endpoint_to_host_action: str = "DROP"
+    failsafe_in: tuple[ProtoPort, ...] = _DEFAULTS.failsafe_inbound_host_ports
+    failsafe_out: tuple[ProtoPort, ...] = _DEFAULTS.failsafe_outbound_host_ports
+    log_prefix: str = _DEFAULTS.log_prefix
+    allow_vxlan_from_workloads: bool = False
+    allow_ipip_from_workloads: bool = False
+    interface_prefix: str = "cali"
+
+    @classmethod
+    def from_config(cls, config: FelixConfig) -> Settings:
+        return cls(
+            marks=MarkBits.from_mask(config.iptables_mark_mask),
+            endpoint_to_host_action=config.default_endpoint_to_host_action.upper(),
+            failsafe_in=config.failsafe_inbound_host_ports,
+            failsafe_out=config.failsafe_outbound_host_ports,
+            log_prefix=config.log_prefix,
+            allow_vxlan_from_workloads=config.allow_vxlan_packets_from_workloads,
+            allow_ipip_from_workloads=config.allow_ipip_packets_from_workloads,
+            interface_prefix=config.interface_prefix.split(",")[0],
+        )

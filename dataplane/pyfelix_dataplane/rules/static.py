@@ -1,0 +1,226 @@
+"""The static chains of each table, as Felix's rules package builds them: the top-level chains
+the kernel's hooks jump to, the failsafe chains, RPF and NAT-outgoing. Policy, profile and
+endpoint chains and the dispatch trees are rendered elsewhere (policy.py, endpoints.py,
+host_endpoints.py); render.py puts the tables together."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from pyfelix.config import ProtoPort
+from pyfelix_dataplane.rules import ipsets as ipset_rendering
+from pyfelix_dataplane.rules.ipsets import ALL_POOLS, MASQ_POOLS, VXLAN_HOSTS
+from pyfelix_dataplane.rules.model import Chain, Rule
+from pyfelix_dataplane.rules.policy import match_mark, set_mark
+from pyfelix_dataplane.rules.settings import Settings
+from pyfelix_dataplane.state import NodeState
+
+
+def failsafe(name: str, ports: Iterable[ProtoPort], inbound: bool, version: int) -> Chain:
+    rules = []
+    for entry in ports:
+        if entry.net and (":" in entry.net) != (version == 6):
+            continue
+        match = f"-p {entry.protocol} -m multiport --destination-ports {entry.port}"
+        if entry.net:
+            match += f" {'--source' if inbound else '--destination'} {entry.net}"
+        rules.append(Rule(match, "--jump ACCEPT"))
+    return Chain(name, tuple(rules))
+
+
+def _vxlan(dp: NodeState, version: int) -> bool:
+    return dp.encapsulation is not None and dp.encapsulation.vxlan_enabled and version == 4
+
+
+def filter_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain]:
+    """filter: failsafes, cali-FORWARD, cali-INPUT, cali-wl-to-host, cali-OUTPUT."""
+    marks = settings.marks
+    wildcard = f"{settings.interface_prefix}+"
+    all_calico = marks.accept | marks.pass_ | marks.scratch0 | marks.scratch1
+    failsafe_in = failsafe("cali-failsafe-in", settings.failsafe_in, True, version)
+    failsafe_out = failsafe("cali-failsafe-out", settings.failsafe_out, False, version)
+    filter_chains = [failsafe_in, failsafe_out]
+
+    vxlan = _vxlan(dp, version)
+    input_rules = []
+    if vxlan:
+        hosts = ipset_rendering.ipset_name(VXLAN_HOSTS, version)
+        input_rules += [
+            Rule(
+                f"-p 17 -m multiport --destination-ports 4789 -m set --match-set {hosts} src"
+                " -m addrtype --dst-type LOCAL",
+                "--jump ACCEPT",
+                ("Allow IPv4 VXLAN packets from allowed hosts",),
+            ),
+            Rule(
+                "-p 17 -m multiport --destination-ports 4789 -m addrtype --dst-type LOCAL",
+                "--jump DROP",
+                ("Drop IPv4 VXLAN packets from non-allowed hosts",),
+            ),
+        ]
+    if version == 4 and dp.config.wireguard_enabled:
+        # As Felix: a host endpoint policy must not be able to cut the nodes' tunnels.
+        port = dp.config.wireguard_listening_port
+        input_rules.append(
+            Rule(
+                f"-p 17 -m multiport --destination-ports {port} -m addrtype --dst-type LOCAL",
+                "--jump ACCEPT",
+                ("Allow incoming IPv4 Wireguard packets",),
+            )
+        )
+    input_rules += [
+        Rule(f"--in-interface {wildcard}", "--goto cali-wl-to-host"),
+        Rule(match_mark(marks.accept), "--jump ACCEPT"),
+        Rule(action=set_mark(0, all_calico)),
+        Rule(action="--jump cali-from-host-endpoint"),
+        Rule(match_mark(marks.accept), "--jump ACCEPT", ("Host endpoint policy accepted packet.",)),
+    ]
+    filter_chains += [
+        Chain(
+            "cali-FORWARD",
+            (
+                Rule(action=set_mark(0, all_calico & ~marks.accept)),
+                Rule(match_mark(0, marks.accept), "--jump cali-from-hep-forward"),
+                Rule(f"--in-interface {wildcard}", "--jump cali-from-wl-dispatch"),
+                Rule(f"--out-interface {wildcard}", "--jump cali-to-wl-dispatch"),
+                Rule(action="--jump cali-to-hep-forward"),
+                Rule(
+                    match_mark(marks.accept),
+                    "--jump ACCEPT",
+                    ("Policy explicitly accepted packet.",),
+                ),
+            ),
+        ),
+        Chain("cali-INPUT", tuple(input_rules)),
+        Chain(
+            "cali-wl-to-host",
+            (
+                # As Felix: a workload must be able to use its host as an IPv6 router
+                # (multicast listener reports, router and neighbour solicitations and
+                # advertisements), whatever its policy.
+                *(
+                    Rule(f"-p ipv6-icmp -m icmp6 --icmpv6-type {icmp_type}", "--jump ACCEPT")
+                    for icmp_type in ((130, 131, 132, 133, 135, 136) if version == 6 else ())
+                ),
+                Rule(action="--jump cali-from-wl-dispatch"),
+                Rule(
+                    action=f"--jump {settings.endpoint_to_host_action}",
+                    comment=("Configured DefaultEndpointToHostAction",),
+                ),
+            ),
+        ),
+        Chain(
+            "cali-OUTPUT",
+            (
+                Rule(match_mark(marks.accept), "--jump ACCEPT"),
+                Rule(f"--out-interface {wildcard}", "--jump RETURN"),
+                Rule(action=set_mark(0, all_calico)),
+                Rule("-m conntrack ! --ctstate DNAT", "--jump cali-to-host-endpoint"),
+                Rule(
+                    match_mark(marks.accept),
+                    "--jump ACCEPT",
+                    ("Host endpoint policy accepted packet.",),
+                ),
+            ),
+        ),
+    ]
+
+    return filter_chains
+
+
+def raw_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain]:
+    """raw: cali-PREROUTING with the RPF check, cali-rpf-skip, cali-OUTPUT, failsafes."""
+    marks = settings.marks
+    wildcard = f"{settings.interface_prefix}+"
+    all_calico = marks.accept | marks.pass_ | marks.scratch0 | marks.scratch1
+    rpf_skip = []
+    for update in dp.workloads.values():
+        for prefix_net in update.endpoint.allow_spoofed_source_prefixes:
+            if (":" in prefix_net) == (version == 6):
+                rpf_skip.append(
+                    Rule(
+                        f"--in-interface {update.endpoint.name} --source {prefix_net}",
+                        "--jump ACCEPT",
+                    )
+                )
+    return [
+        Chain(
+            "cali-PREROUTING",
+            (
+                Rule(action=set_mark(0, all_calico)),
+                Rule(f"--in-interface {wildcard}", set_mark(marks.scratch0)),
+                Rule(match_mark(marks.scratch0), "--jump cali-rpf-skip"),
+                Rule(
+                    f"{match_mark(marks.scratch0)} -m rpfilter --invert --validmark", "--jump DROP"
+                ),
+                Rule(match_mark(0, marks.scratch0), "--jump cali-from-host-endpoint"),
+                Rule(match_mark(marks.accept), "--jump ACCEPT"),
+            ),
+        ),
+        Chain("cali-rpf-skip", tuple(rpf_skip)),
+        Chain(
+            "cali-OUTPUT",
+            (
+                Rule(action=set_mark(0, all_calico)),
+                Rule(action="--jump cali-to-host-endpoint"),
+                Rule(match_mark(marks.accept), "--jump ACCEPT"),
+            ),
+        ),
+        failsafe("cali-failsafe-in", settings.failsafe_in, True, version),
+        failsafe("cali-failsafe-out", settings.failsafe_out, False, version),
+    ]
+
+
+def mangle_chains(settings: Settings, version: int) -> list[Chain]:
+    """mangle: cali-PREROUTING (pre-DNAT policy), cali-POSTROUTING, failsafe-in."""
+    marks = settings.marks
+    return [
+        Chain(
+            "cali-PREROUTING",
+            (
+                Rule("-m conntrack --ctstate RELATED,ESTABLISHED", "--jump ACCEPT"),
+                Rule(match_mark(marks.accept), "--jump ACCEPT"),
+                Rule(action="--jump cali-from-host-endpoint"),
+                Rule(
+                    match_mark(marks.accept),
+                    "--jump ACCEPT",
+                    ("Host endpoint policy accepted packet.",),
+                ),
+            ),
+        ),
+        Chain("cali-POSTROUTING", ()),
+        failsafe("cali-failsafe-in", settings.failsafe_in, True, version),
+    ]
+
+
+def nat_chains(
+    dp: NodeState, version: int, special_sets: Mapping[str, tuple[str, set[str]]]
+) -> list[Chain]:
+    """nat: the hooks' chains and cali-nat-outgoing (MASQUERADE for NAT-outgoing pools)."""
+    vxlan = _vxlan(dp, version)
+    nat_rules = []
+    masq = special_sets.get(MASQ_POOLS, ("", set()))[1]
+    if any((":" in cidr) == (version == 6) for cidr in masq):
+        pools = ipset_rendering.ipset_name(MASQ_POOLS, version)
+        every = ipset_rendering.ipset_name(ALL_POOLS, version)
+        nat_rules.append(
+            Rule(
+                f"-m set --match-set {pools} src -m set ! --match-set {every} dst",
+                "--jump MASQUERADE",
+            )
+        )
+    postrouting = [Rule(action="--jump cali-nat-outgoing")]
+    if vxlan:
+        postrouting.append(
+            Rule(
+                "--out-interface vxlan.calico -m addrtype ! --src-type LOCAL --limit-iface-out"
+                " -m addrtype --src-type LOCAL",
+                "--jump MASQUERADE",
+            )
+        )
+    return [
+        Chain("cali-PREROUTING", ()),
+        Chain("cali-OUTPUT", ()),
+        Chain("cali-POSTROUTING", tuple(postrouting)),
+        Chain("cali-nat-outgoing", tuple(nat_rules)),
+    ]
