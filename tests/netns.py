@@ -6,15 +6,19 @@ Namespaces are created with pyroute2 (the same library the dataplane uses) under
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import itertools
+import multiprocessing
 import os
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from pyroute2 import netns as _netns
 
+T = TypeVar("T")
 PREFIX = "pft-"
 _counter = itertools.count()
 
@@ -56,3 +60,18 @@ def eventually(check: Callable[[], bool], timeout: float = 10.0, every: float = 
             return True
         time.sleep(every)
     return check()
+
+
+def _enter_and_call(name: str, function: Callable[..., T], args: tuple[Any, ...]) -> T:
+    _netns.setns(name)
+    return function(*args)
+
+
+def in_netns(name: str, function: Callable[..., T], *args: Any) -> T:
+    """Call ``function(*args)`` in a fresh process that has joined namespace ``name``, and
+    return its result (both must pickle: a module-level function, plain values). Tests of the
+    kernel writers are ordinary typed code this way, not Python held in strings; the writers'
+    own log lines go to that process's stderr."""
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
+        return pool.submit(_enter_and_call, name, function, args).result()

@@ -6,34 +6,35 @@ small writes rewrite only what changed, without the listing."""
 
 from __future__ import annotations
 
-import json
 import re
-import sys
 
 import pytest
+import trio
 
 from pyfelix_dataplane.linux.iptables import IptablesWriter, TableState
 from pyfelix_dataplane.rules.model import Chain, Rule
-from tests.netns import run_in
+from tests.netns import in_netns, run_in
 
-SCRIPT = """
-import json, sys, trio
-from pyfelix_dataplane.linux.iptables import IptablesWriter
-from pyfelix_dataplane.rules.model import Chain, Rule
+Spec = list[tuple[str, list[list[str]]]]
+HOOKS = [("INPUT", "cali-INPUT"), ("FORWARD", "cali-FORWARD"), ("OUTPUT", "cali-OUTPUT")]
 
-def chains(spec):
-    return [Chain(name, tuple(Rule(match=m, action=a) for m, a in rules)) for name, rules in spec]
 
-async def main():
-    writer = IptablesWriter(version=4, backend="nft")
-    hooks = [("INPUT", "cali-INPUT"), ("FORWARD", "cali-FORWARD"), ("OUTPUT", "cali-OUTPUT")]
-    scripts = []
-    for spec in json.loads(sys.stdin.read()):
-        scripts.append(await writer.apply({"filter": (chains(spec), hooks)}))
-    print(json.dumps(scripts))
+def apply_filter(steps: list[Spec]) -> list[str]:
+    """Each step's filter chains written with the nft backend; the scripts used. Runs inside
+    the namespace (tests.netns.in_netns)."""
 
-trio.run(main)
-"""
+    async def main() -> list[str]:
+        writer = IptablesWriter(version=4, backend="nft")
+        scripts = []
+        for spec in steps:
+            chains = [
+                Chain(name, tuple(Rule(match=m, action=a) for m, a in rules))
+                for name, rules in spec
+            ]
+            scripts.append(await writer.apply({"filter": (chains, HOOKS)}))
+        return scripts
+
+    return trio.run(main)
 
 
 def policy_chains(count: int, rules: int, port: int = 80) -> list[tuple[str, list[list[str]]]]:
@@ -48,11 +49,8 @@ def policy_chains(count: int, rules: int, port: int = 80) -> list[tuple[str, lis
     return spec
 
 
-def write(ns: str, steps: list[list[tuple[str, list[list[str]]]]]) -> list[str]:
-    result = run_in(ns, sys.executable, "-c", SCRIPT, input_text=json.dumps(steps))
-    assert result.returncode == 0, result.stderr
-    scripts: list[str] = json.loads(result.stdout)
-    return scripts
+def write(ns: str, steps: list[Spec]) -> list[str]:
+    return in_netns(ns, apply_filter, steps)
 
 
 def saved(ns: str) -> str:

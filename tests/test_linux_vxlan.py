@@ -4,30 +4,26 @@ iproute2, independently of pyroute2)."""
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
-from tests.netns import run_in
+from pyfelix_dataplane.linux.vxlan import RemoteVtep, VtepDevice, sync_vxlan
+from tests.netns import in_netns, run_in
 
 pytestmark = pytest.mark.netns
 
-SCRIPT = """
-import sys
-from pyfelix_dataplane.linux.vxlan import RemoteVtep, VtepDevice, sync_vxlan
-vni, remotes = int(sys.argv[1]), sys.argv[2:]
-device = None if vni == 0 else VtepDevice(vni, 4789, "66:00:00:00:00:01", "10.65.1.0", "10.99.0.1")
-peers = [
-    RemoteVtep(f"10.65.{n}.0", f"66:00:00:00:00:{int(n):02x}", f"10.99.0.{n}") for n in remotes
-]
-print(sync_vxlan(device, peers))
-"""
+
+def write_vxlan(vni: int, remotes: tuple[int, ...]) -> str:
+    """The device with ``vni`` (0: none) and a remote VTEP per node number; runs inside the
+    namespace."""
+    device = (
+        None if vni == 0 else VtepDevice(vni, 4789, "66:00:00:00:00:01", "10.65.1.0", "10.99.0.1")
+    )
+    peers = [RemoteVtep(f"10.65.{n}.0", f"66:00:00:00:00:{n:02x}", f"10.99.0.{n}") for n in remotes]
+    return sync_vxlan(device, peers)
 
 
 def sync(ns: str, vni: int, *remotes: int) -> str:
-    result = run_in(ns, sys.executable, "-c", SCRIPT, str(vni), *map(str, remotes))
-    assert result.returncode == 0, result.stderr
-    return result.stdout.strip()
+    return in_netns(ns, write_vxlan, vni, remotes)
 
 
 def show(ns: str, *argv: str) -> str:
