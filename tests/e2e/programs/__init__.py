@@ -1,0 +1,1 @@
+"""Small programs the end-to-end tests run inside namespaces (as files, so they are linted)."""
