@@ -1,0 +1,419 @@
+"""State tables for the calculators, in the style of Felix's states_for_test.go: each case is a
+set of inputs and the output the calculator must hold after them, and every case is replayed
+in several orders (the output may not depend on the order the datastore delivered things in).
+
+Each calculator writes to a recorder implementing its output interface (calc/outputs.py), so
+the tables state the content, not only that two runs agree."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+import pytest
+
+from pyfelix import messages as m
+from pyfelix import model
+from pyfelix.calc.active_rules import DENY_ALL, ActiveRulesCalculator
+from pyfelix.calc.dispatcher import Dispatcher
+from pyfelix.calc.encapsulation import EncapsulationResolver
+from pyfelix.calc.passthru import DataplanePassthru
+from pyfelix.calc.policy_resolver import PolicyResolver, policy_id
+from pyfelix.calc.profile_decoder import ProfileDecoder
+from pyfelix.calc.routes import L3RouteResolver
+from pyfelix.syncer.api import SyncStatus, Update
+from pyfelix.values import FrozenMap
+
+
+@attrs.define
+class Recorder:
+    """Every output interface, kept as the current state the dataplane would hold."""
+
+    routes: dict[str, m.RouteUpdate] = attrs.Factory(dict)
+    endpoints: dict[Any, Any] = attrs.Factory(dict)
+    passthru: dict[tuple[str, Any], Any] = attrs.Factory(dict)
+    namespaces: dict[Any, Any] = attrs.Factory(dict)
+    encapsulation: m.Encapsulation | None = None
+
+    def on_route_update(self, update: m.RouteUpdate) -> None:
+        self.routes[update.dst] = update
+
+    def on_route_remove(self, dst: str) -> None:
+        del self.routes[dst]
+
+    def on_endpoint_update(self, update: Any) -> None:
+        self.endpoints[update.id] = update
+
+    def on_endpoint_remove(self, key: Any) -> None:
+        del self.endpoints[key]
+
+    def on_encapsulation(self, encapsulation: m.Encapsulation) -> None:
+        self.encapsulation = encapsulation
+
+    def on_host_metadata_update(self, update: m.HostMetadataUpdate) -> None:
+        self.passthru[("host", update.hostname)] = update.ipv4_addr
+
+    def on_host_metadata_remove(self, hostname: str) -> None:
+        self.passthru.pop(("host", hostname))
+
+    def on_pool_update(self, update: m.IPAMPoolUpdate) -> None:
+        self.passthru[("pool", update.id)] = update.pool.masquerade
+
+    def on_pool_remove(self, cidr: str) -> None:
+        self.passthru.pop(("pool", cidr))
+
+    def on_wireguard_update(self, update: m.WireguardEndpointUpdate) -> None:
+        self.passthru[("wireguard", update.hostname)] = update.public_key
+
+    def on_wireguard_remove(self, hostname: str) -> None:
+        self.passthru.pop(("wireguard", hostname), None)
+
+    def on_service_update(self, update: m.ServiceUpdate) -> None:
+        self.passthru[("service", f"{update.namespace}/{update.name}")] = update.cluster_ips
+
+    def on_service_remove(self, namespace: str, name: str) -> None:
+        self.passthru.pop(("service", f"{namespace}/{name}"))
+
+    def on_namespace_update(self, update: m.NamespaceUpdate) -> None:
+        self.namespaces[update.id] = dict(update.labels)
+
+    def on_namespace_remove(self, namespace: str) -> None:
+        del self.namespaces[namespace]
+
+    def on_service_account_update(self, update: m.ServiceAccountUpdate) -> None:
+        self.namespaces[update.id] = dict(update.labels)
+
+    def on_service_account_remove(self, account: m.ServiceAccountID) -> None:
+        del self.namespaces[account]
+
+
+def orders(updates: Sequence[Update]) -> list[list[Update]]:
+    """The updates as given, reversed, and a few other permutations (at most six in all)."""
+    found = [list(updates), list(reversed(updates))]
+    for permutation in itertools.islice(itertools.permutations(updates), 1, 20, 5):
+        found.append(list(permutation))
+    return found[:6]
+
+
+def wep(name: str, ip: str, labels: dict[str, str] | None = None) -> model.WorkloadEndpoint:
+    return model.WorkloadEndpoint("active", name, "", ("open",), (ip,), (), FrozenMap(labels or {}))
+
+
+def local(workload: str) -> model.WorkloadEndpointKey:
+    return model.WorkloadEndpointKey("node-a", "k8s", f"ns/{workload}", "eth0")
+
+
+def pool(cidr: str, vxlan: str = "", nat: bool = False) -> model.IPPool:
+    return model.IPPool(cidr, "", vxlan, nat, False)
+
+
+def config(value: str) -> model.ConfigValue:
+    return model.ConfigValue(value)
+
+
+# --------------------------------------------------------------------------------- routes
+
+VXLAN_POOL = Update(model.IPPoolKey("10.65.0.0/16"), pool("10.65.0.0/16", "Always", nat=True))
+REMOTE_BLOCK = Update(
+    model.BlockKey("10.65.1.0/26"), model.AllocationBlock("10.65.1.0/26", "host:node-b")
+)
+LOCAL_BLOCK = Update(
+    model.BlockKey("10.65.0.0/26"), model.AllocationBlock("10.65.0.0/26", "host:node-a")
+)
+NODE_B_IP = Update(model.HostIPKey("node-b"), config("192.0.2.2"))
+NODE_B_TUNNEL = Update(model.HostConfigKey("node-b", "IPv4VXLANTunnelAddr"), config("10.65.1.0"))
+LOCAL_WORKLOAD = Update(local("pod"), wep("calipod", "10.65.0.5/32"))
+
+# dst -> (types, destination node, tunnel, nat outgoing, local interface)
+Route = tuple[frozenset[str], str, str, bool, str]
+ROUTE_STATES: list[tuple[str, list[Update], dict[str, Route]]] = [
+    ("nothing", [], {}),
+    (
+        "a pool alone is its CIDR_INFO route",
+        [VXLAN_POOL],
+        {"10.65.0.0/16": (frozenset({"CIDR_INFO"}), "", "vxlan", True, "")},
+    ),
+    (
+        "a remote block waits for its node's VTEP",
+        [VXLAN_POOL, REMOTE_BLOCK, NODE_B_IP],
+        {
+            "10.65.0.0/16": (frozenset({"CIDR_INFO"}), "", "vxlan", True, ""),
+            "192.0.2.2/32": (frozenset({"REMOTE_HOST"}), "node-b", "none", False, ""),
+        },
+    ),
+    (
+        "with the VTEP, the block goes through the tunnel",
+        [VXLAN_POOL, REMOTE_BLOCK, NODE_B_IP, NODE_B_TUNNEL],
+        {
+            "10.65.0.0/16": (frozenset({"CIDR_INFO"}), "", "vxlan", True, ""),
+            "10.65.1.0/26": (frozenset({"REMOTE_WORKLOAD"}), "node-b", "vxlan", True, ""),
+            "10.65.1.0/32": (frozenset({"REMOTE_TUNNEL"}), "node-b", "vxlan", True, ""),
+            "192.0.2.2/32": (frozenset({"REMOTE_HOST"}), "node-b", "none", False, ""),
+        },
+    ),
+    (
+        "local block and a local workload in it",
+        [VXLAN_POOL, LOCAL_BLOCK, LOCAL_WORKLOAD],
+        {
+            "10.65.0.0/16": (frozenset({"CIDR_INFO"}), "", "vxlan", True, ""),
+            "10.65.0.0/26": (frozenset({"LOCAL_WORKLOAD"}), "node-a", "none", True, ""),
+            "10.65.0.5/32": (frozenset({"LOCAL_WORKLOAD"}), "node-a", "none", True, "calipod"),
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("inputs", "expected"), [c[1:] for c in ROUTE_STATES], ids=[c[0] for c in ROUTE_STATES]
+)
+def test_route_resolver_states(inputs: list[Update], expected: dict[str, Route]) -> None:
+    for order in orders(inputs):
+        out = Recorder()
+        updates, local_updates = Dispatcher(), Dispatcher()
+        resolver = L3RouteResolver("node-a", out)
+        resolver.register_with(updates, local_updates)
+        for update in order:
+            target = local_updates if isinstance(update.key, model.WorkloadEndpointKey) else updates
+            target.on_update(update)
+            resolver.flush()
+        got = {
+            dst: (r.types, r.dst_node, r.tunnel, r.nat_outgoing, r.local_workload_interface)
+            for dst, r in out.routes.items()
+        }
+        assert got == expected, [str(u.key) for u in order]
+
+
+def test_route_resolver_removes_what_goes() -> None:
+    out = Recorder()
+    updates, local_updates = Dispatcher(), Dispatcher()
+    resolver = L3RouteResolver("node-a", out)
+    resolver.register_with(updates, local_updates)
+    for update in (VXLAN_POOL, REMOTE_BLOCK, NODE_B_IP, NODE_B_TUNNEL):
+        updates.on_update(update)
+    resolver.flush()
+    updates.on_update(Update(NODE_B_TUNNEL.key, None))
+    resolver.flush()
+    assert set(out.routes) == {"10.65.0.0/16", "192.0.2.2/32"}
+
+
+# ------------------------------------------------------------------ active rules + resolver
+
+
+def policy(selector: str, order: float | None = None, tier: str = "default") -> model.Policy:
+    allow = (model.Rule(action="allow"),)
+    return model.Policy("", tier, order, allow, allow, selector, ("ingress", "egress"))
+
+
+def gnp(name: str, tier: str = "default") -> model.PolicyKey:
+    return model.PolicyKey(name, "", "GlobalNetworkPolicy", tier)
+
+
+@attrs.define
+class Rules:
+    """What the active rules calculator says is active."""
+
+    policies: dict[model.PolicyKey, model.Policy] = attrs.Factory(dict)
+    profiles: dict[str, model.ProfileRules] = attrs.Factory(dict)
+
+
+def active_rules_graph() -> tuple[Dispatcher, Dispatcher, Rules, PolicyResolver, Recorder]:
+    rules, out = Rules(), Recorder()
+    resolver = PolicyResolver(out)
+    arc = ActiveRulesCalculator(
+        on_policy_active=rules.policies.__setitem__,
+        on_policy_inactive=rules.policies.__delitem__,
+        on_profile_active=rules.profiles.__setitem__,
+        on_profile_inactive=rules.profiles.__delitem__,
+        on_match_started=resolver.on_match_started,
+        on_match_stopped=resolver.on_match_stopped,
+    )
+    updates, local_updates = Dispatcher(), Dispatcher()
+    resolver.register_with(updates, local_updates)
+    arc.register_with(updates, local_updates)
+    return updates, local_updates, rules, resolver, out
+
+
+TIERED = [
+    Update(model.TierKey("security"), model.Tier(100.0, "Deny")),
+    Update(gnp("security.gate", "security"), policy('app == "web"', 1, "security")),
+    Update(gnp("b-late"), policy('app == "web"', 20)),
+    Update(gnp("a-early"), policy('app == "web"', 10)),
+    Update(gnp("unordered"), policy("all()")),
+    Update(gnp("other-app"), policy('app == "db"', 1)),
+    Update(gnp("zz.last", "zz"), policy("all()", 1, "zz")),
+    Update(
+        model.PolicyKey("staged:x", "", "StagedGlobalNetworkPolicy", "default"), policy("all()")
+    ),
+]
+
+
+def test_active_rules_and_tiers_state() -> None:
+    """Tiers by order (a tier without a resource last), policies by order then name (unset
+    last); a policy no local endpoint matches is not active; staged ones never are; a profile
+    that does not exist is a deny-all stand-in."""
+    web = Update(local("web"), wep("caliweb", "10.65.0.2/32", {"app": "web"}))
+    for order in orders([*TIERED, web]):
+        updates, local_updates, rules, resolver, out = active_rules_graph()
+        for update in order:
+            target = local_updates if isinstance(update.key, model.WorkloadEndpointKey) else updates
+            target.on_update(update)
+        updates.on_status(SyncStatus.IN_SYNC)
+        resolver.flush()
+        assert {k.name for k in rules.policies} == {
+            "security.gate",
+            "b-late",
+            "a-early",
+            "unordered",
+            "zz.last",
+        }
+        assert rules.profiles == {"open": DENY_ALL}
+        (endpoint,) = out.endpoints.values()
+        tiers = [(t.name, [p.name for p in t.ingress_policies]) for t in endpoint.tiers]
+        assert tiers == [
+            ("security", ["security.gate"]),
+            ("default", ["a-early", "b-late", "unordered"]),
+            ("zz", ["zz.last"]),
+        ]
+
+
+def test_nothing_resolved_before_in_sync_and_a_relabel_moves_policies() -> None:
+    updates, local_updates, rules, resolver, out = active_rules_graph()
+    for update in TIERED:
+        updates.on_update(update)
+    local_updates.on_update(Update(local("web"), wep("caliweb", "10.65.0.2/32", {"app": "web"})))
+    resolver.flush()
+    assert out.endpoints == {}
+    updates.on_status(SyncStatus.IN_SYNC)
+    resolver.flush()
+    local_updates.on_update(Update(local("web"), wep("caliweb", "10.65.0.2/32", {"app": "db"})))
+    resolver.flush()
+    assert policy_id(gnp("other-app")) in out.endpoints[local("web")].tiers[0].ingress_policies
+    assert gnp("a-early") not in rules.policies
+
+
+# ------------------------------------------------------------------ passthru, decoder, encap
+
+
+PASSTHRU_STATES: list[tuple[str, list[Update], dict[tuple[str, Any], Any]]] = [
+    ("host IP", [NODE_B_IP], {("host", "node-b"): "192.0.2.2"}),
+    ("pool", [VXLAN_POOL], {("pool", "10.65.0.0/16"): True}),
+    (
+        "WireGuard key",
+        [Update(model.WireguardKey("node-b"), model.Wireguard("a2V5"))],
+        {("wireguard", "node-b"): "a2V5"},
+    ),
+    ("WireGuard without a key", [Update(model.WireguardKey("node-b"), model.Wireguard(""))], {}),
+]
+
+
+@pytest.mark.parametrize(
+    ("inputs", "expected"), [c[1:] for c in PASSTHRU_STATES], ids=[c[0] for c in PASSTHRU_STATES]
+)
+def test_passthru_states(inputs: list[Update], expected: dict[tuple[str, Any], Any]) -> None:
+    out, updates = Recorder(), Dispatcher()
+    DataplanePassthru(out).register_with(updates)
+    for update in inputs:
+        updates.on_update(update)
+    assert out.passthru == expected
+    for update in inputs:
+        updates.on_update(Update(update.key, None))
+    assert out.passthru == {}
+
+
+def test_profile_decoder_states() -> None:
+    out, updates = Recorder(), Dispatcher()
+    ProfileDecoder(out).register_with(updates)
+    labels = {"pcns.team": "blue", "pcns.projectcalico.org/name": "shop", "other": "x"}
+    updates.on_update(
+        Update(model.ProfileLabelsKey("kns.shop"), model.ProfileLabels(FrozenMap(labels)))
+    )
+    account = {"pcsa.role": "frontend"}
+    updates.on_update(
+        Update(model.ProfileLabelsKey("ksa.shop.web"), model.ProfileLabels(FrozenMap(account)))
+    )
+    updates.on_update(
+        Update(model.ProfileLabelsKey("open"), model.ProfileLabels(FrozenMap({"a": "b"})))
+    )
+    assert out.namespaces == {
+        "shop": {"team": "blue", "projectcalico.org/name": "shop"},
+        m.ServiceAccountID("shop", "web"): {"role": "frontend"},
+    }
+    updates.on_update(Update(model.ProfileLabelsKey("kns.shop"), None))
+    assert list(out.namespaces) == [m.ServiceAccountID("shop", "web")]
+
+
+ENCAP_STATES: list[tuple[str, list[Update], m.Encapsulation]] = [
+    ("no pools", [], m.Encapsulation(False, False)),
+    ("a VXLAN pool", [VXLAN_POOL], m.Encapsulation(False, True)),
+    (
+        "an IPv6 VXLAN pool",
+        [Update(model.IPPoolKey("fd00::/64"), pool("fd00::/64", "Always"))],
+        m.Encapsulation(False, False, True),
+    ),
+    (
+        "an IPIP pool",
+        [
+            Update(
+                model.IPPoolKey("10.66.0.0/16"),
+                model.IPPool("10.66.0.0/16", "Always", "", False, False),
+            )
+        ],
+        m.Encapsulation(True, False),
+    ),
+    (
+        "VXLANEnabled false overrides the pools",
+        [VXLAN_POOL, Update(model.GlobalConfigKey("VXLANEnabled"), config("false"))],
+        m.Encapsulation(False, False),
+    ),
+    (
+        "a disabled pool does not count",
+        [
+            Update(
+                model.IPPoolKey("10.67.0.0/16"),
+                model.IPPool("10.67.0.0/16", "", "Always", False, True),
+            )
+        ],
+        m.Encapsulation(False, False),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("inputs", "expected"), [c[1:] for c in ENCAP_STATES], ids=[c[0] for c in ENCAP_STATES]
+)
+def test_encapsulation_states(inputs: list[Update], expected: m.Encapsulation) -> None:
+    for order in orders(inputs):
+        out, updates = Recorder(), Dispatcher()
+        EncapsulationResolver(out).register_with(updates)
+        for update in order:
+            updates.on_update(update)
+        assert out.encapsulation is None, "nothing before the datastore is in sync"
+        updates.on_status(SyncStatus.IN_SYNC)
+        assert out.encapsulation == expected
+
+
+# -------------------------------------------------------------------------------- dispatcher
+
+
+def test_dispatcher_fans_out_in_order_and_a_filter_stops_the_rest() -> None:
+    seen: list[str] = []
+    dispatcher = Dispatcher()
+
+    def receiver(name: str, stop: bool = False) -> Callable[[Update], bool]:
+        def receive(update: Update) -> bool:
+            seen.append(name)
+            return stop
+
+        return receive
+
+    dispatcher.register(model.HostIPKey, receiver("first"))
+    dispatcher.register(model.HostIPKey, receiver("filter", stop=True))
+    dispatcher.register(model.HostIPKey, receiver("never"))
+    dispatcher.register(model.TierKey, receiver("tier"))
+    dispatcher.register_status(lambda status: seen.append(status.name))
+    assert dispatcher.on_update(NODE_B_IP) is True
+    dispatcher.on_updates([Update(model.TierKey("t"), None)])
+    dispatcher.on_status(SyncStatus.IN_SYNC)
+    assert seen == ["first", "filter", "tier", "IN_SYNC"]
