@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from pyfelix.calc.pipeline import build_pipeline
+from pyfelix.config import parse_config
 from pyfelix.resources import Resource
 from pyfelix.validation import context_from
 from pyfelix_dataplane.dryrun import snapshot
@@ -96,10 +97,10 @@ def render_text(view: dict[str, Any]) -> str:
     encapsulation = view.get("encapsulation") or {}
     local = [v for v in view["vteps"] if v["node"] == view["hostname"]]
     if encapsulation.get("vxlan") and local:
-        config = view.get("config", {})
+        config = parse_config(view.get("config", {}))
         lines.append(
-            f"VXLAN device vxlan.calico: VNI {config.get('VXLANVNI', '4096')}, "
-            f"port {config.get('VXLANPort', '4789')}, address {local[0]['ipv4_addr']}, "
+            f"VXLAN device vxlan.calico: VNI {config.vxlan_vni}, "
+            f"port {config.vxlan_port}, address {local[0]['ipv4_addr']}, "
             f"MAC {local[0]['mac']}, parent {local[0]['parent_device_ip']}"
         )
     lines.append(f"WireGuard peers ({len(view['wireguard_peers'])}):")

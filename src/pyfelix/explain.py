@@ -15,8 +15,6 @@ from collections.abc import Sequence
 import attrs
 
 from pyfelix import messages as m
-from pyfelix import model
-from pyfelix.calc.rule_scanner import IPSetData, side_ipsets
 from pyfelix.values import Port
 from pyfelix_dataplane.state import NodeState
 
@@ -51,11 +49,11 @@ def _in_nets(ip: str, nets: Sequence[str]) -> bool:
 class Explainer:
     dataplane: NodeState
 
-    def _members(self, data: IPSetData) -> set[str]:
-        return self.dataplane.ipsets.get(data.id, ("", set()))[1]
+    def _members(self, set_id: str) -> set[str]:
+        return self.dataplane.ipsets.get(set_id, ("", set()))[1]
 
-    def _in_set(self, data: IPSetData, ip: str) -> bool:
-        return _in_nets(ip, [m for m in self._members(data) if "," not in m])
+    def _in_set(self, set_id: str, ip: str) -> bool:
+        return _in_nets(ip, [m for m in self._members(set_id) if "," not in m])
 
     def _protocol_matches(self, wanted: int | str | None, flow: Flow) -> bool:
         if wanted is None:
@@ -64,7 +62,7 @@ class Explainer:
         return wanted in (flow.protocol, number)
 
     def _ports_match(
-        self, ports: Sequence[Port], named: Sequence[IPSetData], ip: str, flow: Flow
+        self, ports: Sequence[Port], named: Sequence[str], ip: str, flow: Flow
     ) -> bool:
         port = flow.dst_port
         if port is None:
@@ -73,7 +71,9 @@ class Explainer:
         by_name = any(f"{ip},{flow.protocol}:{port}" in self._members(n) for n in named)
         return numeric or by_name
 
-    def rule_matches(self, rule: model.Rule, flow: Flow) -> bool:
+    def rule_matches(self, parsed: m.ParsedRule, flow: Flow) -> bool:
+        """Whether the rule matches the flow, by the IP sets the graph resolved for it."""
+        rule, sets = parsed.rule, parsed.ipsets
         if not self._protocol_matches(rule.protocol, flow):
             return False
         if rule.not_protocol is not None and self._protocol_matches(rule.not_protocol, flow):
@@ -90,40 +90,32 @@ class Explainer:
             return False
         if _in_nets(flow.src_ip, rule.not_src_nets):
             return False
-        src_sets, _ = side_ipsets(rule.src_selector, (), rule.protocol)
-        if any(not self._in_set(s, flow.src_ip) for s in src_sets):
+        if any(not self._in_set(s, flow.src_ip) for s in sets.src):
             return False
-        if rule.not_src_selector and self._in_set(
-            IPSetData(selector=rule.not_src_selector), flow.src_ip
-        ):
+        if any(self._in_set(s, flow.src_ip) for s in sets.not_src):
             return False
-        if rule.src_service:
-            service = IPSetData(service=f"{rule.src_service_namespace}/{rule.src_service}")
-            if flow.src_ip not in self._members(service):
-                return False
+        if sets.src_service and flow.src_ip not in self._members(sets.src_service):
+            return False
         # Destination side.
         if rule.dst_nets and not _in_nets(flow.dst_ip, rule.dst_nets):
             return False
         if _in_nets(flow.dst_ip, rule.not_dst_nets):
             return False
-        dst_sets, named = side_ipsets(rule.dst_selector, rule.dst_ports, rule.protocol)
-        if any(not self._in_set(s, flow.dst_ip) for s in dst_sets):
+        if any(not self._in_set(s, flow.dst_ip) for s in sets.dst):
             return False
-        if rule.dst_ports and not self._ports_match(rule.dst_ports, named, flow.dst_ip, flow):
-            return False
-        if rule.not_dst_ports:
-            _, not_named = side_ipsets(rule.dst_selector, rule.not_dst_ports, rule.protocol)
-            if self._ports_match(rule.not_dst_ports, not_named, flow.dst_ip, flow):
-                return False
-        if rule.not_dst_selector and self._in_set(
-            IPSetData(selector=rule.not_dst_selector), flow.dst_ip
+        if rule.dst_ports and not self._ports_match(
+            rule.dst_ports, sets.dst_named_ports, flow.dst_ip, flow
         ):
             return False
-        if rule.dst_service:
-            service = IPSetData(
-                service=f"{rule.dst_service_namespace}/{rule.dst_service}", include_ports=True
-            )
-            if f"{flow.dst_ip},{flow.protocol}:{flow.dst_port}" not in self._members(service):
+        if rule.not_dst_ports and self._ports_match(
+            rule.not_dst_ports, sets.not_dst_named_ports, flow.dst_ip, flow
+        ):
+            return False
+        if any(self._in_set(s, flow.dst_ip) for s in sets.not_dst):
+            return False
+        if sets.dst_service:
+            member = f"{flow.dst_ip},{flow.protocol}:{flow.dst_port}"
+            if member not in self._members(sets.dst_service):
                 return False
         return True
 
@@ -135,8 +127,8 @@ class Explainer:
                 continue
             passed = False
             for policy_id in policies:
-                policy = self.dataplane.policies[policy_id].policy
-                rules = policy.inbound_rules if inbound else policy.outbound_rules
+                active = self.dataplane.policies[policy_id]
+                rules = active.inbound if inbound else active.outbound
                 verdict = self._first_verdict(rules, flow)
                 name = f"{tier.name}/{policy_id}"
                 if verdict == "allow":
@@ -152,7 +144,7 @@ class Explainer:
             profile = self.dataplane.profiles.get(profile_id)
             if profile is None:
                 continue
-            rules = profile.profile.inbound_rules if inbound else profile.profile.outbound_rules
+            rules = profile.inbound if inbound else profile.outbound
             verdict = self._first_verdict(rules, flow)
             if verdict == "allow":
                 return Verdict(True, f"{side} allowed by profile {profile_id}")
@@ -160,11 +152,11 @@ class Explainer:
                 return Verdict(False, f"{side} denied by profile {profile_id}")
         return Verdict(False, f"{side} dropped: no profile matched")
 
-    def _first_verdict(self, rules: Sequence[model.Rule], flow: Flow) -> str:
-        for rule in rules:
-            if rule.action == "log" or not self.rule_matches(rule, flow):
+    def _first_verdict(self, rules: Sequence[m.ParsedRule], flow: Flow) -> str:
+        for parsed in rules:
+            if parsed.rule.action == "log" or not self.rule_matches(parsed, flow):
                 continue
-            return rule.action
+            return parsed.rule.action
         return ""
 
     def explain(self, flow: Flow) -> Verdict:
