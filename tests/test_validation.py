@@ -431,6 +431,19 @@ CASES: list[tuple[str, Callable[[], Doc], str, str]] = [
         "invalid CIDR",
     ),
     (
+        # It would reach wireguard-go's command line as an option.
+        "WireGuard interface name starting with -",
+        lambda: with_spec("FelixConfiguration", wireguardInterfaceName="-h"),
+        "spec.wireguardInterfaceName",
+        "interface name",
+    ),
+    (
+        "workload interface name starting with -",
+        lambda: with_spec("WorkloadEndpoint", interfaceName="-cali1"),
+        "spec.interfaceName",
+        "not starting with -",
+    ),
+    (
         # Python's ipaddress takes a zone; Calico's parser, ipset and iptables do not.
         "network set IPv6 zone",
         lambda: with_spec("GlobalNetworkSet", nets=["fe80::1%eth0/128"]),

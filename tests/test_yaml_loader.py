@@ -164,3 +164,14 @@ def test_oversized_file_is_refused_unread(tmp_path: Path, monkeypatch: pytest.Mo
     result = load_paths([tmp_path])
     assert result.problems[0].source == str(big)
     assert "larger than 1 MiB" in result.problems[0].message
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf"])
+def test_an_order_must_be_a_finite_number(value: str) -> None:
+    """YAML can write NaN and infinity; Calico's JSON cannot, and sorting by them is
+    meaningless."""
+    text = "apiVersion: projectcalico.org/v3\nkind: Tier\nmetadata: {name: t}\n"
+    text += f"spec: {{order: {value}}}\n"
+    result = load_text(text, "tier.yaml")
+    assert [(p.field, p.line) for p in result.problems] == [("spec.order", 1)]
+    assert "expected a finite number" in result.problems[0].message

@@ -12,6 +12,7 @@ named and reported with all its problems.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
 
@@ -90,6 +91,10 @@ class Scalar(Generic[T]):
             return cast(T, float(value))
         if not ok:
             ctx.error(f"expected {self.name}, got {type_name(value)} {value!r}")
+            return MISSING
+        if isinstance(value, float) and not math.isfinite(value):
+            # YAML can write .nan and .inf; Calico's JSON (and Go's float64 order) cannot.
+            ctx.error(f"expected a finite number, got {value!r}")
             return MISSING
         return cast(T, value)
 

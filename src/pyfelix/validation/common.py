@@ -20,7 +20,9 @@ from pyfelix.selector import SelectorError, parse_selector
 _LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 DNS1123_LABEL = re.compile(rf"^{_LABEL}$")
 DNS1123_SUBDOMAIN = re.compile(rf"^{_LABEL}(\.{_LABEL})*$")
-INTERFACE_NAME = re.compile(r"^[a-zA-Z0-9_.-]{1,15}$")
+#: Linux interface names; never starting with "-", which a tool's command line (wireguard-go,
+#: ip) would read as an option.
+INTERFACE_NAME = re.compile(r"^(?!-)[a-zA-Z0-9_.-]{1,15}$")
 _QUALIFIED_NAME_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _PORT_NAME_CHARS = re.compile(r"^[-a-z0-9]+$")
@@ -170,7 +172,8 @@ def check_interface_name(c: Checker, name: str, *, allow_star: bool = False) -> 
         return
     c.check(
         bool(INTERFACE_NAME.match(name)),
-        f"invalid interface name {name!r}: 1-15 characters from [a-zA-Z0-9_.-]",
+        f"invalid interface name {name!r}: 1-15 characters from [a-zA-Z0-9_.-],"
+        " not starting with -",
     )
 
 
