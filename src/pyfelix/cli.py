@@ -98,7 +98,9 @@ def cmd_dry_run(args: argparse.Namespace) -> int:
     result = load_sources(args.sources)
     if isinstance(result, int):
         return result
-    view, _ = compute((item.resource for item in result.resources), args.hostname)
+    # load_sources validated every resource (and refused the input if any was invalid).
+    resources = (item.resource for item in result.resources)
+    view, _ = compute(resources, args.hostname, validated=True)
     sys.stdout.write(render_json(view) if args.format == "json" else render_text(view))
     return EXIT_OK
 

@@ -28,12 +28,16 @@ def default_hostname() -> str:
     )
 
 
-def compute(resources: Iterable[Resource], hostname: str) -> tuple[dict[str, Any], NodeState]:
+def compute(
+    resources: Iterable[Resource], hostname: str, *, validated: bool = False
+) -> tuple[dict[str, Any], NodeState]:
     """The snapshot of ``hostname``'s dataplane for this datastore content, with the rendered
-    iptables-restore scripts (per IP version and table) and ipset restore script."""
+    iptables-restore scripts (per IP version and table) and ipset restore script.
+    ``validated``: every resource has been validated already (invalid ones left out)."""
     resources = list(resources)
     dataplane = NodeState()
-    pipeline = build_pipeline(hostname, dataplane.apply, context_from(resources))
+    context = context_from(resources)
+    pipeline = build_pipeline(hostname, dataplane.apply, context, validated=validated)
     pipeline.load(resources)
 
     def describe(set_id: str) -> dict[str, str]:

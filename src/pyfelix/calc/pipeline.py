@@ -31,7 +31,7 @@ from pyfelix.calc.graph import CalcGraph
 from pyfelix.calc.sequencer import EventSequencer
 from pyfelix.calc.validation_filter import ValidationFilter
 from pyfelix.resources import Resource
-from pyfelix.syncer.api import SyncStatus, Update
+from pyfelix.syncer.api import SyncerCallbacks, SyncStatus, Update
 from pyfelix.syncer.processors import Converter
 from pyfelix.validation.kinds import ValidationContext
 
@@ -41,14 +41,16 @@ class Pipeline:
     """The stages, built by :func:`build_pipeline`; updates go in at ``validation``."""
 
     graph: CalcGraph
-    validation: ValidationFilter
+    #: The first stage: the validation filter, or the graph itself for input already
+    #: validated whole (the dry-run refuses any invalid input before computing).
+    entry: SyncerCallbacks
     converter: Converter = attrs.Factory(Converter)
 
     def on_updates(self, updates: Sequence[Update]) -> None:
-        self.validation.on_updates(updates)
+        self.entry.on_updates(updates)
 
     def on_status(self, status: SyncStatus) -> None:
-        self.validation.on_status(status)
+        self.entry.on_status(status)
 
     def flush(self) -> None:
         """Let the deferred calculators emit, then hand the sequencer's messages on."""
@@ -70,7 +72,12 @@ def build_pipeline(
     hostname: str,
     emit: Callable[[m.ToDataplane], None],
     context: ValidationContext | None = None,
+    *,
+    validated: bool = False,
 ) -> Pipeline:
-    """The pipeline for ``hostname``, sending each message to ``emit``."""
+    """The pipeline for ``hostname``, sending each message to ``emit``. With ``validated``, the
+    caller has validated every resource it will load (each is validated once, not twice)."""
     graph = CalcGraph(hostname, EventSequencer(emit))
+    if validated:
+        return Pipeline(graph, graph)
     return Pipeline(graph, ValidationFilter(graph, context or ValidationContext()))
