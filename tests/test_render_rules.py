@@ -13,6 +13,7 @@ from pyfelix.dryrun import compute
 from pyfelix.resources.loader import load_text
 from pyfelix.values import Port
 from pyfelix_dataplane.rules.endpoints import dispatch_chains, endpoint_chain
+from pyfelix_dataplane.rules.groups import group_chain, group_policies, group_targets, tier_groups
 from pyfelix_dataplane.rules.ipsets import ipset_name, maxelem_for, restore_script
 from pyfelix_dataplane.rules.marks import MarkBits, MarkMaskTooSmall
 from pyfelix_dataplane.rules.model import Chain, Rule, length_limited
@@ -23,6 +24,8 @@ from pyfelix_dataplane.rules.policy import (
     render_rule,
     split_ports,
 )
+from pyfelix_dataplane.rules.render import render
+from tests.test_render_kernel import example_resources
 
 MARKS = MarkBits.from_mask()
 V4 = RuleContext(4, MARKS)
@@ -200,9 +203,14 @@ def test_service_match() -> None:
 
 def test_endpoint_chain_layout() -> None:
     """Conntrack, mark clearing, encap drops, tiers with end-of-tier drop, profiles, final drop."""
-    tiers = (
-        m.TierInfo("security", "Pass", (m.PolicyID("security", "p1"),), ()),
-        m.TierInfo("default", "Deny", (m.PolicyID("default", "p2", "ns", "NetworkPolicy"),), ()),
+    tiers = tier_groups(
+        (
+            m.TierInfo("security", "Pass", (m.PolicyID("security", "p1"),), ()),
+            m.TierInfo(
+                "default", "Deny", (m.PolicyID("default", "p2", "ns", "NetworkPolicy"),), ()
+            ),
+        ),
+        {},
     )
     chain = endpoint_chain(
         "cali-fw-cali1",
@@ -337,3 +345,54 @@ def test_all_interfaces_host_endpoint_is_the_default() -> None:
     assert "--goto cali-fh-any-interface-at-all" in tables["mangle"]
     assert "any-interface-at-all" not in tables["raw"]
     assert "192.0.2.9" not in tables["filter"]
+
+
+def test_policy_groups_share_one_chain_per_selector_run() -> None:
+    """Consecutive policies with one selector form a group with its own chain (cali-gi-/go-),
+    jumped to once; a lone policy is jumped to directly; the group chain returns on a verdict
+    every fifth policy and skips later policies once one has decided."""
+    ids = [m.PolicyID("default", f"p{i}") for i in range(12)]
+    selectors = dict.fromkeys(ids[:11], "all()") | {ids[11]: 'app == "x"'}
+    groups = group_policies(ids, selectors, inbound=True)
+    assert [len(g.policies) for g in groups] == [11, 1]
+    big, lone = groups
+    assert big.chain_name.startswith("cali-gi-")
+    assert len(big.chain_name) <= 28
+    assert not big.inlined
+    assert lone.inlined
+    assert group_targets(lone) == [policy_chain_name(ids[11], True)]
+    chain = group_chain(big, MARKS)
+    lines = text(list(chain.rules))
+    returns = [i for i, line in enumerate(lines) if "--jump RETURN" in line]
+    assert returns == [5, 11], "a return before the 6th and the 11th jump"
+    assert lines[0] == f"--jump {policy_chain_name(ids[0], True)}"
+    assert lines[1] == f"-m mark --mark 0/0x30000 --jump {policy_chain_name(ids[1], True)}"
+    assert (
+        lines[5]
+        == '-m comment --comment "Return on verdict" -m mark ! --mark 0/0x30000 --jump RETURN'
+    )
+    egress = group_policies(ids[:3], selectors, inbound=False)[0]
+    assert egress.chain_name.startswith("cali-go-")
+    assert egress.uid != big.uid
+
+
+def test_endpoints_on_one_policy_set_jump_to_one_group_chain() -> None:
+    """Two workloads selected by the same 20 policies: each endpoint chain has one jump into
+    the group chain, which holds the 20 policy jumps once."""
+    policies = "".join(
+        f"---\napiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata: {{name: g{i}}}\n"
+        f"spec: {{order: {5000 + i}, selector: all(), types: [Ingress], ingress: [{{action: Allow}}]}}\n"
+        for i in range(20)
+    )
+    resources = example_resources() + [item.resource for item in load_text(policies).resources]
+    _, dataplane = compute(resources, "node-a")
+    chains = {c.name: c for c in render(dataplane, versions=(4,)).chains[4]["filter"]}
+    groups = [name for name in chains if name.startswith("cali-gi-")]
+    assert len(groups) == 1
+    assert sum("--jump cali-pi-gnp/g" in line for line in text(list(chains[groups[0]].rules))) == 20
+    tw = [name for name in chains if name.startswith("cali-tw-")]
+    assert len(tw) == 2
+    for name in tw:
+        body = text(list(chains[name].rules))
+        assert sum(groups[0] in line for line in body) == 1
+        assert not any("cali-pi-gnp/g" in line for line in body)

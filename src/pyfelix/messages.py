@@ -103,6 +103,9 @@ class ActivePolicyUpdate:
     policy: model.Policy
     inbound: tuple[ParsedRule, ...] = ()
     outbound: tuple[ParsedRule, ...] = ()
+    #: The policy's selector in canonical form (Felix's OriginalSelector): policies next to
+    #: each other in a tier with the same one form a policy group.
+    original_selector: str = ""
 
 
 @attrs.frozen

@@ -179,3 +179,37 @@ def test_egress_to_a_service(cluster: Cluster) -> None:
     (cluster.manifests / "service.yaml").write_text(SERVICE.replace("PORT", "9090"))
     assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 9090), timeout=5)
     assert not cluster.connects(CLIENT_IP, SERVER_IP, 8080)
+
+
+def group_policy(index: int, rule: str) -> str:
+    return (
+        "---\napiVersion: projectcalico.org/v3\nkind: NetworkPolicy\n"
+        f"metadata: {{name: grouped-{index}, namespace: app}}\n"
+        f'spec: {{order: {index}, selector: app == "server", types: [Ingress],'
+        f" ingress: [{rule}]}}\n"
+    )
+
+
+def test_policies_sharing_a_selector_decide_through_their_group_chain(cluster: Cluster) -> None:
+    """Seven policies with one selector, as Felix groups them: the endpoint jumps once into a
+    cali-gi- chain, which jumps to each policy until one decides, with a return on a verdict
+    every fifth jump. The third denies 9090, the seventh allows everything: 9090 is refused,
+    8080 gets through the return after the fifth."""
+    rules = ["{action: Allow, protocol: UDP}"] * 7
+    rules[2] = "{action: Deny, protocol: TCP, destination: {ports: [9090]}}"
+    rules[6] = "{action: Allow}"
+    (cluster.manifests / "grouped.yaml").write_text(
+        "".join(group_policy(i + 1, rule) for i, rule in enumerate(rules))
+    )
+    cluster.start_agent()
+    assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 8080)), "never programmed"
+    assert not cluster.connects(CLIENT_IP, SERVER_IP, 9090)
+    saved = run_in(cluster.node, "iptables-nft-save", "-t", "filter").stdout
+    groups = {line.split()[1] for line in saved.splitlines() if line.startswith("-A cali-gi-")}
+    assert len(groups) == 1
+    (group,) = groups
+    endpoint = [line for line in saved.splitlines() if line.startswith("-A cali-tw-calisrv")]
+    assert sum(f"-j {group}" in line for line in endpoint) == 1
+    assert not any("cali-pi-np/app/grouped" in line for line in endpoint)
+    group_rules = [line for line in saved.splitlines() if line.startswith(f"-A {group} ")]
+    assert len(group_rules) == 7 + 1, "seven jumps and one return"

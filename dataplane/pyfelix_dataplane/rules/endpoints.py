@@ -11,14 +11,14 @@ profiles, each followed by return-if-accepted; finally drop.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from pyfelix import messages as m
+from pyfelix_dataplane.rules.groups import TierGroups, group_chains, group_targets, tier_groups
 from pyfelix_dataplane.rules.marks import MarkBits
 from pyfelix_dataplane.rules.model import Chain, Rule, length_limited
 from pyfelix_dataplane.rules.policy import (
     match_mark,
-    policy_chain_name,
     profile_chain_name,
     set_mark,
 )
@@ -37,7 +37,7 @@ def endpoint_chain(
     name: str,
     *,
     active: bool,
-    tiers: Sequence[m.TierInfo],
+    tiers: Sequence[TierGroups],
     profiles: Sequence[str],
     inbound: bool,
     marks: MarkBits,
@@ -83,14 +83,12 @@ def endpoint_chain(
                 )
             )
     for tier in tiers:
-        policies = tier.ingress_policies if inbound else tier.egress_policies
-        if not policies:
+        groups = tier.groups(inbound)
+        if not groups:
             continue
         rules.append(Rule(action=set_mark(0, marks.pass_), comment=(f"Start of tier {tier.name}",)))
-        for policy in policies:
-            rules.append(
-                Rule(match_mark(0, marks.pass_), f"--jump {policy_chain_name(policy, inbound)}")
-            )
+        for target in (chain for group in groups for chain in group_targets(group)):
+            rules.append(Rule(match_mark(0, marks.pass_), f"--jump {target}"))
             if kind == "untracked":
                 rules.append(Rule(match_mark(marks.accept), "--jump NOTRACK"))
             rules.append(
@@ -107,7 +105,7 @@ def endpoint_chain(
     if kind in ("untracked", "prednat"):
         return Chain(name, tuple(rules))
     if kind == "forward":
-        if not any(t.ingress_policies if inbound else t.egress_policies for t in tiers):
+        if not any(t.groups(inbound) for t in tiers):
             rules.append(
                 Rule(action=set_mark(marks.accept), comment=("Allow forwarded traffic by default",))
             )
@@ -161,10 +159,14 @@ def dispatch_chains(
     return [Chain(root, (*root_rules, *end)), *children]
 
 
-def workload_chains(dp: NodeState, settings: Settings) -> list[Chain]:
-    """Each local workload's to- and from-workload chains, then the two dispatch trees."""
+def workload_chains(
+    dp: NodeState, settings: Settings, selectors: Mapping[m.PolicyID, str], seen: set[str]
+) -> list[Chain]:
+    """The policy group chains the workloads use (those not in ``seen`` yet), each local
+    workload's to- and from-workload chains, then the two dispatch trees."""
     marks = settings.marks
     filter_chains: list[Chain] = []
+    endpoint_chains: list[Chain] = []
     to_workload: dict[str, str] = {}
     from_workload: dict[str, str] = {}
     drop_encap = (not settings.allow_vxlan_from_workloads, not settings.allow_ipip_from_workloads)
@@ -174,16 +176,18 @@ def workload_chains(dp: NodeState, settings: Settings) -> list[Chain]:
         profiles = update.endpoint.profile_ids
         tw = endpoint_chain_name("cali-tw-", interface)
         fw = endpoint_chain_name("cali-fw-", interface)
-        filter_chains.append(
+        tiers = tier_groups(update.tiers, selectors)
+        filter_chains += group_chains(tiers, marks, seen)
+        endpoint_chains.append(
             endpoint_chain(
-                tw, active=active, tiers=update.tiers, profiles=profiles, inbound=True, marks=marks
+                tw, active=active, tiers=tiers, profiles=profiles, inbound=True, marks=marks
             )
         )
-        filter_chains.append(
+        endpoint_chains.append(
             endpoint_chain(
                 fw,
                 active=active,
-                tiers=update.tiers,
+                tiers=tiers,
                 profiles=profiles,
                 inbound=False,
                 marks=marks,
@@ -193,6 +197,7 @@ def workload_chains(dp: NodeState, settings: Settings) -> list[Chain]:
         )
         to_workload[interface] = tw
         from_workload[interface] = fw
+    filter_chains += endpoint_chains
     unknown = [Rule(action="--jump DROP", comment=("Unknown interface",))]
     filter_chains += dispatch_chains(
         "cali-from-wl-dispatch", from_workload, outbound=False, end=unknown

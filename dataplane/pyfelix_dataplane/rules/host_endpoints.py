@@ -3,24 +3,36 @@ filter, untracked (doNotTrack) chains in raw, pre-DNAT chains in mangle."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
+from pyfelix import messages as m
 from pyfelix_dataplane.rules.endpoints import (
     ANY_INTERFACE,
     dispatch_chains,
     endpoint_chain,
     endpoint_chain_name,
 )
+from pyfelix_dataplane.rules.groups import TierGroups, group_chains, tier_groups
 from pyfelix_dataplane.rules.model import Chain, Rule
 from pyfelix_dataplane.rules.settings import Settings
 from pyfelix_dataplane.state import NodeState
 
 
-def host_endpoint_chains(dp: NodeState, settings: Settings) -> dict[str, list[Chain]]:
-    """Per table ("filter", "raw", "mangle"): the host endpoints' chains, then the dispatch
-    trees that lead to them."""
+def host_endpoint_chains(
+    dp: NodeState, settings: Settings, selectors: Mapping[m.PolicyID, str], seen: set[str]
+) -> dict[str, list[Chain]]:
+    """Per table ("filter", "raw", "mangle"): the host endpoints' chains with the policy group
+    chains they use (filter's not in ``seen`` yet), then the dispatch trees to them."""
     filter_chains: list[Chain] = []
     mangle_chains: list[Chain] = []
     raw_chains: list[Chain] = []
-    host_targets = _endpoint_chains(dp, settings, filter_chains, raw_chains, mangle_chains)
+    host_targets = _endpoint_chains(
+        dp,
+        settings,
+        selectors,
+        {"filter": seen, "raw": set(), "mangle": set()},
+        {"filter": filter_chains, "raw": raw_chains, "mangle": mangle_chains},
+    )
     for chains, root, kind, outbound in (
         (filter_chains, "cali-from-host-endpoint", "fh", False),
         (filter_chains, "cali-to-host-endpoint", "th", True),
@@ -42,14 +54,21 @@ def host_endpoint_chains(dp: NodeState, settings: Settings) -> dict[str, list[Ch
 def _endpoint_chains(
     dp: NodeState,
     settings: Settings,
-    filter_chains: list[Chain],
-    raw_chains: list[Chain],
-    mangle_chains: list[Chain],
+    selectors: Mapping[m.PolicyID, str],
+    seen: dict[str, set[str]],
+    tables: dict[str, list[Chain]],
 ) -> dict[str, dict[str, str]]:
     """Host endpoint chains: normal and forward ones in filter, untracked (doNotTrack) ones in
     raw, pre-DNAT ones in mangle; returns the dispatch targets for each table. As in Felix, an
     all-interfaces ("*") endpoint gets no untracked chains."""
     marks = settings.marks
+
+    def grouped(tiers: Sequence[m.TierInfo], table: str) -> tuple[TierGroups, ...]:
+        groups = tier_groups(tiers, selectors)
+        tables[table].extend(group_chains(groups, marks, seen[table]))
+        return groups
+
+    filter_chains, raw_chains, mangle_chains = tables["filter"], tables["raw"], tables["mangle"]
     targets: dict[str, dict[str, str]] = {
         k: {} for k in ("fh", "th", "fhfw", "thfw", "raw-fh", "raw-th", "mangle-fh")
     }
@@ -62,6 +81,7 @@ def _endpoint_chains(
         if interface in targets["fh"]:
             continue  # two host endpoints for one interface: the first by id governs it
         profiles = update.endpoint.profile_ids
+        normal, forward = grouped(update.tiers, "filter"), grouped(update.forward_tiers, "filter")
         for prefix, inbound, failsafe in (
             ("cali-th-", False, "cali-failsafe-out"),
             ("cali-fh-", True, "cali-failsafe-in"),
@@ -71,7 +91,7 @@ def _endpoint_chains(
                 endpoint_chain(
                     name,
                     active=True,
-                    tiers=update.tiers,
+                    tiers=normal,
                     profiles=profiles,
                     inbound=inbound,
                     marks=marks,
@@ -85,7 +105,7 @@ def _endpoint_chains(
                 endpoint_chain(
                     name,
                     active=True,
-                    tiers=update.forward_tiers,
+                    tiers=forward,
                     profiles=(),
                     inbound=inbound,
                     marks=marks,
@@ -94,13 +114,14 @@ def _endpoint_chains(
             )
             targets["fhfw" if inbound else "thfw"][interface] = name
         if update.untracked_tiers and interface != ANY_INTERFACE:
+            untracked = grouped(update.untracked_tiers, "raw")
             for prefix, inbound in (("cali-th-", False), ("cali-fh-", True)):
                 name = endpoint_chain_name(prefix, interface)
                 raw_chains.append(
                     endpoint_chain(
                         name,
                         active=True,
-                        tiers=update.untracked_tiers,
+                        tiers=untracked,
                         profiles=(),
                         inbound=inbound,
                         marks=marks,
@@ -109,12 +130,13 @@ def _endpoint_chains(
                 )
                 targets["raw-fh" if inbound else "raw-th"][interface] = name
         if update.pre_dnat_tiers:
+            prednat = grouped(update.pre_dnat_tiers, "mangle")
             name = endpoint_chain_name("cali-fh-", interface)
             mangle_chains.append(
                 endpoint_chain(
                     name,
                     active=True,
-                    tiers=update.pre_dnat_tiers,
+                    tiers=prednat,
                     profiles=(),
                     inbound=True,
                     marks=marks,

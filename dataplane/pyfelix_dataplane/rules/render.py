@@ -17,6 +17,7 @@ from pyfelix.config import FelixConfig
 from pyfelix_dataplane.rules import ipsets as ipset_rendering
 from pyfelix_dataplane.rules import static
 from pyfelix_dataplane.rules.endpoints import workload_chains
+from pyfelix_dataplane.rules.groups import selectors_of
 from pyfelix_dataplane.rules.host_endpoints import host_endpoint_chains
 from pyfelix_dataplane.rules.ipsets import special_ipsets
 from pyfelix_dataplane.rules.model import Chain, Rule, restore_script
@@ -92,11 +93,14 @@ def render_chains(
     ctx = RuleContext(version, settings.marks, settings.log_prefix)
     policies = sorted(dp.policies.values(), key=lambda p: str(p.id))
     profiles = sorted(dp.profiles.values(), key=lambda p: p.id)
-    hosts = host_endpoint_chains(dp, settings)
+    selectors = selectors_of(dp.policies)
+    seen: set[str] = set()  # the policy group chains in filter so far
+    workloads = workload_chains(dp, settings, selectors, seen)
+    hosts = host_endpoint_chains(dp, settings, selectors, seen)
     filter_chains = [
         *(c for p in policies for c in policy_chains(p, ctx)),
         *(c for p in profiles for c in profile_chains(p, ctx)),
-        *workload_chains(dp, settings),
+        *workloads,
         *hosts["filter"],
         *static.filter_chains(dp, settings, version),
     ]

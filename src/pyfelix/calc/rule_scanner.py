@@ -183,7 +183,9 @@ class RuleScanner:
         self.on_rules_update(key, policy.inbound_rules + policy.outbound_rules)
         pid = policy_id(key)
         inbound, outbound = parse_rules(policy.inbound_rules), parse_rules(policy.outbound_rules)
-        self._out.on_policy_update(m.ActivePolicyUpdate(pid, policy, inbound, outbound))
+        selector = str(parse_selector(policy.selector))
+        update = m.ActivePolicyUpdate(pid, policy, inbound, outbound, selector)
+        self._out.on_policy_update(update)
 
     def on_policy_inactive(self, key: model.PolicyKey) -> None:
         self._out.on_policy_remove(policy_id(key))
