@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
 
 import attrs
@@ -53,6 +53,8 @@ class FakeNode:
     log: list[str] = attrs.Factory(list)
     #: Errors the next writes of a kind ("ipsets", "tables", "routes") raise, first first.
     fail: dict[str, list[DataplaneWriteError]] = attrs.Factory(dict)
+    #: Awaited in the middle of the next ipset write (what else happens meanwhile), once.
+    during_ipsets: Callable[[], Awaitable[None]] | None = None
 
     def failure(self, kind: str) -> None:
         pending = self.fail.get(kind)
@@ -94,6 +96,9 @@ class FakeIpsets:
 
     async def apply_updates(self, desired: DesiredSets, refresh: bool = False) -> str:
         self.node.failure("ipsets")
+        if self.node.during_ipsets is not None:
+            during, self.node.during_ipsets = self.node.during_ipsets, None
+            await during()
         for name, (set_type, members) in sorted(desired.items()):
             family = "inet6" if name.startswith("cali60") else "inet"
             for member in sorted(members):

@@ -22,7 +22,7 @@ from pyfelix_dataplane.linux.driver import LinuxDriver
 from pyfelix_dataplane.linux.kernel import Kernel
 from pyfelix_dataplane.linux.managers.endpoints import EndpointManager
 from pyfelix_dataplane.state import NodeState
-from tests.calc_harness import Identity, example_state
+from tests.calc_harness import Identity, example_state, load_manifest
 from tests.fake_kernel import FakeInterfaces, FakeNode, fake_kernel
 
 
@@ -39,6 +39,13 @@ class Datastore:
     def snapshot(self, state: dict[Identity, Resource]) -> list[Any]:
         self.pipeline.load(state.values())
         return [*self._taken(), m.InSync()]
+
+    def put(self, resources: list[Resource]) -> list[Any]:
+        for resource in resources:
+            key = (resource.KIND, resource.namespace, resource.name)
+            self.pipeline.on_updates(self.pipeline.converter.update(key, resource))
+        self.pipeline.flush()
+        return self._taken()
 
     def delete(self, keys: list[Identity]) -> list[Any]:
         self.pipeline.on_updates(
@@ -178,3 +185,40 @@ def test_endpoint_status_follows_routes() -> None:
     state.apply(m.WorkloadEndpointUpdate(key, endpoint, ()))
     assert manager.workload_statuses({"10.0.0.1/32": "added"}) == {key: "up"}
     assert manager.workload_statuses({"10.0.0.1/32": "waiting"}) == {key: "down"}
+
+
+NEW_POLICY = """
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {name: mid-apply}
+spec:
+  selector: all()
+  types: [Ingress]
+  ingress: [{action: Allow, source: {selector: brand-new == "set"}}]
+"""
+
+
+async def test_rules_never_name_a_set_the_same_apply_did_not_write(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A policy (and its new IP set) arriving while the IP sets are being written: the
+    tables written in that apply are rendered from the same state as the sets, so no rule
+    names a set the kernel does not have (the fake refuses such a table, as the kernel does);
+    the next apply brings both."""
+    datastore = Datastore()
+    async with running() as r:
+        await r.send(datastore.snapshot(example_state()))
+        await r.settle()
+        late = datastore.put([load_manifest(NEW_POLICY)])
+        assert any(isinstance(x, m.IPSetUpdate) for x in late)
+
+        async def meanwhile() -> None:
+            await r.send(late)
+
+        r.node.during_ipsets = meanwhile
+        relabel = datastore.put([])  # any change starts an apply
+        await r.send([*relabel, m.InSync()])
+        await r.settle()
+        assert r.driver.failures == 0
+        filter_table = r.node.tables[4]["filter"]
+        assert "cali-pi-gnp/mid-apply" in filter_table

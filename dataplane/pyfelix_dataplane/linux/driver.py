@@ -229,15 +229,20 @@ class LinuxDriver:
 
         async with trio.open_nursery() as nursery:
             await managers.endpoints.resolve()
+            # The sets and every version's chains from one state: messages keep arriving while
+            # the writes are awaited, and a rule must never name a set that was not written.
             rendering = managers.endpoints.rendering_state()
+            desired_sets = managers.ipsets.desired()
+            chains = managers.tables.render(rendering)
+            mark("rendered")
             try:
-                await managers.ipsets.apply()
+                await managers.ipsets.apply(desired_sets)
             except DataplaneWriteError as exc:
                 failed.append(exc)  # the rules would refer to missing sets: no tables
             mark("ipsets")
             for version in managers.tables.versions if not failed else ():
                 try:
-                    script, tables = await managers.tables.plan(version, rendering)
+                    script, tables = await managers.tables.plan(version, chains[version])
                 except DataplaneWriteError as exc:
                     failed.append(exc)
                     continue

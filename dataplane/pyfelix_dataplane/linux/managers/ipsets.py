@@ -22,10 +22,13 @@ class IpsetsManager:
     def invalidate(self) -> None:
         self._stale = True
 
-    async def apply(self) -> None:
-        """Create, fill and resize what is wanted (before the tables that refer to it)."""
-        self._desired = kernel_ipsets(self.state, self.versions)
-        await self.writer.apply_updates(self._desired, refresh=self._stale)
+    def desired(self) -> DesiredSets:
+        return kernel_ipsets(self.state, self.versions)
+
+    async def apply(self, desired: DesiredSets) -> None:
+        """Create, fill and resize ``desired`` (before the tables that refer to it)."""
+        self._desired = desired
+        await self.writer.apply_updates(desired, refresh=self._stale)
         self._stale = False
 
     async def clean_up(self) -> None:

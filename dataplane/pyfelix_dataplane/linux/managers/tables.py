@@ -31,9 +31,13 @@ class TablesManager:
     def invalidate(self) -> None:
         self._written.clear()
 
-    async def plan(self, version: int, rendering: NodeState) -> tuple[Script, Tables]:
+    def render(self, rendering: NodeState) -> dict[int, dict[str, tuple[Chain, ...]]]:
+        return {version: render_chains(rendering, version) for version in self.versions}
+
+    async def plan(
+        self, version: int, chains: Mapping[str, tuple[Chain, ...]]
+    ) -> tuple[Script, Tables]:
         """The restore script for the tables of ``version`` that changed since last written."""
-        chains = render_chains(rendering, version)
         desired = {}
         for table in TABLES:
             if self._written.get((version, table)) == chains[table]:
