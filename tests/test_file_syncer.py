@@ -213,3 +213,115 @@ async def test_ten_thousand_files(tmp_path: Path, count: int) -> None:
         assert keys(await recorder.next_batch()) == {
             model.TierKey("t04242"): model.Tier(-1.0, "Deny")
         }
+
+
+async def test_a_missing_datastore_is_waited_for_loudly(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A datastore path that does not exist is not an empty datastore: nothing (not even
+    IN_SYNC) is sent until it appears, and the error says so."""
+    root = tmp_path / "not-yet"
+    recorder = Recorder()
+    file_syncer = FileSyncer(root, recorder, poll_interval=0.1)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(file_syncer.run)
+        await trio.sleep(QUIET)
+        assert SyncStatus.IN_SYNC not in recorder.statuses
+        assert recorder.batches == []
+        assert "does not exist" in caplog.text
+        root.mkdir()
+        write(root / "t.yaml", tier("t", 1))
+        batch = await recorder.next_batch()
+        assert keys(batch) == {model.TierKey("t"): model.Tier(1.0, "Deny")}
+        assert SyncStatus.IN_SYNC in recorder.statuses
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_replaced_directory_is_followed(tmp_path: Path) -> None:
+    """The datastore directory moved away and copied back (edited): the new one is watched and
+    read; while it was gone, nothing was deleted."""
+    root = tmp_path / "store"
+    root.mkdir()
+    write(root / "t.yaml", tier("t", 1))
+    async with syncer(root, poll_interval=0.1) as (_, recorder):
+        recorder.batches.clear()
+        root.rename(tmp_path / "away")
+        await recorder.nothing_more()
+        (tmp_path / "away").rename(root.with_name("staging"))
+        write(root.with_name("staging") / "t.yaml", tier("t", 5))
+        root.with_name("staging").rename(root)
+        assert keys(await recorder.next_batch()) == {model.TierKey("t"): model.Tier(5.0, "Deny")}
+        write(root / "u.yaml", tier("u", 2))
+        assert keys(await recorder.next_batch()) == {model.TierKey("u"): model.Tier(2.0, "Deny")}
+
+
+async def test_a_file_replaced_by_a_directory(tmp_path: Path) -> None:
+    """The file's resources go, and the manifests inside the new directory count."""
+    write(tmp_path / "a.yaml", tier("a", 1))
+    async with syncer(tmp_path) as (_, recorder):
+        recorder.batches.clear()
+        (tmp_path / "a.yaml").unlink()
+        (tmp_path / "a.yaml").mkdir()
+        write(tmp_path / "a.yaml" / "b.yaml", tier("b", 2))
+        seen: dict[object, object | None] = {}
+        with trio.fail_after(CHANGE_TIMEOUT):
+            while seen.get(model.TierKey("b")) is None or model.TierKey("a") not in seen:
+                seen.update(keys(await recorder.next_batch()))
+        assert seen[model.TierKey("a")] is None
+        assert seen[model.TierKey("b")] == model.Tier(2.0, "Deny")
+
+
+async def test_a_file_held_open_is_not_read_half_written(tmp_path: Path) -> None:
+    """A writer that pauses with the file open: other files' changes go ahead after the write
+    timeout, the open file's half is never applied, and its whole is once it is closed."""
+    write(tmp_path / "t.yaml", tier("t", 1))
+    async with syncer(tmp_path, write_timeout=0.3) as (_, recorder):
+        recorder.batches.clear()
+        half, rest = yaml.safe_dump(tier("t", 2)), yaml.safe_dump(tier("v", 3))
+        with (tmp_path / "t.yaml").open("w") as held:
+            held.write(half)
+            held.flush()
+            write(tmp_path / "u.yaml", tier("u", 9))
+            assert keys(await recorder.next_batch()) == {
+                model.TierKey("u"): model.Tier(9.0, "Deny")
+            }
+            await recorder.nothing_more()
+            held.write("---\n" + rest)
+        assert keys(await recorder.next_batch()) == {
+            model.TierKey("t"): model.Tier(2.0, "Deny"),
+            model.TierKey("v"): model.Tier(3.0, "Deny"),
+        }
+
+
+async def test_a_new_symlink_is_read_at_once(tmp_path: Path) -> None:
+    """A symlink to a manifest inside the directory (as a ConfigMap's ..data links are) is
+    complete when it appears (it is never "written"): no wait for the write timeout."""
+    versions = tmp_path / "..data"
+    versions.mkdir()
+    write(versions / "t.yaml", tier("t", 1))
+    async with syncer(tmp_path, write_timeout=30) as (_, recorder):
+        (tmp_path / "t.yaml").symlink_to(versions / "t.yaml")
+        with trio.fail_after(2):
+            batch = await recorder.next_batch()
+        assert keys(batch) == {model.TierKey("t"): model.Tier(1.0, "Deny")}
+
+
+async def test_links_out_of_the_directory_are_not_followed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The agent runs as root: a link to a file elsewhere (a private key, say) is not read,
+    at start or when it appears, and nothing of its content reaches the log."""
+    secret = tmp_path / "key.pem"
+    secret.write_text("-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n")
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "early.yaml").symlink_to(secret)
+    write(store / "t.yaml", tier("t", 1))
+    async with syncer(store) as (_, recorder):
+        assert [set(keys(batch)) for batch in recorder.batches] == [{model.TierKey("t")}]
+        recorder.batches.clear()
+        (store / "late.yaml").symlink_to(secret)
+        await recorder.nothing_more()
+    assert "leads out of" in caplog.text
+    assert "PRIVATE KEY" not in caplog.text
+    assert "MIIEvQ" not in caplog.text

@@ -66,6 +66,20 @@ class Problem:
         return ": ".join(parts)
 
 
+#: How much of a value a message may quote: enough to recognise it, never a file's content.
+EXCERPT = 40
+
+
+def excerpt(value: object) -> str:
+    """A short, escaped rendering of a value for an error message (repr, cut to EXCERPT
+    characters with the full length said), so a file that is not a manifest (a private key
+    someone linked in) is never echoed into logs."""
+    text = repr(value)
+    if len(text) <= EXCERPT:
+        return text
+    return f"{text[: EXCERPT - 1]}… ({len(text)} characters)"
+
+
 class PyfelixError(Exception):
     """Base of pyfelix's own exceptions."""
 

@@ -15,6 +15,7 @@ without bound).
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -26,6 +27,8 @@ import yaml
 from pyfelix.errors import Problem
 from pyfelix.resources.meta import KINDS, Resource, load_document
 from pyfelix.resources.schema import JSON
+
+log = logging.getLogger(__name__)
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 #: No manifest comes close (250k endpoints are about 100 MB across many files).
@@ -347,17 +350,38 @@ def _without_duplicates(result: LoadResult) -> LoadResult:
     return LoadResult(tuple(kept), tuple(problems), result.unparsable)
 
 
-def manifest_files(path: Path) -> list[Path]:
-    """``path`` itself, or the manifest files below a directory (sorted, hidden ones skipped)."""
+def escapes(root: Path, path: Path) -> bool:
+    """Whether ``path`` below ``root`` is (or goes through) a symlink that leads out of it:
+    the agent runs as root, so a link to /etc/shadow must not be read. Links that stay inside
+    (a Kubernetes ConfigMap's ..data links) are followed."""
+    try:
+        return not path.resolve().is_relative_to(root.resolve())
+    except (OSError, RuntimeError):
+        return True
+
+
+def manifest_files_and_links(path: Path) -> tuple[list[Path], list[Path]]:
+    """(manifest files below directory ``path``, sorted, hidden ones skipped; the links among
+    them that lead out of ``path``, which are left out). A file ``path`` is itself."""
     if not path.is_dir():
-        return [path]
-    return sorted(
+        return [path], []
+    candidates = sorted(
         p
         for p in path.rglob("*")
-        if p.is_file()
-        and p.suffix in MANIFEST_SUFFIXES
+        if p.suffix in MANIFEST_SUFFIXES
         and not any(part.startswith(".") for part in p.relative_to(path).parts)
+        and p.is_file()
     )
+    outside = [p for p in candidates if escapes(path, p)]
+    return [p for p in candidates if p not in set(outside)], outside
+
+
+def manifest_files(path: Path) -> list[Path]:
+    """The manifest files of ``path`` (see manifest_files_and_links); links out are logged."""
+    files, outside = manifest_files_and_links(path)
+    for link in outside:
+        log.warning("%s leads out of %s; not followed", link, path)
+    return files
 
 
 def load_paths(paths: Iterable[Path | str]) -> LoadResult:
@@ -370,7 +394,11 @@ def load_paths(paths: Iterable[Path | str]) -> LoadResult:
         if not path.exists():
             problems.append(Problem(str(path), "no such file or directory"))
             continue
-        for file in manifest_files(path):
+        files, outside = manifest_files_and_links(path)
+        problems.extend(
+            Problem(str(link), f"a link out of {path}; not followed") for link in outside
+        )
+        for file in files:
             try:
                 text = read_manifest(file)
             except (OSError, UnicodeDecodeError) as exc:

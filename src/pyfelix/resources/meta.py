@@ -7,7 +7,7 @@ from typing import Any, ClassVar, Self, TypeVar
 
 import attrs
 
-from pyfelix.errors import FieldProblem, ManifestError, Problem
+from pyfelix.errors import FieldProblem, ManifestError, Problem, excerpt
 from pyfelix.resources.schema import (
     INT,
     JSON,
@@ -165,7 +165,7 @@ def load_document(
 ) -> tuple[Resource | None, list[Problem]]:
     """Turn one document (not a List) into a resource, or report why not."""
     if not isinstance(doc, Mapping):
-        return None, [Problem(source, f"expected a mapping, got {doc!r}", line)]
+        return None, [Problem(source, f"expected a mapping, got {excerpt(doc)}", line)]
     kind = doc.get("kind")
     metadata = doc.get("metadata")
     name = metadata.get("name", "") if isinstance(metadata, Mapping) else ""
@@ -173,14 +173,14 @@ def load_document(
     ident = resource_ident(str(kind), str(namespace or ""), str(name or "")) if kind else None
     cls = KINDS.get(kind) if isinstance(kind, str) else None
     if cls is None:
-        message = "missing field 'kind'" if kind is None else f"unknown kind {kind!r}"
+        message = "missing field 'kind'" if kind is None else f"unknown kind {excerpt(kind)}"
         return None, [Problem(source, message, line, ident, "kind" if kind else "")]
     if expected is not None and cls is not expected:
         return None, [Problem(source, f"expected kind {expected.KIND}", line, ident, "kind")]
     ctx = Context()
     api_version = doc.get("apiVersion")
     if api_version != cls.API_VERSION:
-        ctx.at("apiVersion").error(f"expected {cls.API_VERSION!r}, got {api_version!r}")
+        ctx.at("apiVersion").error(f"expected {cls.API_VERSION!r}, got {excerpt(api_version)}")
     if cls.NAMESPACED and not namespace and ident is not None:
         ident = resource_ident(cls.KIND, "default", str(name or ""))
     resource = cls.decode_body(doc, ctx)

@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
 
 import attrs
 
-from pyfelix.errors import FieldProblem, PyfelixError
+from pyfelix.errors import FieldProblem, PyfelixError, excerpt
 from pyfelix.values import FrozenMap
 
 T = TypeVar("T")
@@ -90,11 +90,11 @@ class Scalar(Generic[T]):
         if self.kind is float and isinstance(value, int) and not isinstance(value, bool):
             return cast(T, float(value))
         if not ok:
-            ctx.error(f"expected {self.name}, got {type_name(value)} {value!r}")
+            ctx.error(f"expected {self.name}, got {type_name(value)} {excerpt(value)}")
             return MISSING
         if isinstance(value, float) and not math.isfinite(value):
             # YAML can write .nan and .inf; Calico's JSON (and Go's float64 order) cannot.
-            ctx.error(f"expected a finite number, got {value!r}")
+            ctx.error(f"expected a finite number, got {excerpt(value)}")
             return MISSING
         return cast(T, value)
 
@@ -117,7 +117,7 @@ class IntOrStr:
 
     def decode(self, value: JSON, ctx: Context) -> int | str | Missing:
         if isinstance(value, bool) or not isinstance(value, int | str):
-            ctx.error(f"expected a number or a string, got {type_name(value)} {value!r}")
+            ctx.error(f"expected a number or a string, got {type_name(value)} {excerpt(value)}")
             return MISSING
         return value
 
@@ -152,7 +152,7 @@ class ListOf(Generic[T]):
 
     def decode(self, value: JSON, ctx: Context) -> tuple[T, ...] | Missing:
         if not isinstance(value, list):
-            ctx.error(f"expected a list, got {type_name(value)} {value!r}")
+            ctx.error(f"expected a list, got {type_name(value)} {excerpt(value)}")
             return MISSING
         out: list[T] = []
         for index, item in enumerate(value):
@@ -173,12 +173,12 @@ class MapOf(Generic[T]):
 
     def decode(self, value: JSON, ctx: Context) -> FrozenMap[T] | Missing:
         if not isinstance(value, Mapping):
-            ctx.error(f"expected a mapping, got {type_name(value)} {value!r}")
+            ctx.error(f"expected a mapping, got {type_name(value)} {excerpt(value)}")
             return MISSING
         out: dict[str, T] = {}
         for key, item in value.items():
             if not isinstance(key, str):
-                ctx.error(f"expected string keys, got {key!r}")
+                ctx.error(f"expected string keys, got {excerpt(key)}")
                 continue
             decoded = self.item.decode(item, ctx.at(key))
             if not isinstance(decoded, Missing):
@@ -274,7 +274,7 @@ def decode(cls: type[S], value: JSON, ctx: Context) -> S | Missing:
     if value is None:
         value = {}
     if not isinstance(value, Mapping):
-        ctx.error(f"expected a mapping, got {type_name(value)} {value!r}")
+        ctx.error(f"expected a mapping, got {type_name(value)} {excerpt(value)}")
         return MISSING
     custom = getattr(cls, "decode_json", None)
     if custom is not None:

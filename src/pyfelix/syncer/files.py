@@ -7,14 +7,22 @@ change is turned into the Updates of exactly the resources that changed:
   are gathered until the directory has been quiet for ``debounce`` seconds (20 ms: an
   editor's rename burst is far shorter, and edits reach the kernel quickly), so an editor's
   save-by-rename or delete-and-recreate is seen as one change, never as delete-then-add;
-* a file being written (modified but not yet closed) is left alone until its writer closes it,
-  or ``write_timeout`` passes, so a half-written file is never read;
+* a file being written (modified but not yet closed) is left alone until its writer closes it
+  (or renames it into place): a file is complete when its writer has closed it. Other
+  changes wait for it at most ``write_timeout``, then go ahead without it; a writer that holds
+  a file open for good should write elsewhere and rename the file into place;
 * a file that does not parse keeps its resources' last values (the error is logged with file and
   line); a deleted file deletes its resources;
 * where inotify is unavailable, the directory is polled every ``poll_interval`` seconds.
 
 If two files define the same Kind/namespace/name, the one whose path sorts first wins (as
 ``pyfelix validate`` reports); when it goes, the other takes over.
+
+The datastore must be readable before anything is sent: a path that does not exist (yet) is
+reported every ``missing_report`` seconds and waited for, so the agent never programs an empty
+node from a typo. If the directory is replaced (moved away and copied back, a new checkout),
+the watches follow the new one and everything is re-read; while it is missing, the resources
+last read are kept.
 """
 
 from __future__ import annotations
@@ -30,16 +38,26 @@ import trio
 from pyfelix.resources.loader import (
     MANIFEST_SUFFIXES,
     Located,
+    escapes,
     load_text,
     manifest_files,
     read_manifest,
 )
 from pyfelix.resources.meta import Resource
 from pyfelix.syncer.api import SyncerCallbacks, SyncStatus, Update
-from pyfelix.syncer.inotify import Inotify, InotifyUnavailable
+from pyfelix.syncer.inotify import Event, Inotify, InotifyUnavailable
 from pyfelix.syncer.processors import Converter
 
 log = logging.getLogger(__name__)
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return (stat.st_dev, stat.st_ino)
+
 
 Identity = tuple[str, str, str]
 
@@ -54,12 +72,19 @@ class FileSyncer:
     write_timeout: float = 5.0
     poll_interval: float = 2.0
     use_inotify: bool = True
+    missing_report: float = 10.0
     _files: dict[Path, dict[Identity, Located]] = attrs.Factory(dict)
     _current: dict[Identity, Resource] = attrs.Factory(dict)
     _providers: dict[Identity, set[Path]] = attrs.Factory(dict)
     _converter: Converter = attrs.Factory(Converter)
     _revision: int = 0
     _stats: dict[Path, tuple[int, int]] = attrs.Factory(dict)
+    _watcher: Inotify | None = None
+    #: The watched directory's (device, inode): a different one means it was replaced.
+    _identity: tuple[int, int] | None = None
+    #: Files modified and not closed yet: read once their writer closes them.
+    _open_for_writing: set[Path] = attrs.Factory(set)
+    _reported_open: set[Path] = attrs.Factory(set)
 
     @property
     def _directory(self) -> Path:
@@ -72,9 +97,14 @@ class FileSyncer:
             relative = path.relative_to(self.root)
         except ValueError:
             return False
-        return path.suffix in MANIFEST_SUFFIXES and not any(
+        if path.suffix not in MANIFEST_SUFFIXES or any(
             part.startswith(".") for part in relative.parts
-        )
+        ):
+            return False
+        if path.exists() and escapes(self.root, path):
+            log.warning("%s leads out of %s; not followed", path, self.root)
+            return False
+        return True
 
     def _all_manifests(self) -> list[Path]:
         if not self.root.exists():
@@ -83,16 +113,8 @@ class FileSyncer:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self.callbacks.on_status(SyncStatus.WAIT_FOR_DATASTORE)
-        watcher: Inotify | None = None
-        if self.use_inotify:
-            try:
-                watcher = Inotify()
-                watcher.watch_tree(self._directory)
-            except (InotifyUnavailable, OSError) as exc:
-                log.warning("inotify unavailable (%s); polling every %ss", exc, self.poll_interval)
-                if watcher is not None:
-                    watcher.close()
-                watcher = None
+        await self._until_readable()
+        watcher = self._open_watcher()
         try:
             self.callbacks.on_status(SyncStatus.RESYNC_IN_PROGRESS)
             self._refresh(self._all_manifests())
@@ -103,22 +125,73 @@ class FileSyncer:
             else:
                 await self._poll()
         finally:
+            if self._watcher is not None:
+                self._watcher.close()
+
+    def _readable(self) -> bool:
+        return self.root.is_dir() or self.root.is_file()
+
+    async def _until_readable(self) -> None:
+        """Wait, loudly, until the datastore path exists: nothing is sent before."""
+        reported_at = -math.inf
+        while not self._readable():
+            if trio.current_time() - reported_at >= self.missing_report:
+                reported_at = trio.current_time()
+                log.error(
+                    "datastore %s does not exist or cannot be read; nothing is programmed"
+                    " until it can be",
+                    self.root,
+                )
+            await trio.sleep(min(self.poll_interval, 1.0))
+
+    def _open_watcher(self) -> Inotify | None:
+        self._watcher = None
+        if not self.use_inotify:
+            return None
+        watcher = None
+        try:
+            watcher = Inotify()
+            watcher.watch_tree(self._directory)
+        except (InotifyUnavailable, OSError) as exc:
+            log.warning("inotify unavailable (%s); polling every %ss", exc, self.poll_interval)
             if watcher is not None:
                 watcher.close()
+            return None
+        self._watcher = watcher
+        self._identity = _identity(self._directory)
+        return watcher
 
     async def _watch(self, watcher: Inotify) -> None:
         while True:
             dirty, rescan = await self._gather(watcher)
+            if _identity(self._directory) != self._identity:
+                # Replaced (or gone): the watches are on the old directory's inodes.
+                if not self._readable():
+                    log.error("datastore %s is gone; keeping what it held", self.root)
+                    await self._until_readable()
+                log.warning("datastore %s was replaced; re-reading it", self.root)
+                watcher.close()
+                replacement = self._open_watcher()
+                if replacement is None:
+                    await self._poll()
+                    return
+                watcher, rescan = replacement, True
             paths = set(self._all_manifests()) | set(self._files) if rescan else dirty
-            self._refresh(paths)
+            self._refresh(paths - self._open_for_writing)
 
     async def _gather(self, watcher: Inotify) -> tuple[set[Path], bool]:
-        """Collect changed paths until quiet for ``debounce`` and no file is mid-write."""
+        """Collect changed paths until quiet for ``debounce`` and no file is mid-write; every
+        ``poll_interval`` without events, return (so the caller can check the directory is
+        still the one watched). A file still open for writing is left out until closed."""
         dirty: set[Path] = set()
-        writing: set[Path] = set()
+        writing = self._open_for_writing
         rescan = False
         write_deadline = math.inf
-        events = await watcher.read()
+        events: list[Event] = []
+        with trio.move_on_after(self.poll_interval):
+            events = await watcher.read()
+        if not events:
+            return dirty, rescan
         while True:
             for event in events:
                 if event.overflow or event.is_dir:
@@ -127,7 +200,8 @@ class FileSyncer:
                     dirty.add(event.path)
                     if event.write_finished:
                         writing.discard(event.path)
-                    elif event.write_started:
+                    elif event.write_started and not event.path.is_symlink():
+                        # A new symlink is complete at once; a written file when closed.
                         writing.add(event.path)
                         write_deadline = min(
                             write_deadline, trio.current_time() + self.write_timeout
@@ -139,11 +213,22 @@ class FileSyncer:
                 continue
             if writing and trio.current_time() < write_deadline:
                 continue
-            return dirty, rescan
+            held = dirty & writing
+            for path in sorted(held - self._reported_open):
+                log.warning(
+                    "%s is still open for writing after %gs; its changes wait until it is"
+                    " closed (write it elsewhere and rename it into place)",
+                    path,
+                    self.write_timeout,
+                )
+            self._reported_open = held
+            return dirty - writing, rescan
 
     async def _poll(self) -> None:
         while True:
             await trio.sleep(self.poll_interval)
+            if not self._readable():
+                await self._until_readable()  # keeping what it held meanwhile
             present = self._all_manifests()
             changed = [p for p in present if self._signature(p) != self._stats.get(p)]
             changed.extend(p for p in self._files if p not in present)
@@ -177,6 +262,12 @@ class FileSyncer:
         self._emit(affected)
 
     def _read(self, path: Path) -> None:
+        if path.is_dir():
+            # A file replaced by a directory: its resources go (the manifests inside are
+            # read as files of their own).
+            self._files.pop(path, None)
+            self._stats.pop(path, None)
+            return
         try:
             stat = path.stat()
             text = read_manifest(path)
