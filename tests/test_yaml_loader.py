@@ -175,3 +175,10 @@ def test_an_order_must_be_a_finite_number(value: str) -> None:
     result = load_text(text, "tier.yaml")
     assert [(p.field, p.line) for p in result.problems] == [("spec.order", 1)]
     assert "expected a finite number" in result.problems[0].message
+
+
+def test_a_control_character_is_located_by_line() -> None:
+    text = "apiVersion: projectcalico.org/v3\nkind: Tier\nmetadata: {name: \x07t}\n"
+    (problem,) = load_text(text, "tier.yaml").problems
+    assert problem.line == 3
+    assert "'\\x07'" in problem.message

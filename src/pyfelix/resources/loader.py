@@ -281,9 +281,15 @@ def _parse(text: str, source: str) -> list[tuple[JSON, int, list[int]]]:
     return parse_yaml(text)
 
 
-def _parse_error(source: str, exc: Exception) -> Problem:
+def _parse_error(source: str, exc: Exception, text: str) -> Problem:
     if isinstance(exc, json.JSONDecodeError):
         return Problem(source, f"cannot parse JSON: {exc.msg}", exc.lineno)
+    if isinstance(exc, yaml.reader.ReaderError):
+        # A character YAML does not allow: PyYAML gives its offset, not its line.
+        at = text.count("\n", 0, exc.position) + 1
+        character = exc.character if isinstance(exc.character, str) else chr(exc.character)
+        reason = f"unacceptable character {character!r} (control characters are not allowed)"
+        return Problem(source, f"cannot parse YAML: {reason}", at)
     mark = getattr(exc, "problem_mark", None)
     line = mark.line + 1 if mark is not None else None
     reason = getattr(exc, "problem", None) or str(exc)
@@ -295,7 +301,8 @@ def load_text(text: str, source: str = "<input>") -> LoadResult:
     try:
         documents = _parse(text, source)
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        return LoadResult(problems=(_parse_error(source, exc),), unparsable=frozenset({source}))
+        problem = _parse_error(source, exc, text)
+        return LoadResult(problems=(problem,), unparsable=frozenset({source}))
     except RecursionError:
         # JSON's decoder (and PyYAML's composer) recurse; deep input ends here, not in a crash.
         problem = Problem(source, f"cannot parse: nested more than {MAX_DEPTH} levels deep")
