@@ -325,3 +325,35 @@ async def test_links_out_of_the_directory_are_not_followed(
     assert "leads out of" in caplog.text
     assert "PRIVATE KEY" not in caplog.text
     assert "MIIEvQ" not in caplog.text
+
+
+async def test_parsing_a_large_file_leaves_the_trio_loop_responsive(tmp_path: Path) -> None:
+    """Reading and parsing run in a worker thread: while a large file (20,000 documents) is
+    loaded, other tasks (the health server, the calc loop) keep running."""
+    document = (
+        "apiVersion: projectcalico.org/v3\nkind: Tier\nmetadata: {name: t%d}\nspec: {order: 1}\n"
+    )
+    (tmp_path / "big.yaml").write_text("---\n".join(document % i for i in range(20_000)))
+    gaps: list[float] = []
+
+    async def heartbeat() -> None:
+        last = trio.current_time()
+        while True:
+            await trio.sleep(0.01)
+            now = trio.current_time()
+            gaps.append(now - last)
+            last = now
+
+    recorder = Recorder()
+    file_syncer = FileSyncer(tmp_path, recorder)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(heartbeat)
+        await trio.sleep(0.05)
+        started = trio.current_time()
+        await nursery.start(file_syncer.run)
+        loading = trio.current_time() - started
+        await trio.sleep(0.05)  # the heartbeat records the gap it was woken after
+        nursery.cancel_scope.cancel()
+    assert sum(len(batch) for batch in recorder.batches) == 20_000
+    assert loading > 0.3, "the file should take a while to parse"
+    assert max(gaps) < loading / 3, (max(gaps), loading)

@@ -51,6 +51,43 @@ from pyfelix.syncer.processors import Converter
 log = logging.getLogger(__name__)
 
 
+@attrs.frozen
+class _Read:
+    """What reading one path found: it is gone (or a directory now), its resources, or
+    nothing to change (unreadable or unparsable: its last resources are kept)."""
+
+    gone: bool = False
+    resources: dict[Identity, Located] | None = None
+    stat: tuple[int, int] = (0, 0)
+
+
+def _read_one(path: Path) -> _Read:
+    if path.is_dir():
+        # A file replaced by a directory: its resources go (the manifests inside are read as
+        # files of their own).
+        return _Read(gone=True)
+    try:
+        stat = path.stat()
+        text = read_manifest(path)
+    except FileNotFoundError:
+        return _Read(gone=True)
+    except (OSError, UnicodeDecodeError) as exc:
+        log.warning("%s: cannot read (%s); keeping its last resources", path, exc)
+        return _Read()
+    result = load_text(text, str(path))
+    for problem in result.problems:
+        log.warning("%s", problem)
+    if result.unparsable:
+        log.warning("%s: keeping the resources it held until it parses again", path)
+        return _Read()
+    resources = {item.key: item for item in result.resources}
+    return _Read(resources=resources, stat=(stat.st_mtime_ns, stat.st_size))
+
+
+def _read_all(paths: list[Path]) -> list[_Read]:
+    return [_read_one(path) for path in paths]
+
+
 def _identity(path: Path) -> tuple[int, int] | None:
     try:
         stat = path.stat()
@@ -117,7 +154,7 @@ class FileSyncer:
         watcher = self._open_watcher()
         try:
             self.callbacks.on_status(SyncStatus.RESYNC_IN_PROGRESS)
-            self._refresh(self._all_manifests())
+            await self._refresh(self._all_manifests())
             self.callbacks.on_status(SyncStatus.IN_SYNC)
             task_status.started()
             if watcher is not None:
@@ -177,7 +214,7 @@ class FileSyncer:
                     return
                 watcher, rescan = replacement, True
             paths = set(self._all_manifests()) | set(self._files) if rescan else dirty
-            self._refresh(paths - self._open_for_writing)
+            await self._refresh(paths - self._open_for_writing)
 
     async def _gather(self, watcher: Inotify) -> tuple[set[Path], bool]:
         """Collect changed paths until quiet for ``debounce`` and no file is mid-write; every
@@ -233,7 +270,7 @@ class FileSyncer:
             changed = [p for p in present if self._signature(p) != self._stats.get(p)]
             changed.extend(p for p in self._files if p not in present)
             if changed:
-                self._refresh(changed)
+                await self._refresh(changed)
 
     @staticmethod
     def _signature(path: Path) -> tuple[int, int] | None:
@@ -243,16 +280,25 @@ class FileSyncer:
             return None
         return (stat.st_mtime_ns, stat.st_size)
 
-    def _refresh(self, paths: Iterable[Path]) -> None:
+    async def _refresh(self, paths: Iterable[Path]) -> None:
         """Re-read ``paths`` and emit the Updates of the resources that changed.
 
-        Only identities defined (before or after) in those files are re-examined, so an edit
-        costs what the edited file holds, not what the whole directory holds.
+        Reading and parsing run in a worker thread (a 50 MB file must not stop the Trio loop,
+        which answers /liveness), the bookkeeping and the Updates on the Trio thread. Only
+        identities defined (before or after) in those files are re-examined, so an edit costs
+        what the edited file holds, not what the whole directory holds.
         """
+        ordered = sorted(set(paths))
+        reads = await trio.to_thread.run_sync(_read_all, ordered)
         affected: set[Identity] = set()
-        for path in sorted(set(paths)):
+        for path, read in zip(ordered, reads, strict=True):
             before = set(self._files.get(path, {}))
-            self._read(path)
+            if read.gone:
+                self._files.pop(path, None)
+                self._stats.pop(path, None)
+            elif read.resources is not None:
+                self._files[path] = read.resources
+                self._stats[path] = read.stat
             after = set(self._files.get(path, {}))
             for identity in before - after:
                 self._providers.get(identity, set()).discard(path)
@@ -260,32 +306,6 @@ class FileSyncer:
                 self._providers.setdefault(identity, set()).add(path)
             affected |= before | after
         self._emit(affected)
-
-    def _read(self, path: Path) -> None:
-        if path.is_dir():
-            # A file replaced by a directory: its resources go (the manifests inside are
-            # read as files of their own).
-            self._files.pop(path, None)
-            self._stats.pop(path, None)
-            return
-        try:
-            stat = path.stat()
-            text = read_manifest(path)
-        except FileNotFoundError:
-            self._files.pop(path, None)
-            self._stats.pop(path, None)
-            return
-        except (OSError, UnicodeDecodeError) as exc:
-            log.warning("%s: cannot read (%s); keeping its last resources", path, exc)
-            return
-        self._stats[path] = (stat.st_mtime_ns, stat.st_size)
-        result = load_text(text, str(path))
-        for problem in result.problems:
-            log.warning("%s", problem)
-        if result.unparsable:
-            log.warning("%s: keeping the resources it held until it parses again", path)
-            return
-        self._files[path] = {item.key: item for item in result.resources}
 
     def _winner(self, identity: Identity) -> Resource | None:
         """The definition from the first path (in sort order) that defines ``identity``."""
