@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 import trio
 
-from pyfelix.datastore.etcd import EtcdClient, EtcdCompacted, EtcdConfig, EtcdUnavailable
+from pyfelix.datastore.etcd import (
+    EtcdClient,
+    EtcdCompacted,
+    EtcdConfig,
+    EtcdTLSError,
+    EtcdUnavailable,
+)
 from tests.etcd_server import EtcdServer, free_port, make_certificates, running_etcd
 
 
@@ -110,3 +116,44 @@ async def test_tls_with_client_certificates(tmp_path: Path) -> None:
         async with EtcdClient(anonymous) as client:
             with pytest.raises(EtcdUnavailable):
                 await client.put("/tls", "no")
+
+
+def test_tls_file_problems_name_the_file(tmp_path: Path) -> None:
+    """A missing CA file or a key that does not match its certificate is a sentence naming
+    the file, not a traceback."""
+    make_certificates(tmp_path)
+    missing = EtcdConfig(endpoints=("https://127.0.0.1:1",), ca_file=str(tmp_path / "nope.pem"))
+    with pytest.raises(EtcdTLSError, match=r"nope\.pem \(ETCD_CA_CERT_FILE\): No such file"):
+        missing.ssl_context()
+    mismatched = EtcdConfig(
+        endpoints=("https://127.0.0.1:1",),
+        ca_file=str(tmp_path / "ca.pem"),
+        cert_file=str(tmp_path / "client.pem"),
+        key_file=str(tmp_path / "server-key.pem"),
+    )
+    with pytest.raises(EtcdTLSError, match=r"does not match its certificate: .*client\.pem"):
+        mismatched.ssl_context()
+    not_a_ca = EtcdConfig(endpoints=("https://127.0.0.1:1",), ca_file=str(tmp_path / "ca.ext"))
+    (tmp_path / "ca.ext").write_text("not a certificate\n")
+    with pytest.raises(EtcdTLSError, match=r"ca\.ext \(ETCD_CA_CERT_FILE\)"):
+        not_a_ca.ssl_context()
+
+
+async def test_a_wrong_ca_says_the_server_is_not_trusted(tmp_path: Path) -> None:
+    """An etcd whose certificate another CA signed: "etcd down" would mislead; the error says
+    the certificate is not trusted and points at ETCD_CA_CERT_FILE."""
+    server_certs, other = tmp_path / "server", tmp_path / "other"
+    server_certs.mkdir()
+    other.mkdir()
+    make_certificates(server_certs)
+    make_certificates(other)
+    with running_etcd(tls=server_certs) as server:
+        config = EtcdConfig(
+            endpoints=(server.url,),
+            ca_file=str(other / "ca.pem"),
+            cert_file=str(other / "client.pem"),
+            key_file=str(other / "client-key.pem"),
+        )
+        async with EtcdClient(config) as client:
+            with pytest.raises(EtcdUnavailable, match=r"not trusted.*ETCD_CA_CERT_FILE"):
+                await client.get("/x")

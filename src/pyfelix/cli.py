@@ -120,6 +120,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not args.dry_run and os.geteuid() != 0:
         print("pyfelix run programs the kernel and needs root (or use --dry-run)", file=sys.stderr)
         return EXIT_USAGE
+    if is_etcd(source):
+        try:
+            EtcdConfig.from_url(source).ssl_context()  # a TLS file that cannot work: say which
+        except EtcdError as exc:
+            print(exc, file=sys.stderr)
+            return EXIT_INVALID
     options = AgentOptions(hostname=args.hostname, datastore=source, dry_run=args.dry_run)
     try:
         return trio.run(run_agent, options)

@@ -39,6 +39,34 @@ class EtcdUnavailable(EtcdError):
     """No configured endpoint could be reached."""
 
 
+class EtcdTLSError(EtcdError):
+    """The TLS files cannot be used; the message names the file and the reason."""
+
+
+def _why(exc: BaseException) -> str:
+    """The most telling reason in an exception and its causes (httpx wraps ssl's, and some of
+    its errors have an empty message)."""
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in seen:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    for error in seen:
+        if isinstance(error, ssl.SSLCertVerificationError):
+            return (
+                f"the server's certificate is not trusted ({error.verify_message}); is"
+                " ETCD_CA_CERT_FILE the CA that signed it?"
+            )
+        if isinstance(error, ssl.SSLError) and error.reason:
+            return f"TLS: {error.reason}"
+        if isinstance(error, OSError) and error.strerror:
+            return error.strerror + (f": {error.filename}" if error.filename else "")
+    for error in seen:
+        if str(error):
+            return str(error)
+    return type(exc).__name__
+
+
 class EtcdCompacted(EtcdError):
     def __init__(self, compact_revision: int) -> None:
         super().__init__(f"revision compacted (oldest available: {compact_revision})")
@@ -126,11 +154,29 @@ class EtcdConfig:
         return attrs.evolve(base, endpoints=hosts)
 
     def ssl_context(self) -> ssl.SSLContext | bool:
+        """The TLS context of the configured files; raises EtcdTLSError naming the file that
+        cannot be used (missing, unreadable, not a certificate, a key not matching)."""
         if not (self.ca_file or self.cert_file):
             return True
-        context = ssl.create_default_context(cafile=self.ca_file or None)
+        try:
+            context = ssl.create_default_context(cafile=self.ca_file or None)
+        except (OSError, ssl.SSLError) as exc:
+            raise EtcdTLSError(
+                f"etcd CA file {self.ca_file} (ETCD_CA_CERT_FILE): {_why(exc)}"
+            ) from None
         if self.cert_file:
-            context.load_cert_chain(self.cert_file, self.key_file or None)
+            try:
+                context.load_cert_chain(self.cert_file, self.key_file or None)
+            except (OSError, ssl.SSLError) as exc:
+                key = self.key_file or "no key"
+                files = f"{self.cert_file} (ETCD_CERT_FILE), {key} (ETCD_KEY_FILE)"
+                if "KEY_VALUES_MISMATCH" in str(exc):
+                    raise EtcdTLSError(
+                        f"etcd client key does not match its certificate: {files}"
+                    ) from None
+                raise EtcdTLSError(
+                    f"etcd client certificate or key: {files}: {_why(exc)}"
+                ) from None
         return context
 
 
@@ -172,8 +218,9 @@ class EtcdClient:
                     raise EtcdCompacted(0)
                 raise EtcdError(f"etcd {path}: HTTP {response.status_code}: {message}")
             return data
+        reason = _why(last) if last is not None else "no endpoint configured"
         raise EtcdUnavailable(
-            f"no etcd endpoint reachable ({', '.join(self.config.endpoints)}): {last}"
+            f"no etcd endpoint reachable ({', '.join(self.config.endpoints)}): {reason}"
         )
 
     async def get(self, key: str) -> KeyValue | None:
