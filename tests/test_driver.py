@@ -222,3 +222,17 @@ async def test_rules_never_name_a_set_the_same_apply_did_not_write(
         assert r.driver.failures == 0
         filter_table = r.node.tables[4]["filter"]
         assert "cali-pi-gnp/mid-apply" in filter_table
+
+
+async def test_reporting_interval_zero_turns_status_reports_off(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """ReportingIntervalSecs 0 means no process status reports (Felix's meaning), not every
+    30 s: only the one sent at start, before the configuration was known."""
+    async with running() as r:
+        await trio.sleep(1)
+        config = m.ConfigUpdate(FrozenMap({"ReportingIntervalSecs": "0"}))
+        await r.send([config, *messages_for(example_state())[1:]])
+        await trio.sleep(300)
+        statuses = [x for x in received(r.to_calc) if isinstance(x, m.ProcessStatusUpdate)]
+        assert len(statuses) == 1

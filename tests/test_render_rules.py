@@ -5,6 +5,7 @@ accept 0x10000, pass 0x20000, drop 0x40000, scratch0 0x80000, scratch1 0x100000)
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from pyfelix import messages as m
 from pyfelix import model
@@ -396,3 +397,35 @@ def test_endpoints_on_one_policy_set_jump_to_one_group_chain() -> None:
         body = text(list(chains[name].rules))
         assert sum(groups[0] in line for line in body) == 1
         assert not any("cali-pi-gnp/g" in line for line in body)
+
+
+def rendered_filter_with(config: str) -> str:
+    """The IPv4 filter table of node-a for examples/ with ``config`` added to its
+    FelixConfiguration default."""
+    resources = []
+    for original in example_resources():
+        resource = original
+        if original.KIND == "FelixConfiguration" and original.name == "default":
+            manifest = original.to_manifest()
+            for line in config.splitlines():
+                name, _, value = line.partition(": ")
+                manifest["spec"][name] = yaml.safe_load(value)
+            (item,) = load_text(yaml.safe_dump(manifest)).resources
+            resource = item.resource
+        resources.append(resource)
+    view, _ = compute(resources, "node-a")
+    return str(view["iptables"]["ipv4"]["filter"])
+
+
+def test_vxlan_port_reaches_the_rules() -> None:
+    """VXLANPort (Felix's parameter) in cali-INPUT's VXLAN rules and the workload-egress drop,
+    not a fixed 4789."""
+    text = rendered_filter_with("vxlanPort: 4790")
+    assert "--destination-ports 4789" not in text
+    assert "-A cali-INPUT" in text
+    assert text.count("--destination-ports 4790") >= 3  # two INPUT rules, a drop per workload
+
+
+def test_disable_conntrack_invalid_check() -> None:
+    assert "--ctstate INVALID --jump DROP" in rendered_filter_with("logSeverityScreen: Info")
+    assert "--ctstate INVALID" not in rendered_filter_with("disableConntrackInvalidCheck: true")

@@ -275,9 +275,13 @@ class LinuxDriver:
         await managers.routes.apply(vxlan_on)
 
     async def _report_status(self) -> None:
-        """ProcessStatusUpdate every ReportingIntervalSecs. The first goes out at start, before
-        the configuration has arrived, so the interval is re-read at least every second."""
+        """ProcessStatusUpdate every ReportingIntervalSecs (0: never, as Felix). The first goes
+        out at start, before the configuration has arrived, so the interval is re-read at
+        least every second."""
         while True:
+            if self.state.config_text is not None and self.state.config.reporting_interval <= 0:
+                await trio.sleep(1.0)
+                continue
             sent_at = trio.current_time()
             stamp = datetime.now(UTC).isoformat(timespec="seconds")
             await self.to_calc.send(m.ProcessStatusUpdate(stamp, sent_at - self._started))

@@ -45,6 +45,8 @@ def endpoint_chain(
     failsafe: str = "",
     drop_encap: tuple[bool, bool] = (True, True),
     kind: str = "normal",
+    vxlan_port: int = 4789,
+    drop_invalid: bool = True,
 ) -> Chain:
     """One endpoint chain for one direction (``inbound``: towards the endpoint).
 
@@ -57,10 +59,9 @@ def endpoint_chain(
         return Chain(name, (Rule(action="--jump DROP", comment=("Endpoint admin disabled",)),))
     rules = []
     if kind != "untracked":
-        rules += [
-            Rule("-m conntrack --ctstate RELATED,ESTABLISHED", "--jump ACCEPT"),
-            Rule("-m conntrack --ctstate INVALID", "--jump DROP"),
-        ]
+        rules.append(Rule("-m conntrack --ctstate RELATED,ESTABLISHED", "--jump ACCEPT"))
+        if drop_invalid:
+            rules.append(Rule("-m conntrack --ctstate INVALID", "--jump DROP"))
     if failsafe:
         rules.append(Rule(action=f"--jump {failsafe}"))
     rules.append(Rule(action=set_mark(0, marks.accept | marks.pass_)))
@@ -69,7 +70,7 @@ def endpoint_chain(
         if drop_vxlan:
             rules.append(
                 Rule(
-                    "-p 17 -m multiport --destination-ports 4789",
+                    f"-p 17 -m multiport --destination-ports {vxlan_port}",
                     "--jump DROP",
                     ("Drop VXLAN encapped packets originating in workloads",),
                 )
@@ -180,7 +181,13 @@ def workload_chains(
         filter_chains += group_chains(tiers, marks, seen)
         endpoint_chains.append(
             endpoint_chain(
-                tw, active=active, tiers=tiers, profiles=profiles, inbound=True, marks=marks
+                tw,
+                active=active,
+                tiers=tiers,
+                profiles=profiles,
+                inbound=True,
+                marks=marks,
+                drop_invalid=settings.drop_invalid,
             )
         )
         endpoint_chains.append(
@@ -193,6 +200,8 @@ def workload_chains(
                 marks=marks,
                 from_workload=True,
                 drop_encap=drop_encap,
+                vxlan_port=settings.vxlan_port,
+                drop_invalid=settings.drop_invalid,
             )
         )
         to_workload[interface] = tw

@@ -96,6 +96,7 @@ def _endpoint_chains(
                     inbound=inbound,
                     marks=marks,
                     failsafe=failsafe,
+                    drop_invalid=settings.drop_invalid,
                 )
             )
             targets["fh" if inbound else "th"][interface] = name
@@ -110,6 +111,7 @@ def _endpoint_chains(
                     inbound=inbound,
                     marks=marks,
                     kind="forward",
+                    drop_invalid=settings.drop_invalid,
                 )
             )
             targets["fhfw" if inbound else "thfw"][interface] = name
@@ -141,6 +143,7 @@ def _endpoint_chains(
                     inbound=True,
                     marks=marks,
                     kind="prednat",
+                    drop_invalid=settings.drop_invalid,
                 )
             )
             targets["mangle-fh"][interface] = name

@@ -22,6 +22,9 @@ class Settings:
     allow_vxlan_from_workloads: bool = False
     allow_ipip_from_workloads: bool = False
     interface_prefix: str = "cali"
+    vxlan_port: int = _DEFAULTS.vxlan_port
+    #: DisableConntrackInvalidCheck: endpoint chains then let ctstate INVALID packets on.
+    drop_invalid: bool = True
 
     @classmethod
     def from_config(cls, config: FelixConfig) -> Settings:
@@ -34,4 +37,6 @@ class Settings:
             allow_vxlan_from_workloads=config.allow_vxlan_packets_from_workloads,
             allow_ipip_from_workloads=config.allow_ipip_packets_from_workloads,
             interface_prefix=config.interface_prefix.split(",")[0],
+            vxlan_port=config.vxlan_port,
+            drop_invalid=not config.disable_conntrack_invalid_check,
         )

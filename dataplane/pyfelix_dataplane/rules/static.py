@@ -47,13 +47,15 @@ def filter_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain
         hosts = ipset_rendering.ipset_name(VXLAN_HOSTS, version)
         input_rules += [
             Rule(
-                f"-p 17 -m multiport --destination-ports 4789 -m set --match-set {hosts} src"
+                f"-p 17 -m multiport --destination-ports {settings.vxlan_port}"
+                f" -m set --match-set {hosts} src"
                 " -m addrtype --dst-type LOCAL",
                 "--jump ACCEPT",
                 ("Allow IPv4 VXLAN packets from allowed hosts",),
             ),
             Rule(
-                "-p 17 -m multiport --destination-ports 4789 -m addrtype --dst-type LOCAL",
+                f"-p 17 -m multiport --destination-ports {settings.vxlan_port}"
+                " -m addrtype --dst-type LOCAL",
                 "--jump DROP",
                 ("Drop IPv4 VXLAN packets from non-allowed hosts",),
             ),
