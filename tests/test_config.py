@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +13,7 @@ from pyfelix import messages as m
 from pyfelix.config import FIELDS, FelixConfig, ProtoPort, parse_config
 from pyfelix.config.felix_config import ChainInsertMode, IptablesBackend
 from pyfelix.config.params import DATASTORE_PARAMS, PARAMS
+from pyfelix.config.support import ACTED_ON
 from pyfelix.values import FrozenMap
 
 
@@ -101,3 +104,36 @@ def test_a_bad_value_is_named_and_its_default_used(
 def test_config_update_carries_the_typed_config() -> None:
     update = m.ConfigUpdate(FrozenMap({"VXLANVNI": "10"}))
     assert update.typed.vxlan_vni == 10
+
+
+def _source_text() -> str:
+    roots = [Path(__file__).parent.parent / "src", Path(__file__).parent.parent / "dataplane"]
+    return "\n".join(
+        path.read_text()
+        for root in roots
+        for path in root.rglob("*.py")
+        if "config" not in path.relative_to(root).parts[:2]
+    )
+
+
+def test_docs_config_md_is_generated_from_the_code() -> None:
+    """Regenerate with ``python -m pyfelix.config.support`` after changing support.py."""
+    check = [sys.executable, "-m", "pyfelix.config.support", "--check"]
+    assert subprocess.run(check, check=False).returncode == 0
+
+
+def test_what_the_code_reads_and_what_the_table_says_agree() -> None:
+    """Every typed attribute the agent reads is listed as acted on, and every parameter
+    listed as acted on is read somewhere (as an attribute, or by its Felix name where the
+    calculation graph takes it as text)."""
+    source = _source_text()
+    by_attribute = {f.attribute: f.felix for f in FIELDS}
+    read = {
+        by_attribute[name]
+        for name in re.findall(r"(?:config|typed)\.([a-z][a-z0-9_]+)\b", source)
+        if name in by_attribute
+    }
+    assert read - set(ACTED_ON) == set(), "read by the code but not listed as acted on"
+    for felix in ACTED_ON:
+        attribute = next(f.attribute for f in FIELDS if f.felix == felix)
+        assert re.search(rf"\.{attribute}\b|\"{felix}\"", source), f"{felix} is not read"

@@ -108,3 +108,17 @@ def test_first_config_sets_log_severity() -> None:
     finally:
         for name, level in saved.items():
             logging.getLogger(name).setLevel(level)
+
+
+def test_a_parameter_without_effect_is_named_in_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    """No silently ignored setting: a parameter pyfelix does not act on is named once, when a
+    configuration first sets it; informational ones (ClusterGUID) and acted-on ones are not."""
+    c = connector()
+    c.check(config(BPFEnabled="true", VXLANPort="4790", ClusterGUID="x"))
+    warned = [r.getMessage() for r in caplog.records if "no effect" in r.getMessage()]
+    assert warned == [
+        "FelixConfiguration parameter BPFEnabled is accepted for compatibility, "
+        "has no effect in pyfelix"
+    ]
+    c.check(config(BPFEnabled="true", VXLANPort="4790", ClusterGUID="y"))
+    assert len([r for r in caplog.records if "no effect" in r.getMessage()]) == 1

@@ -11,6 +11,7 @@ key updater.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
@@ -19,8 +20,11 @@ import trio
 
 from pyfelix import messages as m
 from pyfelix.config import FelixConfig
+from pyfelix.config.support import NO_EFFECT, no_effect
 from pyfelix.errors import PyfelixError
 from pyfelix.logs import set_severity
+
+log = logging.getLogger(__name__)
 
 RESTART_EXIT_CODE = 129
 # Felix applies only these without a restart (the health timeouts live; the others are
@@ -84,6 +88,10 @@ class DataplaneConnector:
             else:
                 # A change of LogSeverityScreen restarts the agent, so the first is the one.
                 set_severity(message.typed.log_severity_screen)
+            previous = set(no_effect(self.config or {}))
+            for name in no_effect(new):
+                if name not in previous:
+                    log.warning("FelixConfiguration parameter %s is %s", name, NO_EFFECT)
             self.config, self.felix_config = new, message.typed
             if self.on_config is not None:
                 self.on_config(message.typed)
