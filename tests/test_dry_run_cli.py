@@ -237,3 +237,35 @@ def test_wireguard_traffic_to_the_node_is_allowed_before_host_policy(tmp_path: P
     dispatch = next(i for i, r in enumerate(rules) if r.endswith("--jump cali-from-host-endpoint"))
     assert rules[accept].startswith("-A cali-INPUT")
     assert accept < dispatch
+
+
+def test_the_agent_validates_with_the_configured_source_spoofing(manifests: Path) -> None:
+    """workloadSourceSpoofing: Any in the datastore's FelixConfiguration lets an endpoint with
+    allowSpoofedSourcePrefixes through the running agent's validation too (it used to be
+    dropped as invalid by pyfelix run, while dry-run accepted it)."""
+    config = manifests / "00-cluster.yaml"
+    config.write_text(
+        config.read_text().replace(
+            "logSeverityScreen: Info", "logSeverityScreen: Info\n  workloadSourceSpoofing: Any", 1
+        )
+    )
+    workloads = manifests / "60-workloads.yaml"
+    text = workloads.read_text()
+    assert "  ipNetworks:\n  - 10.65.0.2/32\n" in text
+    workloads.write_text(
+        text.replace(
+            "  ipNetworks:\n  - 10.65.0.2/32\n",
+            "  ipNetworks:\n  - 10.65.0.2/32\n  allowSpoofedSourcePrefixes: [192.0.2.0/24]\n",
+            1,
+        )
+    )
+    process = start_dry_run_agent(manifests)
+    try:
+        wait_for(process, "# IPv4 raw: chain cali-rpf-skip")
+        assert process.stdout is not None
+        first_rule = process.stdout.readline()  # the chain's first rule, or the next chain
+        assert "--source 192.0.2.0/24 --jump ACCEPT" in first_rule
+    finally:
+        process.terminate()
+        _, stderr = process.communicate(timeout=10)
+    assert "treated as absent" not in stderr

@@ -29,11 +29,16 @@ from pyfelix.calc.async_loop import CalcLoop
 from pyfelix.calc.decoupler import Decoupler
 from pyfelix.config import FelixConfig
 from pyfelix.connector import DataplaneConnector, RestartRequired
-from pyfelix.datastore.etcd import EtcdClient, EtcdConfig
+from pyfelix.datastore.etcd import EtcdClient, EtcdConfig, EtcdError
+from pyfelix.datastore.layout import decode
+from pyfelix.errors import ManifestError
 from pyfelix.health import DATAPLANE, HEALTH_INTERVAL, HealthAggregator, HealthServer, prometheus
+from pyfelix.resources import Resource
+from pyfelix.resources.loader import load_text, manifest_files, read_manifest
 from pyfelix.status import EtcdNodeStore, EtcdStatusReporter, WireguardKeyUpdater
 from pyfelix.syncer.etcd import EtcdSyncer
 from pyfelix.syncer.files import FileSyncer
+from pyfelix.validation import ValidationContext, context_from
 from pyfelix_dataplane.linux.commands import CALLS, ERRORS
 from pyfelix_dataplane.linux.driver import LinuxDriver
 from pyfelix_dataplane.printing import PrintingDriver
@@ -67,6 +72,38 @@ async def _stop_on_signal(scope: trio.CancelScope) -> None:
             log.info("received %s: stopping (the dataplane stays programmed)", received)
             scope.cancel()
             return
+
+
+async def initial_context(datastore: str, client: EtcdClient | None) -> ValidationContext:
+    """What validation needs from the configuration before the first update is checked
+    (WorkloadSourceSpoofing), read first as Felix loads its configuration before its calculation
+    graph starts; a change later restarts the agent (it is not a live setting)."""
+    resources: list[Resource] = []
+    if client is not None:
+        key = "/calico/resources/v3/projectcalico.org/felixconfigurations/default"
+        try:
+            kv = await client.get(key)
+            found = decode(kv.key, kv.value) if kv is not None else None
+        except (EtcdError, ManifestError) as exc:
+            log.warning("cannot read %s before starting (%s); assuming Felix's defaults", key, exc)
+            found = None
+        resources = [found] if found is not None else []
+    else:
+        resources = await trio.to_thread.run_sync(_felix_configurations, Path(datastore))
+    return context_from(resources)
+
+
+def _felix_configurations(root: Path) -> list[Resource]:
+    """The resources of the manifest files under ``root`` that mention FelixConfiguration."""
+    found: list[Resource] = []
+    for path in manifest_files(root) if root.exists() else []:
+        try:
+            text = read_manifest(path)
+        except (OSError, UnicodeDecodeError):
+            continue
+        if "FelixConfiguration" in text:
+            found += [item.resource for item in load_text(text, str(path)).resources]
+    return found
 
 
 def dataplane_timeout(config: FelixConfig) -> float:
@@ -190,6 +227,7 @@ async def run_agent(options: AgentOptions, out: TextIO = sys.stdout) -> int:
             status = None
             updater = None
             syncer: FileSyncer | EtcdSyncer
+            client: EtcdClient | None = None
             if is_etcd(options.datastore):
                 client = EtcdClient(EtcdConfig.from_url(options.datastore))
                 stack.push_async_callback(client.aclose)
@@ -199,7 +237,8 @@ async def run_agent(options: AgentOptions, out: TextIO = sys.stdout) -> int:
                 await nursery.start(updater.run)
             else:
                 syncer = FileSyncer(Path(options.datastore), decoupler)
-            calc = CalcLoop(options.hostname, decoupler, to_send, health=health)
+            context = await initial_context(options.datastore, client)
+            calc = CalcLoop(options.hostname, decoupler, to_send, context=context, health=health)
             await nursery.start(calc.run)
             connector = DataplaneConnector(
                 to_receive,

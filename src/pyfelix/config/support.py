@@ -53,10 +53,7 @@ ACTED_ON: dict[str, str] = {
     "WireguardListeningPort": "the WireGuard port (admitted in cali-INPUT)",
     "WireguardMTU": "the WireGuard device's MTU (0: detected)",
     "WireguardRoutingRulePriority": "the priority of WireGuard's routing rule",
-    "WorkloadSourceSpoofing": (
-        "Any allows endpoints' allowSpoofedSourcePrefixes (validate and dry-run; the agent's"
-        " validation filter does not read it yet)"
-    ),
+    "WorkloadSourceSpoofing": "Any allows endpoints' allowSpoofedSourcePrefixes (validation)",
 }
 
 #: Set by the datastore (ClusterInformation), not by an operator: informational, no warning.
