@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Mapping
 
 from pyfelix import model
-from pyfelix.calc.dispatcher import Dispatcher, value_of
+from pyfelix.calc.dispatcher import Dispatcher, endpoint_of, value_of
 from pyfelix.calc.labelindex import LabelIndex
 from pyfelix.selector import SelectorError, parse_selector
 from pyfelix.syncer.api import Update
@@ -69,11 +69,7 @@ class ActiveRulesCalculator:
         self.on_profile_labels(update.key.name, labels.labels if labels else None)
 
     def _on_endpoint_update(self, update: Update) -> None:
-        key = update.key
-        assert isinstance(key, model.WorkloadEndpointKey | model.HostEndpointKey)
-        value = update.value
-        assert value is None or isinstance(value, model.WorkloadEndpoint | model.HostEndpoint)
-        self.on_endpoint(key, value)
+        self.on_endpoint(*endpoint_of(update))
 
     # Policies.
 

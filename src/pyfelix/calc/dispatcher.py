@@ -5,18 +5,45 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
+from pyfelix import model
 from pyfelix.syncer.api import SyncStatus, Update
 
 # A receiver returns True to stop the update going to the receivers after it (the hostname
 # filter uses that, as Felix's does).
 Receiver = Callable[[Update], bool | None]
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 def value_of(update: Update, cls: type[T]) -> T | None:
     """The update's value if it is a ``cls`` (None for a deletion, or a value of another kind)."""
     value = update.value
     return value if isinstance(value, cls) else None
+
+
+EndpointKey = model.WorkloadEndpointKey | model.HostEndpointKey
+Endpoint = model.WorkloadEndpoint | model.HostEndpoint
+
+
+def endpoint_of(update: Update) -> tuple[EndpointKey, Endpoint | None]:
+    """A workload or host endpoint update's key and value (None: deleted)."""
+    key, value = update.key, update.value
+    assert isinstance(key, model.WorkloadEndpointKey | model.HostEndpointKey)
+    assert value is None or isinstance(value, model.WorkloadEndpoint | model.HostEndpoint)
+    return key, value
+
+
+def passthrough_of(update: Update, kind: type[R]) -> tuple[str, str, R | None] | None:
+    """(namespace, name, resource or None) for a passed-through Kubernetes resource of
+    ``kind``; None for other kinds' updates."""
+    key = update.key
+    assert isinstance(key, model.ResourceKey)
+    if key.kind != kind.__name__:
+        return None
+    passthrough = value_of(update, model.Passthrough)
+    resource = passthrough.resource if passthrough is not None else None
+    assert resource is None or isinstance(resource, kind)
+    return key.namespace, key.name, resource
 
 
 class StatusReceiver(Protocol):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pyfelix import messages as m
 from pyfelix import model
-from pyfelix.calc.dispatcher import Dispatcher, value_of
+from pyfelix.calc.dispatcher import Dispatcher, passthrough_of, value_of
 from pyfelix.calc.outputs import PassthruOutput
 from pyfelix.resources import Service
 from pyfelix.syncer.api import Update
@@ -37,14 +37,9 @@ class DataplanePassthru:
         self.on_wireguard(update.key.hostname, value_of(update, model.Wireguard))
 
     def _on_resource_update(self, update: Update) -> None:
-        key = update.key
-        assert isinstance(key, model.ResourceKey)
-        if key.kind != "Service":
-            return
-        passthrough = value_of(update, model.Passthrough)
-        resource = passthrough.resource if passthrough is not None else None
-        assert resource is None or isinstance(resource, Service)
-        self.on_service(key.namespace, key.name, resource)
+        service = passthrough_of(update, Service)
+        if service is not None:
+            self.on_service(*service)
 
     def on_host_ip(self, hostname: str, value: model.ConfigValue | None) -> None:
         if value is None:

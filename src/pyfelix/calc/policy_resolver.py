@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable
 
 from pyfelix import messages, model
-from pyfelix.calc.dispatcher import Dispatcher, value_of
+from pyfelix.calc.dispatcher import Dispatcher, endpoint_of, value_of
 from pyfelix.calc.outputs import EndpointOutput
 from pyfelix.resources.policy import DEFAULT_TIER, DEFAULT_TIER_ORDER
 from pyfelix.syncer.api import SyncStatus, Update
@@ -63,11 +63,7 @@ class PolicyResolver:
         self.on_policy(update.key, value_of(update, model.Policy))
 
     def _on_endpoint_update(self, update: Update) -> None:
-        key = update.key
-        assert isinstance(key, model.WorkloadEndpointKey | model.HostEndpointKey)
-        value = update.value
-        assert value is None or isinstance(value, model.WorkloadEndpoint | model.HostEndpoint)
-        self.on_endpoint(key, value)
+        self.on_endpoint(*endpoint_of(update))
 
     def _on_status(self, status: SyncStatus) -> None:
         if status is SyncStatus.IN_SYNC:

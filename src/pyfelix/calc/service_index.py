@@ -12,7 +12,7 @@ import ipaddress
 from collections.abc import Callable
 
 from pyfelix import model
-from pyfelix.calc.dispatcher import Dispatcher, value_of
+from pyfelix.calc.dispatcher import Dispatcher, passthrough_of
 from pyfelix.calc.rule_scanner import IPSetData
 from pyfelix.resources import EndpointSlice
 from pyfelix.syncer.api import Update
@@ -53,14 +53,9 @@ class ServiceIndex:
         updates.register(model.ResourceKey, self._on_resource_update)
 
     def _on_resource_update(self, update: Update) -> None:
-        key = update.key
-        assert isinstance(key, model.ResourceKey)
-        if key.kind != "EndpointSlice":
-            return
-        passthrough = value_of(update, model.Passthrough)
-        resource = passthrough.resource if passthrough is not None else None
-        assert resource is None or isinstance(resource, EndpointSlice)
-        self.on_endpoint_slice(key.namespace, key.name, resource)
+        endpoint_slice = passthrough_of(update, EndpointSlice)
+        if endpoint_slice is not None:
+            self.on_endpoint_slice(*endpoint_slice)
 
     def on_ipset_active(self, data: IPSetData) -> None:
         if not data.service:
