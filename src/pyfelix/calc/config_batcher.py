@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping
 
 from pyfelix import model
-from pyfelix.calc.dispatcher import Dispatcher, value_of
+from pyfelix.calc.dispatcher import Dispatcher, host_config_of, value_of
 from pyfelix.calc.outputs import ConfigOutput
 from pyfelix.config.params import BY_FELIX_NAME
 from pyfelix.syncer.api import SyncStatus, Update
@@ -49,9 +49,7 @@ class ConfigBatcher:
         self.on_global(update.key.name, value_of(update, model.ConfigValue))
 
     def _on_host_update(self, update: Update) -> None:
-        key = update.key
-        assert isinstance(key, model.HostConfigKey)
-        self.on_host(key.hostname, key.name, value_of(update, model.ConfigValue))
+        self.on_host(*host_config_of(update))
 
     def _on_ready_update(self, update: Update) -> None:
         self.on_ready_flag(value_of(update, model.ReadyFlag))

@@ -33,6 +33,19 @@ def endpoint_of(update: Update) -> tuple[EndpointKey, Endpoint | None]:
     return key, value
 
 
+def host_ip_of(update: Update) -> tuple[str, model.ConfigValue | None]:
+    """A node's host IP update: (hostname, value or None)."""
+    assert isinstance(update.key, model.HostIPKey)
+    return update.key.hostname, value_of(update, model.ConfigValue)
+
+
+def host_config_of(update: Update) -> tuple[str, str, model.ConfigValue | None]:
+    """A per-node configuration update: (hostname, parameter, value or None)."""
+    key = update.key
+    assert isinstance(key, model.HostConfigKey)
+    return key.hostname, key.name, value_of(update, model.ConfigValue)
+
+
 def passthrough_of(update: Update, kind: type[R]) -> tuple[str, str, R | None] | None:
     """(namespace, name, resource or None) for a passed-through Kubernetes resource of
     ``kind``; None for other kinds' updates."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pyfelix import messages as m
 from pyfelix import model
-from pyfelix.calc.dispatcher import Dispatcher, passthrough_of, value_of
+from pyfelix.calc.dispatcher import Dispatcher, host_ip_of, passthrough_of, value_of
 from pyfelix.calc.outputs import PassthruOutput
 from pyfelix.resources import Service
 from pyfelix.syncer.api import Update
@@ -25,8 +25,7 @@ class DataplanePassthru:
         updates.register(model.ResourceKey, self._on_resource_update)
 
     def _on_host_ip_update(self, update: Update) -> None:
-        assert isinstance(update.key, model.HostIPKey)
-        self.on_host_ip(update.key.hostname, value_of(update, model.ConfigValue))
+        self.on_host_ip(*host_ip_of(update))
 
     def _on_pool_update(self, update: Update) -> None:
         assert isinstance(update.key, model.IPPoolKey)

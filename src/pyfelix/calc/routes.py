@@ -15,7 +15,7 @@ from typing import TypeVar
 
 from pyfelix import messages as m
 from pyfelix import model
-from pyfelix.calc.dispatcher import Dispatcher, value_of
+from pyfelix.calc.dispatcher import Dispatcher, host_config_of, host_ip_of, value_of
 from pyfelix.calc.outputs import RouteOutput
 from pyfelix.ipnet import IPNetwork
 from pyfelix.syncer.api import Update
@@ -60,13 +60,10 @@ class L3RouteResolver:
         self.on_block(update.key.cidr, value_of(update, model.AllocationBlock))
 
     def _on_host_ip_update(self, update: Update) -> None:
-        assert isinstance(update.key, model.HostIPKey)
-        self.on_host_ip(update.key.hostname, value_of(update, model.ConfigValue))
+        self.on_host_ip(*host_ip_of(update))
 
     def _on_host_config_update(self, update: Update) -> None:
-        key = update.key
-        assert isinstance(key, model.HostConfigKey)
-        self.on_host_config(key.hostname, key.name, value_of(update, model.ConfigValue))
+        self.on_host_config(*host_config_of(update))
 
     def _on_local_workload_update(self, update: Update) -> None:
         assert isinstance(update.key, model.WorkloadEndpointKey)

@@ -8,7 +8,7 @@ import hashlib
 
 from pyfelix import messages as m
 from pyfelix import model
-from pyfelix.calc.dispatcher import Dispatcher, value_of
+from pyfelix.calc.dispatcher import Dispatcher, host_config_of, host_ip_of
 from pyfelix.calc.outputs import VtepOutput
 from pyfelix.syncer.api import Update
 
@@ -30,13 +30,10 @@ class VXLANResolver:
         updates.register(model.HostConfigKey, self._on_host_config_update)
 
     def _on_host_ip_update(self, update: Update) -> None:
-        assert isinstance(update.key, model.HostIPKey)
-        self.on_host_ip(update.key.hostname, value_of(update, model.ConfigValue))
+        self.on_host_ip(*host_ip_of(update))
 
     def _on_host_config_update(self, update: Update) -> None:
-        key = update.key
-        assert isinstance(key, model.HostConfigKey)
-        self.on_host_config(key.hostname, key.name, value_of(update, model.ConfigValue))
+        self.on_host_config(*host_config_of(update))
 
     def on_host_ip(self, node: str, value: model.ConfigValue | None) -> None:
         self._set(self._host_ips, node, value)
