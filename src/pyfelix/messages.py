@@ -1,8 +1,10 @@
 """Messages between the calculation graph and the dataplane, named after Felix's.
 
-This module is the only seam between ``pyfelix`` and ``pyfelix_dataplane``: the sequencer emits
-these, the connector forwards them, the driver consumes them, and the status messages at the end
-flow back. All are frozen attrs classes, hashable and comparable, so the sequencer can key its
+With the model they carry (model.py), the typed configuration (config/), the shared values
+(values.py) and the errors (errors.py), this module is all of ``pyfelix`` that
+``pyfelix_dataplane`` may import (an import-linter contract in ``make lint``): the sequencer
+emits these, the connector forwards them, the driver consumes them, and the status messages at
+the end flow back. All are frozen attrs classes, hashable and comparable, so the sequencer can key its
 buffers on them and tests can compare them.
 """
 
