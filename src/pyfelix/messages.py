@@ -4,8 +4,8 @@ With the model they carry (model.py), the typed configuration (config/), the sha
 (values.py) and the errors (errors.py), this module is all of ``pyfelix`` that
 ``pyfelix_dataplane`` may import (an import-linter contract in ``make lint``): the sequencer
 emits these, the connector forwards them, the driver consumes them, and the status messages at
-the end flow back. All are frozen attrs classes, hashable and comparable, so the sequencer can key its
-buffers on them and tests can compare them.
+the end flow back. All are frozen attrs classes, hashable and comparable, so the sequencer can
+key its buffers on them and tests can compare them.
 """
 
 from __future__ import annotations
