@@ -54,7 +54,7 @@ async def test_loop_flushes_and_sends_in_sync_once(autojump_clock: trio.testing.
         assert loop.ready
         assert loop.health.summary().ready
         assert loop.health.summary().live
-        assert loop.updates_processed >= len(state)
+        assert sum(loop.updates_processed.values()) >= len(state)
         assert loop.messages_emitted == len(received)
         tier_key = ("Tier", "", "security")
         decoupler.on_updates(converter.update(tier_key, None))

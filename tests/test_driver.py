@@ -107,7 +107,7 @@ async def test_first_apply_programs_sets_before_the_tables_that_use_them(
     async with running() as r:
         await r.send(messages_for(example_state()))
         await r.settle()
-        assert r.driver.failures == 0
+        assert r.driver.stats.failures == 0
         assert any(isinstance(x, m.DataplaneInSync) for x in received(r.to_calc))
         log = r.node.log
         first_table = min(i for i, entry in enumerate(log) if "committed" in entry)
@@ -133,7 +133,7 @@ async def test_a_set_goes_only_after_no_rule_uses_it(
         assert any(isinstance(x, m.IPSetRemove) for x in removals)
         await r.send(removals)
         await r.settle()
-        assert r.driver.failures == 0
+        assert r.driver.stats.failures == 0
         assert set(r.node.sets) < before
         assert r.node.sets_in_use() <= set(r.node.sets)
 
@@ -150,7 +150,7 @@ async def test_a_failed_write_is_retried_and_the_other_areas_still_written(
         assert r.node.routes, "routes are written although the tables failed"
         assert not any(isinstance(x, m.DataplaneInSync) for x in received(r.to_calc))
         await r.settle(5)
-        assert r.driver.failures == 2
+        assert r.driver.stats.failures == 2
         assert "cali-FORWARD" in r.node.tables[4]["filter"]
         assert any(isinstance(x, m.DataplaneInSync) for x in received(r.to_calc))
 
@@ -219,7 +219,7 @@ async def test_rules_never_name_a_set_the_same_apply_did_not_write(
         relabel = datastore.put([])  # any change starts an apply
         await r.send([*relabel, m.InSync()])
         await r.settle()
-        assert r.driver.failures == 0
+        assert r.driver.stats.failures == 0
         filter_table = r.node.tables[4]["filter"]
         assert "cali-pi-gnp/mid-apply" in filter_table
 

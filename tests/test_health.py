@@ -11,7 +11,8 @@ import trio.testing
 from pyfelix import messages as m
 from pyfelix.calc.async_loop import CalcLoop
 from pyfelix.calc.decoupler import Decoupler
-from pyfelix.health import CALC_GRAPH, HealthAggregator, HealthServer
+from pyfelix.health import CALC_GRAPH, HealthAggregator, health_routes
+from pyfelix.httpserver import HttpServer
 from pyfelix.syncer.api import SyncStatus
 
 
@@ -86,11 +87,11 @@ async def _get(port: int, path: str) -> tuple[int, str]:
     return int(head.split()[1]), body.decode()
 
 
-def _server() -> HealthServer:
+def _server() -> HttpServer:
     health = HealthAggregator()
     health.register(CALC_GRAPH, timeout=30)
     health.report(CALC_GRAPH, live=True, ready=True)
-    return HealthServer(health, lambda: "felix_up 1\n")
+    return HttpServer(health_routes(health))
 
 
 async def test_reset_and_garbage_clients_do_not_stop_the_server() -> None:
@@ -108,7 +109,7 @@ async def test_reset_and_garbage_clients_do_not_stop_the_server() -> None:
         status, body = await _get(port, "/readiness")
         assert status == 200
         assert "CalculationGraph" in body
-        assert await _get(port, "/metrics") == (200, "felix_up 1\n")
+        assert (await _get(port, "/metrics"))[0] == 404, "metrics have their own port"
         assert (await _get(port, "/nothing"))[0] == 404
         nursery.cancel_scope.cancel()
 

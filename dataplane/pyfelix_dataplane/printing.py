@@ -13,6 +13,7 @@ import attrs
 import trio
 
 from pyfelix import messages as m
+from pyfelix.stats import DataplaneStats
 from pyfelix_dataplane.dryrun import describe_message
 from pyfelix_dataplane.rules.ipsets import ipset_name, member_version
 from pyfelix_dataplane.rules.model import Chain
@@ -31,6 +32,8 @@ class PrintingDriver:
     #: Told (ready) after every round of the loop, as Felix's dataplane reports its health.
     report_health: Callable[[bool], None] = lambda ready: None
     state: NodeState = attrs.Factory(NodeState)
+    #: Messages by type for Felix's metrics (this driver writes nothing, so times nothing).
+    stats: DataplaneStats = attrs.Factory(DataplaneStats)
     _started: float = 0.0
     _dirty: bool = False
     _chains: dict[ChainKey, Chain] = attrs.Factory(dict)
@@ -38,6 +41,7 @@ class PrintingDriver:
 
     async def apply(self, msg: m.ToDataplane) -> None:
         self.state.apply(msg)
+        self.stats.messages[type(msg).__name__] += 1
         self._dirty = True
         print(describe_message(msg), file=self.out, flush=True)
         if isinstance(msg, m.InSync):

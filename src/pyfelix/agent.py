@@ -32,14 +32,15 @@ from pyfelix.connector import DataplaneConnector, RestartRequired
 from pyfelix.datastore.etcd import EtcdClient, EtcdConfig, EtcdError
 from pyfelix.datastore.layout import decode
 from pyfelix.errors import ManifestError
-from pyfelix.health import DATAPLANE, HEALTH_INTERVAL, HealthAggregator, HealthServer, prometheus
+from pyfelix.health import DATAPLANE, HEALTH_INTERVAL, HealthAggregator, health_routes
+from pyfelix.httpserver import HttpServer
+from pyfelix.metrics import FelixCollector, metrics_routes, registry, tls_context
 from pyfelix.resources import Resource
 from pyfelix.resources.loader import load_text, manifest_files, read_manifest
 from pyfelix.status import EtcdNodeStore, EtcdStatusReporter, WireguardKeyUpdater
 from pyfelix.syncer.etcd import EtcdSyncer
 from pyfelix.syncer.files import FileSyncer
 from pyfelix.validation import ValidationContext, context_from
-from pyfelix_dataplane.linux.commands import CALLS, ERRORS
 from pyfelix_dataplane.linux.driver import LinuxDriver
 from pyfelix_dataplane.printing import PrintingDriver
 
@@ -122,69 +123,21 @@ async def _serve_health(
     driver: PrintingDriver | LinuxDriver,
     config_known: trio.Event,
 ) -> None:
-    """Once the configuration is known, serve /liveness, /readiness and /metrics if enabled."""
+    """Once the configuration is known, serve health (/liveness, /readiness) and Felix's
+    metrics (/metrics, over TLS when configured) on their ports, each if enabled."""
     await config_known.wait()
     config = connector.felix_config
     assert config is not None
-
-    def metrics() -> str:
-        graph = calc.graph
-        return prometheus(
-            {
-                "felix_calc_graph_updates_processed": (
-                    "counter",
-                    "Datastore updates processed by the calculation graph.",
-                    calc.updates_processed,
-                ),
-                "felix_calc_graph_output_events": (
-                    "counter",
-                    "Messages the calculation graph sent to the dataplane.",
-                    calc.messages_emitted,
-                ),
-                "felix_resync_state": (
-                    "gauge",
-                    "3 once in sync with the datastore, 1 before.",
-                    3 if calc.ready else 1,
-                ),
-                "felix_active_local_endpoints": (
-                    "gauge",
-                    "Local endpoints.",
-                    len(graph.sequencer.workloads.sent) + len(graph.sequencer.hosts.sent),
-                ),
-                "felix_active_local_policies": (
-                    "gauge",
-                    "Policies active on this node.",
-                    len(graph.sequencer.policies.sent),
-                ),
-                "felix_ipsets_calico": ("gauge", "Calico IP sets.", len(graph.ipsets)),
-                "felix_int_dataplane_apply_time_seconds": (
-                    "summary",
-                    "Time in seconds that each dataplane apply took.",
-                    getattr(driver, "apply_seconds", 0.0),
-                    getattr(driver, "applies", 0),
-                ),
-                "felix_int_dataplane_failures": (
-                    "counter",
-                    "Dataplane applies that failed (and were retried).",
-                    getattr(driver, "failures", 0),
-                ),
-                **{
-                    f"felix_{tool.replace('-', '_')}_{kind}": (
-                        "counter",
-                        f"Number of {tool} {kind}.",
-                        counts[tool],
-                    )
-                    for tool in ("ipset", "iptables-restore", "iptables-save")
-                    for kind, counts in (("calls", CALLS), ("errors", ERRORS))
-                },
-            }
-        )
-
-    server = HealthServer(calc.health, metrics, extra_ready=lambda: connector.dataplane_in_sync)
     async with trio.open_nursery() as nursery:
         if config.health_enabled:
-            await nursery.start(server.serve, config.health_host, config.health_port)
+            health = HttpServer(health_routes(calc.health, lambda: connector.dataplane_in_sync))
+            await nursery.start(health.serve, config.health_host, config.health_port)
         if config.prometheus_metrics_enabled:
+            versions = (4, 6) if config.ipv6_support else (4,)
+            felix = FelixCollector(calc.hostname, calc, driver.stats, lambda: versions)
+            server = HttpServer(
+                metrics_routes(registry(config, felix)), tls=tls_context(config), name="metrics"
+            )
             await nursery.start(
                 server.serve, config.prometheus_metrics_host, config.prometheus_metrics_port
             )

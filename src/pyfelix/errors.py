@@ -19,6 +19,8 @@ Every exception pyfelix raises is a PyfelixError; those that are also a kind of 
     │   ├── EtcdUnavailable      no configured endpoint could be reached
     │   └── EtcdCompacted        a watch fell behind a compaction: re-list
     ├── CommandError             a `pyfelix datastore` command cannot be carried out
+    ├── MetricsTLSError          a PrometheusMetrics* TLS file is missing or unusable (OSError)
+    │                            (pyfelix.metrics)
     ├── DataplaneWriteError      a kernel write failed: a tool's refusal with its failing line,
     │                            or an OSError, netlink error or timeout mapped where the
     │                            writer met it (pyfelix_dataplane.linux.commands.writing)

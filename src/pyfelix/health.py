@@ -1,16 +1,11 @@
-"""Health and metrics over HTTP, as Felix serves them.
+"""Health as Felix aggregates it, and the routes that serve it.
 
 Health is aggregated from components, as Felix's health aggregator does it: each component
 registers what it reports (liveness, readiness) and a timeout, then reports periodically, idle
 or not. ``/liveness`` is good while every live-reporting component has reported live within its
 timeout (HealthTimeoutOverrides replaces a component's timeout by name); ``/readiness`` while
 every ready-reporting one last said ready. Both answer with a table of the components, so a
-failing probe says which component stopped. ``/metrics`` is the Prometheus text format with
-Felix's metric names.
-
-HTTP is parsed by h11; a client that resets, stalls or sends garbage affects only its own
-connection. A port that cannot be bound is retried, as Felix retries, instead of stopping the
-agent.
+failing probe says which component stopped. They are served by pyfelix.httpserver.
 """
 
 from __future__ import annotations
@@ -19,16 +14,11 @@ import logging
 from collections.abc import Callable, Mapping
 
 import attrs
-import h11
 import trio
 
-log = logging.getLogger(__name__)
+from pyfelix.httpserver import Response, text
 
-# A request is one short line and a few headers; anything slower is not a health checker.
-REQUEST_TIMEOUT = 5.0
-MAX_REQUEST_BYTES = 8192
-# Felix retries a health server that failed to listen (port in use) every second.
-LISTEN_RETRY = 1.0
+log = logging.getLogger(__name__)
 
 #: Felix's component names and timeouts (felix/calc/async_calc_graph.go,
 #: felix/dataplane/linux/int_dataplane.go). Both report every HEALTH_INTERVAL.
@@ -120,94 +110,19 @@ class HealthAggregator:
         return summary
 
 
-@attrs.define(eq=False)
-class HealthServer:
-    """/liveness, /readiness (from the aggregator) and /metrics (from ``metrics``)."""
+def health_routes(
+    health: HealthAggregator, extra_ready: Callable[[], bool] = lambda: True
+) -> dict[str, Callable[[], Response]]:
+    """/liveness and /readiness from the aggregator; ``extra_ready`` is readiness beyond the
+    components' (the connector's "dataplane programmed")."""
 
-    health: HealthAggregator
-    metrics: Callable[[], str]
-    #: Readiness beyond the components' (the connector's "dataplane programmed").
-    extra_ready: Callable[[], bool] = lambda: True
+    def liveness() -> Response:
+        summary = health.summary()
+        return text(200 if summary.live else 503, summary.detail + "\n")
 
-    def respond(self, path: str) -> tuple[int, str, str]:
-        """(status, content type, body) for a GET of ``path``."""
-        if path in ("/liveness", "/readiness"):
-            summary = self.health.summary()
-            good = summary.live if path == "/liveness" else summary.ready and self.extra_ready()
-            return (200 if good else 503), "text/plain", summary.detail + "\n"
-        if path == "/metrics":
-            return 200, "text/plain; version=0.0.4", self.metrics()
-        return 404, "text/plain", "not found\n"
+    def readiness() -> Response:
+        summary = health.summary()
+        good = summary.ready and extra_ready()
+        return text(200 if good else 503, summary.detail + "\n")
 
-    async def handle(self, stream: trio.abc.Stream) -> None:
-        """One request, then close. Any failure of the client's is the client's alone."""
-        try:
-            with trio.move_on_after(REQUEST_TIMEOUT):
-                await self._exchange(stream)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError) as exc:
-            log.debug("health client went away: %r", exc)
-        except Exception:
-            # A fault in answering one client must not stop the agent (nor the server).
-            log.exception("health request failed")
-        finally:
-            await trio.aclose_forcefully(stream)
-
-    async def _exchange(self, stream: trio.abc.Stream) -> None:
-        connection = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_BYTES)
-        while True:
-            event = connection.next_event()
-            if event is h11.NEED_DATA:
-                data = await stream.receive_some(4096)
-                connection.receive_data(bytes(data))
-                continue
-            if isinstance(event, h11.Request):
-                break
-            return  # end of stream or a closed connection before a request
-        target = event.target.decode("ascii", errors="replace").split("?", 1)[0]
-        if event.method not in (b"GET", b"HEAD"):
-            status, content_type, body = 405, "text/plain", "method not allowed\n"
-        else:
-            status, content_type, body = self.respond(target)
-        payload = body.encode()
-        headers = [
-            ("Content-Type", content_type),
-            ("Content-Length", str(len(payload))),
-            ("Connection", "close"),
-        ]
-        out = connection.send(h11.Response(status_code=status, headers=headers)) or b""
-        if event.method != b"HEAD":
-            out += connection.send(h11.Data(data=payload)) or b""
-        out += connection.send(h11.EndOfMessage()) or b""
-        await stream.send_all(out)
-
-    async def serve(
-        self, host: str, port: int, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        """Listen on ``host:port`` (every interface for an empty host), retrying every second
-        while the address cannot be bound; ``started`` as soon as the attempt is under way."""
-        task_status.started()
-        while True:
-            try:
-                listeners = await trio.open_tcp_listeners(port, host=host or None)
-            except OSError as exc:
-                log.error("cannot listen on %s:%s (%s); retrying", host or "*", port, exc)
-                await trio.sleep(LISTEN_RETRY)
-                continue
-            log.info("serving health and metrics on %s:%s", host or "*", port)
-            await trio.serve_listeners(self.handle, listeners)
-
-
-Metric = tuple[str, str, float] | tuple[str, str, float, float]
-
-
-def prometheus(metrics: dict[str, Metric]) -> str:
-    """Prometheus text exposition: name -> (type, help, value), or for a summary
-    (``"summary"``, help, sum, count) without quantiles."""
-    lines = []
-    for name, (kind, help_text, *values) in sorted(metrics.items()):
-        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
-        if kind == "summary":
-            lines += [f"{name}_sum {values[0]:g}", f"{name}_count {values[1]:g}"]
-        else:
-            lines.append(f"{name} {values[0]:g}")
-    return "\n".join(lines) + "\n"
+    return {"/liveness": liveness, "/readiness": readiness}

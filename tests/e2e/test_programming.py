@@ -89,7 +89,8 @@ def test_health_metrics_and_clean_stop(cluster: Cluster) -> None:
     assert "CalculationGraph" in liveness
     assert "InternalDataplaneMainLoop" in liveness
     values = metrics(cluster)
-    assert "felix_calc_graph_updates_processed" in values
+    assert values['felix_calc_graph_updates_processed{type="WorkloadEndpointKey"}'] >= 2
+    assert values['felix_host{host="node"}'] == 1
     assert values["felix_active_local_endpoints"] == 2
     assert values["felix_int_dataplane_apply_time_seconds_count"] >= 1
     assert values["felix_int_dataplane_apply_time_seconds_sum"] > 0

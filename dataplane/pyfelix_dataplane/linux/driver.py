@@ -30,6 +30,7 @@ import trio
 from pyfelix import messages as m
 from pyfelix.config import FelixConfig
 from pyfelix.errors import DataplaneWriteError
+from pyfelix.stats import DataplaneStats
 from pyfelix_dataplane.linux.kernel import Kernel, linux_kernel
 from pyfelix_dataplane.linux.managers import Manager
 from pyfelix_dataplane.linux.managers.endpoints import EndpointManager
@@ -116,9 +117,8 @@ class LinuxDriver:
     #: ready once the first apply succeeded.
     report_health: Callable[[bool], None] = lambda ready: None
     open_kernel: Callable[[FelixConfig], Awaitable[Kernel]] = linux_kernel
-    applies: int = 0
-    failures: int = 0
-    apply_seconds: float = 0.0
+    #: Counts and timings for Felix's metrics.
+    stats: DataplaneStats = attrs.Factory(DataplaneStats)
     managers: Managers | None = None
     _wake: trio.Event = attrs.Factory(trio.Event)
     _reported_in_sync: bool = False
@@ -126,6 +126,7 @@ class LinuxDriver:
 
     async def apply(self, msg: m.ToDataplane) -> None:
         self.state.apply(msg)
+        self.stats.messages[type(msg).__name__] += 1
         self._wake.set()
 
     @property
@@ -184,14 +185,14 @@ class LinuxDriver:
             for manager in managers.all():
                 if manager.area in due:
                     manager.invalidate()
-            if self.applies:
+            if self.stats.applies.count:
                 # Let a burst of changes gather; the first apply has the whole snapshot.
                 await trio.sleep(MIN_APPLY_INTERVAL)
             try:
                 await self._apply_all(managers)
             except DataplaneWriteError as exc:
                 log.warning("dataplane apply failed (retrying in %.1fs): %s", retry, exc)
-                self.failures += 1
+                self.stats.failures += 1
                 await trio.sleep(retry)
                 retry = min(retry * 2, RETRY_MAX)
                 refresh.make_all_due(trio.current_time())
@@ -254,13 +255,14 @@ class LinuxDriver:
         if failed:
             raise failed[0]
         await managers.ipsets.clean_up()
-        self.applies += 1
-        self.apply_seconds += trio.current_time() - started
+        self.stats.applies.observe(trio.current_time() - started)
+        if self.stats.initial_resync_seconds is None:
+            self.stats.initial_resync_seconds = trio.current_time() - self._started
         # The first apply (the start-up cost an operator waits for) is worth an Info line.
         log.log(
-            logging.INFO if self.applies == 1 else logging.DEBUG,
+            logging.INFO if self.stats.applies.count == 1 else logging.DEBUG,
             "apply %d: %s (%.3fs in all)",
-            self.applies,
+            self.stats.applies.count,
             ", ".join(f"{event} at {at:.3f}s" for event, at in timeline.items()),
             trio.current_time() - started,
         )

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import gc
 import logging
+import time
+from collections import Counter
 
 import attrs
 import trio
@@ -22,6 +24,7 @@ from pyfelix.calc.decoupler import Decoupler
 from pyfelix.calc.graph import CalcGraph
 from pyfelix.calc.pipeline import Pipeline, build_pipeline
 from pyfelix.health import CALC_GRAPH, CALC_GRAPH_TIMEOUT, HEALTH_INTERVAL, HealthAggregator
+from pyfelix.stats import Observations
 from pyfelix.syncer.api import SyncStatus, Update
 from pyfelix.validation.kinds import ValidationContext
 
@@ -80,7 +83,12 @@ class CalcLoop:
     health: HealthAggregator = attrs.Factory(HealthAggregator)
     #: True from the first flush after the datastore's IN_SYNC.
     ready: bool = False
-    updates_processed: int = 0
+    #: For Felix's metrics: updates by key type, the time each batch took, the syncer's last
+    #: status and how often a resync started.
+    updates_processed: Counter[str] = attrs.Factory(Counter)
+    update_times: Observations = attrs.Factory(Observations)
+    sync_status: SyncStatus = SyncStatus.WAIT_FOR_DATASTORE
+    resyncs_started: int = 0
     messages_emitted: int = 0
     flushes: int = 0
     _pending: list[m.ToDataplane] = attrs.Factory(list)
@@ -98,10 +106,15 @@ class CalcLoop:
         if isinstance(delivery, SyncStatus):
             if delivery is SyncStatus.IN_SYNC:
                 self._datastore_in_sync = True
+            elif delivery is SyncStatus.RESYNC_IN_PROGRESS:
+                self.resyncs_started += 1
+            self.sync_status = delivery
             self.pipeline.on_status(delivery)
         else:
-            self.updates_processed += len(delivery)
+            started = time.perf_counter()
             self.pipeline.on_updates(delivery)
+            self.update_times.observe(time.perf_counter() - started)
+            self.updates_processed.update(type(update.key).__name__ for update in delivery)
         # Felix reports after every update: a snapshot that takes minutes to load is progress.
         self._report_health()
 

@@ -39,9 +39,19 @@ ACTED_ON: dict[str, str] = {
     "Ipv6Support": "false: IPv4 only (no IPv6 tables, sets or routes)",
     "LogPrefix": "the prefix of the LOG rules policies' Log actions render",
     "LogSeverityScreen": "the log level on stderr",
-    "PrometheusMetricsEnabled": "serves /metrics",
+    "PrometheusGoMetricsEnabled": "adds the Python runtime's collectors (platform, GC) in "
+    "place of Go's",
+    "PrometheusMetricsCAFile": "the CA that client certificates of the metrics port are checked "
+    "against",
+    "PrometheusMetricsCertFile": "serves /metrics over HTTPS with this certificate (re-read for "
+    "every connection)",
+    "PrometheusMetricsClientAuth": "whether the metrics port asks for and verifies client "
+    "certificates (RequireAnyClientCert verifies them)",
+    "PrometheusMetricsEnabled": "serves Felix's metric families on /metrics",
     "PrometheusMetricsHost": "the metrics server's address (every interface when empty)",
+    "PrometheusMetricsKeyFile": "the key of PrometheusMetricsCertFile",
     "PrometheusMetricsPort": "the metrics server's port",
+    "PrometheusProcessMetricsEnabled": "adds the process collector (CPU, memory, open files)",
     "ReportingIntervalSecs": "how often process status is reported (0: never)",
     "RouteRefreshInterval": "how often routes, VXLAN and WireGuard are re-read and repaired",
     "VXLANEnabled": "overrides the IP pools' VXLAN mode in the encapsulation (restart check)",

@@ -1,0 +1,233 @@
+"""Felix's Prometheus metrics, served through prometheus-client.
+
+The agent's parts count and time into plain objects (pyfelix.stats, the calc loop's and the
+drivers' counters); ``FelixCollector`` reads them when scraped and yields Felix's metric
+families with Felix's names, types, help and labels. The library does the rest: the registry,
+the process collector (PrometheusProcessMetricsEnabled), the Python runtime collectors in place
+of Go's (PrometheusGoMetricsEnabled), label escaping and the text format.
+
+One adaptation: prometheus-client names every counter ``<name>_total``, while Go's client, and
+so Felix, exposes ``felix_ipset_calls`` as it is. Dashboards and alerts written for Felix query
+Felix's names, so ``exposition`` renames the felix counters back.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import ssl
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING
+
+import attrs
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
+
+from pyfelix.config import FelixConfig
+from pyfelix.errors import PyfelixError
+from pyfelix.httpserver import Response
+from pyfelix.stats import DataplaneStats, Observations
+from pyfelix.syncer.api import SyncStatus
+from pyfelix_dataplane.linux.commands import CALLS, ERRORS
+
+if TYPE_CHECKING:
+    from pyfelix.calc.async_loop import CalcLoop
+
+log = logging.getLogger(__name__)
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+#: felix_resync_state's values (felix/calc/async_calc_graph.go).
+RESYNC_STATE = {
+    SyncStatus.WAIT_FOR_DATASTORE: 1.0,
+    SyncStatus.RESYNC_IN_PROGRESS: 2.0,
+    SyncStatus.IN_SYNC: 3.0,
+}
+
+#: Felix's counters of the tools it runs, by pyfelix's tool kind.
+TOOL_COUNTERS = {
+    "ipset": ("felix_ipset_calls", "felix_ipset_errors", "ipset commands"),
+    "iptables-restore": (
+        "felix_iptables_restore_calls",
+        "felix_iptables_restore_errors",
+        "iptables-restore",
+    ),
+    "iptables-save": ("felix_iptables_save_calls", "felix_iptables_save_errors", "iptables-save"),
+}
+
+_COUNTER_SUFFIX = re.compile(rb"^(# (?:HELP|TYPE) )?(felix_[a-zA-Z0-9_]+?)_total\b", re.MULTILINE)
+
+#: Felix's client-authentication modes, as Python's ssl can enforce them. Python cannot ask
+#: for a certificate without verifying it, so RequireAnyClientCert verifies it (and says so).
+CLIENT_AUTH = {
+    "NoClientCert": ssl.CERT_NONE,
+    "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
+    "RequireAnyClientCert": ssl.CERT_REQUIRED,
+    "RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
+}
+
+
+class MetricsTLSError(PyfelixError, OSError):
+    """A PrometheusMetrics* TLS file is missing or unusable; names the setting and the file."""
+
+
+def summary(name: str, help_text: str, observations: Observations) -> Metric:
+    """A summary family with Felix's quantiles, as Go's client exposes one."""
+    family = Metric(name, help_text, "summary")
+    for quantile, value in observations.quantiles().items():
+        family.add_sample(name, {"quantile": f"{quantile:g}"}, value)
+    family.add_sample(name + "_sum", {}, observations.total)
+    family.add_sample(name + "_count", {}, observations.count)
+    return family
+
+
+@attrs.define(eq=False)
+class FelixCollector(Collector):
+    """Felix's metric families, read from the agent when scraped."""
+
+    hostname: str
+    calc: CalcLoop
+    dataplane: DataplaneStats
+    ip_versions: Callable[[], tuple[int, ...]] = lambda: (4,)
+
+    def collect(self) -> Iterator[Metric]:
+        calc, graph, dataplane = self.calc, self.calc.graph, self.dataplane
+        host = GaugeMetricFamily(
+            "felix_host", "Configured Felix hostname (as a label).", labels=["host"]
+        )
+        host.add_metric([self.hostname], 1)
+        yield host
+        yield GaugeMetricFamily(
+            "felix_resync_state", "Current datastore state.", RESYNC_STATE[calc.sync_status]
+        )
+        yield CounterMetricFamily(
+            "felix_resyncs_started", "Number of times Felix started a resync.", calc.resyncs_started
+        )
+        updates = CounterMetricFamily(
+            "felix_calc_graph_updates_processed",
+            "Number of datastore updates processed by the calculation graph.",
+            labels=["type"],
+        )
+        for kind, count in sorted(calc.updates_processed.items()):
+            updates.add_metric([kind], count)
+        yield updates
+        yield CounterMetricFamily(
+            "felix_calc_graph_output_events",
+            "Number of events emitted by the calculation graph.",
+            calc.messages_emitted,
+        )
+        yield summary(
+            "felix_calc_graph_update_time_seconds",
+            "Seconds to update calculation graph for each batch of datastore updates.",
+            calc.update_times,
+        )
+        sequencer = graph.sequencer
+        yield GaugeMetricFamily(
+            "felix_active_local_endpoints",
+            "Number of active endpoints on this host.",
+            len(sequencer.workloads.sent) + len(sequencer.hosts.sent),
+        )
+        yield GaugeMetricFamily(
+            "felix_active_local_policies",
+            "Number of active policies on this host.",
+            len(sequencer.policies.sent),
+        )
+        ipsets = GaugeMetricFamily(
+            "felix_ipsets_calico", "Number of active Calico IP sets.", labels=["ip_version"]
+        )
+        for version in self.ip_versions():
+            ipsets.add_metric([str(version)], len(graph.ipsets))
+        yield ipsets
+        yield from self._dataplane(dataplane)
+
+    @staticmethod
+    def _dataplane(stats: DataplaneStats) -> Iterator[Metric]:
+        yield CounterMetricFamily(
+            "felix_int_dataplane_failures",
+            "Number of times dataplane updates failed and will be retried.",
+            stats.failures,
+        )
+        messages = CounterMetricFamily(
+            "felix_int_dataplane_messages", "Number dataplane messages by type.", labels=["type"]
+        )
+        for kind, count in sorted(stats.messages.items()):
+            messages.add_metric([kind], count)
+        yield messages
+        yield summary(
+            "felix_int_dataplane_apply_time_seconds",
+            "Time in seconds for each incremental update to the dataplane.",
+            stats.applies,
+        )
+        if stats.initial_resync_seconds is not None:
+            yield GaugeMetricFamily(
+                "felix_int_dataplane_initial_resync_time_seconds",
+                "Time in seconds that it took to do the initial resync with the dataplane.",
+                stats.initial_resync_seconds,
+            )
+        for tool, (calls, errors, what) in TOOL_COUNTERS.items():
+            yield CounterMetricFamily(calls, f"Number of {what} calls.", CALLS[tool])
+            yield CounterMetricFamily(errors, f"Number of {what} errors.", ERRORS[tool])
+
+
+def registry(config: FelixConfig, felix: Collector) -> CollectorRegistry:
+    """Felix's families plus the runtime collectors the configuration enables."""
+    result = CollectorRegistry()
+    result.register(felix)
+    if config.prometheus_process_metrics_enabled:
+        ProcessCollector(registry=result)
+    if config.prometheus_go_metrics_enabled:
+        PlatformCollector(registry=result)
+        GCCollector(registry=result)
+    return result
+
+
+def exposition(collectors: CollectorRegistry) -> bytes:
+    """The text format, felix counters under Felix's own names."""
+    return _COUNTER_SUFFIX.sub(rb"\1\2", generate_latest(collectors))
+
+
+def metrics_routes(collectors: CollectorRegistry) -> Mapping[str, Callable[[], Response]]:
+    return {"/metrics": lambda: (200, CONTENT_TYPE, exposition(collectors))}
+
+
+def tls_context(config: FelixConfig) -> Callable[[], ssl.SSLContext] | None:
+    """HTTPS for the metrics port when PrometheusMetricsCertFile or KeyFile is set, as Felix
+    serves it: the certificate and key, client certificates checked against
+    PrometheusMetricsCAFile as PrometheusMetricsClientAuth says. Files are read for every
+    connection (renewed certificates apply at once); an unusable one is an error naming it."""
+    cert, key = config.prometheus_metrics_cert_file, config.prometheus_metrics_key_file
+    if not (cert or key):
+        return None
+    ca, auth = config.prometheus_metrics_ca_file, str(config.prometheus_metrics_client_auth)
+    if auth == "RequireAnyClientCert":
+        log.warning(
+            "PrometheusMetricsClientAuth RequireAnyClientCert: client certificates are "
+            "verified against PrometheusMetricsCAFile (Python cannot accept unverified ones)"
+        )
+
+    def context() -> ssl.SSLContext:
+        result = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        result.minimum_version = ssl.TLSVersion.TLSv1_2
+        for name, path in (("CertFile", cert), ("KeyFile", key), ("CAFile", ca)):
+            if not path:
+                raise MetricsTLSError(
+                    f"PrometheusMetrics{name} is needed to serve metrics over TLS"
+                )
+        try:
+            result.load_cert_chain(cert, key)
+        except (OSError, ssl.SSLError) as exc:
+            raise MetricsTLSError(
+                f"PrometheusMetricsCertFile {cert} with PrometheusMetricsKeyFile {key}: {exc}"
+            ) from exc
+        try:
+            result.load_verify_locations(cafile=ca)
+        except (OSError, ssl.SSLError) as exc:
+            raise MetricsTLSError(f"PrometheusMetricsCAFile {ca}: {exc}") from exc
+        result.verify_mode = CLIENT_AUTH[auth]
+        return result
+
+    return context

@@ -1,0 +1,59 @@
+"""What the agent's parts count and time for Felix's metrics, kept without the metrics library.
+
+A leaf module: the calculation graph and the dataplane record into these plain objects, and only
+the metrics collector (pyfelix.metrics) turns them into Prometheus families when scraped, so no
+stage depends on how metrics are served.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+
+import attrs
+
+#: Felix's summaries (libcalico-go's prometheus.NewSummary) report these quantiles over the
+#: last ten minutes of observations.
+QUANTILES = (0.5, 0.9, 0.99)
+MAX_AGE = 600.0
+#: Enough recent observations for a 1% quantile; older ones count only in sum and count.
+MAX_KEPT = 1024
+
+
+@attrs.define(eq=False)
+class Observations:
+    """A summary's inputs: the count and sum of every observation, and the recent ones (at
+    most MAX_KEPT, at most MAX_AGE old) for its quantiles."""
+
+    clock: Callable[[], float] = time.monotonic
+    count: int = 0
+    total: float = 0.0
+    _recent: deque[tuple[float, float]] = attrs.field(factory=lambda: deque(maxlen=MAX_KEPT))
+
+    def observe(self, value: float) -> None:
+        self.count += 1
+        self.total += value
+        self._recent.append((self.clock(), value))
+
+    def quantiles(self) -> dict[float, float]:
+        """QUANTILES of the recent observations (NaN without any, as Go's client says)."""
+        horizon = self.clock() - MAX_AGE
+        while self._recent and self._recent[0][0] < horizon:
+            self._recent.popleft()
+        values = sorted(value for _, value in self._recent)
+        if not values:
+            return dict.fromkeys(QUANTILES, math.nan)
+        return {q: values[min(len(values) - 1, int(q * len(values)))] for q in QUANTILES}
+
+
+@attrs.define(eq=False)
+class DataplaneStats:
+    """What a dataplane driver records: its messages by type, each apply's duration, failed
+    applies, and how long the first apply after start took (Felix's initial resync time)."""
+
+    messages: Counter[str] = attrs.Factory(Counter)
+    applies: Observations = attrs.Factory(Observations)
+    failures: int = 0
+    initial_resync_seconds: float | None = None

@@ -1,0 +1,179 @@
+"""Felix's metrics as a scraper sees them: Felix's names and types, the runtime collectors the
+configuration enables, and HTTPS with client certificates."""
+
+from __future__ import annotations
+
+import logging
+import math
+import ssl
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+from prometheus_client.core import Metric
+
+from pyfelix import messages as m
+from pyfelix.calc.async_loop import CalcLoop
+from pyfelix.calc.decoupler import Decoupler
+from pyfelix.config import parse_config
+from pyfelix.httpserver import HttpServer
+from pyfelix.metrics import FelixCollector, exposition, metrics_routes, registry, tls_context
+from pyfelix.stats import MAX_AGE, DataplaneStats, Observations
+from pyfelix.syncer.api import SyncStatus
+from pyfelix.syncer.processors import Converter
+from pyfelix_dataplane.linux.commands import CALLS
+from tests.calc_harness import example_state
+from tests.etcd_server import free_port, make_certificates
+
+
+async def _synced_loop(nursery: trio.Nursery) -> CalcLoop:
+    decoupler = Decoupler()
+    send, receive = trio.open_memory_channel[m.ToDataplane](10_000)
+    loop = CalcLoop("node-a", decoupler, send)
+    await nursery.start(loop.run)
+    converter = Converter()
+    for key, resource in example_state().items():
+        decoupler.on_updates(converter.update(key, resource))
+    decoupler.on_status(SyncStatus.IN_SYNC)
+    await trio.sleep(1)
+    nursery.start_soon(_drain, receive)
+    return loop
+
+
+async def _drain(receive: trio.MemoryReceiveChannel[m.ToDataplane]) -> None:
+    async for _ in receive:
+        pass
+
+
+def _samples(text: str) -> dict[str, float]:
+    return {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    }
+
+
+async def test_felix_families_names_and_types(autojump_clock: trio.testing.MockClock) -> None:
+    async with trio.open_nursery() as nursery:
+        loop = await _synced_loop(nursery)
+        stats = DataplaneStats()
+        stats.applies.observe(0.25)
+        stats.messages["InSync"] += 1
+        CALLS["ipset"] += 1
+        collector = FelixCollector("node-a", loop, stats, lambda: (4, 6))
+        text = exposition(registry(parse_config({}), collector)).decode()
+        nursery.cancel_scope.cancel()
+    samples = _samples(text)
+    # Counters keep Felix's (Go client's) names: no _total suffix, still typed counter.
+    assert "# TYPE felix_ipset_calls counter" in text
+    assert samples["felix_ipset_calls"] >= 1
+    assert "felix_ipset_calls_total" not in text
+    assert samples['felix_calc_graph_updates_processed{type="WorkloadEndpointKey"}'] >= 1
+    assert samples["felix_resync_state"] == 3
+    assert samples['felix_host{host="node-a"}'] == 1
+    assert samples['felix_ipsets_calico{ip_version="6"}'] == len(loop.graph.ipsets)
+    assert samples['felix_int_dataplane_messages{type="InSync"}'] == 1
+    # Summaries as Felix's: quantiles, sum and count.
+    assert "# TYPE felix_int_dataplane_apply_time_seconds summary" in text
+    assert samples['felix_int_dataplane_apply_time_seconds{quantile="0.99"}'] == 0.25
+    assert samples["felix_int_dataplane_apply_time_seconds_count"] == 1
+    assert samples["felix_calc_graph_update_time_seconds_count"] >= 1
+    # The runtime collectors Felix's Go and process settings stand for.
+    assert "process_cpu_seconds_total" in samples
+    assert any(name.startswith("python_gc_") for name in samples)
+
+
+async def test_runtime_collectors_follow_the_configuration(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with trio.open_nursery() as nursery:
+        loop = await _synced_loop(nursery)
+        config = parse_config(
+            {"PrometheusGoMetricsEnabled": "false", "PrometheusProcessMetricsEnabled": "false"}
+        )
+        text = exposition(registry(config, FelixCollector("n", loop, DataplaneStats()))).decode()
+        nursery.cancel_scope.cancel()
+    assert "felix_resync_state" in text
+    assert "process_" not in text
+    assert "python_" not in text
+
+
+def test_summary_quantiles_over_the_recent_window() -> None:
+    now = [0.0]
+    observations = Observations(clock=lambda: now[0])
+    assert all(math.isnan(v) for v in observations.quantiles().values())
+    for value in range(1, 101):
+        observations.observe(float(value))
+    assert observations.quantiles() == {0.5: 51.0, 0.9: 91.0, 0.99: 100.0}
+    now[0] = MAX_AGE + 1
+    observations.observe(7.0)
+    assert observations.quantiles() == {0.5: 7.0, 0.9: 7.0, 0.99: 7.0}
+    assert observations.count == 101
+
+
+async def _https_get(port: int, context: ssl.SSLContext) -> str:
+    """The response, or "" when the server broke the connection off (TLS 1.3 checks the
+    client's certificate after the client's side of the handshake is done)."""
+    data = b""
+    try:
+        stream = await trio.open_ssl_over_tcp_stream("127.0.0.1", port, ssl_context=context)
+        async with stream:
+            await stream.send_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            while chunk := await stream.receive_some(65536):
+                data += chunk
+    except trio.BrokenResourceError:
+        pass  # refused, or the server's close without a TLS close_notify after answering
+    return data.decode()
+
+
+async def test_metrics_over_tls_with_client_certificates(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    make_certificates(tmp_path)
+    config = parse_config(
+        {
+            "PrometheusMetricsCertFile": str(tmp_path / "server.pem"),
+            "PrometheusMetricsKeyFile": str(tmp_path / "server-key.pem"),
+            "PrometheusMetricsCAFile": str(tmp_path / "ca.pem"),
+            "PrometheusMetricsClientAuth": "RequireAndVerifyClientCert",
+        }
+    )
+    tls = tls_context(config)
+    assert tls is not None
+    server = HttpServer(
+        {"/metrics": lambda: (200, "text/plain", b"felix_host 1\n")}, tls=tls, name="metrics"
+    )
+    port = free_port()
+    client = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.serve, "127.0.0.1", port)
+        await trio.sleep(0.2)
+        assert await _https_get(port, client) == "", "no client certificate: refused"
+        client.load_cert_chain(tmp_path / "client.pem", tmp_path / "client-key.pem")
+        answer = await _https_get(port, client)
+        assert answer.startswith("HTTP/1.1 200")
+        assert answer.endswith("felix_host 1\n")
+        # A certificate file that goes missing is reported by name; the server stays up.
+        (tmp_path / "server.pem").rename(tmp_path / "moved.pem")
+        with caplog.at_level(logging.ERROR):
+            assert await _https_get(port, client) == ""
+        assert "PrometheusMetricsCertFile" in caplog.text
+        assert str(tmp_path / "server.pem") in caplog.text
+        (tmp_path / "moved.pem").rename(tmp_path / "server.pem")
+        assert (await _https_get(port, client)).startswith("HTTP/1.1 200")
+        nursery.cancel_scope.cancel()
+
+
+def test_plain_http_without_certificates() -> None:
+    assert tls_context(parse_config({})) is None
+    routes = metrics_routes(registry(parse_config({}), _EmptyCollector()))
+    status, content_type, body = routes["/metrics"]()
+    assert status == 200
+    assert content_type.startswith("text/plain; version=0.0.4")
+    assert b"process_cpu_seconds_total" in body
+
+
+class _EmptyCollector:
+    def collect(self) -> list[Metric]:
+        return []
