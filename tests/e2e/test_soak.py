@@ -1,19 +1,24 @@
-"""Soak with faults: seeded random edits through the file datastore (policies, network sets,
-namespace labels) while faults are injected (the agent SIGKILLed mid-apply and restarted,
-kernel tampering, hostile files dropped into the datastore), ending with the oracle: the
+"""Soak with faults: seeded random edits (policies, network sets, namespace labels) through
+the file datastore or through etcd, while faults are injected (the agent SIGKILLed mid-apply
+and restarted, kernel tampering; hostile files dropped into the directory, or hostile values
+and keys put into etcd; etcd stopped, killed or compacted), ending with the oracle: the
 kernel's cali chains and IP sets equal a fresh dry-run of the final datastore, and the agent is
 alive and ready.
 
-CI runs a short seeded run; a long one is ``PYFELIX_SOAK_EDITS=2000 PYFELIX_SOAK_SEED=7 pytest
-tests/e2e/test_soak.py`` (bench/RESULTS.md records one).
+CI runs a short seeded run of each; a long one is ``PYFELIX_SOAK_EDITS=2000
+PYFELIX_SOAK_SEED=7 pytest tests/e2e/test_soak.py`` (bench/RESULTS.md records one).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
+import sys
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -23,15 +28,18 @@ from pyfelix.resources import load_paths
 from pyfelix_dataplane.linux.ipsets import parse_save as parse_ipset_save
 from pyfelix_dataplane.linux.iptables import parse_save
 from pyfelix_dataplane.rules.render import render
-from tests.e2e.cluster import CLIENT_IP, SERVER_IP, Cluster, fetch
+from tests.e2e.cluster import CLIENT_IP, MANIFESTS, SERVER_IP, Cluster, fetch
+from tests.etcd_server import EtcdServer
 from tests.netns import eventually, run_in
 
 pytestmark = pytest.mark.netns
 
 EDITS = int(os.environ.get("PYFELIX_SOAK_EDITS", "40"))
+#: Each etcd edit is a `pyfelix datastore` process: fewer of them in the short run.
+ETCD_EDITS = int(os.environ.get("PYFELIX_SOAK_EDITS", "30"))
 SEED = int(os.environ.get("PYFELIX_SOAK_SEED", "1"))
-#: A fault every this many edits, on average.
-FAULT_EVERY = 8
+#: A fault after every this many edits; each kind comes once before any comes again.
+FAULT_EVERY = 4
 
 SELECTORS = ['app == "server"', 'app == "client"', "all()", 'app in {"server", "client"}']
 LEVELS = zip("abcdefgh", "bcdefghi", strict=True)
@@ -40,6 +48,14 @@ HOSTILE = {
     + "".join(f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]\n" for p, c in LEVELS),
     "deep.json": "[" * 5000 + "]" * 5000,
     "garbage.yaml": "\x07\x00not: [yaml",
+}
+POLICIES = "/calico/resources/v3/projectcalico.org/globalnetworkpolicies/"
+#: etcd keys and values that must be treated as absent (bytes: a key need not be UTF-8).
+HOSTILE_ETCD = {
+    POLICIES.encode() + b"deep": b"[" * 5000 + b"]" * 5000,
+    POLICIES.encode() + b"not-utf8-\xff\xfe": b'{"kind": "GlobalNetworkPolicy"}',
+    POLICIES.encode() + b"garbage": b"\x07{not json",
+    POLICIES.encode() + b"wrong-shape": b'{"spec": {"order": "high", "selector": 7}}',
 }
 
 Kernel = tuple[dict[str, tuple[str, ...]], dict[str, frozenset[str]]]
@@ -105,14 +121,98 @@ def expected(manifests: Path) -> Kernel:
     return chains, sets
 
 
-def inject_fault(cluster: Cluster, rng: random.Random, faults: list[str]) -> None:
-    fault = rng.choice(["kill", "flush", "ipset", "hostile"])
+class FileStore:
+    """Edits are files written into (and removed from) the datastore directory."""
+
+    faults: tuple[str, ...] = ("kill", "flush", "ipset", "hostile")
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.directory = cluster.manifests
+
+    def start_agent(self) -> None:
+        self.cluster.start_agent()
+
+    def write(self, name: str, text: str) -> None:
+        (self.directory / name).write_text(text)
+
+    def delete(self, name: str) -> None:
+        (self.directory / name).unlink(missing_ok=True)
+
+    def hostile(self, rng: random.Random) -> None:
+        name, text = rng.choice(sorted(HOSTILE.items()))
+        (self.directory / name).write_text(text)
+
+
+class EtcdStore(FileStore):
+    """Edits go through ``pyfelix datastore apply/delete`` into an etcd server inside the node
+    namespace; the directory mirrors what was written, for the oracle."""
+
+    faults: tuple[str, ...] = (*FileStore.faults, "etcd-stop", "etcd-kill", "etcd-compact")
+
+    def __init__(self, cluster: Cluster, etcd: EtcdServer) -> None:
+        super().__init__(cluster)
+        self.etcd = etcd
+        self.endpoints = etcd.url.replace("http://", "--endpoints=http://")
+        self.datastore("apply", "-f", str(self.directory / "base.yaml"))
+
+    def start_agent(self) -> None:
+        self.cluster.start_agent(self.etcd.etcd_url)
+
+    def datastore(self, *args: str) -> None:
+        pyfelix = (sys.executable, "-m", "pyfelix", "datastore", "--datastore")
+        result = run_in(self.cluster.node, *pyfelix, self.etcd.etcd_url, *args)
+        assert result.returncode == 0, result.stderr
+
+    def write(self, name: str, text: str) -> None:
+        path = self.directory / name
+        if path.exists() and path.read_text().split("kind:")[1] != text.split("kind:")[1]:
+            self.delete(name)  # another kind under the same name: the old one goes
+        path.write_text(text)
+        self.datastore("apply", "-f", str(path))
+
+    def delete(self, name: str) -> None:
+        path = self.directory / name
+        if path.exists():
+            self.datastore("delete", "-f", str(path))
+            path.unlink()
+
+    def hostile(self, rng: random.Random) -> None:
+        key, value = rng.choice(sorted(HOSTILE_ETCD.items()))
+        put = ["etcdctl", self.endpoints, "put", os.fsdecode(key), os.fsdecode(value)]
+        assert run_in(self.cluster.node, *put).returncode == 0
+
+    def etcd_fault(self, fault: str, rng: random.Random) -> None:
+        if fault == "etcd-compact":
+            status = run_in(
+                self.cluster.node, "etcdctl", self.endpoints, "endpoint", "status", "-w", "json"
+            )
+            revision = json.loads(status.stdout)[0]["Status"]["header"]["revision"]
+            compact = ["etcdctl", self.endpoints, "compact", str(revision)]
+            assert run_in(self.cluster.node, *compact).returncode == 0
+            return
+        assert self.etcd.process is not None
+        if fault == "etcd-kill":
+            self.etcd.process.kill()
+            self.etcd.process.wait()
+            self.etcd.process = None
+        else:
+            self.etcd.stop()
+        time.sleep(rng.uniform(0.2, 2.0))
+        self.etcd.start()
+
+
+def inject_fault(store: FileStore, rng: random.Random, faults: list[str]) -> None:
+    cluster = store.cluster
+    done = len(faults) % len(store.faults)
+    remaining = sorted(set(store.faults) - set(faults[len(faults) - done :]))
+    fault = rng.choice(remaining)
     faults.append(fault)
     if fault == "kill":
         assert cluster.agent is not None
         cluster.agent.send_signal(signal.SIGKILL)
         cluster.agent.wait(timeout=10)
-        cluster.start_agent()
+        store.start_agent()
     elif fault == "flush":
         run_in(cluster.node, "iptables-nft", "-F", "cali-FORWARD")
     elif fault == "ipset":
@@ -121,30 +221,52 @@ def inject_fault(cluster: Cluster, rng: random.Random, faults: list[str]) -> Non
         if names:
             name = rng.choice(sorted(names))
             run_in(cluster.node, "ipset", "flush", name)
+    elif fault == "hostile":
+        store.hostile(rng)
     else:
-        name, text = rng.choice(sorted(HOSTILE.items()))
-        (cluster.manifests / name).write_text(text)
+        assert isinstance(store, EtcdStore)
+        store.etcd_fault(fault, rng)
 
 
-def test_soak_with_faults_ends_equal_to_a_fresh_dry_run(cluster: Cluster) -> None:
+@pytest.fixture(params=["files", "etcd"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FileStore]:
+    (tmp_path / "datastore").mkdir()
+    (tmp_path / "datastore" / "base.yaml").write_text(MANIFESTS)
+    with ExitStack() as stack:
+        cluster = Cluster(stack, tmp_path / "datastore")
+        cluster.add_workload("calisrv", SERVER_IP, [8080, 9090])
+        cluster.add_workload("calicli", CLIENT_IP)
+        if request.param == "files":
+            yield FileStore(cluster)
+            return
+        (tmp_path / "etcd").mkdir()
+        etcd = EtcdServer(str(tmp_path / "etcd"), netns=cluster.node)
+        etcd.start()
+        stack.callback(etcd.stop)
+        yield EtcdStore(cluster, etcd)
+
+
+def test_soak_with_faults_ends_equal_to_a_fresh_dry_run(store: FileStore) -> None:
+    cluster = store.cluster
     rng = random.Random(SEED)
-    cluster.start_agent()
+    store.start_agent()
     assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 8080)), "never programmed"
     faults: list[str] = []
     started = time.monotonic()
-    for edit in range(EDITS):
+    edits = ETCD_EDITS if isinstance(store, EtcdStore) else EDITS
+    for edit in range(edits):
         choice = rng.random()
         index = rng.randint(0, 9)
         if choice < 0.45:
-            (cluster.manifests / f"soak-policy-{index}.yaml").write_text(random_policy(rng, index))
+            store.write(f"soak-policy-{index}.yaml", random_policy(rng, index))
         elif choice < 0.6:
-            (cluster.manifests / f"soak-policy-{index}.yaml").unlink(missing_ok=True)
+            store.delete(f"soak-policy-{index}.yaml")
         elif choice < 0.8:
-            (cluster.manifests / f"soak-nets-{index}.yaml").write_text(random_netset(rng, index))
+            store.write(f"soak-nets-{index}.yaml", random_netset(rng, index))
         else:
-            (cluster.manifests / "soak-namespace.yaml").write_text(random_namespace(rng))
-        if rng.random() < 1 / FAULT_EVERY:
-            inject_fault(cluster, rng, faults)
+            store.write("soak-namespace.yaml", random_namespace(rng))
+        if edit % FAULT_EVERY == FAULT_EVERY - 1:
+            inject_fault(store, rng, faults)
         time.sleep(rng.uniform(0, 0.15))
         assert cluster.agent is not None
         assert cluster.agent.poll() is None, f"the agent died after edit {edit}"
@@ -160,4 +282,5 @@ def test_soak_with_faults_ends_equal_to_a_fresh_dry_run(cluster: Cluster) -> Non
     )[:6]
     assert fetch(cluster, "http://127.0.0.1:9099/readiness").startswith("200")
     assert fetch(cluster, "http://127.0.0.1:9099/liveness").startswith("200")
-    print(f"soak: {EDITS} edits, faults {faults}, {time.monotonic() - started:.1f} s")
+    kind = type(store).__name__
+    print(f"soak ({kind}): {edits} edits, faults {faults}, {time.monotonic() - started:.1f} s")
