@@ -21,6 +21,7 @@ from pyfelix.resources import (
     WorkloadEndpoint,
     load_paths,
     load_text,
+    schema,
 )
 from pyfelix.values import Port
 
@@ -474,3 +475,26 @@ def test_workload_endpoint_accessors() -> None:
     wep = WorkloadEndpoint.from_manifest(document("WorkloadEndpoint", "w"))
     assert (wep.name, wep.namespace, wep.ident) == ("w", "prod", "WorkloadEndpoint/prod/w")
     assert wep.labels == {"app": "web"}
+
+
+def test_fast_decoder_builds_what_the_reporting_decoder_builds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every sample kind and every test cluster's manifests decode to equal resources with the
+    fast path and with the reporting decoder alone."""
+    here = Path(__file__).parent
+    paths = [here / "golden" / "clusters", here.parent / "examples" / "cluster"]
+    fast = load_paths(paths)
+    samples = [KINDS[kind].from_manifest(document(kind)) for kind in sorted(SAMPLES)]
+
+    def slow(cls: type[Any], value: Any) -> Any:
+        raise schema.Slow
+
+    monkeypatch.setattr(schema, "decode_fast", slow)
+    reported = load_paths(paths)
+    assert [item.resource for item in fast.resources] == [
+        item.resource for item in reported.resources
+    ]
+    assert fast.problems == reported.problems
+    assert len(fast.resources) > 50
+    assert samples == [KINDS[kind].from_manifest(document(kind)) for kind in sorted(SAMPLES)]

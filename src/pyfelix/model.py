@@ -34,9 +34,10 @@ def _escape(segment: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------- keys
+# Keys are hashed again and again (every index and set holds them): each caches its hash.
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class WorkloadEndpointKey:
     hostname: str
     orchestrator: str
@@ -54,7 +55,7 @@ class WorkloadEndpointKey:
         )
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class HostEndpointKey:
     hostname: str
     endpoint: str
@@ -63,7 +64,7 @@ class HostEndpointKey:
         return f"/calico/v1/host/{self.hostname}/endpoint/{_escape(self.endpoint)}"
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class PolicyKey:
     name: str
     namespace: str
@@ -78,7 +79,7 @@ class PolicyKey:
         return f"/calico/v1/policy/{self.kind}/{self.namespace}/{self.name}"
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class TierKey:
     name: str
 
@@ -86,7 +87,7 @@ class TierKey:
         return f"/calico/v1/policy/tier/{self.name}/metadata"
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class ProfileRulesKey:
     name: str
 
@@ -94,7 +95,7 @@ class ProfileRulesKey:
         return f"/calico/v1/policy/profile/{_escape(self.name)}/rules"
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class ProfileLabelsKey:
     name: str
 
@@ -102,7 +103,7 @@ class ProfileLabelsKey:
         return f"/calico/v1/policy/profile/{_escape(self.name)}/labels"
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class NetworkSetKey:
     """``name`` is "<namespace>/<name>" for a namespaced NetworkSet."""
 
@@ -112,7 +113,7 @@ class NetworkSetKey:
         return f"/calico/v1/netset/{_escape(self.name)}"
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class IPPoolKey:
     cidr: str
 
@@ -121,7 +122,7 @@ class IPPoolKey:
         return f"/calico/v1/ipam/v{version}/pool/{self.cidr.replace('/', '-')}"
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class BlockKey:
     cidr: str
 
@@ -130,7 +131,7 @@ class BlockKey:
         return f"/calico/ipam/v2/assignment/ipv{version}/block/{self.cidr.replace('/', '-')}"
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class HostIPKey:
     hostname: str
 
@@ -138,7 +139,7 @@ class HostIPKey:
         return f"/calico/v1/host/{self.hostname}/bird_ip"
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class HostConfigKey:
     hostname: str
     name: str
@@ -147,7 +148,7 @@ class HostConfigKey:
         return f"/calico/v1/host/{self.hostname}/config/{self.name}"
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class GlobalConfigKey:
     name: str
 
@@ -155,13 +156,13 @@ class GlobalConfigKey:
         return f"/calico/v1/config/{self.name}"
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class ReadyFlagKey:
     def __str__(self) -> str:
         return "/calico/v1/Ready"
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class WireguardKey:
     hostname: str
 
@@ -169,7 +170,7 @@ class WireguardKey:
         return f"/calico/v1/host/{self.hostname}/wireguard"
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class ResourceKey:
     """A v3 resource passed through unconverted (Node, Service, EndpointSlice, ...)."""
 

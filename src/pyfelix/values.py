@@ -6,12 +6,13 @@ resource layer.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
-from typing import TypeVar
+from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
+from typing import Any, TypeVar, overload
 
 import attrs
 
 T = TypeVar("T")
+D = TypeVar("D")
 
 _RANGE = re.compile(r"^(\d+):(\d+)$")
 _NUMBER = re.compile(r"^\d+$")
@@ -35,12 +36,37 @@ class FrozenMap(Mapping[str, T]):
     def __len__(self) -> int:
         return len(self._data)
 
+    # The dict's own views and lookups: Mapping's generic ones run in Python, and labels are
+    # read on every index and selector evaluation.
+    def items(self) -> ItemsView[str, T]:
+        return self._data.items()
+
+    def keys(self) -> KeysView[str]:
+        return self._data.keys()
+
+    def values(self) -> ValuesView[T]:
+        return self._data.values()
+
+    @overload
+    def get(self, key: str, /) -> T | None: ...
+
+    @overload
+    def get(self, key: str, /, default: T | D) -> T | D: ...
+
+    def get(self, key: str, /, default: Any = None) -> Any:
+        return self._data.get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
     def __hash__(self) -> int:
         if self._hash is None:
             self._hash = hash(frozenset(self._data.items()))
         return self._hash
 
     def __eq__(self, other: object) -> bool:
+        if isinstance(other, FrozenMap):
+            return self._data == other._data
         if isinstance(other, Mapping):
             return self._data == dict(other)
         return NotImplemented

@@ -5,6 +5,11 @@ profiles' labels; every active selector or named-port IP set is a selector in it
 starts matching an item, the item's addresses (or ``ip,proto:port`` pairs for a named port)
 become members. Members are reference counted, since two items may share an address, and a
 network set's ``/0`` is split into two ``/1`` halves, which ipsets can hold.
+
+What an item contributes to a set is not stored: it is a function of the set and the item, so
+it is computed again from the item it came from when the item changes or stops matching. At
+250k endpoints, a stored set per match and a tuple per counted member were a fifth of the
+process's memory.
 """
 
 from __future__ import annotations
@@ -23,7 +28,10 @@ Item = model.WorkloadEndpoint | model.HostEndpoint | model.NetworkSet
 
 
 def split_default_route(cidr: str) -> tuple[str, ...]:
-    """ipsets cannot hold a /0: use the two /1 halves instead."""
+    """ipsets cannot hold a /0: use the two /1 halves instead. ``cidr`` is canonical (as the
+    converter writes it), so only a /0 needs parsing."""
+    if not cidr.endswith("/0"):
+        return (cidr,)
     network = ipaddress.ip_network(cidr, strict=False)
     if network.prefixlen:
         return (str(network),)
@@ -70,8 +78,8 @@ class IPSetMemberIndex:
         self._index = LabelIndex(self._match_started, self._match_stopped)
         self._sets: dict[str, IPSetData] = {}
         self._items: dict[Hashable, Item] = {}
-        self._contributions: dict[tuple[str, Hashable], frozenset[str]] = {}
-        self._counts: dict[tuple[str, str], int] = {}
+        #: Set id -> member -> how many matching items contribute it.
+        self._counts: dict[str, dict[str, int]] = {}
 
     def register_with(self, updates: Dispatcher) -> None:
         for key_type in (model.WorkloadEndpointKey, model.HostEndpointKey, model.NetworkSetKey):
@@ -108,13 +116,17 @@ class IPSetMemberIndex:
 
     def on_item_update(self, item_id: Hashable, item: Item | None) -> None:
         if item is None:
-            self._items.pop(item_id, None)
+            # Stopping the matches takes back what the item (still known) contributed.
             self._index.delete_item(item_id)
+            self._items.pop(item_id, None)
             return
+        old = self._items.get(item_id)
         self._items[item_id] = item
-        for set_id in self._index.item_matches(item_id):
-            assert isinstance(set_id, str)
-            self._contribute(set_id, item_id)
+        if old is not None:
+            for set_id in self._index.item_matches(item_id):
+                assert isinstance(set_id, str)
+                data = self._sets[set_id]
+                self._change(set_id, _members(data, old), _members(data, item))
         self._index.update_item(item_id, item.labels, item.profile_ids)
 
     def on_parent_labels(self, parent: str, labels: Mapping[str, str] | None) -> None:
@@ -127,31 +139,38 @@ class IPSetMemberIndex:
 
     def _match_started(self, set_id: Hashable, item_id: Hashable) -> None:
         assert isinstance(set_id, str)
-        self._contribute(set_id, item_id)
+        members = _members(self._sets[set_id], self._items[item_id])
+        counts = self._counts.setdefault(set_id, {})
+        for member in members:
+            count = counts.get(member, 0)
+            counts[member] = count + 1
+            if not count:
+                self._added(set_id, member)
 
     def _match_stopped(self, set_id: Hashable, item_id: Hashable) -> None:
         assert isinstance(set_id, str)
-        for member in self._contributions.pop((set_id, item_id), frozenset()):
+        for member in _members(self._sets[set_id], self._items[item_id]):
             self._decrement(set_id, member)
 
-    def _contribute(self, set_id: str, item_id: Hashable) -> None:
-        new = _members(self._sets[set_id], self._items[item_id])
-        old = self._contributions.get((set_id, item_id), frozenset())
+    def _change(self, set_id: str, old: frozenset[str], new: frozenset[str]) -> None:
         if new == old:
             return
-        self._contributions[(set_id, item_id)] = new
+        counts = self._counts.setdefault(set_id, {})
         for member in new - old:
-            count = self._counts.get((set_id, member), 0)
-            self._counts[(set_id, member)] = count + 1
-            if count == 0:
+            count = counts.get(member, 0)
+            counts[member] = count + 1
+            if not count:
                 self._added(set_id, member)
         for member in old - new:
             self._decrement(set_id, member)
 
     def _decrement(self, set_id: str, member: str) -> None:
-        count = self._counts[(set_id, member)] - 1
+        counts = self._counts[set_id]
+        count = counts[member] - 1
         if count:
-            self._counts[(set_id, member)] = count
-        else:
-            del self._counts[(set_id, member)]
-            self._removed(set_id, member)
+            counts[member] = count
+            return
+        del counts[member]
+        if not counts:
+            del self._counts[set_id]
+        self._removed(set_id, member)

@@ -9,6 +9,10 @@ It is indexed both ways by the selectors' label restrictions: a selector that re
 under app, and only the rest (e.g. ``!has(x)``, ``a != "b"``) is tested against every item. So an
 item change evaluates only selectors that could match it, and a new selector naming a label
 value is tested only against items carrying that value.
+
+The item side is only needed when a selector arrives or changes while items exist, which in a
+snapshot that lists policies before endpoints never happens: it is built on first use (one pass
+over the items) and kept up to date from then on.
 """
 
 from __future__ import annotations
@@ -42,13 +46,13 @@ class LabelIndex:
         self._matches: dict[SelectorID, set[ItemID]] = {}
         self._item_matches: dict[ItemID, set[SelectorID]] = {}
         # Selector side of the index.
-        self._sel_by_value: dict[tuple[str, str], set[SelectorID]] = {}
+        self._sel_by_value: dict[str, dict[str, set[SelectorID]]] = {}
         self._sel_by_key: dict[str, set[SelectorID]] = {}
         self._sel_unindexed: set[SelectorID] = set()
         self._sel_filing: dict[SelectorID, tuple[str, str | None, tuple[str, ...]]] = {}
-        # Item side of the index.
-        self._items_by_value: dict[tuple[str, str], set[ItemID]] = {}
-        self._items_by_key: dict[str, set[ItemID]] = {}
+        # Item side of the index, built on first use.
+        self._items_by_label: dict[str, dict[str, set[ItemID]]] = {}
+        self._item_side_built = False
 
     # ----------------------------------------------------------------------------- selectors
 
@@ -91,7 +95,7 @@ class LabelIndex:
         if best is not None:
             label, values = best
             for value in values:
-                self._sel_by_value.setdefault((label, value), set()).add(sel_id)
+                self._sel_by_value.setdefault(label, {}).setdefault(value, set()).add(sel_id)
             self._sel_filing[sel_id] = ("value", label, tuple(values))
             return
         present = sorted(k for k, r in restrictions.items() if r.must_be_present)
@@ -106,11 +110,14 @@ class LabelIndex:
         how, label, values = self._sel_filing.pop(sel_id)
         if how == "value" and label is not None:
             for value in values:
-                bucket = self._sel_by_value.get((label, value))
+                by_value = self._sel_by_value.get(label, {})
+                bucket = by_value.get(value)
                 if bucket is not None:
                     bucket.discard(sel_id)
                     if not bucket:
-                        del self._sel_by_value[(label, value)]
+                        del by_value[value]
+                        if not by_value:
+                            del self._sel_by_value[label]
         elif how == "key" and label is not None:
             bucket = self._sel_by_key.get(label)
             if bucket is not None:
@@ -122,15 +129,19 @@ class LabelIndex:
 
     def _candidate_items(self, sel_id: SelectorID) -> Iterable[ItemID]:
         how, label, values = self._sel_filing[sel_id]
-        if how == "never":
+        if how == "never" or not self._items:
             return ()
+        if not self._item_side_built:
+            self._item_side_built = True
+            for item_id, item in self._items.items():
+                self._file_item(item_id, item.effective)
         if how == "value" and label is not None:
             found: set[ItemID] = set()
             for value in values:
-                found |= self._items_by_value.get((label, value), set())
+                found |= self._items_by_label.get(label, {}).get(value, set())
             return found
         if how == "key" and label is not None:
-            return set(self._items_by_key.get(label, ()))
+            return {i for items in self._items_by_label.get(label, {}).values() for i in items}
         return list(self._items)
 
     # -------------------------------------------------------------------------------- items
@@ -211,32 +222,44 @@ class LabelIndex:
     def _candidate_selectors(self, labels: Mapping[str, str]) -> set[SelectorID]:
         found = set(self._sel_unindexed)
         by_value, by_key = self._sel_by_value, self._sel_by_key
-        for key, value in labels.items():
-            bucket = by_value.get((key, value))
+        keys = labels.keys()
+        # Only the item's labels that some selector is filed under (a C-level intersection).
+        for key in keys & by_value.keys():
+            bucket = by_value[key].get(labels[key])
             if bucket:
                 found |= bucket
-            bucket = by_key.get(key)
-            if bucket:
-                found |= bucket
+        for key in keys & by_key.keys():
+            found |= by_key[key]
         return found
 
     def _file_item(self, item_id: ItemID, labels: Mapping[str, str]) -> None:
+        if not self._item_side_built:
+            return
+        by_label = self._items_by_label
         for key, value in labels.items():
-            self._items_by_value.setdefault((key, value), set()).add(item_id)
-            self._items_by_key.setdefault(key, set()).add(item_id)
+            values = by_label.get(key)
+            if values is None:
+                by_label[key] = {value: {item_id}}
+                continue
+            items = values.get(value)
+            if items is None:
+                values[value] = {item_id}
+            else:
+                items.add(item_id)
 
     def _unfile_item(self, item_id: ItemID, labels: Mapping[str, str]) -> None:
+        if not self._item_side_built:
+            return
         for key, value in labels.items():
-            bucket = self._items_by_value.get((key, value))
-            if bucket is not None:
-                bucket.discard(item_id)
-                if not bucket:
-                    del self._items_by_value[(key, value)]
-            keyed = self._items_by_key.get(key)
-            if keyed is not None:
-                keyed.discard(item_id)
-                if not keyed:
-                    del self._items_by_key[key]
+            values = self._items_by_label.get(key)
+            items = values.get(value) if values is not None else None
+            if values is None or items is None:
+                continue
+            items.discard(item_id)
+            if not items:
+                del values[value]
+                if not values:
+                    del self._items_by_label[key]
 
     # ------------------------------------------------------------------------------ matches
 

@@ -21,6 +21,7 @@ from pyfelix.resources.schema import (
     ListOf,
     Missing,
     Nested,
+    Slow,
     Spec,
     field,
 )
@@ -40,6 +41,14 @@ class PortCodec:
         except ValueError as exc:
             ctx.error(str(exc))
             return MISSING
+
+    def fast(self, value: JSON) -> Port:
+        if type(value) is not int and type(value) is not str:
+            raise Slow
+        try:
+            return Port.parse(value)
+        except ValueError:
+            raise Slow from None
 
     def encode(self, value: Port) -> JSON:
         if not value.name and value.min_port == value.max_port:

@@ -5,6 +5,10 @@ A spec class is an ``@attrs.frozen`` class whose fields carry a JSON name and a 
 structural problem (unknown field, wrong type) with its path instead of stopping at the first;
 :func:`encode` writes it back, omitting empty values the way calicoctl's ``omitempty`` does.
 
+Decoding first takes a fast path that builds the same objects without tracking paths, and
+gives up (``Slow``) at the first thing that is not plainly right; the reporting decoder then
+runs again on that part, so problems are found and worded in one place only.
+
 Structure only: whether a value is *allowed* (a CIDR parses, a port is in range) is the
 validation stage's business, so that a structurally sound but invalid resource can still be
 named and reported with all its problems.
@@ -65,10 +69,30 @@ class Missing:
 MISSING = Missing()
 
 
+class Slow(Exception):
+    """The fast path met something not plainly right: the reporting decoder takes over."""
+
+
 class Codec(Protocol[T]):
     def decode(self, value: JSON, ctx: Context) -> T | Missing: ...
 
     def encode(self, value: T) -> JSON: ...
+
+
+def fast_of(codec: Codec[T]) -> Callable[[JSON], T]:
+    """The codec's fast decoder (``fast``), or its reporting one run without a path."""
+    fast = getattr(codec, "fast", None)
+    if fast is not None:
+        return cast(Callable[[JSON], T], fast)
+
+    def checked(value: JSON) -> T:
+        ctx = Context()
+        decoded = codec.decode(value, ctx)
+        if ctx.problems or isinstance(decoded, Missing):
+            raise Slow
+        return decoded
+
+    return checked
 
 
 def type_name(value: JSON) -> str:
@@ -98,6 +122,16 @@ class Scalar(Generic[T]):
             return MISSING
         return cast(T, value)
 
+    def fast(self, value: JSON) -> T:
+        kind = self.kind
+        if type(value) is kind:
+            if kind is float and not math.isfinite(cast(float, value)):
+                raise Slow
+            return value
+        if kind is float and type(value) is int:
+            return cast(T, float(value))
+        raise Slow
+
     def encode(self, value: T) -> JSON:
         # Go prints a float64 that holds a whole number without a fraction (order: 100).
         if isinstance(value, float) and value.is_integer():
@@ -121,6 +155,11 @@ class IntOrStr:
             return MISSING
         return value
 
+    def fast(self, value: JSON) -> int | str:
+        if type(value) is int or type(value) is str:
+            return value
+        raise Slow
+
     def encode(self, value: int | str) -> JSON:
         return value
 
@@ -139,6 +178,12 @@ class RawJSON:
             ctx.error(str(exc))
             return MISSING
 
+    def fast(self, value: JSON) -> JSON:
+        try:
+            return freeze(value)
+        except TooDeep:
+            raise Slow from None
+
     def encode(self, value: JSON) -> JSON:
         return thaw(value)
 
@@ -149,6 +194,15 @@ RAW = RawJSON()
 @attrs.frozen
 class ListOf(Generic[T]):
     item: Codec[T]
+    _item_fast: Callable[[JSON], T] = attrs.field(init=False, eq=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "_item_fast", fast_of(self.item))
+
+    def fast(self, value: JSON) -> tuple[T, ...]:
+        if type(value) is not list:
+            raise Slow
+        return tuple(map(self._item_fast, value))
 
     def decode(self, value: JSON, ctx: Context) -> tuple[T, ...] | Missing:
         if not isinstance(value, list):
@@ -170,6 +224,27 @@ class MapOf(Generic[T]):
     """A string-keyed map (labels, annotations), decoded into a hashable :class:`FrozenMap`."""
 
     item: Codec[T]
+    _item_fast: Callable[[JSON], T] = attrs.field(init=False, eq=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "_item_fast", fast_of(self.item))
+
+    def fast(self, value: JSON) -> FrozenMap[T]:
+        if type(value) is not dict:
+            raise Slow
+        item = self._item_fast
+        if isinstance(self.item, Scalar) and self.item.kind is str:
+            # Labels and annotations: strings to strings, kept as they are.
+            for key, text in value.items():
+                if type(key) is not str or type(text) is not str:
+                    raise Slow
+            return FrozenMap(value)
+        out: dict[str, T] = {}
+        for key, text in value.items():
+            if type(key) is not str:
+                raise Slow
+            out[key] = item(text)
+        return FrozenMap(out)
 
     def decode(self, value: JSON, ctx: Context) -> FrozenMap[T] | Missing:
         if not isinstance(value, Mapping):
@@ -237,6 +312,9 @@ class Nested(Generic[S]):
     def decode(self, value: JSON, ctx: Context) -> S | Missing:
         return decode(self.cls, value, ctx)
 
+    def fast(self, value: JSON) -> S:
+        return decode_fast(self.cls, value)
+
     def encode(self, value: S) -> JSON:
         return encode(value)
 
@@ -269,8 +347,49 @@ def json_fields(cls: type[Spec]) -> dict[str, attrs.Attribute[Any]]:
     return known
 
 
+_FAST_FIELDS: dict[type[Spec], dict[str, tuple[str, Callable[[JSON], Any]]]] = {}
+
+
+def decode_fast(cls: type[S], value: JSON) -> S:
+    """``cls`` from a mapping with nothing wrong in it; raises Slow at anything else."""
+    if value is None:
+        value = {}
+    elif type(value) is not dict:
+        raise Slow
+    table = _FAST_FIELDS.get(cls)
+    if table is None:
+        if getattr(cls, "decode_json", None) is not None:
+            return _checked_custom(cls, value)
+        table = {
+            key: (attribute.name, fast_of(attribute.metadata["codec"]))
+            for key, attribute in json_fields(cls).items()
+        }
+        _FAST_FIELDS[cls] = table
+    kwargs: dict[str, Any] = {}
+    for key, item in value.items():
+        entry = table.get(key)
+        if entry is None:
+            raise Slow
+        if item is not None:
+            kwargs[entry[0]] = entry[1](item)
+    return cls(**kwargs)
+
+
+def _checked_custom(cls: type[S], value: JSON) -> S:
+    ctx = Context()
+    decoded = decode(cls, value, ctx)
+    if ctx.problems or isinstance(decoded, Missing):
+        raise Slow
+    return decoded
+
+
 def decode(cls: type[S], value: JSON, ctx: Context) -> S | Missing:
     """Build ``cls`` from a mapping, recording unknown keys and wrong types in ``ctx``."""
+    if getattr(cls, "decode_json", None) is None:
+        try:
+            return decode_fast(cls, value)
+        except Slow:
+            pass
     if value is None:
         value = {}
     if not isinstance(value, Mapping):

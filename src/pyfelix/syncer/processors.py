@@ -20,7 +20,7 @@ import attrs
 from pyfelix import model
 from pyfelix.config.params import BY_JSON
 from pyfelix.config.text import ParamError, parse_duration
-from pyfelix.ipnet import parse_network
+from pyfelix.ipnet import canonical_network, parse_network
 from pyfelix.model import (
     NAME_LABEL,
     NAMESPACE_LABEL,
@@ -152,7 +152,7 @@ def _nets(values: tuple[str, ...]) -> tuple[str, ...]:
     out = []
     for value in values:
         try:
-            out.append(str(parse_network(value)))
+            out.append(canonical_network(value))
         except ValueError:
             continue
     return tuple(out)
@@ -617,29 +617,43 @@ class Converter:
     when the winner goes away.
     """
 
-    _produced: dict[Hashable, dict[Hashable, object | None]] = attrs.Factory(dict)
-    _owners: dict[Hashable, set[Hashable]] = attrs.Factory(dict)
+    #: What each source produced, and each key's sources: tuples and lists, as nearly every
+    #: source produces one key and nearly every key has one source (a dict and a set each
+    #: would be a fifth of a large snapshot's memory).
+    _produced: dict[Hashable, tuple[KV, ...]] = attrs.Factory(dict)
+    _owners: dict[Hashable, list[Hashable]] = attrs.Factory(dict)
 
     def update(
         self, source: Hashable, resource: Resource | None, revision: str = ""
     ) -> list[Update]:
         """The Updates that bring downstream from the old to the new form of ``source``."""
-        old = self._produced.get(source, {})
-        new = dict(convert(resource)) if resource is not None else {}
-        keys = list(old) + [k for k in new if k not in old]
+        new = tuple(convert(resource)) if resource is not None else ()
+        old = self._produced.get(source)
+        owners = self._owners
+        if old is None and not any(key in owners for key, _ in new):
+            # A new source with keys of its own: what it produced is what goes downstream.
+            if new:
+                self._produced[source] = new
+            for key, _ in new:
+                owners[key] = [source]
+            return [Update(k, v, revision, UpdateType.NEW) for k, v in new if v is not None]
+        old_keys = [key for key, _ in old or ()]
+        keys = old_keys + [key for key, _ in new if key not in old_keys]
+        new_keys = {key for key, _ in new}
         before = {key: self._winning_value(key) for key in keys}
         if new:
             self._produced[source] = new
         else:
             self._produced.pop(source, None)
         for key in keys:
-            owners = self._owners.setdefault(key, set())
-            if key in new:
-                owners.add(source)
-            else:
-                owners.discard(source)
-            if not owners:
-                del self._owners[key]
+            sources = owners.setdefault(key, [])
+            if key in new_keys:
+                if source not in sources:
+                    sources.append(source)
+            elif source in sources:
+                sources.remove(source)
+            if not sources:
+                del owners[key]
         updates = []
         for key in keys:
             after = self._winning_value(key)
@@ -649,11 +663,14 @@ class Converter:
         return updates
 
     def _winning_value(self, key: Hashable) -> object | None:
-        owners = self._owners.get(key)
-        if not owners:
+        sources = self._owners.get(key)
+        if not sources:
             return None
-        winner = min(owners, key=repr)
-        return self._produced.get(winner, {}).get(key)
+        winner = sources[0] if len(sources) == 1 else min(sources, key=repr)
+        for produced_key, value in self._produced.get(winner, ()):
+            if produced_key == key:
+                return value
+        return None
 
     @staticmethod
     def _update_type(before: object | None, after: object | None) -> UpdateType:

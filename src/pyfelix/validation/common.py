@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import re
 from collections.abc import Mapping
 
-import attrs
-
 from pyfelix.errors import FieldProblem
-from pyfelix.ipnet import IPNetwork, has_host_bits, parse_address, parse_network
+from pyfelix.ipnet import IPV4_HOST, IPNetwork, has_host_bits, parse_address, parse_network
 from pyfelix.selector import SelectorError, parse_selector
 
 _LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -36,17 +35,35 @@ MAX_LABEL_NAME_LENGTH = 63
 MAX_ANNOTATIONS_SIZE = 256 * 1024
 
 
-@attrs.define
 class Checker:
-    """Collects problems for one resource; ``at`` descends into a field."""
+    """Collects problems for one resource; ``at`` descends into a field. The path is put
+    together only when a problem needs it: validation descends into every field of every
+    resource, and almost all of them are fine."""
 
-    path: str = ""
-    problems: list[FieldProblem] = attrs.Factory(list)
+    __slots__ = ("_key", "_parent", "problems")
+
+    def __init__(
+        self,
+        path: str | int = "",
+        problems: list[FieldProblem] | None = None,
+        *,
+        parent: Checker | None = None,
+    ) -> None:
+        self._key = path
+        self._parent = parent
+        self.problems: list[FieldProblem] = [] if problems is None else problems
+
+    @property
+    def path(self) -> str:
+        if self._parent is None:
+            return str(self._key)
+        base = self._parent.path
+        if isinstance(self._key, int):
+            return f"{base}[{self._key}]"
+        return f"{base}.{self._key}" if base else self._key
 
     def at(self, key: str | int) -> Checker:
-        if isinstance(key, int):
-            return Checker(f"{self.path}[{key}]", self.problems)
-        return Checker(f"{self.path}.{key}" if self.path else key, self.problems)
+        return Checker(key, self.problems, parent=self)
 
     def error(self, message: str) -> None:
         self.problems.append(FieldProblem(self.path, message))
@@ -72,6 +89,7 @@ def check_name(c: Checker, name: str, *, label: bool = False) -> None:
         )
 
 
+@functools.lru_cache(maxsize=1 << 12)
 def qualified_name_problem(key: str) -> str | None:
     """Kubernetes' rule for label keys: [prefix/]name, prefix a DNS subdomain."""
     prefix, slash, name = key.rpartition("/")
@@ -96,6 +114,8 @@ def check_labels(c: Checker, labels: Mapping[str, str]) -> None:
         problem = qualified_name_problem(key)
         if problem:
             c.at(key).error(f"invalid label key: {problem}")
+        if _good_label_value(value):
+            continue
         if len(value) > MAX_LABEL_NAME_LENGTH:
             c.at(key).error("invalid label value: must be no more than 63 characters")
         elif not _LABEL_VALUE.match(value):
@@ -103,6 +123,12 @@ def check_labels(c: Checker, labels: Mapping[str, str]) -> None:
                 f"invalid label value {value!r}: must be empty or consist of alphanumeric "
                 "characters, '-', '_' or '.', starting and ending with an alphanumeric"
             )
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _good_label_value(value: str) -> bool:
+    """Label keys and values repeat across a cluster's resources: their checks are cached."""
+    return len(value) <= MAX_LABEL_NAME_LENGTH and bool(_LABEL_VALUE.match(value))
 
 
 def check_annotations(c: Checker, annotations: Mapping[str, str]) -> None:
@@ -158,6 +184,8 @@ def check_ip(c: Checker, text: str, *, version: int | None = None) -> None:
 
 def check_single_address(c: Checker, text: str) -> None:
     """An endpoint network: one address, /32 or /128 (a bare IP is fine)."""
+    if IPV4_HOST.fullmatch(text):
+        return
     network = check_cidr(c, text, strict=True)
     if network is not None and network.num_addresses != 1:
         c.error(f"{text!r} contains multiple addresses; expected a /32 or /128")

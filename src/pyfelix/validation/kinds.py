@@ -207,14 +207,25 @@ def _endpoint_port(c: Checker, port: EndpointPort, *, workload: bool) -> None:
     check_port_number(c.at("port"), port.port)
 
 
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+_WORKLOAD_NAMES = tuple(
+    (name, _camel(name))
+    for name in ("orchestrator", "workload", "node", "pod", "endpoint", "service_account_name")
+)
+
+
 @_for(WorkloadEndpoint)
 def _workload(c: Checker, wep: WorkloadEndpoint, context: ValidationContext) -> None:
     spec = c.at("spec")
     s = wep.spec
-    for name in ("orchestrator", "workload", "node", "pod", "endpoint", "service_account_name"):
+    for name, json_name in _WORKLOAD_NAMES:
         value = getattr(s, name)
         if value:
-            check_name(spec.at(_camel(name)), value)
+            check_name(spec.at(json_name), value)
     if spec.at("interfaceName").check(bool(s.interface_name), "an interface name is required"):
         check_interface_name(spec.at("interfaceName"), s.interface_name, allow_star=False)
     for index, net in enumerate(s.ip_networks):
@@ -224,7 +235,7 @@ def _workload(c: Checker, wep: WorkloadEndpoint, context: ValidationContext) -> 
     if s.ipv6_gateway:
         check_ip(spec.at("ipv6Gateway"), s.ipv6_gateway, version=6)
     networks = []
-    for net in s.ip_networks:
+    for net in s.ip_networks if s.ip_nats else ():
         try:
             networks.append(parse_network(net))
         except ValueError:
@@ -256,11 +267,6 @@ def _workload(c: Checker, wep: WorkloadEndpoint, context: ValidationContext) -> 
         spec.at("allowSpoofedSourcePrefixes").error(
             "allowSpoofedSourcePrefixes needs FelixConfiguration workloadSourceSpoofing: Any"
         )
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part.title() for part in rest)
 
 
 @_for(HostEndpoint)
