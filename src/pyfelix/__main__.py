@@ -1,7 +1,5 @@
 """``python -m pyfelix`` runs the command line."""
 
-import sys
+from pyfelix.cli import console
 
-from pyfelix.cli import main
-
-sys.exit(main())
+console()

@@ -26,6 +26,7 @@ from pyfelix.pods import pods_check, pods_down, pods_up
 from pyfelix.resources import load_paths
 from pyfelix.resources.loader import LoadResult, Located
 from pyfelix.validation import validate_loaded
+from pyfelix.validation.loading import BackgroundValidation
 
 EXIT_OK = 0
 EXIT_INVALID = 1
@@ -96,9 +97,35 @@ def load_sources(sources: Sequence[str], strict: bool = True) -> LoadResult | in
 
 def cmd_dry_run(args: argparse.Namespace) -> int:
     """Load, validate, compute the node's dataplane once, print it."""
-    result = load_sources(args.sources)
-    if isinstance(result, int):
-        return result
+    if any(is_etcd(source) for source in args.sources):
+        result = load_sources(args.sources)
+        if isinstance(result, int):
+            return result
+        return _print_dry_run(args, result)
+    # Manifests are validated on the second core while this one loads and computes; what is
+    # computed is printed only once the validation found nothing.
+    validation = BackgroundValidation(list(args.sources))
+    result = load_paths(args.sources)
+    try:
+        view, _ = compute(
+            (item.resource for item in result.resources), args.hostname, validated=True
+        )
+        failure: Exception | None = None
+    except Exception as exc:  # invalid input may break it: the verdict decides
+        failure = exc
+    problems = validation.problems(result)
+    if problems:
+        for problem in problems:
+            print(problem)
+        print(f"{len(problems)} problem(s) found", file=sys.stderr)
+        return EXIT_INVALID
+    if failure is not None:
+        raise failure
+    sys.stdout.write(render_json(view) if args.format == "json" else render_text(view))
+    return EXIT_OK
+
+
+def _print_dry_run(args: argparse.Namespace, result: LoadResult) -> int:
     # load_sources validated every resource (and refused the input if any was invalid).
     resources = (item.resource for item in result.resources)
     view, _ = compute(resources, args.hostname, validated=True)
@@ -283,5 +310,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         gc.enable()
 
 
+def console() -> None:
+    """The ``pyfelix`` command. A one-shot command leaves as soon as its output is flushed:
+    tearing down its heap (the calculation graph is one large cycle) took 2.5 s of a
+    250k-endpoint dry-run, for nothing."""
+    args = build_parser().parse_args()
+    if args.handler not in ONE_SHOT:
+        sys.exit(int(args.handler(args)))
+    gc.disable()
+    code = int(args.handler(args))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console()

@@ -345,16 +345,19 @@ def _without_duplicates(result: LoadResult) -> LoadResult:
             first[item.key] = item
             kept.append(item)
             continue
-        where = earlier.source if earlier.line is None else f"{earlier.source}:{earlier.line}"
-        problems.append(
-            Problem(
-                item.source,
-                f"duplicate resource, already defined at {where}",
-                item.line,
-                item.resource.ident,
-            )
-        )
+        problems.append(duplicate_problem(item, earlier.source, earlier.line))
     return LoadResult(tuple(kept), tuple(problems), result.unparsable)
+
+
+def duplicate_problem(item: Located, source: str, line: int | None) -> Problem:
+    """``item`` defines again what ``source`` (at ``line``) defined first."""
+    where = source if line is None else f"{source}:{line}"
+    return Problem(
+        item.source,
+        f"duplicate resource, already defined at {where}",
+        item.line,
+        item.resource.ident,
+    )
 
 
 def escapes(root: Path, path: Path) -> bool:
@@ -391,29 +394,47 @@ def manifest_files(path: Path) -> list[Path]:
     return files
 
 
-def load_paths(paths: Iterable[Path | str]) -> LoadResult:
-    """Load files and directories; duplicates across files are errors too."""
-    located: list[Located] = []
+def manifest_sources(paths: Iterable[Path | str]) -> tuple[list[Path], list[Problem]]:
+    """The manifest files of files and directories, in load order, and the problems of those
+    that cannot be loaded at all (missing paths, links out of a directory)."""
+    files: list[Path] = []
     problems: list[Problem] = []
-    unparsable: set[str] = set()
     for given in paths:
         path = Path(given)
         if not path.exists():
             problems.append(Problem(str(path), "no such file or directory"))
             continue
-        files, outside = manifest_files_and_links(path)
+        found, outside = manifest_files_and_links(path)
         problems.extend(
             Problem(str(link), f"a link out of {path}; not followed") for link in outside
         )
-        for file in files:
-            try:
-                text = read_manifest(file)
-            except (OSError, UnicodeDecodeError) as exc:
-                problems.append(Problem(str(file), f"cannot read: {exc}"))
-                unparsable.add(str(file))
-                continue
-            result = load_text(text, str(file))
-            located.extend(result.resources)
-            problems.extend(result.problems)
-            unparsable.update(result.unparsable)
-    return _without_duplicates(LoadResult(tuple(located), tuple(problems), frozenset(unparsable)))
+        files.extend(found)
+    return files, problems
+
+
+def load_file(file: Path) -> LoadResult:
+    """One manifest file (duplicates within it are reported)."""
+    try:
+        text = read_manifest(file)
+    except (OSError, UnicodeDecodeError) as exc:
+        problem = Problem(str(file), f"cannot read: {exc}")
+        return LoadResult(problems=(problem,), unparsable=frozenset({str(file)}))
+    return load_text(text, str(file))
+
+
+def merge(results: Iterable[LoadResult], problems: Iterable[Problem] = ()) -> LoadResult:
+    """Files' results as one load: duplicates across files are errors too."""
+    located: list[Located] = []
+    found = list(problems)
+    unparsable: set[str] = set()
+    for result in results:
+        located.extend(result.resources)
+        found.extend(result.problems)
+        unparsable.update(result.unparsable)
+    return _without_duplicates(LoadResult(tuple(located), tuple(found), frozenset(unparsable)))
+
+
+def load_paths(paths: Iterable[Path | str]) -> LoadResult:
+    """Load files and directories; duplicates across files are errors too."""
+    files, problems = manifest_sources(paths)
+    return merge((load_file(file) for file in files), problems)

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import attrs
 
 from pyfelix.config.text import ParamError, parse_duration
+from pyfelix.errors import FieldProblem
 from pyfelix.ipnet import parse_network
 from pyfelix.resources import (
     BGPConfiguration,
@@ -35,7 +36,7 @@ from pyfelix.resources import (
     Tier,
     WorkloadEndpoint,
 )
-from pyfelix.resources.endpoints import EndpointPort, WorkloadEndpointPort
+from pyfelix.resources.endpoints import EndpointPort, WorkloadEndpointPort, WorkloadEndpointSpec
 from pyfelix.resources.policy import GlobalNetworkPolicySpec, NetworkPolicySpec
 from pyfelix.validation.common import (
     Checker,
@@ -263,10 +264,28 @@ def _workload(c: Checker, wep: WorkloadEndpoint, context: ValidationContext) -> 
             check_ip(spec.at("ports").at(index).at("hostIP"), port.host_ip)
     for index, prefix in enumerate(s.allow_spoofed_source_prefixes):
         check_cidr(spec.at("allowSpoofedSourcePrefixes").at(index), prefix)
+    _spoofing(spec, s, context)
+
+
+def _spoofing(spec: Checker, s: WorkloadEndpointSpec, context: ValidationContext) -> None:
     if s.allow_spoofed_source_prefixes and context.workload_source_spoofing != "Any":
         spec.at("allowSpoofedSourcePrefixes").error(
             "allowSpoofedSourcePrefixes needs FelixConfiguration workloadSourceSpoofing: Any"
         )
+
+
+#: The context under which no check fails for the cluster's settings: checking under it, then
+#: adding ``context_problems`` under the real context, finds what checking under the real
+#: context finds (so resources can be checked before the cluster's settings are known).
+PERMISSIVE = ValidationContext(workload_source_spoofing="Any")
+
+
+def context_problems(resource: Resource, context: ValidationContext) -> list[FieldProblem]:
+    """The problems ``resource`` has only because of the cluster's settings."""
+    c = Checker()
+    if isinstance(resource, WorkloadEndpoint):
+        _spoofing(c.at("spec"), resource.spec, context)
+    return c.problems
 
 
 @_for(HostEndpoint)

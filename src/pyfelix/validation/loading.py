@@ -1,0 +1,141 @@
+"""Validation of a large load on the second core, while the first computes.
+
+A one-shot command on a big datastore directory spends half its time decoding and half of the
+rest validating; both are per file, but handing resources between processes costs more than
+decoding them (pickling a resource takes 20 us, decoding and validating it 33 us, measured in
+bench/RESULTS.md). What crosses cheaply is the verdict. So ``BackgroundValidation`` forks a
+child that loads and validates every file itself, keeping only the problems (it drops each
+file's resources once checked, so its memory stays small), while this process loads the same
+files without validating them and computes. The caller then asks for the problems, which are
+what ``validate_loaded`` of this process's load would have returned, in the same order.
+
+A worker that cannot be forked, fails or returns garbage costs time, not results: the problems
+are then found here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+from collections.abc import Iterable
+from pathlib import Path
+
+from pyfelix.errors import Problem
+from pyfelix.resources import FelixConfiguration, LoadResult, Located, WorkloadEndpoint
+from pyfelix.resources.loader import duplicate_problem, load_file, manifest_sources
+from pyfelix.validation import context_from, validate_loaded, validate_located
+from pyfelix.validation.kinds import PERMISSIVE, context_problems
+
+log = logging.getLogger(__name__)
+
+#: Below this many bytes of manifests a fork costs more than it saves.
+PARALLEL_MIN_BYTES = 8 << 20
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover (not Linux)
+        return os.cpu_count() or 1
+
+
+def _worth_a_worker(files: list[Path]) -> bool:
+    if _cores() < 2:
+        return False
+    total = 0
+    for file in files:
+        try:
+            total += file.stat().st_size
+        except OSError:
+            continue
+    return total >= PARALLEL_MIN_BYTES
+
+
+def validate_paths(paths: Iterable[Path | str]) -> list[Problem]:
+    """``validate_loaded(load_paths(paths))``, one file at a time: only problems are kept.
+
+    Problems come in validate_loaded's order: the load's (paths, then each file's), the
+    duplicates across files, then each kept resource's, each followed by those that depend on
+    the cluster's settings, known once every file is in; then sorted by file and line."""
+    files, load_problems = manifest_sources(paths)
+    duplicates: list[Problem] = []
+    checked: list[tuple[Located | None, list[Problem]]] = []
+    first: dict[tuple[str, str, str], tuple[str, int | None]] = {}
+    configurations = []
+    for file in files:
+        result = load_file(file)
+        load_problems.extend(result.problems)
+        for item in result.resources:
+            earlier = first.get(item.key)
+            if earlier is not None:
+                duplicates.append(duplicate_problem(item, *earlier))
+                continue
+            first[item.key] = (item.source, item.line)
+            if isinstance(item.resource, FelixConfiguration):
+                configurations.append(item.resource)
+            found = validate_located(item, PERMISSIVE)
+            spoofing = isinstance(item.resource, WorkloadEndpoint) and bool(
+                item.resource.spec.allow_spoofed_source_prefixes
+            )
+            if found or spoofing:
+                checked.append((item if spoofing else None, found))
+    context = context_from(configurations)
+    problems = load_problems + duplicates
+    for spoofer, found in checked:
+        problems.extend(found)
+        if spoofer is not None and context != PERMISSIVE:
+            problems.extend(
+                Problem(spoofer.source, p.message, spoofer.line, spoofer.resource.ident, p.field)
+                for p in context_problems(spoofer.resource, context)
+            )
+    return sorted(problems, key=lambda p: (p.source, p.line or 0))
+
+
+class BackgroundValidation:
+    """``validate_paths(paths)`` in a forked child, started now; ``problems`` collects it."""
+
+    def __init__(self, paths: list[Path | str]) -> None:
+        self.paths = paths
+        self.pid = 0
+        self.fd = -1
+        files, _ = manifest_sources(paths)
+        if not _worth_a_worker(files):
+            return
+        try:
+            read, write = os.pipe()
+            pid = os.fork()
+        except OSError as exc:
+            log.info("no validation worker (%s): validating here", exc)
+            return
+        if pid == 0:  # the child: validate, write, leave without running any cleanup
+            status = 1
+            try:
+                os.close(read)
+                data = pickle.dumps(validate_paths(paths), pickle.HIGHEST_PROTOCOL)
+                with os.fdopen(write, "wb") as out:
+                    out.write(data)
+                status = 0
+            finally:
+                os._exit(status)
+        os.close(write)
+        self.pid, self.fd = pid, read
+
+    def problems(self, result: LoadResult) -> list[Problem]:
+        """Every problem of ``result`` (this process's load of the same paths)."""
+        if self.pid:
+            with os.fdopen(self.fd, "rb") as source:
+                data = source.read()
+            _, status = os.waitpid(self.pid, 0)
+            self.pid = 0
+            if status == 0:
+                try:
+                    found = pickle.loads(data)
+                except (pickle.UnpicklingError, EOFError, ValueError) as exc:
+                    log.warning("validation worker's output unreadable (%s)", exc)
+                else:
+                    if isinstance(found, list):
+                        return found
+            else:
+                log.warning("validation worker failed (status %d): validating here", status)
+        return validate_loaded(result)

@@ -1,0 +1,114 @@
+"""Validation on the second core finds what validating the whole load finds, in the same
+order, and a worker that fails changes nothing but the time."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pyfelix import cli
+from pyfelix.resources import load_paths
+from pyfelix.validation import loading, validate_loaded
+
+WEP = """apiVersion: projectcalico.org/v3
+kind: WorkloadEndpoint
+metadata: {{name: node-k8s-pod{i}-eth0, namespace: default}}
+spec:
+  node: node
+  orchestrator: k8s
+  pod: pod{i}
+  endpoint: eth0
+  interfaceName: cali{i}
+  ipNetworks: [{net}]
+  allowSpoofedSourcePrefixes: {spoof}
+"""
+SPOOFING_ANY = """apiVersion: projectcalico.org/v3
+kind: FelixConfiguration
+metadata: {name: default}
+spec: {workloadSourceSpoofing: Any}
+"""
+
+
+def _policy(name: str, selector: str) -> dict[str, object]:
+    return {
+        "apiVersion": "projectcalico.org/v3",
+        "kind": "GlobalNetworkPolicy",
+        "metadata": {"name": name},
+        "spec": {"selector": selector, "order": 1},
+    }
+
+
+def _cluster(directory: Path, spoofing_any: bool) -> Path:
+    directory.mkdir()
+    (directory / "a.yaml").write_text(
+        "---\n".join(
+            WEP.format(i=i, net=net, spoof=spoof)
+            for i, net, spoof in [
+                (1, "10.0.0.1/32", "[]"),
+                (2, "10.0.0.300/32", "[]"),
+                (3, "10.0.0.3/32", "[192.0.2.0/24]"),
+                (4, "10.0.0.4/24", "[bad]"),
+            ]
+        )
+    )
+    policies = [_policy("ok", "all()"), _policy("bad", "app == "), _policy("Upper", "all()")]
+    (directory / "b.json").write_text(json.dumps({"kind": "List", "items": policies}))
+    # Defined again in another file: reported as a duplicate, its own problems not at all.
+    (directory / "c.json").write_text(json.dumps([_policy("bad", "also bad ==")]))
+    (directory / "d.yaml").write_text("kind: [unclosed\n")
+    if spoofing_any:
+        (directory / "e.yaml").write_text(SPOOFING_ANY)
+    return directory
+
+
+@pytest.mark.parametrize("spoofing_any", [False, True])
+def test_streaming_validation_equals_validate_loaded(tmp_path: Path, spoofing_any: bool) -> None:
+    directory = _cluster(tmp_path / "cluster", spoofing_any)
+    paths = [directory, tmp_path / "missing.yaml"]
+    expected = validate_loaded(load_paths(paths))
+    assert len(expected) >= 7
+    assert any("duplicate" in p.message for p in expected)
+    assert any("workloadSourceSpoofing" in p.message for p in expected) != spoofing_any
+    assert loading.validate_paths(paths) == expected
+
+
+def test_worker_and_its_failure_give_the_same_problems(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = _cluster(tmp_path / "cluster", False)
+    result = load_paths([directory])
+    expected = validate_loaded(result)
+    monkeypatch.setattr(loading, "PARALLEL_MIN_BYTES", 0)
+    worker = loading.BackgroundValidation([directory])
+    assert worker.pid, "no worker started"
+    assert worker.problems(result) == expected
+
+    def broken(paths: object) -> object:
+        raise RuntimeError("worker broke")
+
+    monkeypatch.setattr(loading, "validate_paths", broken)
+    worker = loading.BackgroundValidation([directory])
+    assert worker.pid
+    assert worker.problems(result) == expected
+
+
+def test_dry_run_prints_problems_not_the_speculative_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With the worker on, an invalid input (whose computation may even fail) is refused with
+    its problems, exactly as without it."""
+    directory = _cluster(tmp_path / "cluster", False)
+    code = cli.main(["dry-run", "--hostname", "node", str(directory)])
+    without = capsys.readouterr()
+    monkeypatch.setattr(loading, "PARALLEL_MIN_BYTES", 0)
+    assert cli.main(["dry-run", "--hostname", "node", str(directory)]) == code == 1
+    with_worker = capsys.readouterr()
+    assert with_worker.out == without.out
+    assert "problem(s) found" in with_worker.err
+    for name in ("a.yaml", "b.json", "c.json", "d.yaml"):
+        (directory / name).unlink()
+    (directory / "ok.json").write_text(json.dumps([_policy("ok", "all()")]))
+    assert cli.main(["dry-run", "--hostname", "node", "--format", "json", str(directory)]) == 0
+    assert json.loads(capsys.readouterr().out)["hostname"] == "node"
