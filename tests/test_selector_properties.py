@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pyfelix.selector import parse_selector
+from pyfelix.selector.parser import Selector, _Parser
 
 Labels = Mapping[str, str]
 Expr = tuple[str, Callable[[Labels], bool]]
@@ -122,3 +123,19 @@ def test_label_restrictions_hold_for_every_match(
                 assert label not in labels
             if restriction.values is not None:
                 assert labels.get(label) in restriction.values
+
+
+@settings(max_examples=300)
+@given(
+    EXPRESSIONS, VALUES.filter(lambda v: "'" not in v), st.sampled_from(["a/b", "in/x", "p.q/r"])
+)
+def test_scoped_selectors_parse_as_the_parser_parses_them(
+    expr: Expr, value: str, label: str
+) -> None:
+    """The shortcut for ``(inner) && label == 'value'`` (every namespaced policy) builds what
+    the full parser builds."""
+    text = f"({expr[0]}) && {label} == '{value}'"
+    shortcut = parse_selector(text)
+    full = Selector(_Parser(text).parse())
+    assert shortcut.canonical == full.canonical
+    assert shortcut.root == full.root

@@ -14,7 +14,9 @@ false, ``!=`` and ``not in`` are true.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping
+from types import CodeType
 
 import attrs
 
@@ -101,7 +103,7 @@ class HasNode(Node):
         return {self.label: LabelRestriction(must_be_present=True)}
 
     def source(self, pool: ConstPool) -> str:
-        return f"({self.label!r} in labels)"
+        return f"({_const(pool, self.label)} in labels)"
 
     def map_labels(self, rename: Callable[[str], str]) -> Node:
         return HasNode(rename(self.label))
@@ -126,8 +128,8 @@ class CompareNode(Node):
         return {self.label: LabelRestriction(must_be_present=True)}
 
     def source(self, pool: ConstPool) -> str:
-        get = f"labels.get({self.label!r})"
-        value = repr(self.value)
+        get = f"labels.get({_const(pool, self.label)})"
+        value = _const(pool, self.value)
         if self.op == "==":
             return f"({get} == {value})"
         if self.op == "!=":
@@ -176,7 +178,8 @@ class InSetNode(Node):
 
     def source(self, pool: ConstPool) -> str:
         op = "not in" if self.negated else "in"
-        return f"(labels.get({self.label!r}) {op} {_const(pool, frozenset(self.values))})"
+        label = _const(pool, self.label)
+        return f"(labels.get({label}) {op} {_const(pool, frozenset(self.values))})"
 
     def map_labels(self, rename: Callable[[str], str]) -> Node:
         return InSetNode(rename(self.label), self.values, self.negated)
@@ -268,14 +271,20 @@ class OrNode(Node):
 Evaluator = Callable[[Mapping[str, str]], bool]
 
 
+@functools.lru_cache(maxsize=1 << 10)
+def _compiled(body: str) -> CodeType:
+    return compile(f"def evaluate(labels):\n    return {body}\n", "<selector>", "exec")
+
+
 def compile_node(node: Node) -> Evaluator:
-    """Turn the tree into a single Python function, so evaluation walks no tree."""
+    """Turn the tree into a single Python function, so evaluation walks no tree.
+
+    Every label name and value is a constant of the function's namespace, not of its code, so
+    selectors of one shape (a cluster's thousands of ``projectcalico.org/namespace == "..."``)
+    share one compiled code object: compiling was most of the cost of a new selector."""
     pool: ConstPool = []
     body = node.source(pool)
-    namespace: dict[str, object] = {}
-    for index, value in enumerate(pool):
-        namespace[f"_c{index}"] = value
-    code = f"def evaluate(labels):\n    return {body}\n"
-    exec(compile(code, "<selector>", "exec"), namespace)
+    namespace: dict[str, object] = {f"_c{index}": value for index, value in enumerate(pool)}
+    exec(_compiled(body), namespace)
     evaluate: Evaluator = namespace["evaluate"]  # type: ignore[assignment]
     return evaluate

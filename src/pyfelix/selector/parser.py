@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
+import re
 from collections.abc import Callable, Mapping
 
 import attrs
@@ -33,7 +34,7 @@ from pyfelix.selector.ast import (
     OrNode,
     compile_node,
 )
-from pyfelix.selector.tokenizer import Kind, SelectorError, Token, tokenize
+from pyfelix.selector.tokenizer import MAX_LABEL_LENGTH, Kind, SelectorError, Token, tokenize
 
 _COMPARISONS = {
     Kind.EQ: "==",
@@ -193,9 +194,45 @@ class _Parser:
 _PARSE_CACHE_SIZE = 65536
 
 
+_PREFIXED_LABEL = re.compile(r"[a-zA-Z0-9_.-]+/[a-zA-Z0-9_./-]*")
+
+
+def _scoped(text: str) -> tuple[str, str, str] | None:
+    """(selector, label, value) of ``(<selector>) && <label> == '<value>'``: how the converter
+    scopes every namespaced policy and rule to its namespace. A cluster has one such selector
+    per namespace and policy, each distinct, but the scoped part is shared and already parsed:
+    only the comparison is new. The label must be prefixed (have a "/"), so it is never one of
+    the grammar's words; anything unusual is left to the parser."""
+    if not (text.startswith("(") and text.endswith("'")):
+        return None
+    cut = text.rfind(") && ")
+    label, sep, value = text[cut + 5 : -1].partition(" == '")
+    inner = text[1:cut]
+    if (
+        cut < 0
+        or not sep
+        or "'" in value
+        or not inner.strip()
+        or len(label) > MAX_LABEL_LENGTH
+        or not _PREFIXED_LABEL.fullmatch(label)
+    ):
+        return None
+    return inner, label, value
+
+
 @functools.lru_cache(maxsize=_PARSE_CACHE_SIZE)
 def parse_selector(text: str) -> Selector:
     """Parse ``text``; raises :class:`SelectorError` naming the position of the problem."""
+    scoped = _scoped(text)
+    if scoped is not None:
+        inner, label, value = scoped
+        try:
+            # A text inside that parses has balanced parentheses: "(inner)" is one operand.
+            root = parse_selector(inner).root
+        except (SelectorError, RecursionError):
+            pass  # not of that form after all: the parser says what is wrong
+        else:
+            return Selector(AndNode((root, CompareNode(label, "==", value))))
     try:
         return Selector(_Parser(text).parse())
     except RecursionError:
