@@ -171,14 +171,19 @@ def workload_chains(
     to_workload: dict[str, str] = {}
     from_workload: dict[str, str] = {}
     drop_encap = (not settings.allow_vxlan_from_workloads, not settings.allow_ipip_from_workloads)
+    # Workloads on the same policies share their tiers (the calculation graph sends the same
+    # objects): they are grouped once.
+    grouped: dict[tuple[m.TierInfo, ...], tuple[TierGroups, ...]] = {}
     for update in dp.workloads.values():
         interface = update.endpoint.name
         active = update.endpoint.state == "active"
         profiles = update.endpoint.profile_ids
         tw = endpoint_chain_name("cali-tw-", interface)
         fw = endpoint_chain_name("cali-fw-", interface)
-        tiers = tier_groups(update.tiers, selectors)
-        filter_chains += group_chains(tiers, marks, seen)
+        tiers = grouped.get(update.tiers)
+        if tiers is None:
+            tiers = grouped[update.tiers] = tier_groups(update.tiers, selectors)
+            filter_chains += group_chains(tiers, marks, seen)
         endpoint_chains.append(
             endpoint_chain(
                 tw,
