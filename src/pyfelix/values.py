@@ -22,9 +22,22 @@ class FrozenMap(Mapping[str, T]):
     """An immutable, hashable mapping so resources stay usable as dict keys."""
 
     __slots__ = ("_data", "_hash")
+    _EMPTY: FrozenMap[Any] | None = None
+
+    def __new__(cls, data: Mapping[str, T] | None = None) -> FrozenMap[T]:
+        # Most resources' annotations (and many labels) are empty: they share one map.
+        if not data and cls is FrozenMap:
+            empty = FrozenMap._EMPTY
+            if empty is None:
+                empty = FrozenMap._EMPTY = object.__new__(cls)
+                empty._data, empty._hash = {}, None
+            return empty
+        return object.__new__(cls)
 
     def __init__(self, data: Mapping[str, T] | None = None) -> None:
-        self._data: dict[str, T] = dict(data or {})
+        if not data:
+            return  # the shared empty map, set up once by __new__
+        self._data: dict[str, T] = dict(data)
         self._hash: int | None = None
 
     def __getitem__(self, key: str) -> T:

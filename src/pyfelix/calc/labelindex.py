@@ -26,6 +26,36 @@ ItemID = Hashable
 MatchCallback = Callable[[SelectorID, ItemID], None]
 
 
+#: The members filed under one label value: a 1-tuple while there is one (nearly every value of
+#: a namespace or pod label), a set from the second on. A set costs 216 bytes.
+Bucket = tuple[Hashable] | set[Hashable]
+
+
+def _bucket_add(buckets: dict[str, Bucket], key: str, member: Hashable) -> None:
+    bucket = buckets.get(key)
+    if bucket is None:
+        buckets[key] = (member,)
+    elif isinstance(bucket, tuple):
+        if bucket[0] != member:
+            buckets[key] = {bucket[0], member}
+    else:
+        bucket.add(member)
+
+
+def _bucket_discard(buckets: dict[str, Bucket], key: str, member: Hashable) -> None:
+    """Take ``member`` out; an emptied bucket's key goes."""
+    bucket = buckets.get(key)
+    if bucket is None:
+        return
+    if isinstance(bucket, tuple):
+        if bucket[0] == member:
+            del buckets[key]
+        return
+    bucket.discard(member)
+    if not bucket:
+        del buckets[key]
+
+
 class _Item:
     __slots__ = ("effective", "own", "parents")
 
@@ -46,12 +76,12 @@ class LabelIndex:
         self._matches: dict[SelectorID, set[ItemID]] = {}
         self._item_matches: dict[ItemID, set[SelectorID]] = {}
         # Selector side of the index.
-        self._sel_by_value: dict[str, dict[str, set[SelectorID]]] = {}
+        self._sel_by_value: dict[str, dict[str, Bucket]] = {}
         self._sel_by_key: dict[str, set[SelectorID]] = {}
         self._sel_unindexed: set[SelectorID] = set()
         self._sel_filing: dict[SelectorID, tuple[str, str | None, tuple[str, ...]]] = {}
         # Item side of the index, built on first use.
-        self._items_by_label: dict[str, dict[str, set[ItemID]]] = {}
+        self._items_by_label: dict[str, dict[str, Bucket]] = {}
         self._item_side_built = False
 
     # ----------------------------------------------------------------------------- selectors
@@ -64,8 +94,8 @@ class LabelIndex:
             self._unfile_selector(sel_id)
         self._selectors[sel_id] = selector
         self._file_selector(sel_id, selector)
-        matches = self._matches.setdefault(sel_id, set())
-        for item_id in list(matches):
+        matches = set(self._matches.get(sel_id, ()))
+        for item_id in matches:
             if not selector.evaluate(self._items[item_id].effective):
                 self._stop(sel_id, item_id)
         for item_id in self._candidate_items(sel_id):
@@ -83,7 +113,7 @@ class LabelIndex:
 
     def _file_selector(self, sel_id: SelectorID, selector: Selector) -> None:
         restrictions = selector.label_restrictions
-        if not selector.can_match:
+        if not all(r.satisfiable for r in restrictions.values()):
             self._sel_filing[sel_id] = ("never", None, ())
             return
         best: tuple[str, frozenset[str]] | None = None
@@ -94,8 +124,9 @@ class LabelIndex:
                 best = (label, restriction.values)
         if best is not None:
             label, values = best
+            by_value = self._sel_by_value.setdefault(label, {})
             for value in values:
-                self._sel_by_value.setdefault(label, {}).setdefault(value, set()).add(sel_id)
+                _bucket_add(by_value, value, sel_id)
             self._sel_filing[sel_id] = ("value", label, tuple(values))
             return
         present = sorted(k for k, r in restrictions.items() if r.must_be_present)
@@ -109,15 +140,11 @@ class LabelIndex:
     def _unfile_selector(self, sel_id: SelectorID) -> None:
         how, label, values = self._sel_filing.pop(sel_id)
         if how == "value" and label is not None:
+            by_value = self._sel_by_value.get(label, {})
             for value in values:
-                by_value = self._sel_by_value.get(label, {})
-                bucket = by_value.get(value)
-                if bucket is not None:
-                    bucket.discard(sel_id)
-                    if not bucket:
-                        del by_value[value]
-                        if not by_value:
-                            del self._sel_by_value[label]
+                _bucket_discard(by_value, value, sel_id)
+            if not by_value:
+                self._sel_by_value.pop(label, None)
         elif how == "key" and label is not None:
             bucket = self._sel_by_key.get(label)
             if bucket is not None:
@@ -137,8 +164,9 @@ class LabelIndex:
                 self._file_item(item_id, item.effective)
         if how == "value" and label is not None:
             found: set[ItemID] = set()
+            by_value = self._items_by_label.get(label, {})
             for value in values:
-                found |= self._items_by_label.get(label, {}).get(value, set())
+                found.update(by_value.get(value, ()))
             return found
         if how == "key" and label is not None:
             return {i for items in self._items_by_label.get(label, {}).values() for i in items}
@@ -210,9 +238,9 @@ class LabelIndex:
             self._unfile_item(item_id, filed)
         item.effective = labels
         self._file_item(item_id, labels)
-        matched = self._item_matches.setdefault(item_id, set())
+        matched = set(self._item_matches.get(item_id, ()))
         candidates = self._candidate_selectors(labels)
-        for sel_id in list(matched):
+        for sel_id in matched:
             if sel_id not in candidates or not self._selectors[sel_id].evaluate(labels):
                 self._stop(sel_id, item_id)
         for sel_id in candidates:
@@ -227,7 +255,7 @@ class LabelIndex:
         for key in keys & by_value.keys():
             bucket = by_value[key].get(labels[key])
             if bucket:
-                found |= bucket
+                found.update(bucket)
         for key in keys & by_key.keys():
             found |= by_key[key]
         return found
@@ -239,27 +267,20 @@ class LabelIndex:
         for key, value in labels.items():
             values = by_label.get(key)
             if values is None:
-                by_label[key] = {value: {item_id}}
-                continue
-            items = values.get(value)
-            if items is None:
-                values[value] = {item_id}
+                by_label[key] = {value: (item_id,)}
             else:
-                items.add(item_id)
+                _bucket_add(values, value, item_id)
 
     def _unfile_item(self, item_id: ItemID, labels: Mapping[str, str]) -> None:
         if not self._item_side_built:
             return
         for key, value in labels.items():
             values = self._items_by_label.get(key)
-            items = values.get(value) if values is not None else None
-            if values is None or items is None:
+            if values is None:
                 continue
-            items.discard(item_id)
-            if not items:
-                del values[value]
-                if not values:
-                    del self._items_by_label[key]
+            _bucket_discard(values, value, item_id)
+            if not values:
+                del self._items_by_label[key]
 
     # ------------------------------------------------------------------------------ matches
 
@@ -269,8 +290,17 @@ class LabelIndex:
         self._started(sel_id, item_id)
 
     def _stop(self, sel_id: SelectorID, item_id: ItemID) -> None:
-        self._matches.get(sel_id, set()).discard(item_id)
-        self._item_matches.get(item_id, set()).discard(sel_id)
+        # Sets exist only while not empty: most selectors and items have no match at all.
+        items = self._matches.get(sel_id)
+        if items is not None:
+            items.discard(item_id)
+            if not items:
+                del self._matches[sel_id]
+        selectors = self._item_matches.get(item_id)
+        if selectors is not None:
+            selectors.discard(sel_id)
+            if not selectors:
+                del self._item_matches[item_id]
         self._stopped(sel_id, item_id)
 
     def matches(self, sel_id: SelectorID) -> frozenset[ItemID]:

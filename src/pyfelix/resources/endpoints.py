@@ -10,6 +10,8 @@ from pyfelix.resources.schema import (
     INT_OR_STR,
     JSON,
     RAW,
+    SHARED_STR,
+    SHARED_STR_LIST,
     STR,
     STR_LIST,
     ListOf,
@@ -42,18 +44,18 @@ class IPNAT(Spec):
 
 @attrs.frozen
 class WorkloadEndpointSpec(Spec):
-    orchestrator: str = field("orchestrator", STR, default="")
+    orchestrator: str = field("orchestrator", SHARED_STR, default="")
     workload: str = field("workload", STR, default="")
-    node: str = field("node", STR, default="")
+    node: str = field("node", SHARED_STR, default="")
     container_id: str = field("containerID", STR, default="")
     pod: str = field("pod", STR, default="")
-    endpoint: str = field("endpoint", STR, default="")
-    service_account_name: str = field("serviceAccountName", STR, default="")
+    endpoint: str = field("endpoint", SHARED_STR, default="")
+    service_account_name: str = field("serviceAccountName", SHARED_STR, default="")
     ip_networks: tuple[str, ...] = field("ipNetworks", STR_LIST, factory=tuple)
     ip_nats: tuple[IPNAT, ...] = field("ipNATs", ListOf(Nested(IPNAT)), factory=tuple)
     ipv4_gateway: str = field("ipv4Gateway", STR, default="")
     ipv6_gateway: str = field("ipv6Gateway", STR, default="")
-    profiles: tuple[str, ...] = field("profiles", STR_LIST, factory=tuple)
+    profiles: tuple[str, ...] = field("profiles", SHARED_STR_LIST, factory=tuple)
     interface_name: str = field("interfaceName", STR, default="")
     mac: str = field("mac", STR, default="")
     ports: tuple[WorkloadEndpointPort, ...] = field(
@@ -81,7 +83,7 @@ class HostEndpointSpec(Spec):
     node: str = field("node", STR, default="")
     interface_name: str = field("interfaceName", STR, default="")
     expected_ips: tuple[str, ...] = field("expectedIPs", STR_LIST, factory=tuple)
-    profiles: tuple[str, ...] = field("profiles", STR_LIST, factory=tuple)
+    profiles: tuple[str, ...] = field("profiles", SHARED_STR_LIST, factory=tuple)
     ports: tuple[EndpointPort, ...] = field("ports", ListOf(Nested(EndpointPort)), factory=tuple)
 
 

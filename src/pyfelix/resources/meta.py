@@ -12,6 +12,7 @@ from pyfelix.resources.schema import (
     INT,
     JSON,
     RAW,
+    SHARED_STR,
     STR,
     STR_LIST,
     STR_MAP,
@@ -31,7 +32,7 @@ CALICO_API_VERSION = "projectcalico.org/v3"
 class ObjectMeta(Spec):
     name: str = field("name", STR, default="")
     generate_name: str = field("generateName", STR, default="")
-    namespace: str = field("namespace", STR, default="")
+    namespace: str = field("namespace", SHARED_STR, default="")
     self_link: str = field("selfLink", STR, default="")
     uid: str = field("uid", STR, default="")
     resource_version: str = field("resourceVersion", STR, default="")

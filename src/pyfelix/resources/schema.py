@@ -17,6 +17,7 @@ named and reported with all its problems.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
 
@@ -108,8 +109,12 @@ class Scalar(Generic[T]):
 
     kind: type[T]
     name: str
+    #: A string that repeats across resources (a namespace, a node, a profile): one copy kept.
+    shared: bool = False
 
     def decode(self, value: JSON, ctx: Context) -> T | Missing:
+        if self.shared and type(value) is str:
+            return cast(T, sys.intern(value))
         ok = isinstance(value, self.kind) and not (self.kind is int and isinstance(value, bool))
         if self.kind is float and isinstance(value, int) and not isinstance(value, bool):
             return cast(T, float(value))
@@ -124,6 +129,8 @@ class Scalar(Generic[T]):
 
     def fast(self, value: JSON) -> T:
         kind = self.kind
+        if self.shared and type(value) is str:
+            return cast(T, sys.intern(value))
         if type(value) is kind:
             if kind is float and not math.isfinite(cast(float, value)):
                 raise Slow
@@ -140,6 +147,9 @@ class Scalar(Generic[T]):
 
 
 STR: Scalar[str] = Scalar(str, "a string")
+#: Strings that repeat across a cluster's resources (namespaces, nodes, profiles) are interned
+#: as they are decoded, so one copy is kept.
+SHARED_STR: Scalar[str] = Scalar(str, "a string", shared=True)
 INT: Scalar[int] = Scalar(int, "an integer")
 BOOL: Scalar[bool] = Scalar(bool, "a boolean")
 FLOAT: Scalar[float] = Scalar(float, "a number")
@@ -234,7 +244,7 @@ class MapOf(Generic[T]):
             raise Slow
         item = self._item_fast
         if isinstance(self.item, Scalar) and self.item.kind is str:
-            # Labels and annotations: strings to strings, kept as they are.
+            # Labels and annotations: strings to strings.
             for key, text in value.items():
                 if type(key) is not str or type(text) is not str:
                     raise Slow
@@ -295,6 +305,7 @@ def thaw(value: JSON) -> JSON:
 
 STR_LIST: ListOf[str] = ListOf(STR)
 STR_MAP: MapOf[str] = MapOf(STR)
+SHARED_STR_LIST: ListOf[str] = ListOf(SHARED_STR)
 
 S = TypeVar("S", bound="Spec")
 

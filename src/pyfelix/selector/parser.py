@@ -69,12 +69,14 @@ class Selector:
     def evaluate(self, labels: Mapping[str, str]) -> bool:
         return self._evaluate(labels)
 
-    @functools.cached_property
+    @property
     def label_restrictions(self) -> Mapping[str, LabelRestriction]:
         """Per-label constraints that every matching label set satisfies.
 
         Labels not named are unconstrained. An index keyed on these (required keys and
         key=value sets) lets the calculation graph test a selector only against candidates.
+        Computed on each call (the index files a selector once): kept, they were a tenth of
+        the selectors' memory.
         """
         return self.root.restrictions()
 
