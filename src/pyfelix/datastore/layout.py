@@ -16,8 +16,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import attrs
-
 from pyfelix.errors import ManifestError, Problem
 from pyfelix.resources import KINDS, IPAMBlock, Resource
 from pyfelix.resources.meta import load_document
@@ -153,12 +151,13 @@ def _decode(key: str, value: bytes, mod_revision: int) -> Resource | None:
             raise ManifestError([Problem(key, f"expected kind {cls.KIND}", None, None, "kind")])
     else:
         return None
+    metadata = document.get("metadata")
+    if mod_revision and isinstance(metadata, dict):
+        # etcd's revision is the resource version; set before decoding, not copied in after.
+        metadata["resourceVersion"] = str(mod_revision)
     resource, problems = load_document(document, key)
     if resource is None:
         raise ManifestError(problems)
-    if mod_revision:
-        metadata = attrs.evolve(resource.metadata, resource_version=str(mod_revision))
-        resource = attrs.evolve(resource, metadata=metadata)
     return resource
 
 
