@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from pyfelix import model
-from pyfelix.datastore.etcd import EtcdClient, EtcdCompacted, EtcdConfig
+from pyfelix.datastore.etcd import EtcdClient, EtcdCompacted, EtcdConfig, EtcdUnavailable
 from pyfelix.datastore.layout import encode, resource_key
 from pyfelix.resources import Tier
 from pyfelix.syncer.api import SyncStatus, Update
@@ -199,3 +199,42 @@ async def test_hostile_keys_and_values_are_absent_at_start_and_in_the_watch(
     messages = " ".join(r.getMessage() for r in caplog.records)
     assert "key is not valid UTF-8" in messages
     assert "nested" in messages
+
+
+@attrs.define
+class FailingOnce:
+    """A client whose first listing breaks off after its first page, as etcd going away
+    mid-listing does; the rest is the real client."""
+
+    client: EtcdClient
+    failed: bool = False
+
+    async def list_pages(self, prefix: str, page: int) -> AsyncIterator[tuple[list[Any], int]]:
+        async for batch in self.client.list_pages(prefix, page):
+            yield batch
+            if not self.failed:
+                self.failed = True
+                raise EtcdUnavailable("gone mid-listing")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+
+async def test_listing_in_pages_and_one_broken_off(etcd: EtcdServer) -> None:
+    """A listing of many pages (decoded while the next is fetched) sends everything in one
+    batch before IN_SYNC; one that breaks off half way sends nothing and changes nothing, and
+    the retry sends all of it."""
+    async with EtcdClient(EtcdConfig.from_url(etcd.etcd_url)) as writer:
+        for index in range(9):
+            await put_tier(writer, f"t{index}", index)
+        state = State()
+        flaky = FailingOnce(writer)
+        syncer = EtcdSyncer(flaky, state, page_size=2)  # type: ignore[arg-type]
+        async with trio.open_nursery() as nursery:
+            await nursery.start(syncer.run)
+            assert flaky.failed
+            assert state.tiers() == {f"t{index}": float(index) for index in range(9)}
+            assert state.statuses.count(SyncStatus.IN_SYNC) == 1
+            assert state.statuses[-2:] == [SyncStatus.RESYNC_IN_PROGRESS, SyncStatus.IN_SYNC]
+            assert syncer.resyncs == 1
+            nursery.cancel_scope.cancel()

@@ -89,6 +89,11 @@ def prefix_end(prefix: str) -> str:
     return raw.decode()
 
 
+#: Keys per page when listing (etcd's range limit): per-request overhead dominates below a few
+#: thousand (bench/RESULTS.md, "Datastores, again").
+LIST_PAGE = 5000
+
+
 @attrs.frozen
 class KeyValue:
     key: str
@@ -242,9 +247,20 @@ class EtcdClient:
         kvs = [KeyValue.from_json(kv) for kv in data.get("kvs", [])]
         return kvs, int(data.get("header", {}).get("revision", 0))
 
-    async def list_all(self, prefix: str, page: int = 1000) -> tuple[list[KeyValue], int]:
+    async def list_all(self, prefix: str, page: int = LIST_PAGE) -> tuple[list[KeyValue], int]:
         """Every key under ``prefix`` at one consistent revision, read in pages."""
         kvs: list[KeyValue] = []
+        revision = 0
+        async for batch, at in self.list_pages(prefix, page):
+            kvs.extend(batch)
+            revision = at
+        return kvs, revision
+
+    async def list_pages(
+        self, prefix: str, page: int = LIST_PAGE
+    ) -> AsyncIterator[tuple[list[KeyValue], int]]:
+        """The keys under ``prefix`` a page at a time, all at the revision of the first page
+        (given with each)."""
         start, revision = prefix, 0
         end = _b64(prefix_end(prefix))
         while True:
@@ -254,9 +270,9 @@ class EtcdClient:
             data = await self._post("kv/range", body)
             revision = revision or int(data.get("header", {}).get("revision", 0))
             batch = [KeyValue.from_json(kv) for kv in data.get("kvs", [])]
-            kvs.extend(batch)
+            yield batch, revision
             if not data.get("more") or not batch:
-                return kvs, revision
+                return
             start = batch[-1].key + "\0"
 
     async def put(self, key: str, value: str | bytes, *, lease: int = 0) -> int:

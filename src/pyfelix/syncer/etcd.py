@@ -17,6 +17,7 @@ import attrs
 import trio
 
 from pyfelix.datastore.etcd import (
+    LIST_PAGE,
     EtcdClient,
     EtcdCompacted,
     EtcdError,
@@ -33,6 +34,13 @@ log = logging.getLogger(__name__)
 
 BACKOFF_START = 0.1
 BACKOFF_MAX = 5.0
+#: Keys per listing page (etcd's range limit): 100k endpoints listed to IN_SYNC in 12-14 s with
+#: pages of 250, 5.0-5.7 s with 1,000, 3.9-4.3 s with 5,000 or 10,000 (a page of 5,000
+#: endpoints is about 7 MB of JSON). Then pages fetched ahead of the one being decoded, and
+#: keys decoded between two checkpoints (about 5 ms).
+PAGE_SIZE = LIST_PAGE
+PAGES_AHEAD = 1
+CHECKPOINT_EVERY = 128
 
 
 @attrs.define(eq=False)
@@ -44,6 +52,7 @@ class EtcdSyncer:
     _revisions: dict[str, int] = attrs.Factory(dict)
     _started: bool = False
     resyncs: int = 0
+    page_size: int = PAGE_SIZE
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self.callbacks.on_status(SyncStatus.WAIT_FOR_DATASTORE)
@@ -64,21 +73,58 @@ class EtcdSyncer:
                 backoff = min(backoff * 2, BACKOFF_MAX)
 
     async def _resync(self) -> int:
-        """List everything, send the differences from what was sent before, then IN_SYNC."""
-        kvs, revision = await self.client.list_all(self.prefix)
+        """List everything, send the differences from what was sent before, then IN_SYNC.
+
+        Pages are fetched one ahead while the current one is decoded, so etcd (and the HTTP
+        round trip) works on the next page beside this process; decoding yields every
+        CHECKPOINT_EVERY keys so the fetch can go out. Decoding changes no state: only once
+        every page is in are the revisions recorded and the resources converted, so a listing
+        that fails half way leaves the syncer as it was. Everything is sent at once, at the
+        end: downstream sees one consistent snapshot."""
+        pages: trio.MemorySendChannel[tuple[list[KeyValue], int] | EtcdError]
+        pages, arriving = trio.open_memory_channel(PAGES_AHEAD)
+        seen: set[str] = set()
+        changed: list[tuple[KeyValue, Resource | None]] = []
+        revision = 0
+        failure: EtcdError | None = None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._fetch_pages, pages)
+            async for item in arriving:
+                if isinstance(item, EtcdError):
+                    failure = item  # raised below, outside the nursery (not in a group)
+                    break
+                batch, revision = item
+                for index, kv in enumerate(batch):
+                    seen.add(kv.key)
+                    if self._revisions.get(kv.key) != kv.mod_revision:
+                        changed.append((kv, self._decode(kv)))
+                    if index % CHECKPOINT_EVERY == CHECKPOINT_EVERY - 1:
+                        await trio.lowlevel.checkpoint()
+        if failure is not None:
+            raise failure
         self.callbacks.on_status(SyncStatus.RESYNC_IN_PROGRESS)
         self.resyncs += 1
-        seen = {kv.key for kv in kvs}
         updates: list[Update] = []
         for key in [k for k in self._revisions if k not in seen]:
-            updates.extend(self._apply(key, None, revision))
-        for kv in kvs:
-            if self._revisions.get(kv.key) != kv.mod_revision:
-                updates.extend(self._apply(kv.key, kv, kv.mod_revision))
+            updates.extend(self._record(key, None, None, revision))
+        for kv, resource in changed:
+            updates.extend(self._record(kv.key, kv, resource, kv.mod_revision))
         if updates:
             self.callbacks.on_updates(updates)
         self.callbacks.on_status(SyncStatus.IN_SYNC)
         return revision
+
+    async def _fetch_pages(
+        self, pages: trio.MemorySendChannel[tuple[list[KeyValue], int] | EtcdError]
+    ) -> None:
+        """The listing's pages, then the channel closed; a failure is passed on as an item, so
+        the resync raises it as the EtcdError it is (not inside an exception group)."""
+        async with pages:
+            try:
+                async for page in self.client.list_pages(self.prefix, self.page_size):
+                    await pages.send(page)
+            except EtcdError as exc:
+                await pages.send(exc)
 
     async def _watch(self, start_revision: int) -> None:
         pending: list[Update] = []
@@ -95,13 +141,21 @@ class EtcdSyncer:
         return self._apply(event.kv.key, event.kv, event.kv.mod_revision)
 
     def _apply(self, key: str, kv: KeyValue | None, revision: int) -> list[Update]:
-        resource: Resource | None = None
+        return self._record(key, kv, self._decode(kv) if kv is not None else None, revision)
+
+    @staticmethod
+    def _decode(kv: KeyValue) -> Resource | None:
+        try:
+            return decode(kv.key, kv.value, kv.mod_revision)
+        except ManifestError as exc:
+            log.warning("ignoring invalid value at %r (treated as absent): %s", kv.key, exc)
+            return None
+
+    def _record(
+        self, key: str, kv: KeyValue | None, resource: Resource | None, revision: int
+    ) -> list[Update]:
         if kv is None:
             self._revisions.pop(key, None)
         else:
             self._revisions[key] = kv.mod_revision
-            try:
-                resource = decode(key, kv.value, kv.mod_revision)
-            except ManifestError as exc:
-                log.warning("ignoring invalid value at %r (treated as absent): %s", key, exc)
         return self._converter.update(key, resource, str(revision))
