@@ -164,7 +164,10 @@ class _StrictLoader(_BaseLoader):  # type: ignore[valid-type,misc]
                 stack.extend((v, depth + 1) for v in value)
 
     def _build(self, node: yaml.Node, active: set[int], depth: int) -> Any:
-        self._charge(node)
+        # The budget charge is inlined: this runs for every node of every document.
+        self._budget -= 1
+        if self._budget < 0:
+            raise _Unbounded("aliases expand the document too far", node.start_mark)
         tag = node.tag
         if tag == _STR and type(node) is yaml.ScalarNode:
             return node.value
@@ -173,15 +176,18 @@ class _StrictLoader(_BaseLoader):  # type: ignore[valid-type,misc]
         if id(node) in active:
             return self._construct_general(node)
         if tag == _MAP and type(node) is yaml.MappingNode:
-            if any(
-                key.tag in _SPECIAL_KEYS or type(key) is not yaml.ScalarNode
-                for key, _ in node.value
-            ):
-                return self._construct_general(node)
             active.add(id(node))
             result: dict[Any, Any] = {}
             for key_node, value_node in node.value:
-                key = self._build(key_node, active, depth + 1)
+                if type(key_node) is not yaml.ScalarNode or key_node.tag in _SPECIAL_KEYS:
+                    # A merge or a complex key: PyYAML's constructor builds this mapping.
+                    active.discard(id(node))
+                    return self._construct_general(node)
+                key = (
+                    key_node.value
+                    if key_node.tag == _STR
+                    else self._build(key_node, active, depth + 1)
+                )
                 if key in result:
                     raise _duplicate(key, key_node)
                 result[key] = self._build(value_node, active, depth + 1)
