@@ -85,6 +85,14 @@ def summary(name: str, help_text: str, observations: Observations) -> Metric:
     return family
 
 
+def by_type(name: str, help_text: str, counts: Mapping[str, int]) -> Metric:
+    """A counter family with one sample per ``type`` label, as Felix's CounterVecs."""
+    family = CounterMetricFamily(name, help_text, labels=["type"])
+    for kind, count in sorted(counts.items()):
+        family.add_metric([kind], count)
+    return family
+
+
 @attrs.define(eq=False)
 class FelixCollector(Collector):
     """Felix's metric families, read from the agent when scraped."""
@@ -107,14 +115,11 @@ class FelixCollector(Collector):
         yield CounterMetricFamily(
             "felix_resyncs_started", "Number of times Felix started a resync.", calc.resyncs_started
         )
-        updates = CounterMetricFamily(
+        yield by_type(
             "felix_calc_graph_updates_processed",
             "Number of datastore updates processed by the calculation graph.",
-            labels=["type"],
+            calc.updates_processed,
         )
-        for kind, count in sorted(calc.updates_processed.items()):
-            updates.add_metric([kind], count)
-        yield updates
         yield CounterMetricFamily(
             "felix_calc_graph_output_events",
             "Number of events emitted by the calculation graph.",
@@ -151,12 +156,9 @@ class FelixCollector(Collector):
             "Number of times dataplane updates failed and will be retried.",
             stats.failures,
         )
-        messages = CounterMetricFamily(
-            "felix_int_dataplane_messages", "Number dataplane messages by type.", labels=["type"]
+        yield by_type(
+            "felix_int_dataplane_messages", "Number dataplane messages by type.", stats.messages
         )
-        for kind, count in sorted(stats.messages.items()):
-            messages.add_metric([kind], count)
-        yield messages
         yield summary(
             "felix_int_dataplane_apply_time_seconds",
             "Time in seconds for each incremental update to the dataplane.",

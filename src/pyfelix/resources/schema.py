@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
+from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar, cast
 
 import attrs
 
@@ -56,8 +56,8 @@ class Context:
             return f"{base}[{self._key}]"
         return f"{base}.{self._key}" if base else str(self._key)
 
-    def at(self, key: str | int) -> Context:
-        return Context(key, self.problems, parent=self)
+    def at(self, key: str | int) -> Self:
+        return type(self)(key, self.problems, parent=self)
 
     def error(self, message: str) -> None:
         self.problems.append(FieldProblem(self.path, message))

@@ -12,8 +12,8 @@ import functools
 import re
 from collections.abc import Mapping
 
-from pyfelix.errors import FieldProblem
 from pyfelix.ipnet import IPV4_HOST, IPNetwork, has_host_bits, parse_address, parse_network
+from pyfelix.resources.schema import Context
 from pyfelix.selector import SelectorError, parse_selector
 
 _LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -35,38 +35,12 @@ MAX_LABEL_NAME_LENGTH = 63
 MAX_ANNOTATIONS_SIZE = 256 * 1024
 
 
-class Checker:
+class Checker(Context):
     """Collects problems for one resource; ``at`` descends into a field. The path is put
-    together only when a problem needs it: validation descends into every field of every
-    resource, and almost all of them are fine."""
+    together only when a problem needs it (as the decoder's Context does): validation
+    descends into every field of every resource, and almost all of them are fine."""
 
-    __slots__ = ("_key", "_parent", "problems")
-
-    def __init__(
-        self,
-        path: str | int = "",
-        problems: list[FieldProblem] | None = None,
-        *,
-        parent: Checker | None = None,
-    ) -> None:
-        self._key = path
-        self._parent = parent
-        self.problems: list[FieldProblem] = [] if problems is None else problems
-
-    @property
-    def path(self) -> str:
-        if self._parent is None:
-            return str(self._key)
-        base = self._parent.path
-        if isinstance(self._key, int):
-            return f"{base}[{self._key}]"
-        return f"{base}.{self._key}" if base else self._key
-
-    def at(self, key: str | int) -> Checker:
-        return Checker(key, self.problems, parent=self)
-
-    def error(self, message: str) -> None:
-        self.problems.append(FieldProblem(self.path, message))
+    __slots__ = ()
 
     def check(self, ok: bool, message: str) -> bool:
         if not ok:
