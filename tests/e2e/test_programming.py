@@ -242,3 +242,28 @@ def test_backend_detected_from_existing_rules(cluster: Cluster, tmp_path: Path) 
     assert eventually(lambda: "programming with iptables-legacy" in log.read_text())
     assert ":cali-FORWARD" in run_in(cluster.node, "iptables-legacy-save", "-t", "filter").stdout
     assert "cali-" not in run_in(cluster.node, "iptables-nft-save").stdout
+
+
+@pytest.mark.parametrize("forwarding", ["Enabled", "Disabled"])
+def test_ip_forwarding_as_felix_sets_it(cluster: Cluster, forwarding: str) -> None:
+    """IPForwarding Enabled (the default) turns on the node's global IPv4 and IPv6 forwarding
+    at start; Disabled leaves them as they were. Conntrack accounting is on either way."""
+    base = cluster.manifests / "base.yaml"
+    base.write_text(
+        base.read_text().replace("spec:\n", f"spec:\n  ipForwarding: {forwarding}\n", 1)
+    )
+    node = cluster.node
+    for setting in ("net.ipv4.ip_forward=0", "net.ipv6.conf.all.forwarding=0"):
+        assert run_in(node, "sysctl", "-qw", setting).returncode == 0
+    cluster.start_agent()
+    assert eventually(lambda: fetch(cluster, "http://127.0.0.1:9099/readiness").startswith("200"))
+
+    def sysctl(name: str) -> str:
+        return run_in(node, "sysctl", "-n", name).stdout.strip()
+
+    expected = "1" if forwarding == "Enabled" else "0"
+    assert sysctl("net.ipv4.ip_forward") == expected
+    assert sysctl("net.ipv6.conf.all.forwarding") == expected
+    assert sysctl("net.netfilter.nf_conntrack_acct") == "1"
+    # Workload interfaces forward either way: Felix turns forwarding on per interface too.
+    assert cluster.connects(CLIENT_IP, SERVER_IP, 8080)

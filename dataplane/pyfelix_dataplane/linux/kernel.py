@@ -9,6 +9,7 @@ maps what fails below it).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Protocol
 
@@ -16,16 +17,18 @@ import attrs
 import trio
 
 from pyfelix.config import FelixConfig
-from pyfelix.config.felix_config import ChainInsertMode
+from pyfelix.config.felix_config import ChainInsertMode, IPForwarding
 from pyfelix_dataplane.linux.commands import available
 from pyfelix_dataplane.linux.host_endpoints import interface_addresses
 from pyfelix_dataplane.linux.ipsets import DesiredSets, IpsetWriter
 from pyfelix_dataplane.linux.iptables import Desired, IptablesWriter, Script, detect_backend
 from pyfelix_dataplane.linux.monitor import watch_interfaces
-from pyfelix_dataplane.linux.routes import RouteTarget, RouteWriter, link_flags
+from pyfelix_dataplane.linux.routes import RouteTarget, RouteWriter, link_flags, set_sysctl
 from pyfelix_dataplane.linux.vxlan import RemoteVtep, VtepDevice, sync_vxlan
 from pyfelix_dataplane.linux.wireguard import WireguardDevice, sync_wireguard
 from pyfelix_dataplane.rules.render import ip_versions
+
+log = logging.getLogger(__name__)
 
 
 class IpsetWriting(Protocol):
@@ -98,9 +101,27 @@ class Kernel:
     description: str = ""
 
 
+def configure_kernel(config: FelixConfig) -> list[tuple[str, str]]:
+    """Felix's kernel settings at dataplane start (int_dataplane's configureKernel): global
+    IPv4 forwarding, and IPv6's when IPv6 is on, unless IPForwarding is Disabled (then left as
+    they are); conntrack's packet and byte accounting always. Returns what was asked for; a
+    setting the kernel refuses is logged, as Felix logs it, and the agent goes on."""
+    wanted = [("net/netfilter/nf_conntrack_acct", "1")]
+    if config.ip_forwarding is IPForwarding.ENABLED:
+        wanted.insert(0, ("net/ipv4/ip_forward", "1"))
+        if config.ipv6_support:
+            wanted.insert(1, ("net/ipv6/conf/all/forwarding", "1"))
+    else:
+        log.info("IPForwarding is Disabled: leaving the forwarding sysctls as they are")
+    for path, value in wanted:
+        set_sysctl(path, value)
+    return wanted
+
+
 async def linux_kernel(config: FelixConfig) -> Kernel:
     """The real kernel, with the iptables backend chosen as configured (or detected), and IPv6
-    only where it is enabled and ip6tables exists."""
+    only where it is enabled and ip6tables exists; configured as Felix configures it first."""
+    configure_kernel(config)
     backend = await detect_backend(config.iptables_backend)
     versions = [v for v in ip_versions(config) if v == 4 or available(f"ip6tables-{backend}")]
     mode = "append" if config.chain_insert_mode is ChainInsertMode.APPEND else "insert"

@@ -56,7 +56,7 @@ class RouteTarget:
     gateway: str = ""
 
 
-def _sysctl(path: str, value: str) -> None:
+def set_sysctl(path: str, value: str) -> None:
     """Set a sysctl unless it already has ``value`` (plain system calls: a node sets several
     for each of hundreds of interfaces at start)."""
     try:
@@ -89,7 +89,7 @@ def _configure_interface(interface: str) -> None:
             (f"net/ipv6/conf/{interface}/forwarding", "1"),
         ]
     for path, value in settings:
-        _sysctl(path, value)
+        set_sysctl(path, value)
 
 
 def link_flags(name: str) -> tuple[int, int] | None:

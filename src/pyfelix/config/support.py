@@ -37,6 +37,8 @@ ACTED_ON: dict[str, str] = {
     "IptablesMarkMask": "the mark bits the rules use (and WireGuard's fwmark)",
     "IptablesRefreshInterval": "how often the tables are re-read and repaired (0: never)",
     "Ipv6Support": "false: IPv4 only (no IPv6 tables, sets or routes)",
+    "IPForwarding": "Enabled: global IPv4 (and IPv6) forwarding turned on at start; Disabled: "
+    "left as they are",
     "LogPrefix": "the prefix of the LOG rules policies' Log actions render",
     "LogSeverityScreen": "the log level on stderr",
     "PrometheusGoMetricsEnabled": "adds the Python runtime's collectors (platform, GC) in "
