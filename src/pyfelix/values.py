@@ -40,6 +40,16 @@ class FrozenMap(Mapping[str, T]):
         self._data: dict[str, T] = dict(data)
         self._hash: int | None = None
 
+    @classmethod
+    def adopt(cls, data: dict[str, T]) -> FrozenMap[T]:
+        """A map over ``data`` itself, not a copy: for a dict just built that nothing else
+        holds (the converter's labels)."""
+        if not data:
+            return cls()
+        result = object.__new__(cls)
+        result._data, result._hash = data, None
+        return result
+
     def __getitem__(self, key: str) -> T:
         return self._data[key]
 

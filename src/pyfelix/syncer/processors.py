@@ -318,10 +318,8 @@ def workload_key(wep: WorkloadEndpoint) -> model.WorkloadEndpointKey:
 
 def _split_nets(values: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     nets = _nets(values)
-    return (
-        tuple(n for n in nets if ":" not in n),
-        tuple(n for n in nets if ":" in n),
-    )
+    v6 = tuple(n for n in nets if ":" in n)
+    return (tuple(n for n in nets if ":" not in n) if v6 else nets), v6
 
 
 def _workload_endpoint(wep: WorkloadEndpoint) -> list[KV]:
@@ -339,6 +337,7 @@ def _workload_endpoint(wep: WorkloadEndpoint) -> list[KV]:
     labels[ORCHESTRATOR_LABEL] = spec.orchestrator or key.orchestrator
     if spec.service_account_name:
         labels[SERVICE_ACCOUNT_LABEL] = spec.service_account_name
+    # Most endpoints have no NATs, ports or spoofing prefixes: nothing is built for them.
     nats = [model.IPNAT(n.internal_ip, n.external_ip) for n in spec.ip_nats]
     value = model.WorkloadEndpoint(
         state="active",
@@ -347,17 +346,21 @@ def _workload_endpoint(wep: WorkloadEndpoint) -> list[KV]:
         profile_ids=spec.profiles,
         ipv4_nets=v4,
         ipv6_nets=v6,
-        labels=FrozenMap(labels),
-        ipv4_nat=tuple(n for n in nats if ":" not in n.int_ip),
-        ipv6_nat=tuple(n for n in nats if ":" in n.int_ip),
+        labels=FrozenMap.adopt(labels),
+        ipv4_nat=tuple(n for n in nats if ":" not in n.int_ip) if nats else (),
+        ipv6_nat=tuple(n for n in nats if ":" in n.int_ip) if nats else (),
         ipv4_gateway=spec.ipv4_gateway,
         ipv6_gateway=spec.ipv6_gateway,
         ports=tuple(
             model.EndpointPort(p.name, normalise_protocol(p.protocol) or "tcp", p.port)
             for p in spec.ports
             if p.name
-        ),
-        allow_spoofed_source_prefixes=_nets(spec.allow_spoofed_source_prefixes),
+        )
+        if spec.ports
+        else (),
+        allow_spoofed_source_prefixes=_nets(spec.allow_spoofed_source_prefixes)
+        if spec.allow_spoofed_source_prefixes
+        else (),
         origin=wep,
     )
     return [(key, value)]
