@@ -59,7 +59,6 @@ class AgentOptions:
     datastore: str
     dry_run: bool = True
     status_interval: float = 30.0
-    status_ttl: int = 90
 
 
 def is_etcd(source: str) -> bool:
@@ -170,8 +169,12 @@ async def run_agent(options: AgentOptions, out: TextIO = sys.stdout) -> int:
         driver = LinuxDriver(from_send, options.hostname, report_health=report_dataplane)
     config_known = trio.Event()
 
+    reporters: list[EtcdStatusReporter] = []
+
     def on_config(config: FelixConfig) -> None:
         _on_config(health, config)
+        for reporter in reporters:
+            reporter.set_ttl(config.reporting_ttl)
         config_known.set()
 
     exit_code = 0
@@ -185,7 +188,8 @@ async def run_agent(options: AgentOptions, out: TextIO = sys.stdout) -> int:
                 client = EtcdClient(EtcdConfig.from_url(options.datastore))
                 stack.push_async_callback(client.aclose)
                 syncer = EtcdSyncer(client, decoupler)
-                status = EtcdStatusReporter(client, options.hostname, ttl=options.status_ttl)
+                status = EtcdStatusReporter(client, options.hostname)
+                reporters.append(status)
                 updater = WireguardKeyUpdater(EtcdNodeStore(client), options.hostname)
                 await nursery.start(updater.run)
             else:

@@ -42,6 +42,12 @@ class EtcdStatusReporter:
     _lease: int = 0
     _first: bool = True
 
+    def set_ttl(self, seconds: float) -> None:
+        """ReportingTTLSecs: the next report takes a lease of the new length."""
+        ttl = max(1, round(seconds))
+        if ttl != self.ttl:
+            self.ttl, self._lease = ttl, 0
+
     async def report_process(self, status: m.ProcessStatusUpdate) -> None:
         prefix = status_prefix(self.hostname, self.region)
         value = json.dumps(

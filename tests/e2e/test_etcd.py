@@ -82,7 +82,8 @@ def test_endpoint_status_reported_to_etcd(tmp_path: Path) -> None:
     interface does not exist or another endpoint governs it, and the key goes when the
     endpoint does."""
     interval = "  reportingInterval: 1s\n"
-    manifests = MANIFESTS.replace(interval, interval + "  endpointReportingEnabled: true\n")
+    settings = "  endpointReportingEnabled: true\n  reportingTTL: 45s\n"
+    manifests = MANIFESTS.replace(interval, interval + settings)
     missing = HOST_ENDPOINT.replace("node-uplink", "node-spare").replace("eth0", "eth9")
     # Matches eth0 by address, but node-uplink names eth0 and comes first by name.
     by_address = HOST_ENDPOINT.replace("node-uplink", "z-by-address")
@@ -136,6 +137,14 @@ def test_endpoint_status_reported_to_etcd(tmp_path: Path) -> None:
         first = process_status()
         assert first
         assert eventually(lambda: process_status().get("uptime") != first["uptime"], timeout=5)
+
+        # Under a lease of ReportingTTLSecs (45 s here, Felix's default is 90 s).
+        endpoints = etcd.etcd_url.replace("etcd://", "--endpoints=http://")
+        key = status_prefix("node") + "/status"
+        got = run_in(cluster.node, "etcdctl", endpoints, "get", key, "-w", "json").stdout
+        lease = json.loads(got)["kvs"][0]["lease"]
+        ttl = run_in(cluster.node, "etcdctl", endpoints, "lease", "timetolive", f"{lease:x}")
+        assert "granted with TTL(45s)" in ttl.stdout, ttl.stdout
 
         run_in(cluster.node, "ip", "link", "set", "eth0", "down")
         assert eventually(lambda: statuses().get("node-uplink") == "down"), statuses()

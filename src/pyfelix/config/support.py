@@ -55,6 +55,8 @@ ACTED_ON: dict[str, str] = {
     "PrometheusMetricsPort": "the metrics server's port",
     "PrometheusProcessMetricsEnabled": "adds the process collector (CPU, memory, open files)",
     "ReportingIntervalSecs": "how often process status is reported (0: never)",
+    "ReportingTTLSecs": "the lease of the process status key in etcd (it vanishes that long "
+    "after the agent stops reporting)",
     "RouteRefreshInterval": "how often routes, VXLAN and WireGuard are re-read and repaired",
     "VXLANEnabled": "overrides the IP pools' VXLAN mode in the encapsulation (restart check)",
     "VXLANMTU": "the VXLAN device's MTU (0: the parent's less 50)",
