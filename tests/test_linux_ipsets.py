@@ -1,6 +1,7 @@
-"""The ipset writer against the kernel, in a namespace: maxelem always set, growth past it by a
-temporary set swapped in (the set's name never disappears), deltas only in steady state, and
-stale sets destroyed; read back with `ipset list`, independently of the writer."""
+"""The ipset writer against the kernel, in a namespace: maxelem MaxIpsetSize, a set of another
+maxelem rebuilt through a temporary set swapped in (the set's name never disappears), deltas
+only in steady state, and stale sets destroyed; read back with `ipset list`, independently of
+the writer."""
 
 from __future__ import annotations
 
@@ -42,8 +43,10 @@ def header(ns: str, name: str) -> str:
     return listing.stdout
 
 
-def test_growth_deltas_and_deletion(netns: str) -> None:
+def test_maxelem_deltas_and_deletion(netns: str) -> None:
     run_in(netns, "ipset", "create", "cali40s:stale", "hash:net")
+    # Made by an earlier version with a maxelem sized to its members.
+    run_in(netns, "ipset", "create", SET, "hash:net", "maxelem", "65536")
     steps: Steps = [
         {SET: ("hash:net", members(10))},
         {SET: ("hash:net", members(70_000))},
@@ -51,12 +54,14 @@ def test_growth_deltas_and_deletion(netns: str) -> None:
     ]
     (first, grown, delta), _ = in_netns(netns, apply_steps, steps)
 
-    assert "maxelem 65536" in first
-    assert f"swap {SET} " in grown, "growing past maxelem goes through a temporary set"
+    assert f"swap {SET} " in first, "another maxelem is rebuilt through a temporary set"
+    assert "maxelem 1048576" in first
+    assert "swap" not in grown, "growth is only adds"
+    assert "create" not in grown
     assert delta.splitlines() == [f"del {SET} 10.0.0.0 -exist", f"add {SET} 192.0.2.1 -exist"]
 
     described = header(netns, SET)
-    assert "maxelem 131072" in described
+    assert "maxelem 1048576" in described
     assert "Number of entries: 70000" in described
     sets = run_in(netns, "ipset", "list", "-n").stdout.split()
     assert sets == [SET], "the temporary set and the stale one are gone"

@@ -15,7 +15,7 @@ from pyfelix.resources.loader import load_text
 from pyfelix.values import Port
 from pyfelix_dataplane.rules.endpoints import dispatch_chains, endpoint_chain
 from pyfelix_dataplane.rules.groups import group_chain, group_policies, group_targets, tier_groups
-from pyfelix_dataplane.rules.ipsets import ipset_name, maxelem_for, restore_script
+from pyfelix_dataplane.rules.ipsets import ipset_name, restore_script
 from pyfelix_dataplane.rules.marks import MarkBits, MarkMaskTooSmall
 from pyfelix_dataplane.rules.model import Chain, Rule, length_limited
 from pyfelix_dataplane.rules.policy import (
@@ -270,16 +270,16 @@ def test_dispatch_tree() -> None:
 
 
 def test_ipset_script() -> None:
-    """Sets per family, members sorted, maxelem big enough never to truncate."""
-    script = restore_script({"s:x": ("hash:net", {"10.0.0.2/32", "10.0.0.1/32", "fd00::1/128"})})
-    assert script.splitlines() == [
-        "create cali40s:x hash:net family inet maxelem 65536",
+    """Sets per family, members sorted, maxelem Felix's MaxIpsetSize (default 1048576)."""
+    sets = {"s:x": ("hash:net", {"10.0.0.2/32", "10.0.0.1/32", "fd00::1/128"})}
+    assert restore_script(sets).splitlines() == [
+        "create cali40s:x hash:net family inet maxelem 1048576",
         "add cali40s:x 10.0.0.1/32",
         "add cali40s:x 10.0.0.2/32",
-        "create cali60s:x hash:net family inet6 maxelem 65536",
+        "create cali60s:x hash:net family inet6 maxelem 1048576",
         "add cali60s:x fd00::1/128",
     ]
-    assert maxelem_for(70_000) == 131072
+    assert "maxelem 5000\n" in restore_script(sets, maxelem=5000)
     assert ipset_name("s:" + "a" * 40) == "cali40s:" + "a" * 23
 
 

@@ -1,8 +1,9 @@
 """The ipset writer: reconcile the kernel's cali40/cali60 sets with the desired ones through
 ``ipset restore``.
 
-New sets are created with maxelem sized to their members; a set whose type or size must change
-is rebuilt as a temporary set and swapped in; otherwise only member deltas are written. Sets
+Sets are created with maxelem MaxIpsetSize, as Felix creates them; a set whose type or maxelem
+differs (made by an earlier version, or under another MaxIpsetSize) is rebuilt as a temporary
+set and swapped in, so its name never disappears; otherwise only member deltas are written. Sets
 no longer wanted are destroyed in a separate step, after iptables stopped referring to them.
 
 A member the kernel refuses (one that validation let through) is isolated: it is logged with
@@ -19,7 +20,7 @@ import attrs
 
 from pyfelix.errors import DataplaneWriteError
 from pyfelix_dataplane.linux.commands import run
-from pyfelix_dataplane.rules.ipsets import maxelem_for
+from pyfelix_dataplane.rules.ipsets import DEFAULT_MAXELEM
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,9 @@ class IpsetWriter:
     """Remembers what it wrote, so steady-state updates are pure deltas; ``refresh`` re-reads
     the kernel first (to repair drift)."""
 
-    def __init__(self) -> None:
+    def __init__(self, maxelem: int = DEFAULT_MAXELEM) -> None:
+        #: MaxIpsetSize: every set's maxelem.
+        self.maxelem = maxelem
         self._known: dict[str, KernelSet] | None = None
         #: Members the kernel refused, by set name.
         self.refused: dict[str, set[str]] = {}
@@ -121,7 +124,7 @@ class IpsetWriter:
             family = "inet6" if name.startswith("cali60") else "inet"
             wanted = {_normal(m) for m in members} - self.refused.get(name, set())
             current = kernel.get(name)
-            maxelem = maxelem_for(len(wanted))
+            maxelem = self.maxelem
             if current is None:
                 lines.append(f"create {name} {set_type} family {family} maxelem {maxelem}")
                 lines.extend(f"add {name} {m}" for m in sorted(wanted))
@@ -131,7 +134,7 @@ class IpsetWriter:
                 lines.append(f"destroy {name}")
                 lines.append(f"create {name} {set_type} family {family} maxelem {maxelem}")
                 lines.extend(f"add {name} {m}" for m in sorted(wanted))
-            elif current.maxelem < len(wanted):
+            elif current.maxelem != maxelem:
                 temp = TEMP[name[:6]] + name[6:]
                 temp = temp[:31]
                 lines.append(f"create {temp} {set_type} family {family} maxelem {maxelem}")
@@ -150,7 +153,7 @@ class IpsetWriter:
                 raise
         for name, (set_type, members) in desired.items():
             written = frozenset(_normal(m) for m in members) - self.refused.get(name, set())
-            self._known[name] = KernelSet(set_type, maxelem_for(len(written)), written)
+            self._known[name] = KernelSet(set_type, self.maxelem, written)
         return script
 
     async def apply_deletions(self, desired: DesiredSets) -> list[str]:

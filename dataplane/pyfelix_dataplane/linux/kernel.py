@@ -126,7 +126,7 @@ async def linux_kernel(config: FelixConfig) -> Kernel:
     versions = [v for v in ip_versions(config) if v == 4 or available(f"ip6tables-{backend}")]
     mode = "append" if config.chain_insert_mode is ChainInsertMode.APPEND else "insert"
     return Kernel(
-        ipsets=IpsetWriter(),
+        ipsets=IpsetWriter(config.max_ipset_size),
         tables={v: IptablesWriter(v, backend, mode) for v in versions},
         routes=RouteWriter(),
         devices=LinuxDevices(),

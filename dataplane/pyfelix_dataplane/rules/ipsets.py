@@ -12,7 +12,8 @@ from collections.abc import Iterable, Mapping
 from pyfelix_dataplane.state import NodeState
 
 MAX_NAME = 31
-MIN_MAXELEM = 65536
+#: Felix's MaxIpsetSize default: every set's maxelem (hash sets do not allocate it up front).
+DEFAULT_MAXELEM = 1048576
 
 
 def ipset_name(set_id: str, version: int = 4) -> str:
@@ -24,15 +25,10 @@ def member_version(member: str) -> int:
     return 6 if ":" in address else 4
 
 
-def maxelem_for(count: int) -> int:
-    size = MIN_MAXELEM
-    while size < count:
-        size *= 2
-    return size
-
-
 def restore_script(
-    sets: Mapping[str, tuple[str, Iterable[str]]], versions: Iterable[int] = (4, 6)
+    sets: Mapping[str, tuple[str, Iterable[str]]],
+    versions: Iterable[int] = (4, 6),
+    maxelem: int = DEFAULT_MAXELEM,
 ) -> str:
     """``create`` and ``add`` lines for every set (members sorted), ready for ipset restore."""
     lines = []
@@ -42,9 +38,7 @@ def restore_script(
             set_type, members = sets[set_id]
             wanted = sorted(m for m in members if member_version(m) == version)
             name = ipset_name(set_id, version)
-            lines.append(
-                f"create {name} {set_type} family {family} maxelem {maxelem_for(len(wanted))}"
-            )
+            lines.append(f"create {name} {set_type} family {family} maxelem {maxelem}")
             lines.extend(f"add {name} {member}" for member in wanted)
     return "\n".join(lines) + ("\n" if lines else "")
 

@@ -80,7 +80,8 @@ def render(
                 for table in TABLES
             }
     versions = tuple(chains)
-    script = ipset_rendering.restore_script(_all_sets(dp), versions) if with_text else ""
+    maxelem = dp.config.max_ipset_size
+    script = ipset_rendering.restore_script(_all_sets(dp), versions, maxelem) if with_text else ""
     return Rendered(iptables, script, chains, kernel_ipsets(dp, versions))
 
 

@@ -41,6 +41,7 @@ ACTED_ON: dict[str, str] = {
     "left as they are",
     "LogPrefix": "the prefix of the LOG rules policies' Log actions render",
     "LogSeverityScreen": "the log level on stderr",
+    "MaxIpsetSize": "every IP set's maxelem (a set of another maxelem is rebuilt and swapped in)",
     "PrometheusGoMetricsEnabled": "adds the Python runtime's collectors (platform, GC) in "
     "place of Go's",
     "PrometheusMetricsCAFile": "the CA that client certificates of the metrics port are checked "
