@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 import trio
 import trio.testing
 
 from pyfelix import messages as m
 from pyfelix.connector import DataplaneConnector, RestartRequired
-from pyfelix.logs import OURS
 from pyfelix.values import FrozenMap
 
 
@@ -90,24 +87,6 @@ async def test_forwards_and_routes_status_back() -> None:
     assert reports == [m.ProcessStatusUpdate("2026-01-01T00:00:00+00:00", 5.0)]
     assert c.ready
     assert c.dataplane_in_sync
-
-
-def test_first_config_sets_log_severity() -> None:
-    """The first configuration's LogSeverityScreen sets our loggers' level; libraries stay at
-    Info at most, so Debug does not bring pyroute2's per-message dumps with it."""
-    root = logging.getLogger()
-    saved = {name: logging.getLogger(name).level for name in ("", *OURS)}
-    try:
-        connector().check(config(LogSeverityScreen="Debug"))
-        assert logging.getLogger("pyfelix_dataplane.linux.driver").isEnabledFor(logging.DEBUG)
-        assert not logging.getLogger("pyroute2.netlink").isEnabledFor(logging.DEBUG)
-        assert logging.getLogger("pyroute2.netlink").isEnabledFor(logging.INFO)
-        connector().check(config(LogSeverityScreen="Error"))
-        assert not logging.getLogger("pyfelix.agent").isEnabledFor(logging.WARNING)
-        assert not root.isEnabledFor(logging.WARNING)
-    finally:
-        for name, level in saved.items():
-            logging.getLogger(name).setLevel(level)
 
 
 def test_a_parameter_without_effect_is_named_in_a_warning(caplog: pytest.LogCaptureFixture) -> None:

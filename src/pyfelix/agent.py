@@ -34,6 +34,7 @@ from pyfelix.datastore.layout import decode
 from pyfelix.errors import ManifestError
 from pyfelix.health import DATAPLANE, HEALTH_INTERVAL, HealthAggregator, health_routes
 from pyfelix.httpserver import HttpServer
+from pyfelix.logs import configure_logging
 from pyfelix.metrics import FelixCollector, metrics_routes, registry, tls_context
 from pyfelix.resources import Resource
 from pyfelix.resources.loader import load_text, manifest_files, read_manifest
@@ -172,6 +173,9 @@ async def run_agent(options: AgentOptions, out: TextIO = sys.stdout) -> int:
     reporters: list[EtcdStatusReporter] = []
 
     def on_config(config: FelixConfig) -> None:
+        if not config_known.is_set():
+            # Any change of the log settings restarts the agent, so the first is the one.
+            configure_logging(config)
         _on_config(health, config)
         for reporter in reporters:
             reporter.set_ttl(config.reporting_ttl)

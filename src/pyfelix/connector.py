@@ -22,7 +22,6 @@ from pyfelix import messages as m
 from pyfelix.config import FelixConfig
 from pyfelix.config.support import NO_EFFECT, no_effect
 from pyfelix.errors import PyfelixError
-from pyfelix.logs import set_severity
 
 log = logging.getLogger(__name__)
 
@@ -85,9 +84,6 @@ class DataplaneConnector:
                 if changed - LIVE_CONFIG:
                     names = ", ".join(sorted(changed - LIVE_CONFIG))
                     raise RestartRequired(f"configuration changed: {names}")
-            else:
-                # A change of LogSeverityScreen restarts the agent, so the first is the one.
-                set_severity(message.typed.log_severity_screen)
             previous = set(no_effect(self.config or {}))
             for name in no_effect(new):
                 if name not in previous:

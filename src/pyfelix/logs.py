@@ -1,10 +1,30 @@
-"""Log levels from Felix's LogSeverityScreen (Debug, Info, Warning, Error, Fatal)."""
+"""Logging as Felix's: LogSeverityScreen for stderr, LogFilePath at LogSeverityFile (a file
+that follows log rotation), LogSeveritySys to the local syslog (tagged calico-felix, so log
+pipelines written for Felix find it).
+
+A destination that cannot be set up is reported and left out; the agent goes on (Felix stops
+for a log file it cannot open; a crash loop over a log file helps no one).
+"""
 
 from __future__ import annotations
 
 import logging
+import logging.handlers
+import os
+import socket
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyfelix.config import FelixConfig
+
+log = logging.getLogger(__name__)
+
+SYSLOG_SOCKET = "/dev/log"
+SYSLOG_TAG = "calico-felix"
+FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 LEVELS = {
+    "trace": logging.DEBUG,
     "debug": logging.DEBUG,
     "info": logging.INFO,
     "warning": logging.WARNING,
@@ -26,3 +46,51 @@ def set_severity(severity: str) -> None:
     logging.getLogger().setLevel(max(level, logging.INFO))
     for name in OURS:
         logging.getLogger(name).setLevel(level)
+
+
+def configure_logging(config: FelixConfig) -> list[logging.Handler]:
+    """Felix's three destinations for the agent's first configuration; returns the handlers
+    added (a file, syslog) beside the screen's."""
+    screen = level_for(config.log_severity_screen)
+    levels = [screen]
+    added: list[logging.Handler] = []
+    root = logging.getLogger()
+    for existing in root.handlers:
+        existing.setLevel(screen)
+    path = config.log_file_path.strip()
+    if path and path.lower() != "none":
+        try:
+            os.makedirs(os.path.dirname(path) or ".", mode=0o755, exist_ok=True)
+            to_file = logging.handlers.WatchedFileHandler(path)
+        except OSError as exc:
+            log.error("LogFilePath %s cannot be opened (%s): not logging to a file", path, exc)
+        else:
+            to_file.setLevel(level_for(config.log_severity_file))
+            to_file.setFormatter(logging.Formatter(FORMAT))
+            added.append(to_file)
+            levels.append(to_file.level)
+    try:
+        # The handler swallows a failed connection (and retries per record): try it first.
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as probe:
+            probe.connect(SYSLOG_SOCKET)
+        syslog = logging.handlers.SysLogHandler(SYSLOG_SOCKET)
+    except OSError as exc:
+        log.error(
+            "cannot connect to syslog at %s (%s); configure a local syslog service to get "
+            "LogSeveritySys logs",
+            SYSLOG_SOCKET,
+            exc,
+        )
+    else:
+        syslog.ident = f"{SYSLOG_TAG}: "
+        syslog.setLevel(level_for(config.log_severity_sys))
+        syslog.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        added.append(syslog)
+        levels.append(syslog.level)
+    for handler in added:
+        root.addHandler(handler)
+    most = min(levels)
+    root.setLevel(max(most, logging.INFO))
+    for name in OURS:
+        logging.getLogger(name).setLevel(most)
+    return added

@@ -39,8 +39,11 @@ ACTED_ON: dict[str, str] = {
     "Ipv6Support": "false: IPv4 only (no IPv6 tables, sets or routes)",
     "IPForwarding": "Enabled: global IPv4 (and IPv6) forwarding turned on at start; Disabled: "
     "left as they are",
+    "LogFilePath": "the log file (created with its directory, following rotation; none: no file)",
     "LogPrefix": "the prefix of the LOG rules policies' Log actions render",
+    "LogSeverityFile": "the log level of LogFilePath",
     "LogSeverityScreen": "the log level on stderr",
+    "LogSeveritySys": "the log level sent to the local syslog (/dev/log, tagged calico-felix)",
     "MaxIpsetSize": "every IP set's maxelem (a set of another maxelem is rebuilt and swapped in)",
     "PrometheusGoMetricsEnabled": "adds the Python runtime's collectors (platform, GC) in "
     "place of Go's",

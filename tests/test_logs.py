@@ -1,0 +1,89 @@
+"""Felix's log destinations: a file that follows rotation, syslog tagged calico-felix, each at
+its own level, and a destination that cannot be set up reported, not fatal."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pyfelix import logs
+from pyfelix.config import parse_config
+
+
+@pytest.fixture
+def clean_root() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    levels = [handler.level for handler in handlers]
+    yield
+    for handler in root.handlers[len(handlers) :]:
+        handler.close()
+    root.handlers[:] = handlers
+    for handler, handler_level in zip(handlers, levels, strict=True):
+        handler.setLevel(handler_level)
+    root.setLevel(level)
+    for name in logs.OURS:
+        logging.getLogger(name).setLevel(logging.NOTSET)
+
+
+def test_file_and_syslog_at_their_levels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_root: None
+) -> None:
+    receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    receiver.bind(str(tmp_path / "log.sock"))
+    receiver.settimeout(5)
+    monkeypatch.setattr(logs, "SYSLOG_SOCKET", str(tmp_path / "log.sock"))
+    path = tmp_path / "calico" / "felix.log"
+    config = parse_config(
+        {"LogFilePath": str(path), "LogSeverityFile": "Debug", "LogSeveritySys": "Warning"}
+    )
+    assert len(logs.configure_logging(config)) == 2
+    agent = logging.getLogger("pyfelix.test")
+    agent.debug("detail for the file")
+    agent.warning("worth a syslog line")
+    text = path.read_text()
+    assert "detail for the file" in text
+    assert "worth a syslog line" in text
+    message = receiver.recv(4096).decode()
+    assert "calico-felix: " in message
+    assert "worth a syslog line" in message
+    # logrotate moves the file away: the next line goes to a new file at the same path.
+    path.rename(tmp_path / "calico" / "felix.log.1")
+    agent.info("after rotation")
+    assert "after rotation" in path.read_text()
+    receiver.close()
+
+
+def test_destinations_that_cannot_be_set_up_are_reported(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    clean_root: None,
+) -> None:
+    monkeypatch.setattr(logs, "SYSLOG_SOCKET", str(tmp_path / "no-such-socket"))
+    (tmp_path / "file").write_text("")
+    config = parse_config({"LogFilePath": str(tmp_path / "file" / "felix.log")})
+    with caplog.at_level(logging.ERROR):
+        assert logs.configure_logging(config) == []
+    assert "LogFilePath" in caplog.text
+    assert "syslog" in caplog.text
+    assert logs.configure_logging(parse_config({"LogFilePath": "none"})) == []
+
+
+def test_levels_follow_the_most_verbose_destination(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_root: None
+) -> None:
+    """Our loggers go as verbose as the most verbose destination; libraries stay at Info at
+    most, so Debug does not bring pyroute2's per-message dumps with it."""
+    monkeypatch.setattr(logs, "SYSLOG_SOCKET", str(tmp_path / "no-such-socket"))
+    logs.configure_logging(parse_config({"LogSeverityScreen": "Debug", "LogFilePath": "none"}))
+    assert logging.getLogger("pyfelix_dataplane.linux.driver").isEnabledFor(logging.DEBUG)
+    assert not logging.getLogger("pyroute2.netlink").isEnabledFor(logging.DEBUG)
+    assert logging.getLogger("pyroute2.netlink").isEnabledFor(logging.INFO)
+    logs.configure_logging(parse_config({"LogSeverityScreen": "Error", "LogFilePath": "none"}))
+    assert not logging.getLogger("pyfelix.agent").isEnabledFor(logging.WARNING)
+    assert all(h.level == logging.ERROR for h in logging.getLogger().handlers)
