@@ -87,3 +87,21 @@ def test_levels_follow_the_most_verbose_destination(
     logs.configure_logging(parse_config({"LogSeverityScreen": "Error", "LogFilePath": "none"}))
     assert not logging.getLogger("pyfelix.agent").isEnabledFor(logging.WARNING)
     assert all(h.level == logging.ERROR for h in logging.getLogger().handlers)
+
+
+def test_none_turns_a_destination_off(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    clean_root: None,
+) -> None:
+    """Felix's "none": no syslog attempted (so no error on a host without one), no file."""
+    monkeypatch.setattr(logs, "SYSLOG_SOCKET", str(tmp_path / "no-such-socket"))
+    path = tmp_path / "felix.log"
+    config = parse_config(
+        {"LogSeveritySys": "none", "LogSeverityFile": "None", "LogFilePath": str(path)}
+    )
+    with caplog.at_level(logging.ERROR):
+        assert logs.configure_logging(config) == []
+    assert "syslog" not in caplog.text
+    assert not path.exists()

@@ -23,7 +23,10 @@ SYSLOG_SOCKET = "/dev/log"
 SYSLOG_TAG = "calico-felix"
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
+#: Felix's "none": the destination is off.
+OFF = logging.CRITICAL + 10
 LEVELS = {
+    "none": OFF,
     "trace": logging.DEBUG,
     "debug": logging.DEBUG,
     "info": logging.INFO,
@@ -50,47 +53,55 @@ def set_severity(severity: str) -> None:
 
 def configure_logging(config: FelixConfig) -> list[logging.Handler]:
     """Felix's three destinations for the agent's first configuration; returns the handlers
-    added (a file, syslog) beside the screen's."""
+    added (a file, syslog) beside the screen's. A severity of None turns its destination off."""
     screen = level_for(config.log_severity_screen)
-    levels = [screen]
-    added: list[logging.Handler] = []
     root = logging.getLogger()
     for existing in root.handlers:
         existing.setLevel(screen)
+    added: list[logging.Handler] = []
     path = config.log_file_path.strip()
-    if path and path.lower() != "none":
-        try:
-            os.makedirs(os.path.dirname(path) or ".", mode=0o755, exist_ok=True)
-            to_file = logging.handlers.WatchedFileHandler(path)
-        except OSError as exc:
-            log.error("LogFilePath %s cannot be opened (%s): not logging to a file", path, exc)
-        else:
-            to_file.setLevel(level_for(config.log_severity_file))
-            to_file.setFormatter(logging.Formatter(FORMAT))
-            added.append(to_file)
-            levels.append(to_file.level)
-    try:
-        # The handler swallows a failed connection (and retries per record): try it first.
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as probe:
-            probe.connect(SYSLOG_SOCKET)
-        syslog = logging.handlers.SysLogHandler(SYSLOG_SOCKET)
-    except OSError as exc:
-        log.error(
-            "cannot connect to syslog at %s (%s); configure a local syslog service to get "
-            "LogSeveritySys logs",
-            SYSLOG_SOCKET,
-            exc,
-        )
-    else:
-        syslog.ident = f"{SYSLOG_TAG}: "
-        syslog.setLevel(level_for(config.log_severity_sys))
-        syslog.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-        added.append(syslog)
-        levels.append(syslog.level)
+    file_level = level_for(config.log_severity_file)
+    if path and path.lower() != "none" and file_level != OFF:
+        added += _log_file(path, file_level)
+    sys_level = level_for(config.log_severity_sys)
+    if sys_level != OFF:
+        added += _syslog(sys_level)
     for handler in added:
         root.addHandler(handler)
-    most = min(levels)
+    most = min([screen, *(handler.level for handler in added)])
     root.setLevel(max(most, logging.INFO))
     for name in OURS:
         logging.getLogger(name).setLevel(most)
     return added
+
+
+def _log_file(path: str, level: int) -> list[logging.Handler]:
+    try:
+        os.makedirs(os.path.dirname(path) or ".", mode=0o755, exist_ok=True)
+        handler = logging.handlers.WatchedFileHandler(path)
+    except OSError as exc:
+        log.error("LogFilePath %s cannot be opened (%s): not logging to a file", path, exc)
+        return []
+    handler.setLevel(level)
+    handler.setFormatter(logging.Formatter(FORMAT))
+    return [handler]
+
+
+def _syslog(level: int) -> list[logging.Handler]:
+    try:
+        # The handler swallows a failed connection (and retries per record): try it first.
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as probe:
+            probe.connect(SYSLOG_SOCKET)
+        handler = logging.handlers.SysLogHandler(SYSLOG_SOCKET)
+    except OSError as exc:
+        log.error(
+            "cannot connect to syslog at %s (%s); configure a local syslog service, or set "
+            "LogSeveritySys none",
+            SYSLOG_SOCKET,
+            exc,
+        )
+        return []
+    handler.ident = f"{SYSLOG_TAG}: "
+    handler.setLevel(level)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    return [handler]

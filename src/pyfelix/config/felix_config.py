@@ -67,6 +67,7 @@ class LogSeverityFile(enum.StrEnum):
     WARNING = 'Warning'
     ERROR = 'Error'
     FATAL = 'Fatal'
+    NONE = 'None'
 
 
 class LogSeverityScreen(enum.StrEnum):
@@ -76,6 +77,7 @@ class LogSeverityScreen(enum.StrEnum):
     WARNING = 'Warning'
     ERROR = 'Error'
     FATAL = 'Fatal'
+    NONE = 'None'
 
 
 class LogSeveritySys(enum.StrEnum):
@@ -85,6 +87,7 @@ class LogSeveritySys(enum.StrEnum):
     WARNING = 'Warning'
     ERROR = 'Error'
     FATAL = 'Fatal'
+    NONE = 'None'
 
 
 class PrometheusMetricsClientAuth(enum.StrEnum):

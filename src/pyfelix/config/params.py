@@ -77,21 +77,24 @@ PARAMS: tuple[Param, ...] = (
         "enum",
         "LogSeverityFile",
         "INFO",
-        ("Trace", "Debug", "Info", "Warning", "Error", "Fatal"),
+        # Felix's "none" (the zero value, for any parameter) turns this destination off.
+        ("Trace", "Debug", "Info", "Warning", "Error", "Fatal", "None"),
     ),
     _P(
         "logSeverityScreen",
         "enum",
         "LogSeverityScreen",
         "INFO",
-        ("Trace", "Debug", "Info", "Warning", "Error", "Fatal"),
+        # Felix's "none" (the zero value, for any parameter) turns this destination off.
+        ("Trace", "Debug", "Info", "Warning", "Error", "Fatal", "None"),
     ),
     _P(
         "logSeveritySys",
         "enum",
         "LogSeveritySys",
         "INFO",
-        ("Trace", "Debug", "Info", "Warning", "Error", "Fatal"),
+        # Felix's "none" (the zero value, for any parameter) turns this destination off.
+        ("Trace", "Debug", "Info", "Warning", "Error", "Fatal", "None"),
     ),
     _P("logDebugFilenameRegex", "string", "LogDebugFilenameRegex", None),
     _P("ipipEnabled", "bool", "IpInIpEnabled", None),
