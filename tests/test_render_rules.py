@@ -4,6 +4,7 @@ accept 0x10000, pass 0x20000, drop 0x40000, scratch0 0x80000, scratch1 0x100000)
 
 from __future__ import annotations
 
+import attrs
 import pytest
 import yaml
 
@@ -11,8 +12,10 @@ from pyfelix import messages as m
 from pyfelix import model
 from pyfelix.calc.rule_scanner import IPSetData, parse_rule
 from pyfelix.dryrun import compute
+from pyfelix.resources import FelixConfiguration
+from pyfelix.resources.cluster import FelixConfigurationSpec
 from pyfelix.resources.loader import load_text
-from pyfelix.values import Port
+from pyfelix.values import FrozenMap, Port
 from pyfelix_dataplane.rules.endpoints import dispatch_chains, endpoint_chain
 from pyfelix_dataplane.rules.groups import group_chain, group_policies, group_targets, tier_groups
 from pyfelix_dataplane.rules.ipsets import ipset_name, restore_script
@@ -429,3 +432,35 @@ def test_vxlan_port_reaches_the_rules() -> None:
 def test_disable_conntrack_invalid_check() -> None:
     assert "--ctstate INVALID --jump DROP" in rendered_filter_with("logSeverityScreen: Info")
     assert "--ctstate INVALID" not in rendered_filter_with("disableConntrackInvalidCheck: true")
+
+
+def test_every_interface_prefix_gets_the_workload_rules() -> None:
+    """InterfacePrefix "cali,tap": each prefix is matched wherever Felix matches workload
+    interfaces (forward dispatch, to host, output return, raw's RPF mark), in the order given."""
+    resources = example_resources()
+    for index, resource in enumerate(resources):
+        if isinstance(resource, FelixConfiguration) and resource.name == "default":
+            values = dict(resource.spec.values, interfacePrefix="cali,tap")
+            spec = FelixConfigurationSpec(FrozenMap(values))
+            resources[index] = attrs.evolve(resource, spec=spec)
+    _, dataplane = compute(resources, "node-a")
+    rendered = render(dataplane, versions=(4,)).chains[4]
+    filter_chains = {c.name: text(list(c.rules)) for c in rendered["filter"]}
+    raw = {c.name: text(list(c.rules)) for c in rendered["raw"]}
+    forward = [line for line in filter_chains["cali-FORWARD"] if "-interface" in line]
+    assert [line.split("--")[-2:] for line in forward] == [
+        ["in-interface cali+ ", "jump cali-from-wl-dispatch"],
+        ["out-interface cali+ ", "jump cali-to-wl-dispatch"],
+        ["in-interface tap+ ", "jump cali-from-wl-dispatch"],
+        ["out-interface tap+ ", "jump cali-to-wl-dispatch"],
+    ]
+    for prefix in ("cali+", "tap+"):
+        assert any(
+            f"--in-interface {prefix} --goto cali-wl-to-host" in line
+            for line in filter_chains["cali-INPUT"]
+        )
+        assert any(
+            f"--out-interface {prefix} --jump RETURN" in line
+            for line in filter_chains["cali-OUTPUT"]
+        )
+        assert any(f"--in-interface {prefix}" in line for line in raw["cali-PREROUTING"])

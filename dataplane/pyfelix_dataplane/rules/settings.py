@@ -21,7 +21,8 @@ class Settings:
     log_prefix: str = _DEFAULTS.log_prefix
     allow_vxlan_from_workloads: bool = False
     allow_ipip_from_workloads: bool = False
-    interface_prefix: str = "cali"
+    #: InterfacePrefix: every prefix gets the workload rules, in the order given.
+    interface_prefixes: tuple[str, ...] = ("cali",)
     vxlan_port: int = _DEFAULTS.vxlan_port
     #: DisableConntrackInvalidCheck: endpoint chains then let ctstate INVALID packets on.
     drop_invalid: bool = True
@@ -36,7 +37,10 @@ class Settings:
             log_prefix=config.log_prefix,
             allow_vxlan_from_workloads=config.allow_vxlan_packets_from_workloads,
             allow_ipip_from_workloads=config.allow_ipip_packets_from_workloads,
-            interface_prefix=config.interface_prefix.split(",")[0],
+            interface_prefixes=tuple(
+                prefix.strip() for prefix in config.interface_prefix.split(",") if prefix.strip()
+            )
+            or ("cali",),
             vxlan_port=config.vxlan_port,
             drop_invalid=not config.disable_conntrack_invalid_check,
         )

@@ -35,7 +35,7 @@ def _vxlan(dp: NodeState, version: int) -> bool:
 def filter_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain]:
     """filter: failsafes, cali-FORWARD, cali-INPUT, cali-wl-to-host, cali-OUTPUT."""
     marks = settings.marks
-    wildcard = f"{settings.interface_prefix}+"
+    wildcards = [f"{prefix}+" for prefix in settings.interface_prefixes]
     all_calico = marks.accept | marks.pass_ | marks.scratch0 | marks.scratch1
     failsafe_in = failsafe("cali-failsafe-in", settings.failsafe_in, True, version)
     failsafe_out = failsafe("cali-failsafe-out", settings.failsafe_out, False, version)
@@ -71,7 +71,7 @@ def filter_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain
             )
         )
     input_rules += [
-        Rule(f"--in-interface {wildcard}", "--goto cali-wl-to-host"),
+        *(Rule(f"--in-interface {wildcard}", "--goto cali-wl-to-host") for wildcard in wildcards),
         Rule(match_mark(marks.accept), "--jump ACCEPT"),
         Rule(action=set_mark(0, all_calico)),
         Rule(action="--jump cali-from-host-endpoint"),
@@ -83,8 +83,14 @@ def filter_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain
             (
                 Rule(action=set_mark(0, all_calico & ~marks.accept)),
                 Rule(match_mark(0, marks.accept), "--jump cali-from-hep-forward"),
-                Rule(f"--in-interface {wildcard}", "--jump cali-from-wl-dispatch"),
-                Rule(f"--out-interface {wildcard}", "--jump cali-to-wl-dispatch"),
+                *(
+                    rule
+                    for wildcard in wildcards
+                    for rule in (
+                        Rule(f"--in-interface {wildcard}", "--jump cali-from-wl-dispatch"),
+                        Rule(f"--out-interface {wildcard}", "--jump cali-to-wl-dispatch"),
+                    )
+                ),
                 Rule(action="--jump cali-to-hep-forward"),
                 Rule(
                     match_mark(marks.accept),
@@ -115,7 +121,7 @@ def filter_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain
             "cali-OUTPUT",
             (
                 Rule(match_mark(marks.accept), "--jump ACCEPT"),
-                Rule(f"--out-interface {wildcard}", "--jump RETURN"),
+                *(Rule(f"--out-interface {wildcard}", "--jump RETURN") for wildcard in wildcards),
                 Rule(action=set_mark(0, all_calico)),
                 Rule("-m conntrack ! --ctstate DNAT", "--jump cali-to-host-endpoint"),
                 Rule(
@@ -133,7 +139,7 @@ def filter_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain
 def raw_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain]:
     """raw: cali-PREROUTING with the RPF check, cali-rpf-skip, cali-OUTPUT, failsafes."""
     marks = settings.marks
-    wildcard = f"{settings.interface_prefix}+"
+    wildcards = [f"{prefix}+" for prefix in settings.interface_prefixes]
     all_calico = marks.accept | marks.pass_ | marks.scratch0 | marks.scratch1
     rpf_skip = []
     for update in dp.workloads.values():
@@ -150,7 +156,10 @@ def raw_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain]:
             "cali-PREROUTING",
             (
                 Rule(action=set_mark(0, all_calico)),
-                Rule(f"--in-interface {wildcard}", set_mark(marks.scratch0)),
+                *(
+                    Rule(f"--in-interface {wildcard}", set_mark(marks.scratch0))
+                    for wildcard in wildcards
+                ),
                 Rule(match_mark(marks.scratch0), "--jump cali-rpf-skip"),
                 Rule(
                     f"{match_mark(marks.scratch0)} -m rpfilter --invert --validmark", "--jump DROP"

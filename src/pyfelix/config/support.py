@@ -30,7 +30,7 @@ ACTED_ON: dict[str, str] = {
     "HealthHost": "the health server's address",
     "HealthPort": "the health server's port",
     "HealthTimeoutOverrides": "replaces a health component's timeout by name, live",
-    "InterfacePrefix": "workload interfaces (the first prefix in rules; all for host endpoints)",
+    "InterfacePrefix": "workload interfaces: every prefix in the rules, in order, as Felix",
     "IpInIpEnabled": "overrides the IP pools' IPIP mode in the encapsulation (restart check)",
     "IpsetsRefreshInterval": "how often the IP sets are re-read and repaired (0: never)",
     "IptablesBackend": "Legacy or NFT, or (Auto) the backend already holding rules",
