@@ -15,6 +15,11 @@ from pyfelix.config import parse_config
 
 
 @pytest.fixture
+def no_syslog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(logs, "SYSLOG_SOCKET", str(tmp_path / "no-such-socket"))
+
+
+@pytest.fixture
 def clean_root() -> Iterator[None]:
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
@@ -59,12 +64,8 @@ def test_file_and_syslog_at_their_levels(
 
 
 def test_destinations_that_cannot_be_set_up_are_reported(
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-    clean_root: None,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, no_syslog: None, clean_root: None
 ) -> None:
-    monkeypatch.setattr(logs, "SYSLOG_SOCKET", str(tmp_path / "no-such-socket"))
     (tmp_path / "file").write_text("")
     config = parse_config({"LogFilePath": str(tmp_path / "file" / "felix.log")})
     with caplog.at_level(logging.ERROR):
@@ -74,12 +75,9 @@ def test_destinations_that_cannot_be_set_up_are_reported(
     assert logs.configure_logging(parse_config({"LogFilePath": "none"})) == []
 
 
-def test_levels_follow_the_most_verbose_destination(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_root: None
-) -> None:
+def test_levels_follow_the_most_verbose_destination(no_syslog: None, clean_root: None) -> None:
     """Our loggers go as verbose as the most verbose destination; libraries stay at Info at
     most, so Debug does not bring pyroute2's per-message dumps with it."""
-    monkeypatch.setattr(logs, "SYSLOG_SOCKET", str(tmp_path / "no-such-socket"))
     logs.configure_logging(parse_config({"LogSeverityScreen": "Debug", "LogFilePath": "none"}))
     assert logging.getLogger("pyfelix_dataplane.linux.driver").isEnabledFor(logging.DEBUG)
     assert not logging.getLogger("pyroute2.netlink").isEnabledFor(logging.DEBUG)
@@ -90,13 +88,9 @@ def test_levels_follow_the_most_verbose_destination(
 
 
 def test_none_turns_a_destination_off(
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-    clean_root: None,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, no_syslog: None, clean_root: None
 ) -> None:
     """Felix's "none": no syslog attempted (so no error on a host without one), no file."""
-    monkeypatch.setattr(logs, "SYSLOG_SOCKET", str(tmp_path / "no-such-socket"))
     path = tmp_path / "felix.log"
     config = parse_config(
         {"LogSeveritySys": "none", "LogSeverityFile": "None", "LogFilePath": str(path)}

@@ -45,7 +45,11 @@ def level_for(severity: str) -> int:
 
 
 def set_severity(severity: str) -> None:
-    level = level_for(severity)
+    _set_levels(level_for(severity))
+
+
+def _set_levels(level: int) -> None:
+    """Our loggers at ``level``; the root (so every library) at Info at most."""
     logging.getLogger().setLevel(max(level, logging.INFO))
     for name in OURS:
         logging.getLogger(name).setLevel(level)
@@ -68,10 +72,7 @@ def configure_logging(config: FelixConfig) -> list[logging.Handler]:
         added += _syslog(sys_level)
     for handler in added:
         root.addHandler(handler)
-    most = min([screen, *(handler.level for handler in added)])
-    root.setLevel(max(most, logging.INFO))
-    for name in OURS:
-        logging.getLogger(name).setLevel(most)
+    _set_levels(min([screen, *(handler.level for handler in added)]))
     return added
 
 
