@@ -41,6 +41,19 @@ def _policy_sort_key(item: tuple[model.PolicyKey, model.Policy]) -> tuple[float,
     return (order, f"{key.name}/{key.namespace}/{key.kind}")
 
 
+def _normal(policy: model.Policy) -> bool:
+    return not (policy.do_not_track or policy.pre_dnat)
+
+
+#: Which policies each kind of tiers holds (host endpoints get all four, workloads normal).
+WANTED: dict[str, Callable[[model.Policy], bool]] = {
+    "normal": _normal,
+    "untracked": lambda p: p.do_not_track,
+    "pre-DNAT": lambda p: p.pre_dnat,
+    "forward": lambda p: p.apply_on_forward and _normal(p),
+}
+
+
 class PolicyResolver:
     def __init__(self, output: EndpointOutput) -> None:
         self._out = output
@@ -157,15 +170,14 @@ class PolicyResolver:
             return (definition.order, tier)
         return (DEFAULT_TIER_ORDER if tier == DEFAULT_TIER else math.inf, tier)
 
-    def tiers(
-        self, key: EndpointKey, wanted: Callable[[model.Policy], bool], kind: str = "normal"
-    ) -> tuple[messages.TierInfo, ...]:
-        """The ordered tiers of the policies matching ``key`` that ``wanted`` (named
-        ``kind``) accepts."""
+    def tiers(self, key: EndpointKey, kind: str = "normal") -> tuple[messages.TierInfo, ...]:
+        """The ordered tiers of the policies matching ``key`` of one kind (WANTED)."""
         matching = frozenset(self._matches.get(key, ()))
         cached = self._tier_cache.get((matching, kind))
         if cached is None:
-            cached = self._tier_cache[(matching, kind)] = self._compute_tiers(matching, wanted)
+            cached = self._tier_cache[(matching, kind)] = self._compute_tiers(
+                matching, WANTED[kind]
+            )
         return cached
 
     def _compute_tiers(
@@ -182,18 +194,15 @@ class PolicyResolver:
         )
 
     def _message(self, key: EndpointKey, endpoint: Endpoint) -> EndpointMessage:
-        def normal(p: model.Policy) -> bool:
-            return not (p.do_not_track or p.pre_dnat)
-
         if isinstance(key, model.WorkloadEndpointKey):
             assert isinstance(endpoint, model.WorkloadEndpoint)
-            return messages.WorkloadEndpointUpdate(key, endpoint, self.tiers(key, normal))
+            return messages.WorkloadEndpointUpdate(key, endpoint, self.tiers(key))
         assert isinstance(endpoint, model.HostEndpoint)
         return messages.HostEndpointUpdate(
             key,
             endpoint,
-            self.tiers(key, normal),
-            untracked_tiers=self.tiers(key, lambda p: p.do_not_track, "untracked"),
-            pre_dnat_tiers=self.tiers(key, lambda p: p.pre_dnat, "pre-DNAT"),
-            forward_tiers=self.tiers(key, lambda p: p.apply_on_forward and normal(p), "forward"),
+            self.tiers(key),
+            untracked_tiers=self.tiers(key, "untracked"),
+            pre_dnat_tiers=self.tiers(key, "pre-DNAT"),
+            forward_tiers=self.tiers(key, "forward"),
         )
