@@ -37,11 +37,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     """Load and validate manifests; print every problem, or a one-line summary."""
     result = load_paths(args.paths)
     problems = validate_loaded(result)
-    for problem in problems:
-        print(problem)
     if problems:
-        print(f"{len(problems)} problem(s) found", file=sys.stderr)
-        return EXIT_INVALID
+        return _refuse(problems)
     files = {item.source for item in result.resources}
     kinds = Counter(item.resource.KIND for item in result.resources)
     breakdown = ", ".join(f"{count} {kind}" for kind, count in sorted(kinds.items()))
@@ -88,49 +85,45 @@ def load_sources(sources: Sequence[str], strict: bool = True) -> LoadResult | in
         for problem in problems:
             print(problem, file=sys.stderr)
     elif problems:
-        for problem in problems:
-            print(problem)
-        print(f"{len(problems)} problem(s) found", file=sys.stderr)
-        return EXIT_INVALID
+        return _refuse(problems)
     return result
 
 
 def cmd_dry_run(args: argparse.Namespace) -> int:
     """Load, validate, compute the node's dataplane once, print it."""
     if any(is_etcd(source) for source in args.sources):
-        result = load_sources(args.sources)
-        if isinstance(result, int):
-            return result
-        return _print_dry_run(args, result)
-    # Manifests are validated on the second core while this one loads and computes; what is
-    # computed is printed only once the validation found nothing.
-    validation = BackgroundValidation(list(args.sources))
-    result = load_paths(args.sources)
-    try:
-        view, _ = compute(
-            (item.resource for item in result.resources), args.hostname, validated=True
-        )
-        failure: Exception | None = None
-    except Exception as exc:  # invalid input may break it: the verdict decides
-        failure = exc
-    problems = validation.problems(result)
-    if problems:
-        for problem in problems:
-            print(problem)
-        print(f"{len(problems)} problem(s) found", file=sys.stderr)
-        return EXIT_INVALID
-    if failure is not None:
-        raise failure
+        loaded = load_sources(args.sources)
+        if isinstance(loaded, int):
+            return loaded
+        # load_sources validated every resource (and refused the input if any was invalid).
+        view, _ = compute((i.resource for i in loaded.resources), args.hostname, validated=True)
+    else:
+        # Manifests are validated on the second core while this one loads and computes; what
+        # is computed is printed only once the validation found nothing.
+        validation = BackgroundValidation(list(args.sources))
+        result = load_paths(args.sources)
+        try:
+            view, _ = compute(
+                (item.resource for item in result.resources), args.hostname, validated=True
+            )
+            failure: Exception | None = None
+        except Exception as exc:  # invalid input may break it: the verdict decides
+            failure = exc
+        problems = validation.problems(result)
+        if problems:
+            return _refuse(problems)
+        if failure is not None:
+            raise failure
     sys.stdout.write(render_json(view) if args.format == "json" else render_text(view))
     return EXIT_OK
 
 
-def _print_dry_run(args: argparse.Namespace, result: LoadResult) -> int:
-    # load_sources validated every resource (and refused the input if any was invalid).
-    resources = (item.resource for item in result.resources)
-    view, _ = compute(resources, args.hostname, validated=True)
-    sys.stdout.write(render_json(view) if args.format == "json" else render_text(view))
-    return EXIT_OK
+def _refuse(problems: Sequence[Problem]) -> int:
+    """Every problem on stdout, their count on stderr: the input is refused."""
+    for problem in problems:
+        print(problem)
+    print(f"{len(problems)} problem(s) found", file=sys.stderr)
+    return EXIT_INVALID
 
 
 def cmd_run(args: argparse.Namespace) -> int:

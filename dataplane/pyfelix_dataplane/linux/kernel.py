@@ -101,11 +101,11 @@ class Kernel:
     description: str = ""
 
 
-def configure_kernel(config: FelixConfig) -> list[tuple[str, str]]:
+def configure_kernel(config: FelixConfig) -> None:
     """Felix's kernel settings at dataplane start (int_dataplane's configureKernel): global
     IPv4 forwarding, and IPv6's when IPv6 is on, unless IPForwarding is Disabled (then left as
-    they are); conntrack's packet and byte accounting always. Returns what was asked for; a
-    setting the kernel refuses is logged, as Felix logs it, and the agent goes on."""
+    they are); conntrack's packet and byte accounting always. A setting the kernel refuses
+    is logged, as Felix logs it, and the agent goes on."""
     wanted = [("net/netfilter/nf_conntrack_acct", "1")]
     if config.ip_forwarding is IPForwarding.ENABLED:
         wanted.insert(0, ("net/ipv4/ip_forward", "1"))
@@ -115,7 +115,6 @@ def configure_kernel(config: FelixConfig) -> list[tuple[str, str]]:
         log.info("IPForwarding is Disabled: leaving the forwarding sysctls as they are")
     for path, value in wanted:
         set_sysctl(path, value)
-    return wanted
 
 
 async def linux_kernel(config: FelixConfig) -> Kernel:
