@@ -155,6 +155,24 @@ async def test_editor_save_by_rename(tmp_path: Path) -> None:
         await recorder.nothing_more()
 
 
+async def test_only_a_path_that_went_waits_for_quiet(tmp_path: Path) -> None:
+    """A completed write is read at once; a deletion waits for the quiet period, in case a
+    replacement follows (here the period is a second, so the difference is plain)."""
+    path = tmp_path / "a.yaml"
+    write(path, tier("a", 1))
+    async with syncer(tmp_path, debounce=1.0) as (_, recorder):
+        recorder.batches.clear()
+        with trio.fail_after(0.5):
+            write(path, tier("a", 2))
+            assert keys(await recorder.next_batch()) == {
+                model.TierKey("a"): model.Tier(2.0, "Deny")
+            }
+        path.unlink()
+        await trio.sleep(0.5)
+        assert recorder.batches == []
+        assert keys(await recorder.next_batch()) == {model.TierKey("a"): None}
+
+
 async def test_editor_delete_and_recreate(tmp_path: Path) -> None:
     """Delete then quickly recreate (some editors do): no delete-then-add of everything."""
     path = tmp_path / "a.yaml"

@@ -3,10 +3,11 @@
 Start-up loads every manifest, emits the resulting Updates and then IN_SYNC. Afterwards each
 change is turned into the Updates of exactly the resources that changed:
 
-* inotify (on the kernel fd, awaited with ``trio.lowlevel.wait_readable``) reports paths; changes
-  are gathered until the directory has been quiet for ``debounce`` seconds (20 ms: an
-  editor's rename burst is far shorter, and edits reach the kernel quickly), so an editor's
-  save-by-rename or delete-and-recreate is seen as one change, never as delete-then-add;
+* inotify (on the kernel fd, awaited with ``trio.lowlevel.wait_readable``) reports paths; once a
+  path has gone (deleted or renamed away), changes are gathered until the directory has been
+  quiet for ``debounce`` seconds (20 ms: an editor's rename burst is far shorter), so an
+  editor's save-by-rename or delete-and-recreate is seen as one change, never as
+  delete-then-add; a batch of completed writes with nothing gone is read at once;
 * a file being written (modified but not yet closed) is left alone until its writer closes it
   (or renames it into place): a file is complete when its writer has closed it. Other
   changes wait for it at most ``write_timeout``, then go ahead without it; a writer that holds
@@ -229,12 +230,14 @@ class FileSyncer:
             events = await watcher.read()
         if not events:
             return dirty, rescan
+        removal = False
         while True:
             for event in events:
                 if event.overflow or event.is_dir:
                     rescan = True
                 elif self._is_manifest(event.path):
                     dirty.add(event.path)
+                    removal = removal or event.removed
                     if event.write_finished:
                         writing.discard(event.path)
                     elif event.write_started and not event.path.is_symlink():
@@ -244,8 +247,12 @@ class FileSyncer:
                             write_deadline, trio.current_time() + self.write_timeout
                         )
             events = []
-            with trio.move_on_after(self.debounce):
-                events = await watcher.read()
+            if removal or rescan or writing:
+                with trio.move_on_after(self.debounce):
+                    events = await watcher.read()
+            else:
+                # Every file in the batch is complete and none went: nothing is to come.
+                events = watcher.read_ready()
             if events:
                 continue
             if writing and trio.current_time() < write_deadline:

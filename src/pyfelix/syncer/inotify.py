@@ -61,6 +61,11 @@ class Event:
         return bool(self.mask & (IN_CLOSE_WRITE | IN_MOVED_TO))
 
     @property
+    def removed(self) -> bool:
+        """The path went (deleted, or renamed away): something may be about to replace it."""
+        return bool(self.mask & (IN_DELETE | IN_MOVED_FROM))
+
+    @property
     def write_started(self) -> bool:
         return bool(self.mask & (IN_MODIFY | IN_CREATE)) and not self.is_dir
 
@@ -120,6 +125,14 @@ class Inotify:
             except BlockingIOError:
                 continue
             return self._parse(data)
+
+    def read_ready(self) -> list[Event]:
+        """The events already queued, without waiting (none: an empty list)."""
+        try:
+            data = os.read(self.fd, _READ_SIZE)
+        except BlockingIOError:
+            return []
+        return self._parse(data)
 
     def _parse(self, data: bytes) -> list[Event]:
         events = []
