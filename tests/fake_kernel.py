@@ -94,12 +94,21 @@ def _valid_member(set_type: str, family: str, member: str) -> bool:
 class FakeIpsets:
     node: FakeNode
 
-    async def apply_updates(self, desired: DesiredSets, refresh: bool = False) -> str:
+    async def apply_updates(
+        self,
+        desired: DesiredSets,
+        refresh: bool = False,
+        changed: Collection[str] | None = None,
+    ) -> str:
+        """As the real writer: only the ``changed`` sets are written (all of them on a refresh),
+        so a manager that forgets to name a changed set leaves it stale here too."""
         self.node.failure("ipsets")
         if self.node.during_ipsets is not None:
             during, self.node.during_ipsets = self.node.during_ipsets, None
             await during()
-        for name, (set_type, members) in sorted(desired.items()):
+        names = desired if refresh or changed is None else [n for n in changed if n in desired]
+        for name in sorted(names):
+            set_type, members = desired[name]
             family = "inet6" if name.startswith("cali60") else "inet"
             for member in sorted(members):
                 if not _valid_member(set_type, family, member):

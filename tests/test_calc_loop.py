@@ -9,16 +9,17 @@ import trio
 import trio.testing
 
 from pyfelix import messages as m
-from pyfelix.calc.async_loop import STARTUP_GC_PAUSE, CalcLoop, LeakyBucket
+from pyfelix.calc.async_loop import BUCKET_SIZE, FLUSH_INTERVAL, STARTUP_GC_PAUSE, CalcLoop
 from pyfelix.calc.decoupler import Decoupler
 from pyfelix.syncer.api import SyncStatus
 from pyfelix.syncer.processors import Converter
+from pyfelix.throttle import LeakyBucket
 from tests.calc_harness import example_state
 
 
 async def test_leaky_bucket_rate(autojump_clock: trio.testing.MockClock) -> None:
     """Ten tokens at once, then one every 10 ms."""
-    bucket = LeakyBucket()
+    bucket = LeakyBucket(FLUSH_INTERVAL, BUCKET_SIZE)
     start = trio.current_time()
     for _ in range(10):
         await bucket.take()

@@ -3,6 +3,7 @@ root (the writers themselves are tested against the real kernel in test_linux_*.
 
 from __future__ import annotations
 
+import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -21,6 +22,7 @@ from pyfelix.values import FrozenMap
 from pyfelix_dataplane.linux.driver import LinuxDriver
 from pyfelix_dataplane.linux.kernel import Kernel
 from pyfelix_dataplane.linux.managers.endpoints import EndpointManager
+from pyfelix_dataplane.rules.render import kernel_ipsets
 from pyfelix_dataplane.state import NodeState
 from tests.calc_harness import Identity, example_state, load_manifest
 from tests.fake_kernel import FakeInterfaces, FakeNode, fake_kernel
@@ -236,3 +238,102 @@ async def test_reporting_interval_zero_turns_status_reports_off(
         await trio.sleep(300)
         statuses = [x for x in received(r.to_calc) if isinstance(x, m.ProcessStatusUpdate)]
         assert len(statuses) == 1
+
+
+async def test_a_lone_change_goes_at_once_and_a_storm_is_throttled(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A change is applied as soon as it arrives (no fixed delay before an apply); a steady
+    stream of changes drains the leaky bucket, then applies follow its refill, each taking
+    every change that arrived meanwhile."""
+    async with running() as r:
+        await r.send(
+            [*messages_for(example_state()), m.IPSetUpdate("s:probe", "hash:net", frozenset())]
+        )
+        await r.settle()
+        name = "cali40s:probe"
+        applies = r.driver.stats.applies.count
+        started = trio.current_time()
+        await r.send([m.IPSetDeltaUpdate("s:probe", frozenset({"10.9.0.1/32"}), frozenset())])
+        while "10.9.0.1/32" not in r.node.sets[name][1]:
+            await trio.sleep(0.0001)
+        assert trio.current_time() - started < 0.001
+        for n in range(200):  # one change every millisecond for 200 ms
+            member = frozenset({f"10.9.1.{n}/32"})
+            await r.send([m.IPSetDeltaUpdate("s:probe", member, frozenset())])
+            await trio.sleep(0.001)
+        await r.settle()
+        stream = r.driver.stats.applies.count - applies - 1
+        assert 15 <= stream <= 10 + 200 / 10 + 2, stream
+        assert {f"10.9.1.{n}/32" for n in range(200)} <= r.node.sets[name][1]
+
+
+async def test_sets_stay_exact_through_incremental_applies(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Random set creations, deltas, removals and pool changes (which move the special sets),
+    with a failed write now and then: after every apply the kernel holds exactly the sets the
+    state describes, though each apply writes only the sets that changed."""
+    rng = random.Random(5)
+    members = [f"10.{i // 250}.{i % 250}.1/32" for i in range(60)] + ["fd00::1/128", "fd00::2/128"]
+    async with running() as r:
+        await r.send(messages_for(example_state()))
+        await r.settle()
+        ours = set(r.node.sets)
+        live: set[str] = set()
+        for step in range(120):
+            roll = rng.random()
+            set_id = f"s:random-{rng.randrange(8)}"
+            if roll < 0.2 or set_id not in live:
+                chosen = frozenset(rng.sample(members, rng.randrange(5)))
+                msg: Any = m.IPSetUpdate(set_id, "hash:net", chosen)
+                live.add(set_id)
+            elif roll < 0.7:
+                added = frozenset(rng.sample(members, 2))
+                removed = (
+                    frozenset(rng.sample(sorted(r.driver.state.ipsets[set_id][1]) or [], 1))
+                    if r.driver.state.ipsets[set_id][1]
+                    else frozenset()
+                )
+                msg = m.IPSetDeltaUpdate(set_id, added - removed, removed)
+            elif roll < 0.85:
+                msg = m.IPSetRemove(set_id)
+                live.discard(set_id)
+            else:
+                cidr = f"10.{rng.randrange(200, 250)}.0.0/16"
+                pool = model.IPPool(cidr, "Never", "Never", rng.random() < 0.5, False)
+                msg = m.IPAMPoolUpdate(f"pool-{rng.randrange(3)}", pool)
+            if step % 17 == 5:
+                r.node.fail["ipsets"] = [DataplaneWriteError("ipset restore", "boom", "")]
+            await r.send([msg])
+            await r.settle(rng.choice([0.0005, 0.02, 0.5]))
+            if r.node.fail.get("ipsets"):
+                continue  # the failed write has not been retried yet
+            await r.settle(1)
+            wanted = kernel_ipsets(r.driver.state, (4, 6))
+            kernel = {n: (t, frozenset(s)) for n, (t, s) in r.node.sets.items()}
+            assert kernel == wanted, step
+        assert ours <= set(r.node.sets)
+
+
+def test_rules_generation_ignores_members_and_local_labels() -> None:
+    """The Linux driver renders its chains again only when the rules generation moves: never
+    for IP set members or a label change (the IP set messages carry those), always for
+    anything else, an endpoint's profiles included."""
+    state = NodeState()
+    key = model.WorkloadEndpointKey("node", "k8s", "ns/pod", "eth0")
+    endpoint = model.WorkloadEndpoint("active", "cali1", "", (), ("10.0.0.1/32",), (), FrozenMap())
+    state.apply(m.WorkloadEndpointUpdate(key, endpoint, ()))
+    generation = state.rules_generation
+    relabelled = attrs.evolve(endpoint, labels=FrozenMap({"role": "client"}))
+    state.apply(m.WorkloadEndpointUpdate(key, relabelled, ()))
+    state.apply(m.IPSetUpdate("s:a", "hash:net", frozenset({"10.0.0.1/32"})))
+    state.apply(m.IPSetDeltaUpdate("s:a", frozenset(), frozenset({"10.0.0.1/32"})))
+    state.apply(m.IPSetRemove("s:a"))
+    assert state.rules_generation == generation
+    assert state.take_changed_ipsets() == {"s:a"}
+    assert state.take_changed_ipsets() == set()
+    state.apply(
+        m.WorkloadEndpointUpdate(key, attrs.evolve(relabelled, profile_ids=("kns.ns",)), ())
+    )
+    assert state.rules_generation == generation + 1

@@ -35,9 +35,19 @@ class NodeState:
     encapsulation: m.Encapsulation | None = None
     in_sync: bool = False
     datastore_not_ready: bool = False
+    #: Bumped by every message a rule may depend on (all but IP set members and a local
+    #: endpoint's labels), so a driver renders its chains again only when it changed.
+    rules_generation: int = 0
+    #: The IP sets whose type or members changed (or that went) since ``take_changed_ipsets``.
+    changed_ipsets: set[str] = attrs.Factory(set)
 
     def apply(self, msg: m.ToDataplane) -> None:
-        handler = _HANDLERS.get(type(msg))
+        msg_type = type(msg)
+        if isinstance(msg, m.IPSetUpdate | m.IPSetDeltaUpdate | m.IPSetRemove):
+            self.changed_ipsets.add(msg.id)
+        elif not isinstance(msg, m.WorkloadEndpointUpdate) or _rules_differ(self, msg):
+            self.rules_generation += 1
+        handler = _HANDLERS.get(msg_type)
         if handler is not None:
             handler(self, msg)
             return
@@ -46,6 +56,19 @@ class NodeState:
             self.others[(kind, key)] = msg
         else:
             self.others.pop((kind, key), None)
+
+    def take_changed_ipsets(self) -> set[str]:
+        changed, self.changed_ipsets = self.changed_ipsets, set()
+        return changed
+
+
+def _rules_differ(dp: NodeState, msg: m.WorkloadEndpointUpdate) -> bool:
+    """Whether the update changes more than the endpoint's labels (which only IP set members
+    depend on: the calculation graph sends those as IP set messages)."""
+    old = dp.workloads.get(msg.id)
+    if old is None or old.tiers != msg.tiers:
+        return True
+    return attrs.evolve(msg.endpoint, labels=old.endpoint.labels) != old.endpoint
 
 
 def _ipset_update(dp: NodeState, msg: Any) -> None:

@@ -14,7 +14,7 @@ back the rest of the node. It stays left out while it is wanted.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 import attrs
 
@@ -88,10 +88,16 @@ class IpsetWriter:
     async def read(self) -> dict[str, KernelSet]:
         return parse_save(await run(["ipset", "save"]))
 
-    async def apply_updates(self, desired: DesiredSets, refresh: bool = False) -> str:
+    async def apply_updates(
+        self,
+        desired: DesiredSets,
+        refresh: bool = False,
+        changed: Collection[str] | None = None,
+    ) -> str:
         """Create, fill and fix sets so the kernel holds ``desired``; returns the script used.
 
-        Raises DataplaneWriteError for a failure that is not one refused member."""
+        ``changed`` names the only sets that may differ from what this writer last wrote (None:
+        any may). Raises DataplaneWriteError for a failure that is not one refused member."""
         self.refused = {
             name: refused & {_normal(m) for m in desired[name][1]}
             for name, refused in self.refused.items()
@@ -99,7 +105,7 @@ class IpsetWriter:
         }
         for _ in range(MAX_REFUSED_PER_APPLY):
             try:
-                return await self._apply_updates(desired, refresh)
+                return await self._apply_updates(desired, refresh, changed)
             except DataplaneWriteError as exc:
                 refused = _refused_member(exc.line, desired)
                 if refused is None:
@@ -113,14 +119,19 @@ class IpsetWriter:
                 )
                 self.refused.setdefault(name, set()).add(member)
                 refresh = True
-        return await self._apply_updates(desired, refresh)
+        return await self._apply_updates(desired, refresh, changed)
 
-    async def _apply_updates(self, desired: DesiredSets, refresh: bool) -> str:
+    async def _apply_updates(
+        self, desired: DesiredSets, refresh: bool, changed: Collection[str] | None
+    ) -> str:
         if refresh or self._known is None:
             self._known = await self.read()
+            changed = None
         kernel = self._known
+        names = sorted(desired) if changed is None else sorted(n for n in changed if n in desired)
         lines = []
-        for name, (set_type, members) in sorted(desired.items()):
+        for name in names:
+            set_type, members = desired[name]
             family = "inet6" if name.startswith("cali60") else "inet"
             wanted = {_normal(m) for m in members} - self.refused.get(name, set())
             current = kernel.get(name)
@@ -151,7 +162,8 @@ class IpsetWriter:
             except BaseException:
                 self._known = None
                 raise
-        for name, (set_type, members) in desired.items():
+        for name in names:
+            set_type, members = desired[name]
             written = frozenset(_normal(m) for m in members) - self.refused.get(name, set())
             self._known[name] = KernelSet(set_type, self.maxelem, written)
         return script

@@ -32,7 +32,12 @@ log = logging.getLogger(__name__)
 
 
 class IpsetWriting(Protocol):
-    async def apply_updates(self, desired: DesiredSets, refresh: bool = False) -> str: ...
+    async def apply_updates(
+        self,
+        desired: DesiredSets,
+        refresh: bool = False,
+        changed: Collection[str] | None = None,
+    ) -> str: ...
 
     async def apply_deletions(self, desired: DesiredSets) -> list[str]: ...
 

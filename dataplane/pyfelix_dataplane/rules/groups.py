@@ -12,6 +12,7 @@ fifth jump is preceded by a return when one has.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 from collections.abc import Mapping, Sequence
 from functools import cached_property
@@ -103,6 +104,11 @@ def group_targets(group: PolicyGroup) -> list[str]:
     return [group.chain_name]
 
 
+#: Group chains are rebuilt on every apply from the same groups: most come from this cache.
+GROUP_CHAIN_CACHE = 16384
+
+
+@functools.lru_cache(maxsize=GROUP_CHAIN_CACHE)
 def group_chain(group: PolicyGroup, marks: MarkBits) -> Chain:
     verdict = marks.accept | marks.pass_
     rules: list[Rule] = []

@@ -48,6 +48,10 @@ ALL_POOLS = "all-ipam-pools"
 VXLAN_HOSTS = "all-vxlan-net"
 
 
+#: The fixed sets' ids (the calculation graph's sets never take these).
+SPECIAL_IDS = frozenset({MASQ_POOLS, ALL_POOLS, VXLAN_HOSTS})
+
+
 def special_ipsets(dp: NodeState) -> dict[str, tuple[str, set[str]]]:
     """The fixed sets Felix keeps: NAT-outgoing pools, all pools, VXLAN-capable hosts."""
     pools = [v for (kind, _), v in dp.others.items() if kind == "pool"]

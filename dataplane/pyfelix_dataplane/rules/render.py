@@ -139,3 +139,29 @@ def kernel_ipsets(dp: NodeState, versions: Iterable[int]) -> dict[str, tuple[str
         for version in versions
         for set_id, (set_type, members) in _all_sets(dp).items()
     }
+
+
+def kernel_ipsets_of(
+    dp: NodeState, versions: Iterable[int], set_ids: Iterable[str]
+) -> dict[str, tuple[str, frozenset[str]] | None]:
+    """The kernel's sets for just ``set_ids``, as ``kernel_ipsets`` has them; None for a set
+    that is no longer wanted. What an apply after a few changes needs, without walking every
+    member of every set."""
+    special: dict[str, tuple[str, set[str]]] | None = None
+    result: dict[str, tuple[str, frozenset[str]] | None] = {}
+    for set_id in set_ids:
+        entry = dp.ipsets.get(set_id)
+        if entry is None and set_id in ipset_rendering.SPECIAL_IDS:
+            special = special if special is not None else special_ipsets(dp)
+            entry = special.get(set_id)
+        for version in versions:
+            name = ipset_rendering.ipset_name(set_id, version)
+            if entry is None:
+                result[name] = None
+                continue
+            set_type, members = entry
+            result[name] = (
+                set_type,
+                frozenset(m for m in members if ipset_rendering.member_version(m) == version),
+            )
+    return result

@@ -26,6 +26,7 @@ from pyfelix.calc.pipeline import Pipeline, build_pipeline
 from pyfelix.health import CALC_GRAPH, CALC_GRAPH_TIMEOUT, HEALTH_INTERVAL, HealthAggregator
 from pyfelix.stats import Observations
 from pyfelix.syncer.api import SyncStatus, Update
+from pyfelix.throttle import LeakyBucket
 from pyfelix.validation.kinds import ValidationContext
 
 log = logging.getLogger(__name__)
@@ -40,38 +41,6 @@ async def _enable_gc_after(seconds: float) -> None:
     gc.enable()
 
 
-@attrs.define
-class LeakyBucket:
-    """Tokens refill at one per ``interval`` seconds, up to ``size``; time is Trio's clock.
-
-    Tokens are whole numbers counted from a reference time, so waiting for the next one is an
-    exact deadline (no creeping float remainders that could wake the loop without progress).
-    """
-
-    interval: float = FLUSH_INTERVAL
-    size: int = BUCKET_SIZE
-    _tokens: int = BUCKET_SIZE
-    _since: float | None = None
-
-    def _refill(self) -> None:
-        now = trio.current_time()
-        if self._since is None or self._tokens >= self.size:
-            self._since = now
-            return
-        earned = int((now - self._since) / self.interval + 1e-9)
-        if earned:
-            self._tokens = min(self.size, self._tokens + earned)
-            self._since = now if self._tokens >= self.size else self._since + earned * self.interval
-
-    async def take(self) -> None:
-        self._refill()
-        while self._tokens < 1:
-            assert self._since is not None
-            await trio.sleep_until(self._since + self.interval)
-            self._refill()
-        self._tokens -= 1
-
-
 @attrs.define(eq=False)
 class CalcLoop:
     hostname: str
@@ -79,7 +48,7 @@ class CalcLoop:
     output: trio.MemorySendChannel[m.ToDataplane]
     context: ValidationContext = attrs.Factory(ValidationContext)
     pipeline: Pipeline = attrs.field(init=False)
-    bucket: LeakyBucket = attrs.Factory(LeakyBucket)
+    bucket: LeakyBucket = attrs.Factory(lambda: LeakyBucket(FLUSH_INTERVAL, BUCKET_SIZE))
     health: HealthAggregator = attrs.Factory(HealthAggregator)
     #: True from the first flush after the datastore's IN_SYNC.
     ready: bool = False

@@ -55,6 +55,11 @@ class EndpointManager:
         found = await self.interfaces.addresses(named, prefixes)
         self._host_interfaces = resolve(self.state.hosts, found)
 
+    @property
+    def placement(self) -> frozenset[tuple[str, model.HostEndpointKey]]:
+        """Which interface each host endpoint governs: what the rendering adds to the state."""
+        return frozenset(self._host_interfaces.items())
+
     def rendering_state(self) -> NodeState:
         """The state with each host endpoint placed on the interfaces it governs (several, for
         an endpoint matched by address; none, for one that lost its interface); named

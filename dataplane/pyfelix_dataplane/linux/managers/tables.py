@@ -3,7 +3,7 @@ written as one restore per version (a transaction per table)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 
 import attrs
 
@@ -23,6 +23,7 @@ class TablesManager:
     # What the last successful writes left in each table, so steady state writes only the
     # tables that changed.
     _written: dict[tuple[int, str], tuple[Chain, ...]] = attrs.Factory(dict)
+    _rendered: tuple[Hashable, dict[int, dict[str, tuple[Chain, ...]]]] | None = None
 
     @property
     def versions(self) -> tuple[int, ...]:
@@ -31,8 +32,15 @@ class TablesManager:
     def invalidate(self) -> None:
         self._written.clear()
 
-    def render(self, rendering: NodeState) -> dict[int, dict[str, tuple[Chain, ...]]]:
-        return {version: render_chains(rendering, version) for version in self.versions}
+    def render(
+        self, rendering: NodeState, key: Hashable
+    ) -> dict[int, dict[str, tuple[Chain, ...]]]:
+        """Every version's chains; rendered again only when ``key`` (what the chains depend
+        on: the state's rules generation and the host endpoints' placement) changed."""
+        if self._rendered is None or self._rendered[0] != key:
+            chains = {version: render_chains(rendering, version) for version in self.versions}
+            self._rendered = (key, chains)
+        return self._rendered[1]
 
     async def plan(
         self, version: int, chains: Mapping[str, tuple[Chain, ...]]
