@@ -121,3 +121,40 @@ def test_no_datastore_configured() -> None:
     )
     assert result.returncode == 1
     assert "--datastore etcd://HOST:PORT" in result.stderr
+
+
+KUBERNETES_POLICY = """\
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: web, namespace: prod}
+spec:
+  podSelector: {matchLabels: {app: web}}
+  ingress: [{from: [{namespaceSelector: {}}], ports: [{port: 80}]}]
+---
+apiVersion: projectcalico.org/v3
+kind: NetworkPolicy
+metadata: {name: web, namespace: prod}
+spec: {selector: all()}
+"""
+
+
+def test_kubernetes_network_policy_beside_calicos(etcd: EtcdServer, tmp_path: Path) -> None:
+    """Kubernetes' NetworkPolicy is stored apart from Calico's of the same name and read back
+    by kubectl's full name; the list is Kubernetes' NetworkPolicyList."""
+    manifest = tmp_path / "policies.yaml"
+    manifest.write_text(KUBERNETES_POLICY)
+    applied = datastore(etcd, "apply", "-f", str(manifest))
+    assert applied.returncode == 0, applied.stderr
+    shown = datastore(etcd, "get", "networkpolicies.networking.k8s.io", "web", "-n", "prod")
+    assert shown.returncode == 0, shown.stderr
+    got = yaml.safe_load(shown.stdout)
+    assert (got["apiVersion"], got["kind"]) == ("networking.k8s.io/v1", "NetworkPolicy")
+    assert got["spec"]["ingress"] == [
+        {"from": [{"namespaceSelector": {}}], "ports": [{"port": 80}]}
+    ]
+    calico = yaml.safe_load(datastore(etcd, "get", "networkpolicy", "web", "-n", "prod").stdout)
+    assert calico["apiVersion"] == "projectcalico.org/v3"
+    listed = yaml.safe_load(datastore(etcd, "list", "knp", "-n", "prod").stdout)
+    assert (listed["kind"], len(listed["items"])) == ("NetworkPolicyList", 1)
+    assert datastore(etcd, "delete", "knp", "web", "-n", "prod").returncode == 0
+    assert datastore(etcd, "get", "networkpolicy", "web", "-n", "prod").returncode == 0

@@ -181,13 +181,36 @@ SAMPLES: dict[str, dict[str, Any]] = {
         "endpoints": [{"addresses": ["10.65.0.2"], "conditions": {"ready": True}}],
         "ports": [{"name": "http", "protocol": "TCP", "port": 8080}],
     },
+    "KubernetesNetworkPolicy": {
+        "metadata": {"namespace": "prod"},
+        "spec": {
+            "podSelector": {"matchLabels": {"app": "web"}},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [
+                {
+                    "from": [
+                        {"namespaceSelector": {}, "podSelector": {"matchLabels": {"a": "b"}}},
+                        {"ipBlock": {"cidr": "10.0.0.0/8", "except": ["10.1.0.0/16"]}},
+                    ],
+                    "ports": [{"port": 80}, {"protocol": "UDP", "port": 53, "endPort": 60}],
+                }
+            ],
+            "egress": [{"to": [{"podSelector": {}}]}],
+        },
+    },
 }
 
 
 def document(kind: str, name: str = "sample") -> dict[str, Any]:
     sample = json.loads(json.dumps(SAMPLES[kind]))
     metadata = {"name": name, **sample.pop("metadata", {})}
-    return {"apiVersion": KINDS[kind].API_VERSION, "kind": kind, "metadata": metadata, **sample}
+    cls = KINDS[kind]
+    return {
+        "apiVersion": cls.API_VERSION,
+        "kind": cls.manifest_kind(),
+        "metadata": metadata,
+        **sample,
+    }
 
 
 def test_every_kind_has_a_sample() -> None:

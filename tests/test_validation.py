@@ -11,7 +11,8 @@ import pytest
 from pyfelix.config.params import BY_JSON
 from pyfelix.config.text import parse_felix_port_list
 from pyfelix.errors import FieldProblem
-from pyfelix.resources import KINDS, FelixConfiguration
+from pyfelix.resources import FelixConfiguration
+from pyfelix.resources.meta import kind_for
 from pyfelix.validation import (
     ParamError,
     ProtoPort,
@@ -26,7 +27,9 @@ Doc = dict[str, Any]
 
 
 def problems_of(doc: Doc, context: ValidationContext | None = None) -> list[FieldProblem]:
-    return validate_resource(KINDS[doc["kind"]].from_manifest(doc), context)
+    cls = kind_for(doc["kind"], doc.get("apiVersion"))
+    assert cls is not None
+    return validate_resource(cls.from_manifest(doc), context)
 
 
 @pytest.mark.parametrize("kind", sorted(SAMPLES))

@@ -27,6 +27,9 @@ KIND_SHORT = {
     "GlobalNetworkPolicy": "gnp",
     "StagedNetworkPolicy": "snp",
     "StagedGlobalNetworkPolicy": "sgnp",
+    "StagedKubernetesNetworkPolicy": "sknp",
+    "KubernetesNetworkPolicy": "knp",
+    "KubernetesClusterNetworkPolicy": "kcnp",
 }
 
 

@@ -42,6 +42,7 @@ SHORT_NAMES = {
     "bgpconfig": "BGPConfiguration",
     "clusterinfo": "ClusterInformation",
     "ipamblock": "IPAMBlock",
+    "knp": "KubernetesNetworkPolicy",
 }
 
 
@@ -53,7 +54,11 @@ def resolve_kind(text: str) -> type[Resource]:
     """A kind from its name, plural or short name, in any case (as calicoctl accepts)."""
     lowered = text.lower()
     for cls in KINDS.values():
-        if lowered in (cls.KIND.lower(), cls.PLURAL):
+        # kubectl's full names tell Kubernetes' NetworkPolicy from Calico's:
+        # networkpolicies.networking.k8s.io, networkpolicy.networking.k8s.io.
+        group = cls.API_VERSION.rpartition("/")[0]
+        full = {f"{cls.PLURAL}.{group}", f"{cls.manifest_kind().lower()}.{group}"}
+        if lowered in (cls.KIND.lower(), cls.PLURAL) or (group and lowered in full):
             return cls
     if lowered in SHORT_NAMES:
         return KINDS[SHORT_NAMES[lowered]]
@@ -190,7 +195,7 @@ async def get(
     _, revision = await client.range("/", limit=1)
     return {
         "apiVersion": kind.API_VERSION,
-        "kind": f"{kind.KIND}List",
+        "kind": f"{kind.manifest_kind()}List",
         "metadata": {"resourceVersion": str(revision)},
         "items": [r.to_manifest() for r in items],
     }

@@ -138,6 +138,7 @@ def _decode(key: str, value: bytes, mod_revision: int) -> Resource | None:
         if "/block/" not in key:
             return None
         document = _block_document(key, _json(key, value))
+        cls: type[Resource] | None = IPAMBlock
     elif key.startswith(RESOURCES_PREFIX):
         parts = key[len(RESOURCES_PREFIX) :].split("/")
         if len(parts) < 3:
@@ -147,15 +148,16 @@ def _decode(key: str, value: bytes, mod_revision: int) -> Resource | None:
         if cls is None:
             return None
         document = _json(key, value)
-        if document.get("kind") != cls.KIND:
-            raise ManifestError([Problem(key, f"expected kind {cls.KIND}", None, None, "kind")])
+        if document.get("kind") != cls.manifest_kind():
+            expected = cls.manifest_kind()
+            raise ManifestError([Problem(key, f"expected kind {expected}", None, None, "kind")])
     else:
         return None
     metadata = document.get("metadata")
     if mod_revision and isinstance(metadata, dict):
         # etcd's revision is the resource version; set before decoding, not copied in after.
         metadata["resourceVersion"] = str(mod_revision)
-    resource, problems = load_document(document, key)
+    resource, problems = load_document(document, key, expected=cls)
     if resource is None:
         raise ManifestError(problems)
     return resource

@@ -25,7 +25,7 @@ import attrs
 import yaml
 
 from pyfelix.errors import Problem
-from pyfelix.resources.meta import KINDS, Resource, load_document
+from pyfelix.resources.meta import MANIFEST_KINDS, Resource, kind_for, load_document
 from pyfelix.resources.schema import JSON
 
 log = logging.getLogger(__name__)
@@ -220,14 +220,14 @@ def _is_list_document(data: JSON) -> bool:
         isinstance(data, Mapping)
         and isinstance(data.get("kind"), str)
         and data["kind"].endswith("List")
-        and data["kind"] not in KINDS
+        and data["kind"] not in MANIFEST_KINDS
         and "items" in data
     )
 
 
-def _list_item_kind(list_kind: str) -> str | None:
-    kind = list_kind.removesuffix("List")
-    return kind if kind in KINDS else None
+def _list_item_kind(list_kind: str, api_version: JSON) -> type[Resource] | None:
+    """The kind of a typed list's items (``NetworkPolicyList`` of networking.k8s.io/v1)."""
+    return kind_for(list_kind.removesuffix("List"), api_version)
 
 
 def _expand(data: JSON, line: int, item_lines: list[int]) -> Iterator[tuple[JSON, int]]:
@@ -243,11 +243,12 @@ def _expand(data: JSON, line: int, item_lines: list[int]) -> Iterator[tuple[JSON
         if not isinstance(items, list):
             yield {"kind": data["kind"], "items": items}, line
             return
-        default_kind = _list_item_kind(data["kind"])
+        default_kind = _list_item_kind(data["kind"], data.get("apiVersion"))
         for index, item in enumerate(items or []):
             doc = item
             if isinstance(item, Mapping) and "kind" not in item and default_kind:
-                doc = {"apiVersion": KINDS[default_kind].API_VERSION, **item, "kind": default_kind}
+                kind = default_kind.manifest_kind()
+                doc = {"apiVersion": default_kind.API_VERSION, **item, "kind": kind}
             yield doc, item_lines[index] if index < len(item_lines) else line
         return
     yield data, line

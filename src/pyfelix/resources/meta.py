@@ -56,6 +56,10 @@ class Resource:
     """
 
     KIND: ClassVar[str]
+    #: The ``kind`` manifests spell, where it differs from KIND (KIND names the resource
+    #: inside pyfelix, and must be unique: Kubernetes' NetworkPolicy is KubernetesNetworkPolicy,
+    #: as Calico's model calls it, beside Calico's NetworkPolicy).
+    MANIFEST_KIND: ClassVar[str] = ""
     API_VERSION: ClassVar[str] = CALICO_API_VERSION
     PLURAL: ClassVar[str]
     NAMESPACED: ClassVar[bool] = False
@@ -82,6 +86,10 @@ class Resource:
     def ident(self) -> str:
         """``Kind/namespace/name`` (``Kind/name`` for cluster-wide kinds), as errors print it."""
         return resource_ident(self.KIND, self.namespace, self.name)
+
+    @classmethod
+    def manifest_kind(cls) -> str:
+        return cls.MANIFEST_KIND or cls.KIND
 
     @classmethod
     def decode_body(cls, doc: Mapping[str, JSON], ctx: Context) -> Self | Missing:
@@ -120,7 +128,7 @@ class Resource:
 
     def to_manifest(self) -> dict[str, JSON]:
         """What ``calicoctl get -o yaml`` prints for this object (empty fields left out)."""
-        out: dict[str, JSON] = {"apiVersion": self.API_VERSION, "kind": self.KIND}
+        out: dict[str, JSON] = {"apiVersion": self.API_VERSION, "kind": self.manifest_kind()}
         out["metadata"] = encode(self.metadata)
         spec = getattr(self, "spec", None)
         if self.BODY_AT_TOP_LEVEL and spec is not None:
@@ -143,13 +151,31 @@ def resource_ident(kind: str, namespace: str, name: str) -> str:
 
 
 KINDS: dict[str, type[Resource]] = {}
+#: The kinds by the ``kind`` manifests spell (several for NetworkPolicy), first registered
+#: first: that one is assumed when the apiVersion matches none of them.
+MANIFEST_KINDS: dict[str, list[type[Resource]]] = {}
 R = TypeVar("R", bound=type[Resource])
 
 
 def register(cls: R) -> R:
     """Class decorator adding a kind to the registry the loader consults."""
     KINDS[cls.KIND] = cls
+    MANIFEST_KINDS.setdefault(cls.manifest_kind(), []).append(cls)
     return cls
+
+
+def kind_for(kind: Any, api_version: Any) -> type[Resource] | None:
+    """The kind a manifest's ``kind`` and ``apiVersion`` name (for a known ``kind`` with another
+    apiVersion, the first registered under it, so the apiVersion is what gets reported)."""
+    if not isinstance(kind, str):
+        return None
+    candidates = MANIFEST_KINDS.get(kind)
+    if not candidates:
+        return None
+    for cls in candidates:
+        if api_version == cls.API_VERSION:
+            return cls
+    return candidates[0]
 
 
 def _problems_from(
@@ -171,13 +197,15 @@ def load_document(
     metadata = doc.get("metadata")
     name = metadata.get("name", "") if isinstance(metadata, Mapping) else ""
     namespace = metadata.get("namespace", "") if isinstance(metadata, Mapping) else ""
-    ident = resource_ident(str(kind), str(namespace or ""), str(name or "")) if kind else None
-    cls = KINDS.get(kind) if isinstance(kind, str) else None
+    cls = kind_for(kind, doc.get("apiVersion"))
+    shown_kind = cls.KIND if cls is not None else str(kind)
+    ident = resource_ident(shown_kind, str(namespace or ""), str(name or "")) if kind else None
     if cls is None:
         message = "missing field 'kind'" if kind is None else f"unknown kind {excerpt(kind)}"
         return None, [Problem(source, message, line, ident, "kind" if kind else "")]
     if expected is not None and cls is not expected:
-        return None, [Problem(source, f"expected kind {expected.KIND}", line, ident, "kind")]
+        wanted = expected.manifest_kind()
+        return None, [Problem(source, f"expected kind {wanted}", line, ident, "kind")]
     ctx = Context()
     api_version = doc.get("apiVersion")
     if api_version != cls.API_VERSION:

@@ -42,6 +42,7 @@ from pyfelix.resources import (
     HostEndpoint,
     IPAMBlock,
     IPPool,
+    KubernetesNetworkPolicy,
     Namespace,
     NetworkPolicy,
     NetworkSet,
@@ -55,6 +56,7 @@ from pyfelix.resources import (
     Tier,
     WorkloadEndpoint,
 )
+from pyfelix.resources.k8s_conversion import network_policy
 from pyfelix.resources.rules import EntityRule
 from pyfelix.resources.rules import Rule as V3Rule
 from pyfelix.selector import SelectorError, parse_selector
@@ -202,10 +204,13 @@ def _rules(rules: tuple[V3Rule, ...], namespace: str) -> tuple[model.Rule, ...]:
 # ------------------------------------------------------------------------------ per kind
 
 
-def _policy(resource: Any) -> list[KV]:
+def _policy(resource: Any, origin: Resource | None = None) -> list[KV]:
+    """A Calico policy, or (``origin``) the one Calico converted a Kubernetes policy into:
+    keyed by the Kubernetes kind then, as Felix keys it."""
     spec = resource.spec
     namespace = resource.namespace if resource.NAMESPACED else ""
-    key = model.PolicyKey(resource.name, namespace, resource.KIND, spec.effective_tier)
+    kind = origin.KIND if origin is not None else resource.KIND
+    key = model.PolicyKey(resource.name, namespace, kind, spec.effective_tier)
     staged_action = getattr(spec, "staged_action", "")
     if staged_action == "Delete":
         return [(key, None)]
@@ -222,9 +227,13 @@ def _policy(resource: Any) -> list[KV]:
         apply_on_forward=getattr(spec, "apply_on_forward", False),
         performance_hints=spec.performance_hints,
         staged_action=staged_action,
-        origin=resource,
+        origin=origin or resource,
     )
     return [(key, value)]
+
+
+def _kubernetes_network_policy(policy: KubernetesNetworkPolicy) -> list[KV]:
+    return _policy(network_policy(policy), origin=policy)
 
 
 def _tier(tier: Tier) -> list[KV]:
@@ -584,6 +593,7 @@ def _passthrough(resource: Resource) -> list[KV]:
 _CONVERTERS: dict[type[Resource], Callable[[Any], list[KV]]] = {
     GlobalNetworkPolicy: _policy,
     NetworkPolicy: _policy,
+    KubernetesNetworkPolicy: _kubernetes_network_policy,
     StagedGlobalNetworkPolicy: _policy,
     StagedNetworkPolicy: _policy,
     Tier: _tier,

@@ -23,6 +23,7 @@ from pyfelix.resources import (
     HostEndpoint,
     IPAMBlock,
     IPPool,
+    KubernetesNetworkPolicy,
     Namespace,
     NetworkPolicy,
     NetworkSet,
@@ -57,6 +58,7 @@ from pyfelix.validation.common import (
     supports_ports,
 )
 from pyfelix.validation.felixconfig import check_felix_configuration
+from pyfelix.validation.k8s_policy import check_kubernetes_network_policy
 from pyfelix.validation.rules import check_rule
 
 _LABEL_RE = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -507,6 +509,11 @@ def _endpoint_slice(c: Checker, eps: EndpointSlice, _: ValidationContext) -> Non
             check_enum(pc.at("protocol"), port.protocol, ("TCP", "UDP", "SCTP"))
         if port.port is not None:
             check_port_number(pc.at("port"), port.port)
+
+
+@_for(KubernetesNetworkPolicy)
+def _kubernetes_network_policy(c: Checker, policy: KubernetesNetworkPolicy, _: Any) -> None:
+    check_kubernetes_network_policy(c, policy)
 
 
 @_for(Namespace, ServiceAccount)

@@ -1,0 +1,305 @@
+"""Kubernetes NetworkPolicy as Calico converts it, case by case (the cases and the strings
+expected are those of Calico's own conversion tests, libcalico-go/lib/backend/k8s/conversion
+and the network policy update processor), and the API server's validation of it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pyfelix import messages as m
+from pyfelix import model
+from pyfelix.resources import KubernetesNetworkPolicy, load_text
+from pyfelix.resources.k8s_conversion import k8s_selector, network_policy, simplify_ports
+from pyfelix.resources.k8s_policy import LabelSelector, LabelSelectorRequirement
+from pyfelix.syncer.processors import convert
+from pyfelix.validation import ValidationContext, validate_resource
+from pyfelix.values import FrozenMap, Port
+from pyfelix_dataplane.rules.policy import policy_chain_name
+
+
+def knp(spec: dict[str, Any], name: str = "allow", namespace: str = "default") -> Any:
+    doc = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
+    return KubernetesNetworkPolicy.from_manifest(doc)
+
+
+def requirement(key: str, operator: str, *values: str) -> LabelSelectorRequirement:
+    return LabelSelectorRequirement(key, operator, values)
+
+
+@pytest.mark.parametrize(
+    ("selector", "pods", "expected"),
+    [
+        (LabelSelector(), True, "projectcalico.org/orchestrator == 'k8s'"),
+        (None, True, "projectcalico.org/orchestrator == 'k8s'"),
+        (
+            LabelSelector(FrozenMap({"label2": "value2", "label": "value"})),
+            True,
+            "projectcalico.org/orchestrator == 'k8s' && label == 'value' && label2 == 'value2'",
+        ),
+        (
+            LabelSelector(match_expressions=(requirement("k", "In", "v1", "v2"),)),
+            True,
+            "projectcalico.org/orchestrator == 'k8s' && k in { 'v1', 'v2' }",
+        ),
+        (
+            LabelSelector(
+                match_expressions=(
+                    requirement("toast", "DoesNotExist"),
+                    requirement("k", "NotIn", "a"),
+                    requirement("e", "Exists"),
+                )
+            ),
+            True,
+            "projectcalico.org/orchestrator == 'k8s' && ! has(toast) && k not in { 'a' } && has(e)",
+        ),
+        (LabelSelector(), False, "all()"),
+        (None, False, ""),
+        (
+            LabelSelector(FrozenMap({"namespaceRole": "dev", "namespaceFoo": "bar"})),
+            False,
+            "namespaceFoo == 'bar' && namespaceRole == 'dev'",
+        ),
+    ],
+)
+def test_label_selectors(selector: LabelSelector | None, pods: bool, expected: str) -> None:
+    assert k8s_selector(selector, pods=pods) == expected
+
+
+def test_identity_tier_order_and_types() -> None:
+    """Same name and namespace, tier default at order 1000; Ingress when policyTypes is
+    absent, even with egress rules (Calico infers nothing; the API server fills it in)."""
+    converted = network_policy(knp({"podSelector": {}, "egress": [{}]}))
+    assert (converted.name, converted.namespace) == ("allow", "default")
+    assert (converted.spec.tier, converted.spec.order) == ("default", 1000.0)
+    assert converted.spec.selector == "projectcalico.org/orchestrator == 'k8s'"
+    assert converted.spec.types == ("Ingress",)
+    both = network_policy(knp({"podSelector": {}, "policyTypes": ["Egress", "Ingress"]}))
+    assert both.spec.types == ("Ingress", "Egress")
+
+
+def test_rules_per_protocol_then_peer_with_ports_merged() -> None:
+    """A rule per protocol (sorted) and peer (in order); the ports of a protocol together,
+    merged into ranges, named ports first."""
+    spec = {
+        "podSelector": {"matchLabels": {"app": "db"}},
+        "ingress": [
+            {
+                "from": [
+                    {"podSelector": {"matchLabels": {"k": "v", "k2": "v2"}}},
+                    {"namespaceSelector": {}},
+                ],
+                "ports": [
+                    {"port": 443},
+                    {"port": 80},
+                    {"port": "foo"},
+                    {"port": 81},
+                    {"protocol": "UDP", "port": 53},
+                ],
+            }
+        ],
+    }
+    rules = network_policy(knp(spec)).spec.ingress
+    assert [(r.protocol, r.source.selector, r.source.namespace_selector) for r in rules] == [
+        ("TCP", "projectcalico.org/orchestrator == 'k8s' && k == 'v' && k2 == 'v2'", ""),
+        ("TCP", "projectcalico.org/orchestrator == 'k8s'", "all()"),
+        ("UDP", "projectcalico.org/orchestrator == 'k8s' && k == 'v' && k2 == 'v2'", ""),
+        ("UDP", "projectcalico.org/orchestrator == 'k8s'", "all()"),
+    ]
+    assert [str(p) for p in rules[0].destination.ports] == ["foo", "80:81", "443"]
+    assert [str(p) for p in rules[2].destination.ports] == ["53"]
+    assert {r.action for r in rules} == {"Allow"}
+
+
+def test_simplify_ports_as_calico() -> None:
+    def ports(*given: int | str) -> list[str]:
+        return [str(p) for p in simplify_ports([Port.parse(g) for g in given])]
+
+    assert ports(80, "foo") == ["80", "foo"]
+    assert ports(443, 80, 81) == ["80:81", "443"]
+    assert ports(80, "foo", 81) == ["foo", "80:81"]
+    assert ports("80:82", 83, 90) == ["80:83", "90"]
+
+
+def test_peers_ports_and_empty_rules() -> None:
+    """No peers: any source; no ports: any protocol; a protocol alone: all its ports; an
+    endPort a range; an ipBlock masked, with its exceptions."""
+    spec = {
+        "podSelector": {},
+        "ingress": [
+            {},
+            {"ports": [{"protocol": "UDP"}, {"protocol": "UDP", "port": 53}]},
+            {"ports": [{"port": 8000, "endPort": 8080}]},
+            {"from": [{"ipBlock": {"cidr": "10.0.0.1/8", "except": ["10.1.0.0/16"]}}]},
+        ],
+        "egress": [{"to": [{"podSelector": {}}], "ports": [{"port": 53, "protocol": "UDP"}]}],
+        "policyTypes": ["Ingress", "Egress"],
+    }
+    spec_out = network_policy(knp(spec)).spec
+    anything, udp, ranged, block = spec_out.ingress
+    assert (anything.protocol, anything.source, anything.destination.ports) == (
+        None,
+        type(anything.source)(),
+        (),
+    )
+    assert (udp.protocol, udp.destination.ports) == ("UDP", ())
+    assert [str(p) for p in ranged.destination.ports] == ["8000:8080"]
+    assert (block.source.nets, block.source.not_nets) == (("10.0.0.0/8",), ("10.1.0.0/16",))
+    (egress,) = spec_out.egress
+    assert egress.source == type(egress.source)()
+    assert egress.destination.selector == "projectcalico.org/orchestrator == 'k8s'"
+    assert [str(p) for p in egress.destination.ports] == ["53"]
+
+
+def test_an_empty_ingress_list_admits_nothing() -> None:
+    assert network_policy(knp({"podSelector": {}, "ingress": []})).spec.ingress == ()
+
+
+def test_felix_sees_a_kubernetes_network_policy() -> None:
+    """Keyed by the Kubernetes kind, selecting the namespace's pods, with rule selectors as
+    the update processor writes them; chains named knp/<namespace>/<name> (hashed when long)."""
+    spec: dict[str, Any] = {"podSelector": {}, "ingress": [{"from": [{"namespaceSelector": {}}]}]}
+    ((key, value),) = convert(knp(spec))
+    assert isinstance(value, model.Policy)
+    assert key == model.PolicyKey("allow", "default", "KubernetesNetworkPolicy", "default")
+    assert value.order == 1000.0
+    assert value.selector == (
+        "(projectcalico.org/orchestrator == 'k8s') && projectcalico.org/namespace == 'default'"
+    )
+    assert value.inbound_rules[0].src_selector == (
+        "(has(projectcalico.org/namespace)) && (projectcalico.org/orchestrator == 'k8s')"
+    )
+    assert isinstance(value.origin, KubernetesNetworkPolicy)
+    short = m.PolicyID("default", "allow", "default", "KubernetesNetworkPolicy")
+    assert policy_chain_name(short, True) == "cali-pi-knp/default/allow"
+    assert policy_chain_name(short, False) == "cali-po-knp/default/allow"
+    long = m.PolicyID("default", "allow-from-frontend", "default", "KubernetesNetworkPolicy")
+    assert policy_chain_name(long, True) == "cali-pi-_Ky8Y9BNvuL3w6nNf2th"
+
+
+def test_beside_a_calico_policy_of_the_same_name() -> None:
+    """kind NetworkPolicy is Kubernetes' or Calico's by apiVersion; both load, apart."""
+    text = """
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: web, namespace: x}
+spec: {podSelector: {}}
+---
+apiVersion: projectcalico.org/v3
+kind: NetworkPolicy
+metadata: {name: web, namespace: x}
+spec: {selector: all()}
+"""
+    loaded = load_text(text, "both.yaml")
+    assert loaded.problems == ()
+    assert [r.resource.ident for r in loaded.resources] == [
+        "KubernetesNetworkPolicy/x/web",
+        "NetworkPolicy/x/web",
+    ]
+    assert loaded.resources[0].resource.to_manifest()["kind"] == "NetworkPolicy"
+
+
+INVALID = [
+    (
+        {"podSelector": {"matchExpressions": [{"key": "a", "operator": "In"}]}},
+        "spec.podSelector.matchExpressions[0].values",
+        "must be specified",
+    ),
+    (
+        {"podSelector": {"matchExpressions": [{"key": "a", "operator": "Is"}]}},
+        "spec.podSelector.matchExpressions[0].operator",
+        "'Is'",
+    ),
+    ({"podSelector": {}, "policyTypes": ["Sideways"]}, "spec.policyTypes[0]", "'Sideways'"),
+    (
+        {"podSelector": {}, "ingress": [{"from": [{}]}]},
+        "spec.ingress[0].from[0]",
+        "must specify a peer",
+    ),
+    (
+        {
+            "podSelector": {},
+            "egress": [{"to": [{"ipBlock": {"cidr": "10.0.0.0/16"}, "podSelector": {}}]}],
+        },
+        "spec.egress[0].to[0]",
+        "ipBlock together",
+    ),
+    (
+        {
+            "podSelector": {},
+            "ingress": [
+                {"from": [{"ipBlock": {"cidr": "10.0.0.0/16", "except": ["10.1.0.0/24"]}}]}
+            ],
+        },
+        "spec.ingress[0].from[0].ipBlock.except[0]",
+        "strict subset",
+    ),
+    (
+        {
+            "podSelector": {},
+            "ingress": [
+                {"from": [{"ipBlock": {"cidr": "10.0.0.0/16", "except": ["10.0.0.0/16"]}}]}
+            ],
+        },
+        "spec.ingress[0].from[0].ipBlock.except[0]",
+        "strict subset",
+    ),
+    (
+        {"podSelector": {}, "ingress": [{"from": [{"ipBlock": {"cidr": "10.0.0/16"}}]}]},
+        "spec.ingress[0].from[0].ipBlock.cidr",
+        "invalid CIDR",
+    ),
+    (
+        {"podSelector": {}, "ingress": [{"ports": [{"port": 0}]}]},
+        "spec.ingress[0].ports[0].port",
+        "between 1 and 65535",
+    ),
+    (
+        {"podSelector": {}, "ingress": [{"ports": [{"port": "Web_Port"}]}]},
+        "spec.ingress[0].ports[0].port",
+        "invalid port name",
+    ),
+    (
+        {"podSelector": {}, "ingress": [{"ports": [{"port": "http", "endPort": 90}]}]},
+        "spec.ingress[0].ports[0].endPort",
+        "not a number",
+    ),
+    (
+        {"podSelector": {}, "ingress": [{"ports": [{"port": 90, "endPort": 80}]}]},
+        "spec.ingress[0].ports[0].endPort",
+        "greater than or equal",
+    ),
+    (
+        {"podSelector": {}, "ingress": [{"ports": [{"protocol": "ICMP"}]}]},
+        "spec.ingress[0].ports[0].protocol",
+        "'ICMP'",
+    ),
+]
+
+
+@pytest.mark.parametrize(("spec", "path", "words"), INVALID)
+def test_validation_names_the_field(spec: dict[str, Any], path: str, words: str) -> None:
+    problems = validate_resource(knp(spec), ValidationContext())
+    assert [p.field for p in problems] == [path], problems
+    assert words in problems[0].message
+
+
+def test_a_valid_policy_has_no_problems() -> None:
+    spec = {
+        "podSelector": {"matchLabels": {"app": "web"}},
+        "policyTypes": ["Ingress", "Egress"],
+        "ingress": [
+            {
+                "from": [{"namespaceSelector": {"matchLabels": {"team": "a"}}, "podSelector": {}}],
+                "ports": [{"port": "http"}, {"port": 80, "endPort": 90}],
+            }
+        ],
+        "egress": [{"to": [{"ipBlock": {"cidr": "10.0.0.0/8", "except": ["10.1.0.0/16"]}}]}],
+    }
+    assert validate_resource(knp(spec), ValidationContext()) == []
