@@ -4,14 +4,23 @@ and the network policy update processor), and the API server's validation of it.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pyfelix import messages as m
 from pyfelix import model
-from pyfelix.resources import KubernetesNetworkPolicy, load_text
-from pyfelix.resources.k8s_conversion import k8s_selector, network_policy, simplify_ports
+from pyfelix.dryrun import compute
+from pyfelix.explain import Explainer, Flow
+from pyfelix.resources import KubernetesNetworkPolicy, Pod, load_text
+from pyfelix.resources.k8s_conversion import (
+    k8s_selector,
+    network_policy,
+    simplify_ports,
+    workload_endpoint,
+    workload_endpoint_name,
+)
 from pyfelix.resources.k8s_policy import LabelSelector, LabelSelectorRequirement
 from pyfelix.syncer.processors import convert
 from pyfelix.validation import ValidationContext, validate_resource
@@ -303,3 +312,145 @@ def test_a_valid_policy_has_no_problems() -> None:
         "egress": [{"to": [{"ipBlock": {"cidr": "10.0.0.0/8", "except": ["10.1.0.0/16"]}}]}],
     }
     assert validate_resource(knp(spec), ValidationContext()) == []
+
+
+def pod(
+    name: str = "podA",
+    namespace: str = "default",
+    spec: dict[str, Any] | None = None,
+    status: dict[str, Any] | None = None,
+    **metadata: Any,
+) -> Pod:
+    doc: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, **metadata},
+        "spec": {"nodeName": "nodeA", **(spec or {})},
+    }
+    if status is not None:
+        doc["status"] = status
+    return Pod.from_manifest(doc)
+
+
+RUNNING = {
+    "phase": "Running",
+    "podIP": "192.168.0.1",
+    "podIPs": [{"ip": "192.168.0.1"}, {"ip": "fd5f::1"}],
+}
+
+
+def test_pod_becomes_its_workload_endpoint() -> None:
+    """Name, node, labels, profiles, addresses, veth name and named ports as Calico makes
+    them (conversion_test.go's pod podA: cali7f94ce7c295)."""
+    containers = [
+        {
+            "name": "c",
+            "image": "x",
+            "ports": [
+                {"name": "http", "containerPort": 80},
+                {"containerPort": 9000},
+                {"name": "dns", "containerPort": 53, "protocol": "UDP"},
+                {"containerPort": 8443, "hostPort": 443},
+            ],
+        },
+    ]
+    wep = workload_endpoint(
+        pod(
+            spec={"serviceAccountName": "web", "containers": containers},
+            status=RUNNING,
+            labels={"app": "a"},
+            annotations={"cni.projectcalico.org/containerID": "abc"},
+        )
+    )
+    assert wep is not None
+    assert (wep.name, wep.namespace) == ("nodeA-k8s-podA-eth0", "default")
+    assert wep.spec.interface_name == "cali7f94ce7c295"
+    assert (wep.spec.node, wep.spec.pod, wep.spec.endpoint, wep.spec.container_id) == (
+        "nodeA",
+        "podA",
+        "eth0",
+        "abc",
+    )
+    assert wep.spec.ip_networks == ("192.168.0.1/32", "fd5f::1/128")
+    assert wep.spec.profiles == ("kns.default", "ksa.default.web")
+    assert dict(wep.labels) == {
+        "app": "a",
+        "projectcalico.org/namespace": "default",
+        "projectcalico.org/orchestrator": "k8s",
+        "projectcalico.org/serviceaccount": "web",
+    }
+    assert [(p.name, p.protocol, p.port, p.host_port) for p in wep.spec.ports] == [
+        ("http", "TCP", 80, 0),
+        ("dns", "UDP", 53, 0),
+        ("", "TCP", 8443, 443),
+    ]
+    assert workload_endpoint_name("node-1", "my-pod") == "node--1-k8s-my--pod-eth0"
+
+
+def test_pods_that_are_not_endpoints_or_have_no_address() -> None:
+    assert workload_endpoint(pod(spec={"hostNetwork": True}, status=RUNNING)) is None
+    unscheduled = Pod.from_manifest(
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "d"}, "spec": {}}
+    )
+    assert workload_endpoint(unscheduled) is None
+    finished = workload_endpoint(pod(status={**RUNNING, "phase": "Succeeded"}))
+    assert finished is not None
+    assert finished.spec.ip_networks == ()
+    released = pod(
+        status=RUNNING,
+        deletionTimestamp="2026-12-01T00:00:00Z",
+        annotations={"cni.projectcalico.org/podIP": ""},
+    )
+    assert workload_endpoint(released).spec.ip_networks == ()  # type: ignore[union-attr]
+    by_annotation = pod(annotations={"cni.projectcalico.org/podIPs": "10.0.0.1,fd00::1"})
+    assert workload_endpoint(by_annotation).spec.ip_networks == ("10.0.0.1/32", "fd00::1/128")  # type: ignore[union-attr]
+    assert convert(pod(status={"phase": "Pending"})) == [
+        (model.WorkloadEndpointKey("nodeA", "k8s", "default/podA", "eth0"), None)
+    ]
+
+
+def test_kubectl_dump_of_mixed_kinds_loads_as_it_is() -> None:
+    """A List as ``kubectl get -A -o yaml pods,namespaces,networkpolicies`` prints it, with
+    status and managedFields, loads without a problem; a misspelt field is still one."""
+    dump = (Path(__file__).parent / "golden" / "kubectl-dump.yaml").read_text()
+    loaded = load_text(dump, "dump.yaml")
+    assert loaded.problems == ()
+    assert sorted({type(r.resource).__name__ for r in loaded.resources}) == [
+        "KubernetesNetworkPolicy",
+        "Namespace",
+        "Pod",
+        "ServiceAccount",
+    ]
+    broken = load_text(dump.replace("terminationMessagePath", "terminationMesagePath"), "d.yaml")
+    assert [p.field for p in broken.problems] == ["spec.containers[0].terminationMesagePath"]
+
+
+def test_explanations_name_the_kubernetes_policy() -> None:
+    """explain (and the demo) say which Kubernetes NetworkPolicy decides a flow, and when
+    Kubernetes' isolation drops it."""
+    loaded = load_text((Path(__file__).parent / "golden" / "kubectl-dump.yaml").read_text(), "d")
+    frontend = """
+apiVersion: v1
+kind: Pod
+metadata: {name: frontend, namespace: default, labels: {role: frontend}}
+spec: {nodeName: node-1}
+status: {phase: Running, podIPs: [{ip: 10.65.0.6}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: other, namespace: default}
+spec: {nodeName: node-1}
+status: {phase: Running, podIPs: [{ip: 10.65.0.7}]}
+"""
+    resources = [r.resource for r in loaded.resources + load_text(frontend, "f").resources]
+    _, state = compute(resources, "node-1")
+    explainer = Explainer(state)
+    allowed = explainer.explain(Flow("10.65.0.6", "10.65.0.5", "tcp", 80))
+    assert allowed.allowed
+    assert "ingress allowed by Kubernetes NetworkPolicy default/web-from-frontend" in allowed.reason
+    denied = explainer.explain(Flow("10.65.0.7", "10.65.0.5", "tcp", 80))
+    assert not denied.allowed
+    assert denied.reason == (
+        "ingress dropped at the end of tier default (selected by Kubernetes NetworkPolicy "
+        "default/web-from-frontend, none allows it)"
+    )

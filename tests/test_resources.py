@@ -181,6 +181,23 @@ SAMPLES: dict[str, dict[str, Any]] = {
         "endpoints": [{"addresses": ["10.65.0.2"], "conditions": {"ready": True}}],
         "ports": [{"name": "http", "protocol": "TCP", "port": 8080}],
     },
+    "Pod": {
+        "metadata": {"namespace": "prod", "labels": {"app": "web"}},
+        "spec": {
+            "nodeName": "node-a",
+            "serviceAccountName": "web",
+            "containers": [
+                {
+                    "name": "web",
+                    "image": "nginx",
+                    "ports": [{"name": "http", "containerPort": 80, "protocol": "TCP"}],
+                    "resources": {},
+                }
+            ],
+            "restartPolicy": "Always",
+        },
+        "status": {"phase": "Running", "podIP": "10.65.0.2", "podIPs": [{"ip": "10.65.0.2"}]},
+    },
     "KubernetesNetworkPolicy": {
         "metadata": {"namespace": "prod"},
         "spec": {

@@ -21,6 +21,21 @@ from pyfelix_dataplane.state import NodeState
 PROTOCOLS = {"tcp": 6, "udp": 17, "icmp": 1, "icmpv6": 58, "sctp": 132, "udplite": 136}
 
 
+KUBERNETES_POLICY = "KubernetesNetworkPolicy"
+#: How explanations name the policies converted from Kubernetes objects.
+KUBERNETES_KINDS = {
+    KUBERNETES_POLICY: "Kubernetes NetworkPolicy",
+    "KubernetesClusterNetworkPolicy": "Kubernetes ClusterNetworkPolicy",
+}
+
+
+def policy_label(tier: str, policy: m.PolicyID) -> str:
+    """``tier/namespace/name`` for Calico's policies; the Kubernetes object for converted
+    ones (what the user wrote, and would look up with kubectl)."""
+    kind = KUBERNETES_KINDS.get(policy.kind)
+    return f"{kind} {policy}" if kind else f"{tier}/{policy}"
+
+
 @attrs.frozen
 class Flow:
     src_ip: str
@@ -130,7 +145,7 @@ class Explainer:
                 active = self.dataplane.policies[policy_id]
                 rules = active.inbound if inbound else active.outbound
                 verdict = self._first_verdict(rules, flow)
-                name = f"{tier.name}/{policy_id}"
+                name = policy_label(tier.name, policy_id)
                 if verdict == "allow":
                     return Verdict(True, f"{side} allowed by {name}")
                 if verdict == "deny":
@@ -139,7 +154,13 @@ class Explainer:
                     passed = True
                     break
             if not passed and tier.default_action != "Pass":
-                return Verdict(False, f"{side} dropped at the end of tier {tier.name}")
+                reason = f"{side} dropped at the end of tier {tier.name}"
+                if all(p.kind == KUBERNETES_POLICY for p in policies):
+                    # Kubernetes' isolation: a pod some NetworkPolicy selects takes only what
+                    # one of them allows.
+                    names = ", ".join(str(p) for p in policies)
+                    reason += f" (selected by Kubernetes NetworkPolicy {names}, none allows it)"
+                return Verdict(False, reason)
         for profile_id in endpoint.endpoint.profile_ids:
             profile = self.dataplane.profiles.get(profile_id)
             if profile is None:

@@ -23,6 +23,7 @@ from pyfelix.resources.networks import (
     IPPool,
     NetworkSet,
 )
+from pyfelix.resources.pods import Pod
 from pyfelix.resources.policy import (
     POLICY_KINDS,
     GlobalNetworkPolicy,
@@ -57,6 +58,7 @@ __all__ = [
     "NetworkSet",
     "Node",
     "ObjectMeta",
+    "Pod",
     "Port",
     "Profile",
     "Resource",

@@ -1,6 +1,12 @@
 """Kubernetes objects as Calico's Kubernetes datastore turns them into Calico's own (Calico
 3.32 and master: libcalico-go/lib/backend/k8s/conversion).
 
+A Pod becomes the WorkloadEndpoint ``<node>-k8s-<pod>-eth0`` in its namespace: its labels
+plus Calico's namespace, orchestrator and service-account labels, profiles ``kns.<ns>`` and
+``ksa.<ns>.<sa>``, addresses from its status (or Calico's annotations), the veth name
+Calico's CNI plugin gives it, its named container ports. Host-network and unscheduled pods
+are not endpoints; a finished pod has no addresses.
+
 A NetworkPolicy becomes the NetworkPolicy of the same name and namespace in tier ``default``
 at order 1000, its pod selector restricted to Kubernetes pods; the rest of pyfelix then
 treats it as the Calico policy it is (the kind stays KubernetesNetworkPolicy, so Felix's chain
@@ -13,11 +19,21 @@ cannot parse) is left out with its rule, as Calico drops such a rule, and valida
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
+import json
+import os
 from collections.abc import Sequence
 
 import attrs
 
+from pyfelix.model import NAMESPACE_LABEL, ORCHESTRATOR_LABEL, SERVICE_ACCOUNT_LABEL
+from pyfelix.resources.endpoints import (
+    IPNAT,
+    WorkloadEndpoint,
+    WorkloadEndpointPort,
+    WorkloadEndpointSpec,
+)
 from pyfelix.resources.k8s_policy import (
     KubernetesNetworkPolicy,
     LabelSelector,
@@ -25,11 +41,11 @@ from pyfelix.resources.k8s_policy import (
     NetworkPolicyPort,
 )
 from pyfelix.resources.meta import ObjectMeta
+from pyfelix.resources.pods import Pod
 from pyfelix.resources.policy import NetworkPolicy, NetworkPolicySpec
 from pyfelix.resources.rules import EntityRule, Rule
-from pyfelix.values import Port
+from pyfelix.values import FrozenMap, Port
 
-ORCHESTRATOR_LABEL = "projectcalico.org/orchestrator"
 #: Every selector Calico makes from a pod selector starts here: only Kubernetes pods.
 PODS_ONLY = f"{ORCHESTRATOR_LABEL} == 'k8s'"
 KNP_TIER = "default"
@@ -191,3 +207,154 @@ def network_policy(policy: KubernetesNetworkPolicy) -> NetworkPolicy:
         creation_timestamp=policy.metadata.creation_timestamp,
     )
     return NetworkPolicy(metadata=metadata, spec=converted)
+
+
+# ------------------------------------------------------------------------ pods
+
+POD_IP_ANNOTATION = "cni.projectcalico.org/podIP"
+POD_IPS_ANNOTATION = "cni.projectcalico.org/podIPs"
+AWS_POD_IPS_ANNOTATION = "vpc.amazonaws.com/pod-ips"
+CONTAINER_ID_ANNOTATION = "cni.projectcalico.org/containerID"
+FLOATING_IPS_ANNOTATION = "cni.projectcalico.org/floatingIPs"
+SOURCE_PREFIXES_ANNOTATION = "cni.projectcalico.org/allowedSourcePrefixes"
+FINISHED_PHASES = frozenset({"Failed", "Succeeded", "Completed"})
+_PORT_PROTOCOLS = {"": "TCP", "TCP": "TCP", "UDP": "UDP", "SCTP": "SCTP"}
+
+
+def workload_endpoint_name(node: str, pod: str, endpoint: str = "eth0") -> str:
+    """Calico's ``<node>-k8s-<pod>-<endpoint>``, each part's dashes doubled."""
+    return "-".join(part.replace("-", "--") for part in (node, "k8s", pod, endpoint))
+
+
+def veth_name(namespace: str, pod: str) -> str:
+    """The host side of the pod's veth as Calico's CNI plugin names it: the first prefix of
+    FELIX_INTERFACEPREFIX (cali) and 11 hex digits of SHA-1 over ``<namespace>.<pod>``."""
+    prefix = os.environ.get("FELIX_INTERFACEPREFIX", "").split(",")[0] or "cali"
+    digest = hashlib.sha1(f"{namespace}.{pod}".encode(), usedforsecurity=False).hexdigest()
+    return prefix + digest[:11]
+
+
+def _finished(pod: Pod) -> bool:
+    """Done, or being deleted with its address released: such a pod has no addresses."""
+    if pod.status is not None and pod.status.phase in FINISHED_PHASES:
+        return True
+    annotations = pod.metadata.annotations
+    released = annotations.get(POD_IP_ANNOTATION) == "" or (
+        annotations.get(AWS_POD_IPS_ANNOTATION) == ""
+    )
+    return bool(pod.metadata.deletion_timestamp) and released
+
+
+def pod_addresses(pod: Pod) -> tuple[str, ...]:
+    """The first of status.podIPs, status.podIP and Calico's (or AWS's) annotations that
+    has any, each as a host network (/32 or /128)."""
+    annotations = pod.metadata.annotations
+    status = pod.status
+    candidates = (
+        [ip.ip for ip in status.pod_ips] if status is not None else [],
+        [status.pod_ip] if status is not None and status.pod_ip else [],
+        annotations.get(POD_IPS_ANNOTATION, "").split(","),
+        [annotations.get(POD_IP_ANNOTATION, "")],
+        annotations.get(AWS_POD_IPS_ANNOTATION, "").split(","),
+    )
+    for addresses in candidates:
+        present = [a.strip() for a in addresses if a.strip()]
+        if present:
+            return tuple(_host_network(a) for a in present)
+    return ()
+
+
+def _host_network(address: str) -> str:
+    try:
+        return str(ipaddress.ip_network(address, strict=False))
+    except ValueError as exc:
+        raise ConversionError(f"invalid pod IP {address!r}") from exc
+
+
+def _json_list(text: str, what: str) -> list[str]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConversionError(f"{what} is not JSON: {exc}") from exc
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConversionError(f"{what} must be a JSON list of strings")
+    return value
+
+
+def _ports(pod: Pod) -> tuple[WorkloadEndpointPort, ...]:
+    """Named (or host-mapped) container ports, containers before init containers."""
+    ports = []
+    for container in (*pod.spec.containers, *pod.spec.init_containers):
+        for port in container.ports:
+            protocol = _PORT_PROTOCOLS.get(port.protocol)
+            if not port.container_port or not (port.host_port or port.name) or not protocol:
+                continue
+            ports.append(
+                WorkloadEndpointPort(
+                    name=port.name,
+                    protocol=protocol,
+                    port=port.container_port,
+                    host_port=port.host_port,
+                    host_ip=port.host_ip,
+                )
+            )
+    return tuple(ports)
+
+
+def _floating_ips(pod: Pod, networks: Sequence[str]) -> tuple[IPNAT, ...]:
+    text = pod.metadata.annotations.get(FLOATING_IPS_ANNOTATION)
+    if not text:
+        return ()
+    nats = []
+    for external in _json_list(text, FLOATING_IPS_ANNOTATION):
+        family = ":" in external
+        internal = next((n for n in networks if (":" in n) == family), "")
+        if not internal:
+            raise ConversionError(f"no pod IP of the family of floating IP {external!r}")
+        nats.append(IPNAT(internal.split("/")[0], external.split("/")[0]))
+    return tuple(nats)
+
+
+def workload_endpoint(pod: Pod) -> WorkloadEndpoint | None:
+    """The WorkloadEndpoint Calico's Kubernetes datastore makes of a pod; None for a pod that
+    is not one (host networking, not scheduled yet). A finished pod has no addresses, so
+    Felix leaves it out."""
+    spec = pod.spec
+    if spec.host_network or not spec.node_name:
+        return None
+    namespace, account = pod.namespace, spec.service_account_name
+    networks = () if _finished(pod) else pod_addresses(pod)
+    labels = dict(pod.labels)
+    labels[NAMESPACE_LABEL] = namespace
+    labels[ORCHESTRATOR_LABEL] = "k8s"
+    if 0 < len(account) < 63:
+        labels[SERVICE_ACCOUNT_LABEL] = account
+    profiles = [f"kns.{namespace}"] + ([f"ksa.{namespace}.{account}"] if account else [])
+    annotations = pod.metadata.annotations
+    prefixes = annotations.get(SOURCE_PREFIXES_ANNOTATION)
+    endpoint_spec = WorkloadEndpointSpec(
+        orchestrator="k8s",
+        node=spec.node_name,
+        pod=pod.name,
+        endpoint="eth0",
+        container_id=annotations.get(CONTAINER_ID_ANNOTATION, ""),
+        service_account_name=account,
+        ip_networks=networks,
+        ip_nats=_floating_ips(pod, networks),
+        profiles=tuple(profiles),
+        interface_name=veth_name(namespace, pod.name),
+        ports=_ports(pod),
+        allow_spoofed_source_prefixes=tuple(
+            _json_list(prefixes, SOURCE_PREFIXES_ANNOTATION) if prefixes else ()
+        ),
+    )
+    metadata = ObjectMeta(
+        name=workload_endpoint_name(spec.node_name, pod.name),
+        namespace=namespace,
+        labels=FrozenMap(labels),
+        uid=pod.metadata.uid,
+        resource_version=pod.metadata.resource_version,
+        creation_timestamp=pod.metadata.creation_timestamp,
+        generate_name=pod.metadata.generate_name,
+    )
+    return WorkloadEndpoint(metadata=metadata, spec=endpoint_spec)

@@ -47,6 +47,7 @@ from pyfelix.resources import (
     NetworkPolicy,
     NetworkSet,
     Node,
+    Pod,
     Profile,
     Resource,
     Service,
@@ -56,7 +57,7 @@ from pyfelix.resources import (
     Tier,
     WorkloadEndpoint,
 )
-from pyfelix.resources.k8s_conversion import network_policy
+from pyfelix.resources.k8s_conversion import ConversionError, network_policy, workload_endpoint
 from pyfelix.resources.rules import EntityRule
 from pyfelix.resources.rules import Rule as V3Rule
 from pyfelix.selector import SelectorError, parse_selector
@@ -331,7 +332,16 @@ def _split_nets(values: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ..
     return (tuple(n for n in nets if ":" not in n) if v6 else nets), v6
 
 
-def _workload_endpoint(wep: WorkloadEndpoint) -> list[KV]:
+def _pod(pod: Pod) -> list[KV]:
+    """The WorkloadEndpoint Calico makes of a pod (none for a host-network pod)."""
+    try:
+        wep = workload_endpoint(pod)
+    except ConversionError:
+        return []  # validation named the field
+    return _workload_endpoint(wep, origin=pod) if wep is not None else []
+
+
+def _workload_endpoint(wep: WorkloadEndpoint, origin: Resource | None = None) -> list[KV]:
     spec = wep.spec
     key = workload_key(wep)
     v4, v6 = _split_nets(spec.ip_networks)
@@ -370,7 +380,7 @@ def _workload_endpoint(wep: WorkloadEndpoint) -> list[KV]:
         allow_spoofed_source_prefixes=_nets(spec.allow_spoofed_source_prefixes)
         if spec.allow_spoofed_source_prefixes
         else (),
-        origin=wep,
+        origin=origin or wep,
     )
     return [(key, value)]
 
@@ -594,6 +604,7 @@ _CONVERTERS: dict[type[Resource], Callable[[Any], list[KV]]] = {
     GlobalNetworkPolicy: _policy,
     NetworkPolicy: _policy,
     KubernetesNetworkPolicy: _kubernetes_network_policy,
+    Pod: _pod,
     StagedGlobalNetworkPolicy: _policy,
     StagedNetworkPolicy: _policy,
     Tier: _tier,

@@ -28,6 +28,7 @@ from pyfelix.resources import (
     NetworkPolicy,
     NetworkSet,
     Node,
+    Pod,
     Profile,
     Resource,
     Service,
@@ -38,6 +39,12 @@ from pyfelix.resources import (
     WorkloadEndpoint,
 )
 from pyfelix.resources.endpoints import EndpointPort, WorkloadEndpointPort, WorkloadEndpointSpec
+from pyfelix.resources.k8s_conversion import (
+    POD_IP_ANNOTATION,
+    POD_IPS_ANNOTATION,
+    ConversionError,
+    workload_endpoint,
+)
 from pyfelix.resources.policy import GlobalNetworkPolicySpec, NetworkPolicySpec
 from pyfelix.validation.common import (
     Checker,
@@ -514,6 +521,36 @@ def _endpoint_slice(c: Checker, eps: EndpointSlice, _: ValidationContext) -> Non
 @_for(KubernetesNetworkPolicy)
 def _kubernetes_network_policy(c: Checker, policy: KubernetesNetworkPolicy, _: Any) -> None:
     check_kubernetes_network_policy(c, policy)
+
+
+@_for(Pod)
+def _pod(c: Checker, pod: Pod, _: ValidationContext) -> None:
+    """What Calico reads of a pod: its addresses, its container ports, its annotations."""
+    if pod.status is not None:
+        status = c.at("status")
+        for index, address in enumerate(pod.status.pod_ips):
+            check_ip(status.at("podIPs").at(index).at("ip"), address.ip)
+        if pod.status.pod_ip:
+            check_ip(status.at("podIP"), pod.status.pod_ip)
+    for containers in ("containers", "initContainers"):
+        listed = pod.spec.containers if containers == "containers" else pod.spec.init_containers
+        for index, container in enumerate(listed):
+            for p_index, port in enumerate(container.ports):
+                pc = c.at("spec").at(containers).at(index).at("ports").at(p_index)
+                check_port_number(pc.at("containerPort"), port.container_port)
+                if port.protocol:
+                    check_enum(pc.at("protocol"), port.protocol, ("TCP", "UDP", "SCTP"))
+                problem = port_name_problem(port.name) if port.name else None
+                if problem:
+                    pc.at("name").error(f"invalid port name {port.name!r}: {problem}")
+    annotations = c.at("metadata").at("annotations")
+    for key in (POD_IPS_ANNOTATION, POD_IP_ANNOTATION):
+        for listed_ip in filter(None, pod.metadata.annotations.get(key, "").split(",")):
+            check_ip(annotations.at(key), listed_ip.strip())
+    try:
+        workload_endpoint(pod)
+    except ConversionError as exc:
+        annotations.error(str(exc))
 
 
 @_for(Namespace, ServiceAccount)
