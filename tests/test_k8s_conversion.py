@@ -13,8 +13,14 @@ from pyfelix import messages as m
 from pyfelix import model
 from pyfelix.dryrun import compute
 from pyfelix.explain import Explainer, Flow
-from pyfelix.resources import KubernetesNetworkPolicy, Pod, load_text
+from pyfelix.resources import (
+    KubernetesClusterNetworkPolicy,
+    KubernetesNetworkPolicy,
+    Pod,
+    load_text,
+)
 from pyfelix.resources.k8s_conversion import (
+    cluster_network_policy,
     k8s_selector,
     network_policy,
     simplify_ports,
@@ -454,3 +460,211 @@ status: {phase: Running, podIPs: [{ip: 10.65.0.7}]}
         "ingress dropped at the end of tier default (selected by Kubernetes NetworkPolicy "
         "default/web-from-frontend, none allows it)"
     )
+
+
+def cnp(spec: dict[str, Any], name: str = "cnp") -> KubernetesClusterNetworkPolicy:
+    doc = {
+        "apiVersion": "policy.networking.k8s.io/v1alpha2",
+        "kind": "ClusterNetworkPolicy",
+        "metadata": {"name": name},
+        "spec": {"tier": "Admin", "priority": 10, "subject": {"namespaces": {}}, **spec},
+    }
+    return KubernetesClusterNetworkPolicy.from_manifest(doc)
+
+
+def test_cluster_network_policy_as_calico_converts_it() -> None:
+    """Tier kube-admin or kube-baseline, order its priority, Accept as Allow, a rule per
+    protocol (a named port has none, so it sorts first) and peer, rule names kept, types
+    from the rules; Felix sees kind KubernetesClusterNetworkPolicy, id kcnp/<name>."""
+    policy = cnp(
+        {
+            "ingress": [
+                {
+                    "name": "from-monitoring",
+                    "action": "Accept",
+                    "from": [
+                        {"namespaces": {"matchLabels": {"team": "mon"}}},
+                        {
+                            "pods": {
+                                "namespaceSelector": {},
+                                "podSelector": {"matchLabels": {"a": "b"}},
+                            }
+                        },
+                    ],
+                    "protocols": [
+                        {"tcp": {"destinationPort": {"number": 443}}},
+                        {"destinationNamedPort": "metrics"},
+                        {"tcp": {"destinationPort": {"range": {"start": 80, "end": 81}}}},
+                    ],
+                }
+            ],
+        }
+    )
+    converted = cluster_network_policy(policy)
+    assert converted is not None
+    spec = converted.spec
+    assert (spec.tier, spec.order, spec.types) == ("kube-admin", 10.0, ("Ingress",))
+    assert (spec.selector, spec.namespace_selector) == (
+        "projectcalico.org/orchestrator == 'k8s'",
+        "all()",
+    )
+    shown = [
+        (
+            r.action,
+            r.protocol,
+            r.source.selector,
+            r.source.namespace_selector,
+            [str(p) for p in r.destination.ports],
+        )
+        for r in spec.ingress
+    ]
+    assert shown == [
+        ("Allow", None, "", "team == 'mon'", ["metrics"]),
+        (
+            "Allow",
+            None,
+            "projectcalico.org/orchestrator == 'k8s' && a == 'b'",
+            "all()",
+            ["metrics"],
+        ),
+        ("Allow", "TCP", "", "team == 'mon'", ["80:81", "443"]),
+        (
+            "Allow",
+            "TCP",
+            "projectcalico.org/orchestrator == 'k8s' && a == 'b'",
+            "all()",
+            ["80:81", "443"],
+        ),
+    ]
+    assert spec.ingress[0].metadata is not None
+    assert dict(spec.ingress[0].metadata.annotations) == {"name": "from-monitoring"}
+    ((key, value),) = convert(policy)
+    assert key == model.PolicyKey("cnp", "", "KubernetesClusterNetworkPolicy", "kube-admin")
+    assert isinstance(value, model.Policy)
+    assert (
+        value.selector
+        == "(projectcalico.org/orchestrator == 'k8s') && has(projectcalico.org/namespace)"
+    )
+    short = m.PolicyID("kube-admin", "deny-all", "", "KubernetesClusterNetworkPolicy")
+    assert policy_chain_name(short, True) == "cali-pi-kcnp/deny-all"
+
+
+def test_cluster_policy_egress_networks_baseline_and_fail_closed() -> None:
+    policy = cnp(
+        {
+            "tier": "Baseline",
+            "subject": {
+                "pods": {"namespaceSelector": {"matchLabels": {"x": "y"}}, "podSelector": {}}
+            },
+            "egress": [
+                {"action": "Deny", "to": [{"networks": ["10.0.0.1/8", "fd00::/64"]}]},
+                {"action": "Pass", "to": [{"networks": ["not-a-cidr"]}]},
+                {"action": "Accept", "to": [{"networks": ["not-a-cidr"]}]},
+            ],
+        }
+    )
+    converted = cluster_network_policy(policy)
+    assert converted is not None
+    spec = converted.spec
+    assert (spec.tier, spec.types, spec.namespace_selector) == (
+        "kube-baseline",
+        ("Egress",),
+        "x == 'y'",
+    )
+    first, fail_closed = spec.egress
+    assert (first.action, first.destination.nets) == ("Deny", ("10.0.0.0/8", "fd00::/64"))
+    assert fail_closed == type(fail_closed)(action="Deny")
+
+
+def test_builtin_cluster_tiers_need_no_tier_resource() -> None:
+    """kube-admin before default before kube-baseline, both ending in Pass, as Calico
+    creates them, though no Tier resource says so."""
+    text = """
+apiVersion: v1
+kind: Namespace
+metadata: {name: x}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: a, namespace: x}
+spec: {nodeName: node-1}
+status: {phase: Running, podIPs: [{ip: 10.65.0.2}]}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: p, namespace: x}
+spec: {podSelector: {}}
+---
+apiVersion: policy.networking.k8s.io/v1alpha2
+kind: ClusterNetworkPolicy
+metadata: {name: base}
+spec:
+  {tier: Baseline, priority: 1, subject: {namespaces: {}},
+   ingress: [{action: Deny, from: [{namespaces: {}}]}]}
+---
+apiVersion: policy.networking.k8s.io/v1alpha2
+kind: ClusterNetworkPolicy
+metadata: {name: admin}
+spec:
+  {tier: Admin, priority: 1, subject: {namespaces: {}},
+   ingress: [{action: Pass, from: [{namespaces: {}}]}]}
+"""
+    _, state = compute([r.resource for r in load_text(text, "t").resources], "node-1")
+    ((_, endpoint),) = state.workloads.items()
+    assert [(t.name, t.default_action) for t in endpoint.tiers] == [
+        ("kube-admin", "Pass"),
+        ("default", "Deny"),
+        ("kube-baseline", "Pass"),
+    ]
+
+
+CLUSTER_INVALID = [
+    ({"tier": "Middle"}, "spec.tier", "'Middle'"),
+    ({"priority": 1001}, "spec.priority", "between 0 and 1000"),
+    ({"subject": {}}, "spec.subject", "exactly one of namespaces, pods"),
+    (
+        {"ingress": [{"action": "Allow", "from": [{"namespaces": {}}]}]},
+        "spec.ingress[0].action",
+        "'Allow'",
+    ),
+    ({"ingress": [{"action": "Deny", "from": []}]}, "spec.ingress[0].from", "1 to 25 peers"),
+    (
+        {"ingress": [{"action": "Deny", "from": [{"networks": ["10.0.0.0/8"]}]}]},
+        "spec.ingress[0].from[0].networks",
+        "only an egress peer",
+    ),
+    (
+        {"egress": [{"action": "Deny", "to": [{"networks": ["10.0.0/8"]}]}]},
+        "spec.egress[0].to[0].networks[0]",
+        "invalid CIDR",
+    ),
+    (
+        {"egress": [{"action": "Deny", "to": [{"namespaces": {}}], "protocols": [{"tcp": {}}]}]},
+        "spec.egress[0].protocols[0].tcp.destinationPort",
+        "must be specified",
+    ),
+    (
+        {
+            "egress": [
+                {
+                    "action": "Deny",
+                    "to": [{"namespaces": {}}],
+                    "protocols": [
+                        {"udp": {"destinationPort": {"range": {"start": 90, "end": 80}}}}
+                    ],
+                }
+            ]
+        },
+        "spec.egress[0].protocols[0].udp.destinationPort.range",
+        "less than end",
+    ),
+]
+
+
+@pytest.mark.parametrize(("spec", "path", "words"), CLUSTER_INVALID)
+def test_cluster_policy_validation_names_the_field(
+    spec: dict[str, Any], path: str, words: str
+) -> None:
+    problems = validate_resource(cnp(spec), ValidationContext())
+    assert [p.field for p in problems] == [path], problems
+    assert words in problems[0].message

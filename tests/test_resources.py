@@ -198,6 +198,28 @@ SAMPLES: dict[str, dict[str, Any]] = {
         },
         "status": {"phase": "Running", "podIP": "10.65.0.2", "podIPs": [{"ip": "10.65.0.2"}]},
     },
+    "KubernetesClusterNetworkPolicy": {
+        "spec": {
+            "tier": "Admin",
+            "priority": 10,
+            "subject": {
+                "pods": {"namespaceSelector": {}, "podSelector": {"matchLabels": {"a": "b"}}}
+            },
+            "ingress": [
+                {
+                    "name": "monitoring",
+                    "action": "Accept",
+                    "from": [{"namespaces": {"matchLabels": {"team": "mon"}}}],
+                    "protocols": [
+                        {"tcp": {"destinationPort": {"number": 443}}},
+                        {"udp": {"destinationPort": {"range": {"start": 53, "end": 54}}}},
+                        {"destinationNamedPort": "metrics"},
+                    ],
+                }
+            ],
+            "egress": [{"action": "Deny", "to": [{"networks": ["10.0.0.0/8"]}]}],
+        },
+    },
     "KubernetesNetworkPolicy": {
         "metadata": {"namespace": "prod"},
         "spec": {

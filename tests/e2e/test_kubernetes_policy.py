@@ -205,3 +205,69 @@ def test_kubernetes_network_policy_model(tmp_path: Path) -> None:
             ),
             lambda p: p[0][0] != "x" and not (p[0] == ("z", "c") and p[1][0] == "y"),
         )
+
+
+def cluster_policy(name: str, tier: str, priority: int, spec: str) -> str:
+    return (
+        f"apiVersion: policy.networking.k8s.io/v1alpha2\nkind: ClusterNetworkPolicy\n"
+        f"metadata: {{name: {name}}}\nspec:\n  tier: {tier}\n  priority: {priority}\n"
+        f"{spec}\n---\n"
+    )
+
+
+def test_cluster_network_policy_tiers(tmp_path: Path) -> None:
+    """ClusterNetworkPolicy around NetworkPolicy, as Calico orders them: Admin (kube-admin)
+    first, where Accept and Deny are final and Pass hands over to the namespaces'
+    NetworkPolicies; Baseline (kube-baseline) last, for what no NetworkPolicy selected."""
+    with ExitStack() as stack:
+        model = Model(stack, tmp_path)
+        model.expect("", lambda probe: True)
+        # An Admin Deny cannot be overridden by a NetworkPolicy allowing everything.
+        model.expect(
+            cluster_policy(
+                "deny-y-to-x",
+                "Admin",
+                10,
+                "  subject: {namespaces: {matchLabels: {ns: x}}}\n"
+                "  ingress: [{name: no-y, action: Deny,"
+                " from: [{namespaces: {matchLabels: {ns: y}}}]}]",
+            )
+            + policy("x", "allow-all", "  podSelector: {}\n  ingress: [{}]"),
+            lambda p: not (p[0][0] == "y" and p[1][0] == "x"),
+        )
+        # Accept from z on TCP 80 is final; Pass for y reaches x's default-deny NetworkPolicy.
+        model.expect(
+            cluster_policy(
+                "admin",
+                "Admin",
+                20,
+                "  subject: {namespaces: {matchLabels: {ns: x}}}\n"
+                "  ingress:\n"
+                "  - {action: Accept, from: [{namespaces: {matchLabels: {ns: z}}}],"
+                " protocols: [{tcp: {destinationPort: {number: 80}}}]}\n"
+                "  - {action: Pass, from: [{namespaces: {matchLabels: {ns: y}}}]}",
+            )
+            + policy("x", "deny-ingress", "  podSelector: {}\n  policyTypes: [Ingress]"),
+            lambda p: p[1][0] != "x" or (p[0][0] == "z" and p[2:] == ("tcp", 80)),
+        )
+        # Baseline denies z's ingress from everywhere; x's NetworkPolicy decides for x first.
+        model.expect(
+            cluster_policy(
+                "baseline",
+                "Baseline",
+                1,
+                "  subject: {namespaces: {}}\n"
+                "  ingress: [{action: Deny, from: [{namespaces: {}}]}]",
+            )
+            + policy(
+                "x",
+                "from-y-81",
+                "  podSelector: {}\n"
+                "  ingress: [{from: [{namespaceSelector: {matchLabels: {ns: y}}}],"
+                " ports: [{port: 81}]}]",
+            )
+            + policy("y", "open", "  podSelector: {}\n  ingress: [{}]"),
+            lambda p: (
+                (p[1][0] == "x" and p[0][0] == "y" and p[2:] == ("tcp", 81)) or p[1][0] == "y"
+            ),
+        )

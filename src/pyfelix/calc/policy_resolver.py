@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pyfelix import messages, model
 from pyfelix.calc.dispatcher import Dispatcher, endpoint_of, value_of
 from pyfelix.calc.outputs import EndpointOutput
-from pyfelix.resources.policy import DEFAULT_TIER, DEFAULT_TIER_ORDER
+from pyfelix.resources.policy import BUILTIN_TIERS
 from pyfelix.syncer.api import SyncStatus, Update
 
 EndpointKey = model.WorkloadEndpointKey | model.HostEndpointKey
@@ -155,7 +155,11 @@ class PolicyResolver:
         self, tier: str, matched: list[tuple[model.PolicyKey, model.Policy]]
     ) -> messages.TierInfo:
         definition = self._tiers.get(tier)
-        action = definition.default_action if definition is not None else "Deny"
+        builtin = BUILTIN_TIERS.get(tier)
+        if definition is not None:
+            action = definition.default_action
+        else:
+            action = builtin[1] if builtin is not None else "Deny"
         ids = self._ids
         for k, _ in matched:
             if k not in ids:
@@ -168,7 +172,8 @@ class PolicyResolver:
         definition = self._tiers.get(tier)
         if definition is not None and definition.order is not None:
             return (definition.order, tier)
-        return (DEFAULT_TIER_ORDER if tier == DEFAULT_TIER else math.inf, tier)
+        builtin = BUILTIN_TIERS.get(tier)
+        return (builtin[0] if builtin is not None else math.inf, tier)
 
     def tiers(self, key: EndpointKey, kind: str = "normal") -> tuple[messages.TierInfo, ...]:
         """The ordered tiers of the policies matching ``key`` of one kind (WANTED)."""

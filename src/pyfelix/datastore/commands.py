@@ -23,6 +23,7 @@ from pyfelix.datastore.layout import decode, encode, key_for, list_prefix, resou
 from pyfelix.errors import ManifestError, PyfelixError
 from pyfelix.resources import KINDS, ObjectMeta, Resource, load_paths, load_text
 from pyfelix.resources.loader import LoadResult
+from pyfelix.resources.meta import CALICO_API_VERSION
 from pyfelix.validation import validate_loaded
 
 SHORT_NAMES = {
@@ -43,6 +44,7 @@ SHORT_NAMES = {
     "clusterinfo": "ClusterInformation",
     "ipamblock": "IPAMBlock",
     "knp": "KubernetesNetworkPolicy",
+    "cnp": "KubernetesClusterNetworkPolicy",
 }
 
 
@@ -53,12 +55,14 @@ class CommandError(PyfelixError):
 def resolve_kind(text: str) -> type[Resource]:
     """A kind from its name, plural or short name, in any case (as calicoctl accepts)."""
     lowered = text.lower()
-    for cls in KINDS.values():
+    # Calico's kinds first: "networkpolicy" is Calico's, as in calicoctl.
+    for cls in sorted(KINDS.values(), key=lambda k: k.API_VERSION != CALICO_API_VERSION):
         # kubectl's full names tell Kubernetes' NetworkPolicy from Calico's:
         # networkpolicies.networking.k8s.io, networkpolicy.networking.k8s.io.
         group = cls.API_VERSION.rpartition("/")[0]
         full = {f"{cls.PLURAL}.{group}", f"{cls.manifest_kind().lower()}.{group}"}
-        if lowered in (cls.KIND.lower(), cls.PLURAL) or (group and lowered in full):
+        names = (cls.KIND.lower(), cls.manifest_kind().lower(), cls.PLURAL)
+        if lowered in names or (group and lowered in full):
             return cls
     if lowered in SHORT_NAMES:
         return KINDS[SHORT_NAMES[lowered]]

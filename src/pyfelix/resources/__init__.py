@@ -12,7 +12,7 @@ from pyfelix.resources.cluster import (
     Node,
 )
 from pyfelix.resources.endpoints import HostEndpoint, WorkloadEndpoint
-from pyfelix.resources.k8s_policy import KubernetesNetworkPolicy
+from pyfelix.resources.k8s_policy import KubernetesClusterNetworkPolicy, KubernetesNetworkPolicy
 from pyfelix.resources.kubernetes import EndpointSlice, Namespace, Service, ServiceAccount
 from pyfelix.resources.loader import LoadResult, Located, load_paths, load_text
 from pyfelix.resources.meta import KINDS, ObjectMeta, Resource
@@ -50,6 +50,7 @@ __all__ = [
     "HostEndpoint",
     "IPAMBlock",
     "IPPool",
+    "KubernetesClusterNetworkPolicy",
     "KubernetesNetworkPolicy",
     "LoadResult",
     "Located",

@@ -35,6 +35,11 @@ from pyfelix.resources.endpoints import (
     WorkloadEndpointSpec,
 )
 from pyfelix.resources.k8s_policy import (
+    ClusterEgressRule,
+    ClusterIngressRule,
+    ClusterPeer,
+    ClusterProtocol,
+    KubernetesClusterNetworkPolicy,
     KubernetesNetworkPolicy,
     LabelSelector,
     NetworkPolicyPeer,
@@ -42,8 +47,13 @@ from pyfelix.resources.k8s_policy import (
 )
 from pyfelix.resources.meta import ObjectMeta
 from pyfelix.resources.pods import Pod
-from pyfelix.resources.policy import NetworkPolicy, NetworkPolicySpec
-from pyfelix.resources.rules import EntityRule, Rule
+from pyfelix.resources.policy import (
+    GlobalNetworkPolicy,
+    GlobalNetworkPolicySpec,
+    NetworkPolicy,
+    NetworkPolicySpec,
+)
+from pyfelix.resources.rules import EntityRule, Rule, RuleMetadata
 from pyfelix.values import FrozenMap, Port
 
 #: Every selector Calico makes from a pod selector starts here: only Kubernetes pods.
@@ -358,3 +368,136 @@ def workload_endpoint(pod: Pod) -> WorkloadEndpoint | None:
         generate_name=pod.metadata.generate_name,
     )
     return WorkloadEndpoint(metadata=metadata, spec=endpoint_spec)
+
+
+# ------------------------------------------------------------------------ cluster-scoped
+
+#: ClusterNetworkPolicy's tiers as Calico's (3.32): both end in Pass.
+CLUSTER_TIERS = {"Admin": "kube-admin", "Baseline": "kube-baseline"}
+CLUSTER_ACTIONS = {"Accept": "Allow", "Deny": "Deny", "Pass": "Pass"}
+
+
+def _cluster_protocol(protocol: ClusterProtocol) -> tuple[str | None, Port | None]:
+    """(protocol, port) of one entry; (None, None) for an empty one (anything at all)."""
+    if protocol.destination_named_port is not None:
+        # No protocol: Felix matches the name under any protocol.
+        return "", Port(name=protocol.destination_named_port)
+    for name, ports in (("TCP", protocol.tcp), ("UDP", protocol.udp), ("SCTP", protocol.sctp)):
+        if ports is None:
+            continue
+        port = ports.destination_port
+        if port is None:
+            return name, None
+        if port.number is not None:
+            return name, Port(port.number, port.number)
+        if port.range is not None:
+            return name, Port(port.range.start, port.range.end)
+        return name, None
+    return None, None
+
+
+def _cluster_rules(
+    action: str,
+    peers: Sequence[ClusterPeer],
+    protocols: Sequence[ClusterProtocol],
+    rule_name: str,
+    ingress: bool,
+) -> list[Rule]:
+    """One cluster rule as Calico's: a rule per protocol (sorted; a named port has none) and
+    peer (in order)."""
+    by_protocol: dict[str, list[Port] | None] = {}
+    for protocol in protocols or (ClusterProtocol(),):
+        name, port = _cluster_protocol(protocol)
+        if name is None:
+            by_protocol = {"": None}
+            break
+        if port is None:
+            by_protocol[name] = None
+        elif name not in by_protocol:
+            by_protocol[name] = [port]
+        elif (known := by_protocol[name]) is not None:
+            known.append(port)
+    metadata = RuleMetadata(FrozenMap({"name": rule_name})) if rule_name else None
+    rules = []
+    for protocol_name in sorted(by_protocol):
+        listed = by_protocol[protocol_name]
+        ports = simplify_ports(listed) if listed else ()
+        for peer in peers:
+            selector = namespace_selector = ""
+            nets: tuple[str, ...] = ()
+            if peer.namespaces is not None:
+                namespace_selector = k8s_selector(peer.namespaces, pods=False)
+            if peer.pods is not None:
+                selector = k8s_selector(peer.pods.pod_selector, pods=True)
+                namespace_selector = k8s_selector(peer.pods.namespace_selector, pods=False)
+            if peer.networks and not ingress:
+                nets = tuple(_network(n) for n in peer.networks)
+            if not (peer.namespaces is not None or peer.pods is not None or nets):
+                raise ConversionError("a peer sets none of the supported fields")
+            side = EntityRule(selector=selector, namespace_selector=namespace_selector, nets=nets)
+            rules.append(
+                Rule(
+                    action=action,
+                    protocol=protocol_name or None,
+                    source=side if ingress else EntityRule(),
+                    destination=EntityRule(ports=ports)
+                    if ingress
+                    else attrs.evolve(side, ports=ports),
+                    metadata=metadata,
+                )
+            )
+    return rules
+
+
+def _cluster_direction(
+    rules: Sequence[ClusterIngressRule | ClusterEgressRule], ingress: bool
+) -> tuple[Rule, ...]:
+    out: list[Rule] = []
+    for rule in rules:
+        action = CLUSTER_ACTIONS.get(rule.action)
+        try:
+            if action is not None:
+                out += _cluster_rules(action, rule.peers, rule.protocols, rule.name, ingress)
+                continue
+        except ConversionError:
+            pass
+        if rule.action in ("Deny", "Pass"):
+            out.append(Rule(action="Deny"))  # fail closed, as Calico does
+    return tuple(out)
+
+
+def cluster_network_policy(policy: KubernetesClusterNetworkPolicy) -> GlobalNetworkPolicy | None:
+    """The Calico policy Calico makes of a ClusterNetworkPolicy: same name, tier kube-admin or
+    kube-baseline, order its priority; None (no policy) for an unknown tier or no subject."""
+    spec = policy.spec
+    tier = CLUSTER_TIERS.get(spec.tier)
+    subject = spec.subject
+    if tier is None:
+        return None
+    if subject.namespaces is not None:
+        namespace_selector = k8s_selector(subject.namespaces, pods=False)
+        selector = k8s_selector(None, pods=True)
+    elif subject.pods is not None:
+        namespace_selector = k8s_selector(subject.pods.namespace_selector, pods=False)
+        selector = k8s_selector(subject.pods.pod_selector, pods=True)
+    else:
+        return None
+    ingress = _cluster_direction(spec.ingress, ingress=True)
+    egress = _cluster_direction(spec.egress, ingress=False)
+    types = (("Ingress",) if ingress else ()) + (("Egress",) if egress else ())
+    converted = GlobalNetworkPolicySpec(
+        tier=tier,
+        order=float(spec.priority),
+        namespace_selector=namespace_selector,
+        selector=selector,
+        ingress=ingress,
+        egress=egress,
+        types=types,
+    )
+    metadata = ObjectMeta(
+        name=policy.name,
+        uid=policy.metadata.uid,
+        resource_version=policy.metadata.resource_version,
+        creation_timestamp=policy.metadata.creation_timestamp,
+    )
+    return GlobalNetworkPolicy(metadata=metadata, spec=converted)

@@ -1,4 +1,5 @@
-"""Kubernetes' NetworkPolicy (networking.k8s.io/v1), as the API server stores it.
+"""Kubernetes' NetworkPolicy (networking.k8s.io/v1) and the cluster-scoped ClusterNetworkPolicy
+(policy.networking.k8s.io/v1alpha2), as the API server stores them.
 
 Inside pyfelix the kind is KubernetesNetworkPolicy (Calico's model calls it that), so it sits
 beside Calico's own NetworkPolicy of the same name; manifests spell it ``NetworkPolicy``
@@ -116,4 +117,118 @@ class KubernetesNetworkPolicy(Resource):
     SPEC = KubernetesNetworkPolicySpec
     STATUS = RawStatus
     spec: KubernetesNetworkPolicySpec = attrs.field(factory=KubernetesNetworkPolicySpec)
+    status: RawStatus | None = None
+
+
+# ------------------------------------------------------------------------ cluster-scoped
+
+
+@attrs.frozen
+class PodsPeer(Spec):
+    """Pods by namespace and pod labels (both required; ``{}`` is every one)."""
+
+    namespace_selector: LabelSelector = field(
+        "namespaceSelector", Nested(LabelSelector), factory=LabelSelector, keep_empty=True
+    )
+    pod_selector: LabelSelector = field(
+        "podSelector", Nested(LabelSelector), factory=LabelSelector, keep_empty=True
+    )
+
+
+@attrs.frozen
+class ClusterPeer(Spec):
+    """Exactly one of its fields; ``networks`` only as an egress peer."""
+
+    namespaces: LabelSelector | None = field("namespaces", Nested(LabelSelector), keep_empty=True)
+    pods: PodsPeer | None = field("pods", Nested(PodsPeer), keep_empty=True)
+    networks: tuple[str, ...] = field("networks", STR_LIST, factory=tuple)
+
+
+@attrs.frozen
+class PortRange(Spec):
+    start: int = field("start", INT, default=0, keep_empty=True)
+    end: int = field("end", INT, default=0, keep_empty=True)
+
+
+@attrs.frozen
+class DestinationPort(Spec):
+    number: int | None = field("number", INT)
+    range: PortRange | None = field("range", Nested(PortRange))
+
+
+@attrs.frozen
+class ProtocolPorts(Spec):
+    destination_port: DestinationPort | None = field(
+        "destinationPort", Nested(DestinationPort), keep_empty=True
+    )
+
+
+@attrs.frozen
+class ClusterProtocol(Spec):
+    """Exactly one of tcp, udp, sctp (each with its destination port) or a named port."""
+
+    tcp: ProtocolPorts | None = field("tcp", Nested(ProtocolPorts), keep_empty=True)
+    udp: ProtocolPorts | None = field("udp", Nested(ProtocolPorts), keep_empty=True)
+    sctp: ProtocolPorts | None = field("sctp", Nested(ProtocolPorts), keep_empty=True)
+    destination_named_port: str | None = field("destinationNamedPort", STR)
+
+
+@attrs.frozen
+class ClusterIngressRule(Spec):
+    name: str = field("name", STR, default="")
+    action: str = field("action", STR, default="", keep_empty=True)
+    peers: tuple[ClusterPeer, ...] = field(
+        "from", ListOf(Nested(ClusterPeer)), factory=tuple, keep_empty=True
+    )
+    protocols: tuple[ClusterProtocol, ...] = field(
+        "protocols", ListOf(Nested(ClusterProtocol)), factory=tuple
+    )
+
+
+@attrs.frozen
+class ClusterEgressRule(Spec):
+    name: str = field("name", STR, default="")
+    action: str = field("action", STR, default="", keep_empty=True)
+    peers: tuple[ClusterPeer, ...] = field(
+        "to", ListOf(Nested(ClusterPeer)), factory=tuple, keep_empty=True
+    )
+    protocols: tuple[ClusterProtocol, ...] = field(
+        "protocols", ListOf(Nested(ClusterProtocol)), factory=tuple
+    )
+
+
+@attrs.frozen
+class ClusterSubject(Spec):
+    namespaces: LabelSelector | None = field("namespaces", Nested(LabelSelector), keep_empty=True)
+    pods: PodsPeer | None = field("pods", Nested(PodsPeer), keep_empty=True)
+
+
+@attrs.frozen
+class ClusterNetworkPolicySpec(Spec):
+    tier: str = field("tier", STR, default="", keep_empty=True)
+    priority: int = field("priority", INT, default=0, keep_empty=True)
+    subject: ClusterSubject = field(
+        "subject", Nested(ClusterSubject), factory=ClusterSubject, keep_empty=True
+    )
+    ingress: tuple[ClusterIngressRule, ...] = field(
+        "ingress", ListOf(Nested(ClusterIngressRule)), factory=tuple
+    )
+    egress: tuple[ClusterEgressRule, ...] = field(
+        "egress", ListOf(Nested(ClusterEgressRule)), factory=tuple
+    )
+
+
+@register
+@attrs.frozen
+class KubernetesClusterNetworkPolicy(Resource):
+    """The cluster-scoped policy API (policy.networking.k8s.io): tier Admin or Baseline,
+    becoming a Calico policy in tier kube-admin or kube-baseline, ordered by priority."""
+
+    KIND = "KubernetesClusterNetworkPolicy"
+    MANIFEST_KIND = "ClusterNetworkPolicy"
+    API_VERSION = "policy.networking.k8s.io/v1alpha2"
+    PLURAL = "clusternetworkpolicies"
+    SPEC = ClusterNetworkPolicySpec
+    STATUS = RawStatus
+    spec: ClusterNetworkPolicySpec = attrs.field(factory=ClusterNetworkPolicySpec)
     status: RawStatus | None = None

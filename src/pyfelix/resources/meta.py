@@ -151,8 +151,8 @@ def resource_ident(kind: str, namespace: str, name: str) -> str:
 
 
 KINDS: dict[str, type[Resource]] = {}
-#: The kinds by the ``kind`` manifests spell (several for NetworkPolicy), first registered
-#: first: that one is assumed when the apiVersion matches none of them.
+#: The kinds by the ``kind`` manifests spell (several for NetworkPolicy), Calico's first:
+#: that one is assumed when the apiVersion matches none of them (as calicoctl would).
 MANIFEST_KINDS: dict[str, list[type[Resource]]] = {}
 R = TypeVar("R", bound=type[Resource])
 
@@ -160,13 +160,15 @@ R = TypeVar("R", bound=type[Resource])
 def register(cls: R) -> R:
     """Class decorator adding a kind to the registry the loader consults."""
     KINDS[cls.KIND] = cls
-    MANIFEST_KINDS.setdefault(cls.manifest_kind(), []).append(cls)
+    same = MANIFEST_KINDS.setdefault(cls.manifest_kind(), [])
+    same.insert(0 if cls.API_VERSION == CALICO_API_VERSION else len(same), cls)
     return cls
 
 
 def kind_for(kind: Any, api_version: Any) -> type[Resource] | None:
     """The kind a manifest's ``kind`` and ``apiVersion`` name (for a known ``kind`` with another
-    apiVersion, the first registered under it, so the apiVersion is what gets reported)."""
+    apiVersion, Calico's or else the first registered, so the apiVersion is what gets
+    reported)."""
     if not isinstance(kind, str):
         return None
     candidates = MANIFEST_KINDS.get(kind)

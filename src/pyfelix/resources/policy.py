@@ -12,6 +12,13 @@ from pyfelix.values import FrozenMap
 DEFAULT_TIER = "default"
 # Felix's order for the default tier when no Tier resource gives one.
 DEFAULT_TIER_ORDER = 1_000_000.0
+#: The tiers Calico creates at start-up (order, default action), which exist without a Tier
+#: resource: the Kubernetes cluster-scoped policies' two either side of default.
+BUILTIN_TIERS: dict[str, tuple[float, str]] = {
+    DEFAULT_TIER: (DEFAULT_TIER_ORDER, "Deny"),
+    "kube-admin": (1_000.0, "Pass"),
+    "kube-baseline": (10_000_000.0, "Pass"),
+}
 
 
 @attrs.frozen
@@ -145,6 +152,7 @@ POLICY_KINDS: tuple[type[Resource], ...] = (
 )
 
 __all__ = [
+    "BUILTIN_TIERS",
     "DEFAULT_TIER",
     "DEFAULT_TIER_ORDER",
     "POLICY_KINDS",

@@ -42,6 +42,7 @@ from pyfelix.resources import (
     HostEndpoint,
     IPAMBlock,
     IPPool,
+    KubernetesClusterNetworkPolicy,
     KubernetesNetworkPolicy,
     Namespace,
     NetworkPolicy,
@@ -57,7 +58,12 @@ from pyfelix.resources import (
     Tier,
     WorkloadEndpoint,
 )
-from pyfelix.resources.k8s_conversion import ConversionError, network_policy, workload_endpoint
+from pyfelix.resources.k8s_conversion import (
+    ConversionError,
+    cluster_network_policy,
+    network_policy,
+    workload_endpoint,
+)
 from pyfelix.resources.rules import EntityRule
 from pyfelix.resources.rules import Rule as V3Rule
 from pyfelix.selector import SelectorError, parse_selector
@@ -235,6 +241,11 @@ def _policy(resource: Any, origin: Resource | None = None) -> list[KV]:
 
 def _kubernetes_network_policy(policy: KubernetesNetworkPolicy) -> list[KV]:
     return _policy(network_policy(policy), origin=policy)
+
+
+def _kubernetes_cluster_network_policy(policy: KubernetesClusterNetworkPolicy) -> list[KV]:
+    converted = cluster_network_policy(policy)
+    return _policy(converted, origin=policy) if converted is not None else []
 
 
 def _tier(tier: Tier) -> list[KV]:
@@ -604,6 +615,7 @@ _CONVERTERS: dict[type[Resource], Callable[[Any], list[KV]]] = {
     GlobalNetworkPolicy: _policy,
     NetworkPolicy: _policy,
     KubernetesNetworkPolicy: _kubernetes_network_policy,
+    KubernetesClusterNetworkPolicy: _kubernetes_cluster_network_policy,
     Pod: _pod,
     StagedGlobalNetworkPolicy: _policy,
     StagedNetworkPolicy: _policy,

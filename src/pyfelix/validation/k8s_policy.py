@@ -1,16 +1,23 @@
-"""Kubernetes' NetworkPolicy as the API server validates it (ValidateNetworkPolicy): label
-selectors, policy types, ports and endPort, peers and ipBlocks, each problem naming its
-field. The converted Calico policy is then valid by construction."""
+"""Kubernetes' NetworkPolicy as the API server validates it (ValidateNetworkPolicy: label
+selectors, policy types, ports and endPort, peers and ipBlocks) and ClusterNetworkPolicy as
+its CRD does (tier, priority, one subject, one field per peer and protocol, port ranges), each
+problem naming its field. The converted Calico policy is then valid by construction."""
 
 from __future__ import annotations
 
 from pyfelix.resources.k8s_policy import (
+    ClusterEgressRule,
+    ClusterIngressRule,
+    ClusterPeer,
+    ClusterProtocol,
     EgressRule,
     IngressRule,
+    KubernetesClusterNetworkPolicy,
     KubernetesNetworkPolicy,
     LabelSelector,
     NetworkPolicyPeer,
     NetworkPolicyPort,
+    PodsPeer,
 )
 from pyfelix.validation.common import (
     Checker,
@@ -116,3 +123,100 @@ def check_kubernetes_network_policy(c: Checker, policy: KubernetesNetworkPolicy)
                 _check_peer(rc.at(peers_field).at(p_index), peer)
             for p_index, port in enumerate(rule.ports):
                 _check_port(rc.at("ports").at(p_index), port)
+
+
+MAX_CLUSTER_RULES = 25
+CLUSTER_TIERS = ("Admin", "Baseline")
+CLUSTER_ACTIONS = ("Accept", "Deny", "Pass")
+
+
+def _one_of(c: Checker, present: dict[str, bool]) -> None:
+    count = sum(present.values())
+    if count != 1:
+        c.error(f"must set exactly one of {', '.join(present)} (set: {count})")
+
+
+def _check_pods_peer(c: Checker, pods: PodsPeer) -> None:
+    check_label_selector(c.at("namespaceSelector"), pods.namespace_selector)
+    check_label_selector(c.at("podSelector"), pods.pod_selector)
+
+
+def _check_cluster_peer(c: Checker, peer: ClusterPeer, egress: bool) -> None:
+    fields = {"namespaces": peer.namespaces is not None, "pods": peer.pods is not None}
+    if egress:
+        fields["networks"] = bool(peer.networks)
+    elif peer.networks:
+        c.at("networks").error("only an egress peer may name networks")
+        return
+    _one_of(c, fields)
+    if peer.namespaces is not None:
+        check_label_selector(c.at("namespaces"), peer.namespaces)
+    if peer.pods is not None:
+        _check_pods_peer(c.at("pods"), peer.pods)
+    c.at("networks").check(len(peer.networks) <= MAX_CLUSTER_RULES, "at most 25 networks")
+    for index, cidr in enumerate(peer.networks):
+        check_cidr(c.at("networks").at(index), cidr)
+
+
+def _check_cluster_protocol(c: Checker, protocol: ClusterProtocol) -> None:
+    by_name = {"tcp": protocol.tcp, "udp": protocol.udp, "sctp": protocol.sctp}
+    present = {name: value is not None for name, value in by_name.items()}
+    present["destinationNamedPort"] = protocol.destination_named_port is not None
+    _one_of(c, present)
+    if protocol.destination_named_port is not None:
+        problem = port_name_problem(protocol.destination_named_port)
+        if problem:
+            c.at("destinationNamedPort").error(
+                f"invalid port name {protocol.destination_named_port!r}: {problem}"
+            )
+    for name, ports in by_name.items():
+        if ports is None:
+            continue
+        port = ports.destination_port
+        pc = c.at(name).at("destinationPort")
+        if port is None:
+            pc.error("must be specified")
+            continue
+        _one_of(pc, {"number": port.number is not None, "range": port.range is not None})
+        if port.number is not None:
+            pc.at("number").check(
+                1 <= port.number <= 65535, f"port {port.number} invalid: must be 1-65535"
+            )
+        if port.range is not None:
+            rc = pc.at("range")
+            for end, value in (("start", port.range.start), ("end", port.range.end)):
+                rc.at(end).check(1 <= value <= 65535, f"port {value} invalid: must be 1-65535")
+            rc.check(port.range.start < port.range.end, "start port must be less than end port")
+
+
+def check_cluster_network_policy(c: Checker, policy: KubernetesClusterNetworkPolicy) -> None:
+    spec = policy.spec
+    sc = c.at("spec")
+    check_enum(sc.at("tier"), spec.tier, CLUSTER_TIERS)
+    sc.at("priority").check(0 <= spec.priority <= 1000, "must be between 0 and 1000")
+    subject = sc.at("subject")
+    _one_of(
+        subject,
+        {"namespaces": spec.subject.namespaces is not None, "pods": spec.subject.pods is not None},
+    )
+    if spec.subject.namespaces is not None:
+        check_label_selector(subject.at("namespaces"), spec.subject.namespaces)
+    if spec.subject.pods is not None:
+        _check_pods_peer(subject.at("pods"), spec.subject.pods)
+    directions: tuple[tuple[str, str, tuple[ClusterIngressRule | ClusterEgressRule, ...]], ...] = (
+        ("ingress", "from", spec.ingress),
+        ("egress", "to", spec.egress),
+    )
+    for direction, peers_field, rules in directions:
+        sc.at(direction).check(len(rules) <= MAX_CLUSTER_RULES, "at most 25 rules")
+        for index, rule in enumerate(rules):
+            rc = sc.at(direction).at(index)
+            check_enum(rc.at("action"), rule.action, CLUSTER_ACTIONS)
+            rc.at("name").check(len(rule.name) <= 100, "must be no more than 100 characters")
+            peers = rc.at(peers_field)
+            peers.check(1 <= len(rule.peers) <= MAX_CLUSTER_RULES, "must list 1 to 25 peers")
+            for p_index, peer in enumerate(rule.peers):
+                _check_cluster_peer(peers.at(p_index), peer, egress=direction == "egress")
+            rc.at("protocols").check(len(rule.protocols) <= MAX_CLUSTER_RULES, "at most 25")
+            for p_index, protocol in enumerate(rule.protocols):
+                _check_cluster_protocol(rc.at("protocols").at(p_index), protocol)

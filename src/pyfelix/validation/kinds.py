@@ -23,6 +23,7 @@ from pyfelix.resources import (
     HostEndpoint,
     IPAMBlock,
     IPPool,
+    KubernetesClusterNetworkPolicy,
     KubernetesNetworkPolicy,
     Namespace,
     NetworkPolicy,
@@ -45,7 +46,7 @@ from pyfelix.resources.k8s_conversion import (
     ConversionError,
     workload_endpoint,
 )
-from pyfelix.resources.policy import GlobalNetworkPolicySpec, NetworkPolicySpec
+from pyfelix.resources.policy import BUILTIN_TIERS, GlobalNetworkPolicySpec, NetworkPolicySpec
 from pyfelix.validation.common import (
     Checker,
     check_annotations,
@@ -65,7 +66,10 @@ from pyfelix.validation.common import (
     supports_ports,
 )
 from pyfelix.validation.felixconfig import check_felix_configuration
-from pyfelix.validation.k8s_policy import check_kubernetes_network_policy
+from pyfelix.validation.k8s_policy import (
+    check_cluster_network_policy,
+    check_kubernetes_network_policy,
+)
 from pyfelix.validation.rules import check_rule
 
 _LABEL_RE = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -73,11 +77,7 @@ _NAMESPACED_POLICY_NAME = re.compile(
     rf"^({_LABEL_RE}(\.{_LABEL_RE})?|(knp|ossg)\.default\.{_LABEL_RE}(\.{_LABEL_RE})*)$"
 )
 _GLOBAL_POLICY_NAME = re.compile(rf"^({_LABEL_RE}\.)?{_LABEL_RE}$")
-RESERVED_TIERS = {
-    "default": (1_000_000.0, "Deny"),
-    "kube-admin": (1_000.0, "Pass"),
-    "kube-baseline": (10_000_000.0, "Pass"),
-}
+RESERVED_TIERS = BUILTIN_TIERS
 MAX_RULES = 1024
 NAMESPACE_LABEL = "projectcalico.org/namespace"
 
@@ -516,6 +516,13 @@ def _endpoint_slice(c: Checker, eps: EndpointSlice, _: ValidationContext) -> Non
             check_enum(pc.at("protocol"), port.protocol, ("TCP", "UDP", "SCTP"))
         if port.port is not None:
             check_port_number(pc.at("port"), port.port)
+
+
+@_for(KubernetesClusterNetworkPolicy)
+def _kubernetes_cluster_policy(
+    c: Checker, policy: KubernetesClusterNetworkPolicy, _: ValidationContext
+) -> None:
+    check_cluster_network_policy(c, policy)
 
 
 @_for(KubernetesNetworkPolicy)
