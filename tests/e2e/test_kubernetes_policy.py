@@ -250,6 +250,27 @@ def test_cluster_network_policy_tiers(tmp_path: Path) -> None:
             + policy("x", "deny-ingress", "  podSelector: {}\n  policyTypes: [Ingress]"),
             lambda p: p[1][0] != "x" or (p[0][0] == "z" and p[2:] == ("tcp", 80)),
         )
+        # Two Admin policies disagree: the lower priority number is evaluated first, as the
+        # network-policy-api conformance cases require (Accept at 5 beats Deny at 50).
+        model.expect(
+            cluster_policy(
+                "deny-y",
+                "Admin",
+                50,
+                "  subject: {namespaces: {matchLabels: {ns: x}}}\n"
+                "  ingress: [{action: Deny, from: [{namespaces: {matchLabels: {ns: y}}}]}]",
+            )
+            + cluster_policy(
+                "accept-y-b",
+                "Admin",
+                5,
+                "  subject: {pods: {namespaceSelector: {matchLabels: {ns: x}},"
+                " podSelector: {matchLabels: {pod: a}}}}\n"
+                "  ingress: [{action: Accept, from: [{pods: {namespaceSelector: {matchLabels:"
+                " {ns: y}}, podSelector: {matchLabels: {pod: b}}}}]}]",
+            ),
+            lambda p: not (p[0][0] == "y" and p[1][0] == "x") or p[:2] == (("y", "b"), ("x", "a")),
+        )
         # Baseline denies z's ingress from everywhere; x's NetworkPolicy decides for x first.
         model.expect(
             cluster_policy(
