@@ -7,19 +7,24 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from pyfelix import messages as m
 from pyfelix import model
 from pyfelix.dryrun import compute
-from pyfelix.explain import Explainer, Flow
+from pyfelix.explain import Explainer, Flow, policy_label
 from pyfelix.resources import (
+    AdminNetworkPolicy,
+    BaselineAdminNetworkPolicy,
     KubernetesClusterNetworkPolicy,
     KubernetesNetworkPolicy,
     Pod,
     load_text,
 )
 from pyfelix.resources.k8s_conversion import (
+    admin_network_policy,
+    baseline_admin_network_policy,
     cluster_network_policy,
     k8s_selector,
     network_policy,
@@ -668,3 +673,81 @@ def test_cluster_policy_validation_names_the_field(
     problems = validate_resource(cnp(spec), ValidationContext())
     assert [p.field for p in problems] == [path], problems
     assert words in problems[0].message
+
+
+def test_admin_network_policies_as_calico_3_31_converted_them() -> None:
+    """AdminNetworkPolicy: kanp.adminnetworkpolicy.<name> in tier adminnetworkpolicy, order
+    its priority, ports TCP by default, a named port read as any port (as those releases
+    did); BaselineAdminNetworkPolicy: kbanp.baselineadminnetworkpolicy.<name> at order 1000;
+    a node peer cannot be converted and fails closed for Deny."""
+    anp = AdminNetworkPolicy.from_manifest(
+        {
+            "apiVersion": "policy.networking.k8s.io/v1alpha1",
+            "kind": "AdminNetworkPolicy",
+            "metadata": {"name": "guard"},
+            "spec": {
+                "priority": 7,
+                "subject": {"namespaces": {"matchLabels": {"team": "a"}}},
+                "ingress": [
+                    {
+                        "action": "Pass",
+                        "from": [{"namespaces": {}}],
+                        "ports": [
+                            {"portNumber": {"port": 80}},
+                            {"portRange": {"start": 90, "end": 92}},
+                        ],
+                    },
+                    {
+                        "action": "Allow",
+                        "from": [{"namespaces": {}}],
+                        "ports": [{"namedPort": "web"}],
+                    },
+                ],
+                "egress": [{"action": "Deny", "to": [{"nodes": {}}]}],
+            },
+        }
+    )
+    converted = admin_network_policy(anp)
+    assert converted is not None
+    assert (converted.name, converted.spec.tier, converted.spec.order) == (
+        "kanp.adminnetworkpolicy.guard",
+        "adminnetworkpolicy",
+        7.0,
+    )
+    passed, named = converted.spec.ingress
+    assert (passed.action, passed.protocol, [str(p) for p in passed.destination.ports]) == (
+        "Pass",
+        "TCP",
+        ["80", "90:92"],
+    )
+    assert (named.action, named.protocol, named.destination.ports) == ("Allow", None, ())
+    assert converted.spec.egress == (type(passed)(action="Deny"),)
+    ((key, _),) = convert(anp)
+    assert key == model.PolicyKey(
+        "kanp.adminnetworkpolicy.guard", "", "GlobalNetworkPolicy", "adminnetworkpolicy"
+    )
+    banp = BaselineAdminNetworkPolicy.from_manifest(
+        {
+            "apiVersion": "policy.networking.k8s.io/v1alpha1",
+            "kind": "BaselineAdminNetworkPolicy",
+            "metadata": {"name": "default"},
+            "spec": {
+                "subject": {"namespaces": {}},
+                "ingress": [{"action": "Deny", "from": [{"namespaces": {}}]}],
+            },
+        }
+    )
+    base = baseline_admin_network_policy(banp)
+    assert base is not None
+    assert (base.name, base.spec.tier, base.spec.order) == (
+        "kbanp.baselineadminnetworkpolicy.default",
+        "baselineadminnetworkpolicy",
+        1000.0,
+    )
+    renamed = attrs.evolve(banp, metadata=attrs.evolve(banp.metadata, name="second"))
+    problems = validate_resource(renamed, ValidationContext())
+    assert [p.field for p in problems] == ["metadata.name"]
+    label = policy_label(
+        "adminnetworkpolicy", m.PolicyID("adminnetworkpolicy", "kanp.adminnetworkpolicy.guard")
+    )
+    assert label == "Kubernetes AdminNetworkPolicy guard"

@@ -220,6 +220,30 @@ SAMPLES: dict[str, dict[str, Any]] = {
             "egress": [{"action": "Deny", "to": [{"networks": ["10.0.0.0/8"]}]}],
         },
     },
+    "AdminNetworkPolicy": {
+        "spec": {
+            "priority": 10,
+            "subject": {"namespaces": {"matchLabels": {"team": "a"}}},
+            "ingress": [
+                {
+                    "name": "pass-monitoring",
+                    "action": "Pass",
+                    "from": [{"namespaces": {"matchLabels": {"team": "mon"}}}],
+                    "ports": [
+                        {"portNumber": {"protocol": "TCP", "port": 9090}},
+                        {"portRange": {"protocol": "UDP", "start": 53, "end": 54}},
+                    ],
+                }
+            ],
+            "egress": [{"action": "Deny", "to": [{"networks": ["10.0.0.0/8"]}]}],
+        },
+    },
+    "BaselineAdminNetworkPolicy": {
+        "spec": {
+            "subject": {"namespaces": {}},
+            "ingress": [{"action": "Deny", "from": [{"namespaces": {}}]}],
+        },
+    },
     "KubernetesNetworkPolicy": {
         "metadata": {"namespace": "prod"},
         "spec": {

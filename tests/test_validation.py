@@ -35,7 +35,7 @@ def problems_of(doc: Doc, context: ValidationContext | None = None) -> list[Fiel
 @pytest.mark.parametrize("kind", sorted(SAMPLES))
 def test_samples_are_valid(kind: str) -> None:
     """The realistic sample of every kind passes validation."""
-    name = "default" if kind == "ClusterInformation" else "sample"
+    name = "default" if kind in ("ClusterInformation", "BaselineAdminNetworkPolicy") else "sample"
     assert problems_of(document(kind, name), ValidationContext("Any")) == []
 
 

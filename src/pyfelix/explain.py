@@ -29,11 +29,23 @@ KUBERNETES_KINDS = {
 }
 
 
+#: Calico 3.29-3.31 named the policies it made of these by prefix.
+OLD_ADMIN_PREFIXES = {
+    "kanp.adminnetworkpolicy.": "Kubernetes AdminNetworkPolicy",
+    "kbanp.baselineadminnetworkpolicy.": "Kubernetes BaselineAdminNetworkPolicy",
+}
+
+
 def policy_label(tier: str, policy: m.PolicyID) -> str:
     """``tier/namespace/name`` for Calico's policies; the Kubernetes object for converted
     ones (what the user wrote, and would look up with kubectl)."""
     kind = KUBERNETES_KINDS.get(policy.kind)
-    return f"{kind} {policy}" if kind else f"{tier}/{policy}"
+    if kind:
+        return f"{kind} {policy}"
+    for prefix, name in OLD_ADMIN_PREFIXES.items():
+        if policy.name.startswith(prefix):
+            return f"{name} {policy.name.removeprefix(prefix)}"
+    return f"{tier}/{policy}"
 
 
 @attrs.frozen

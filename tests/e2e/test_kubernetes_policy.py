@@ -292,3 +292,43 @@ def test_cluster_network_policy_tiers(tmp_path: Path) -> None:
                 (p[1][0] == "x" and p[0][0] == "y" and p[2:] == ("tcp", 81)) or p[1][0] == "y"
             ),
         )
+
+
+def admin_policy(kind: str, name: str, spec: str) -> str:
+    return (
+        f"apiVersion: policy.networking.k8s.io/v1alpha1\nkind: {kind}\n"
+        f"metadata: {{name: {name}}}\nspec:\n{spec}\n---\n"
+    )
+
+
+def test_admin_network_policy_v1alpha1(tmp_path: Path) -> None:
+    """The older AdminNetworkPolicy and BaselineAdminNetworkPolicy, as Calico 3.29-3.31 ran
+    them: an Admin Deny final, an Admin Pass down to the NetworkPolicies, the baseline for
+    what no NetworkPolicy selected."""
+    with ExitStack() as stack:
+        model = Model(stack, tmp_path)
+        model.expect(
+            admin_policy(
+                "AdminNetworkPolicy",
+                "guard",
+                "  priority: 10\n"
+                "  subject: {namespaces: {matchLabels: {ns: x}}}\n"
+                "  ingress:\n"
+                "  - {action: Deny, from: [{namespaces: {matchLabels: {ns: y}}}],"
+                " ports: [{portNumber: {port: 80}}]}\n"
+                "  - {action: Pass, from: [{namespaces: {matchLabels: {ns: z}}}]}",
+            )
+            + admin_policy(
+                "BaselineAdminNetworkPolicy",
+                "default",
+                "  subject: {namespaces: {}}\n"
+                "  ingress: [{action: Deny, from: [{namespaces: {matchLabels: {ns: z}}}]}]",
+            )
+            + policy("y", "open", "  podSelector: {}\n  ingress: [{}]"),
+            lambda p: (
+                not (
+                    (p[0][0] == "y" and p[1][0] == "x" and p[2:] == ("tcp", 80))
+                    or (p[0][0] == "z" and p[1][0] in ("x", "z"))
+                )
+            ),
+        )

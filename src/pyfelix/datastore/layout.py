@@ -23,18 +23,14 @@ from pyfelix.resources.meta import load_document
 RESOURCES_PREFIX = "/calico/resources/v3/"
 IPAM_BLOCK_PREFIX = "/calico/ipam/v2/assignment/"
 WATCH_PREFIX = "/calico/"
-_BY_PLURAL = {(cls.API_VERSION, cls.PLURAL): cls for cls in KINDS.values()}
 
 
 def group_of(api_version: str) -> str:
     return api_version.rpartition("/")[0] if "/" in api_version else "core"
 
 
-def _api_version_of(group: str) -> str:
-    for cls in KINDS.values():
-        if group_of(cls.API_VERSION) == group:
-            return cls.API_VERSION
-    return ""
+#: A key's group and plural name its kind (a group's kinds may have different versions).
+_BY_PLURAL = {(group_of(cls.API_VERSION), cls.PLURAL): cls for cls in KINDS.values()}
 
 
 def cidr_segment(cidr: str) -> str:
@@ -144,7 +140,7 @@ def _decode(key: str, value: bytes, mod_revision: int) -> Resource | None:
         if len(parts) < 3:
             return None
         group, plural = parts[0], parts[1]
-        cls = _BY_PLURAL.get((_api_version_of(group), plural))
+        cls = _BY_PLURAL.get((group, plural))
         if cls is None:
             return None
         document = _json(key, value)

@@ -12,7 +12,12 @@ from pyfelix.resources.cluster import (
     Node,
 )
 from pyfelix.resources.endpoints import HostEndpoint, WorkloadEndpoint
-from pyfelix.resources.k8s_policy import KubernetesClusterNetworkPolicy, KubernetesNetworkPolicy
+from pyfelix.resources.k8s_policy import (
+    AdminNetworkPolicy,
+    BaselineAdminNetworkPolicy,
+    KubernetesClusterNetworkPolicy,
+    KubernetesNetworkPolicy,
+)
 from pyfelix.resources.kubernetes import EndpointSlice, Namespace, Service, ServiceAccount
 from pyfelix.resources.loader import LoadResult, Located, load_paths, load_text
 from pyfelix.resources.meta import KINDS, ObjectMeta, Resource
@@ -39,7 +44,9 @@ from pyfelix.values import Port
 __all__ = [
     "KINDS",
     "POLICY_KINDS",
+    "AdminNetworkPolicy",
     "BGPConfiguration",
+    "BaselineAdminNetworkPolicy",
     "BlockAffinity",
     "ClusterInformation",
     "EndpointSlice",

@@ -23,7 +23,7 @@ import hashlib
 import ipaddress
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import attrs
 
@@ -35,17 +35,24 @@ from pyfelix.resources.endpoints import (
     WorkloadEndpointSpec,
 )
 from pyfelix.resources.k8s_policy import (
+    AdminEgressRule,
+    AdminIngressRule,
+    AdminNetworkPolicy,
+    AdminPeer,
+    AdminPolicyPort,
+    BaselineAdminNetworkPolicy,
     ClusterEgressRule,
     ClusterIngressRule,
     ClusterPeer,
     ClusterProtocol,
+    ClusterSubject,
     KubernetesClusterNetworkPolicy,
     KubernetesNetworkPolicy,
     LabelSelector,
     NetworkPolicyPeer,
     NetworkPolicyPort,
 )
-from pyfelix.resources.meta import ObjectMeta
+from pyfelix.resources.meta import ObjectMeta, Resource
 from pyfelix.resources.pods import Pod
 from pyfelix.resources.policy import (
     GlobalNetworkPolicy,
@@ -398,16 +405,15 @@ def _cluster_protocol(protocol: ClusterProtocol) -> tuple[str | None, Port | Non
 
 def _cluster_rules(
     action: str,
-    peers: Sequence[ClusterPeer],
-    protocols: Sequence[ClusterProtocol],
+    peers: Sequence[ClusterPeer | AdminPeer],
+    entries: Sequence[tuple[str | None, Port | None]],
     rule_name: str,
     ingress: bool,
 ) -> list[Rule]:
-    """One cluster rule as Calico's: a rule per protocol (sorted; a named port has none) and
-    peer (in order)."""
+    """One cluster-scoped rule as Calico's: a rule per protocol (sorted; a named port has
+    none) and peer (in order). ``entries`` are (protocol, port) pairs; (None, None) is any."""
     by_protocol: dict[str, list[Port] | None] = {}
-    for protocol in protocols or (ClusterProtocol(),):
-        name, port = _cluster_protocol(protocol)
+    for name, port in entries or ((None, None),):
         if name is None:
             by_protocol = {"": None}
             break
@@ -434,6 +440,8 @@ def _cluster_rules(
                 nets = tuple(_network(n) for n in peer.networks)
             if not (peer.namespaces is not None or peer.pods is not None or nets):
                 raise ConversionError("a peer sets none of the supported fields")
+            if isinstance(peer, AdminPeer) and (peer.nodes is not None or peer.domain_names):
+                raise ConversionError("node and domain name peers are not supported")
             side = EntityRule(selector=selector, namespace_selector=namespace_selector, nets=nets)
             rules.append(
                 Rule(
@@ -449,21 +457,137 @@ def _cluster_rules(
     return rules
 
 
+def _admin_port(port: AdminPolicyPort) -> tuple[str | None, Port | None]:
+    """An AdminNetworkPolicy port; a named port was never supported (Calico 3.29-3.31 read
+    it as any protocol and port, which is kept: that is what those nodes enforced)."""
+    if port.port_number is not None:
+        number = port.port_number
+        return (number.protocol or "TCP").upper(), Port(number.port, number.port)
+    if port.port_range is not None:
+        ranged = port.port_range
+        return (ranged.protocol or "TCP").upper(), Port(ranged.start, ranged.end)
+    return None, None
+
+
+ClusterRule = ClusterIngressRule | ClusterEgressRule | AdminIngressRule | AdminEgressRule
+
+
+def _entries(rule: ClusterRule) -> list[tuple[str | None, Port | None]]:
+    if isinstance(rule, ClusterIngressRule | ClusterEgressRule):
+        return [_cluster_protocol(p) for p in rule.protocols]
+    return [_admin_port(p) for p in rule.ports or ()]
+
+
 def _cluster_direction(
-    rules: Sequence[ClusterIngressRule | ClusterEgressRule], ingress: bool
+    rules: Sequence[ClusterRule],
+    ingress: bool,
+    actions: Mapping[str, str],
+    fail_closed: Collection[str],
 ) -> tuple[Rule, ...]:
+    """Each rule converted; one that cannot be is left out, or (an action in
+    ``fail_closed``) replaced by a bare Deny, as Calico does."""
     out: list[Rule] = []
     for rule in rules:
-        action = CLUSTER_ACTIONS.get(rule.action)
+        action = actions.get(rule.action)
         try:
             if action is not None:
-                out += _cluster_rules(action, rule.peers, rule.protocols, rule.name, ingress)
+                out += _cluster_rules(action, rule.peers, _entries(rule), rule.name, ingress)
                 continue
         except ConversionError:
             pass
-        if rule.action in ("Deny", "Pass"):
-            out.append(Rule(action="Deny"))  # fail closed, as Calico does
+        if rule.action in fail_closed:
+            out.append(Rule(action="Deny"))
     return tuple(out)
+
+
+def _subject_selectors(subject: ClusterSubject) -> tuple[str, str] | None:
+    """(selector, namespaceSelector) of a subject; None when it has none."""
+    if subject.namespaces is not None:
+        return k8s_selector(None, pods=True), k8s_selector(subject.namespaces, pods=False)
+    if subject.pods is not None:
+        return (
+            k8s_selector(subject.pods.pod_selector, pods=True),
+            k8s_selector(subject.pods.namespace_selector, pods=False),
+        )
+    return None
+
+
+def _global_policy(
+    resource: Resource,
+    *,
+    name: str,
+    tier: str,
+    order: float,
+    subject: tuple[str, str],
+    ingress: tuple[Rule, ...],
+    egress: tuple[Rule, ...],
+) -> GlobalNetworkPolicy:
+    selector, namespace_selector = subject
+    types = (("Ingress",) if ingress else ()) + (("Egress",) if egress else ())
+    metadata = ObjectMeta(
+        name=name,
+        uid=resource.metadata.uid,
+        resource_version=resource.metadata.resource_version,
+        creation_timestamp=resource.metadata.creation_timestamp,
+    )
+    spec = GlobalNetworkPolicySpec(
+        tier=tier,
+        order=order,
+        namespace_selector=namespace_selector,
+        selector=selector,
+        ingress=ingress,
+        egress=egress,
+        types=types,
+    )
+    return GlobalNetworkPolicy(metadata=metadata, spec=spec)
+
+
+ADMIN_TIER = "adminnetworkpolicy"
+BASELINE_TIER = "baselineadminnetworkpolicy"
+ADMIN_PREFIX = f"kanp.{ADMIN_TIER}."
+BASELINE_PREFIX = f"kbanp.{BASELINE_TIER}."
+ADMIN_ACTIONS = {"Allow": "Allow", "Deny": "Deny", "Pass": "Pass"}
+BASELINE_ACTIONS = {"Allow": "Allow", "Deny": "Deny"}
+#: BaselineAdminNetworkPolicy's order: fixed, as Calico 3.30-3.31 set it.
+BASELINE_ORDER = 1000.0
+
+
+def admin_network_policy(policy: AdminNetworkPolicy) -> GlobalNetworkPolicy | None:
+    """Calico 3.29-3.31's conversion: ``kanp.adminnetworkpolicy.<name>`` in tier
+    adminnetworkpolicy, order its priority; Allow, Deny and Pass as they are."""
+    subject = _subject_selectors(policy.spec.subject)
+    if subject is None:
+        return None
+    fail = ("Deny", "Pass")
+    return _global_policy(
+        policy,
+        name=ADMIN_PREFIX + policy.name,
+        tier=ADMIN_TIER,
+        order=float(policy.spec.priority),
+        subject=subject,
+        ingress=_cluster_direction(policy.spec.ingress, True, ADMIN_ACTIONS, fail),
+        egress=_cluster_direction(policy.spec.egress, False, ADMIN_ACTIONS, fail),
+    )
+
+
+def baseline_admin_network_policy(
+    policy: BaselineAdminNetworkPolicy,
+) -> GlobalNetworkPolicy | None:
+    """``kbanp.baselineadminnetworkpolicy.<name>`` in tier baselineadminnetworkpolicy at
+    order 1000; Allow and Deny (a failed Deny rule fails closed)."""
+    subject = _subject_selectors(policy.spec.subject)
+    if subject is None:
+        return None
+    fail = ("Deny",)
+    return _global_policy(
+        policy,
+        name=BASELINE_PREFIX + policy.name,
+        tier=BASELINE_TIER,
+        order=BASELINE_ORDER,
+        subject=subject,
+        ingress=_cluster_direction(policy.spec.ingress, True, BASELINE_ACTIONS, fail),
+        egress=_cluster_direction(policy.spec.egress, False, BASELINE_ACTIONS, fail),
+    )
 
 
 def cluster_network_policy(policy: KubernetesClusterNetworkPolicy) -> GlobalNetworkPolicy | None:
@@ -471,33 +595,16 @@ def cluster_network_policy(policy: KubernetesClusterNetworkPolicy) -> GlobalNetw
     kube-baseline, order its priority; None (no policy) for an unknown tier or no subject."""
     spec = policy.spec
     tier = CLUSTER_TIERS.get(spec.tier)
-    subject = spec.subject
-    if tier is None:
+    subject = _subject_selectors(spec.subject)
+    if tier is None or subject is None:
         return None
-    if subject.namespaces is not None:
-        namespace_selector = k8s_selector(subject.namespaces, pods=False)
-        selector = k8s_selector(None, pods=True)
-    elif subject.pods is not None:
-        namespace_selector = k8s_selector(subject.pods.namespace_selector, pods=False)
-        selector = k8s_selector(subject.pods.pod_selector, pods=True)
-    else:
-        return None
-    ingress = _cluster_direction(spec.ingress, ingress=True)
-    egress = _cluster_direction(spec.egress, ingress=False)
-    types = (("Ingress",) if ingress else ()) + (("Egress",) if egress else ())
-    converted = GlobalNetworkPolicySpec(
+    fail = ("Deny", "Pass")
+    return _global_policy(
+        policy,
+        name=policy.name,
         tier=tier,
         order=float(spec.priority),
-        namespace_selector=namespace_selector,
-        selector=selector,
-        ingress=ingress,
-        egress=egress,
-        types=types,
+        subject=subject,
+        ingress=_cluster_direction(spec.ingress, True, CLUSTER_ACTIONS, fail),
+        egress=_cluster_direction(spec.egress, False, CLUSTER_ACTIONS, fail),
     )
-    metadata = ObjectMeta(
-        name=policy.name,
-        uid=policy.metadata.uid,
-        resource_version=policy.metadata.resource_version,
-        creation_timestamp=policy.metadata.creation_timestamp,
-    )
-    return GlobalNetworkPolicy(metadata=metadata, spec=converted)

@@ -232,3 +232,107 @@ class KubernetesClusterNetworkPolicy(Resource):
     STATUS = RawStatus
     spec: ClusterNetworkPolicySpec = attrs.field(factory=ClusterNetworkPolicySpec)
     status: RawStatus | None = None
+
+
+# ------------------------------------------------------------------------ v1alpha1 (3.29-3.31)
+
+
+@attrs.frozen
+class AdminPortNumber(Spec):
+    protocol: str | None = field("protocol", STR)
+    port: int = field("port", INT, default=0, keep_empty=True)
+
+
+@attrs.frozen
+class AdminPortRange(Spec):
+    protocol: str | None = field("protocol", STR)
+    start: int = field("start", INT, default=0, keep_empty=True)
+    end: int = field("end", INT, default=0, keep_empty=True)
+
+
+@attrs.frozen
+class AdminPolicyPort(Spec):
+    """Exactly one of a port number, a range or a named port (TCP when no protocol)."""
+
+    port_number: AdminPortNumber | None = field("portNumber", Nested(AdminPortNumber))
+    port_range: AdminPortRange | None = field("portRange", Nested(AdminPortRange))
+    named_port: str | None = field("namedPort", STR)
+
+
+@attrs.frozen
+class AdminPeer(Spec):
+    """Exactly one field; nodes, networks and domainNames only as egress peers."""
+
+    namespaces: LabelSelector | None = field("namespaces", Nested(LabelSelector), keep_empty=True)
+    pods: PodsPeer | None = field("pods", Nested(PodsPeer), keep_empty=True)
+    nodes: LabelSelector | None = field("nodes", Nested(LabelSelector), keep_empty=True)
+    networks: tuple[str, ...] = field("networks", STR_LIST, factory=tuple)
+    domain_names: tuple[str, ...] = field("domainNames", STR_LIST, factory=tuple)
+
+
+@attrs.frozen
+class AdminIngressRule(Spec):
+    name: str = field("name", STR, default="")
+    action: str = field("action", STR, default="", keep_empty=True)
+    peers: tuple[AdminPeer, ...] = field(
+        "from", ListOf(Nested(AdminPeer)), factory=tuple, keep_empty=True
+    )
+    ports: tuple[AdminPolicyPort, ...] | None = field("ports", ListOf(Nested(AdminPolicyPort)))
+
+
+@attrs.frozen
+class AdminEgressRule(Spec):
+    name: str = field("name", STR, default="")
+    action: str = field("action", STR, default="", keep_empty=True)
+    peers: tuple[AdminPeer, ...] = field(
+        "to", ListOf(Nested(AdminPeer)), factory=tuple, keep_empty=True
+    )
+    ports: tuple[AdminPolicyPort, ...] | None = field("ports", ListOf(Nested(AdminPolicyPort)))
+
+
+@attrs.frozen
+class BaselineAdminNetworkPolicySpec(Spec):
+    subject: ClusterSubject = field(
+        "subject", Nested(ClusterSubject), factory=ClusterSubject, keep_empty=True
+    )
+    ingress: tuple[AdminIngressRule, ...] = field(
+        "ingress", ListOf(Nested(AdminIngressRule)), factory=tuple
+    )
+    egress: tuple[AdminEgressRule, ...] = field(
+        "egress", ListOf(Nested(AdminEgressRule)), factory=tuple
+    )
+
+
+@attrs.frozen
+class AdminNetworkPolicySpec(BaselineAdminNetworkPolicySpec):
+    priority: int = field("priority", INT, default=0, keep_empty=True)
+
+
+@register
+@attrs.frozen
+class AdminNetworkPolicy(Resource):
+    """The older cluster-scoped API Calico 3.29-3.31 read: a Calico policy
+    ``kanp.adminnetworkpolicy.<name>`` in tier adminnetworkpolicy, ordered by priority."""
+
+    KIND = "AdminNetworkPolicy"
+    API_VERSION = "policy.networking.k8s.io/v1alpha1"
+    PLURAL = "adminnetworkpolicies"
+    SPEC = AdminNetworkPolicySpec
+    STATUS = RawStatus
+    spec: AdminNetworkPolicySpec = attrs.field(factory=AdminNetworkPolicySpec)
+    status: RawStatus | None = None
+
+
+@register
+@attrs.frozen
+class BaselineAdminNetworkPolicy(Resource):
+    """Its baseline (a singleton named ``default``): ``kbanp.baselineadminnetworkpolicy.
+    <name>`` in tier baselineadminnetworkpolicy, at order 1000."""
+
+    KIND = "BaselineAdminNetworkPolicy"
+    API_VERSION = "policy.networking.k8s.io/v1alpha1"
+    PLURAL = "baselineadminnetworkpolicies"
+    SPEC = BaselineAdminNetworkPolicySpec
+    STATUS = RawStatus
+    spec: BaselineAdminNetworkPolicySpec = attrs.field(factory=BaselineAdminNetworkPolicySpec)
+    status: RawStatus | None = None

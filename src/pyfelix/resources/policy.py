@@ -18,6 +18,9 @@ BUILTIN_TIERS: dict[str, tuple[float, str]] = {
     DEFAULT_TIER: (DEFAULT_TIER_ORDER, "Deny"),
     "kube-admin": (1_000.0, "Pass"),
     "kube-baseline": (10_000_000.0, "Pass"),
+    # Calico 3.29-3.31's, for AdminNetworkPolicy and BaselineAdminNetworkPolicy.
+    "adminnetworkpolicy": (1_000.0, "Pass"),
+    "baselineadminnetworkpolicy": (10_000_000.0, "Pass"),
 }
 
 

@@ -60,10 +60,13 @@ from pyfelix.resources import (
 )
 from pyfelix.resources.k8s_conversion import (
     ConversionError,
+    admin_network_policy,
+    baseline_admin_network_policy,
     cluster_network_policy,
     network_policy,
     workload_endpoint,
 )
+from pyfelix.resources.k8s_policy import AdminNetworkPolicy, BaselineAdminNetworkPolicy
 from pyfelix.resources.rules import EntityRule
 from pyfelix.resources.rules import Rule as V3Rule
 from pyfelix.selector import SelectorError, parse_selector
@@ -211,12 +214,12 @@ def _rules(rules: tuple[V3Rule, ...], namespace: str) -> tuple[model.Rule, ...]:
 # ------------------------------------------------------------------------------ per kind
 
 
-def _policy(resource: Any, origin: Resource | None = None) -> list[KV]:
+def _policy(resource: Any, origin: Resource | None = None, kind: str = "") -> list[KV]:
     """A Calico policy, or (``origin``) the one Calico converted a Kubernetes policy into:
-    keyed by the Kubernetes kind then, as Felix keys it."""
+    keyed by the Kubernetes kind then (or ``kind``), as Felix keys it."""
     spec = resource.spec
     namespace = resource.namespace if resource.NAMESPACED else ""
-    kind = origin.KIND if origin is not None else resource.KIND
+    kind = kind or (origin.KIND if origin is not None else resource.KIND)
     key = model.PolicyKey(resource.name, namespace, kind, spec.effective_tier)
     staged_action = getattr(spec, "staged_action", "")
     if staged_action == "Delete":
@@ -246,6 +249,17 @@ def _kubernetes_network_policy(policy: KubernetesNetworkPolicy) -> list[KV]:
 def _kubernetes_cluster_network_policy(policy: KubernetesClusterNetworkPolicy) -> list[KV]:
     converted = cluster_network_policy(policy)
     return _policy(converted, origin=policy) if converted is not None else []
+
+
+def _admin_network_policy(policy: AdminNetworkPolicy | BaselineAdminNetworkPolicy) -> list[KV]:
+    """Calico 3.29-3.31 keyed these as the GlobalNetworkPolicies they became."""
+    if isinstance(policy, AdminNetworkPolicy):
+        converted = admin_network_policy(policy)
+    else:
+        converted = baseline_admin_network_policy(policy)
+    if converted is None:
+        return []
+    return _policy(converted, origin=policy, kind=converted.KIND)
 
 
 def _tier(tier: Tier) -> list[KV]:
@@ -616,6 +630,8 @@ _CONVERTERS: dict[type[Resource], Callable[[Any], list[KV]]] = {
     NetworkPolicy: _policy,
     KubernetesNetworkPolicy: _kubernetes_network_policy,
     KubernetesClusterNetworkPolicy: _kubernetes_cluster_network_policy,
+    AdminNetworkPolicy: _admin_network_policy,
+    BaselineAdminNetworkPolicy: _admin_network_policy,
     Pod: _pod,
     StagedGlobalNetworkPolicy: _policy,
     StagedNetworkPolicy: _policy,

@@ -6,6 +6,13 @@ problem naming its field. The converted Calico policy is then valid by construct
 from __future__ import annotations
 
 from pyfelix.resources.k8s_policy import (
+    AdminEgressRule,
+    AdminIngressRule,
+    AdminNetworkPolicy,
+    AdminNetworkPolicySpec,
+    AdminPeer,
+    AdminPolicyPort,
+    BaselineAdminNetworkPolicy,
     ClusterEgressRule,
     ClusterIngressRule,
     ClusterPeer,
@@ -220,3 +227,88 @@ def check_cluster_network_policy(c: Checker, policy: KubernetesClusterNetworkPol
             rc.at("protocols").check(len(rule.protocols) <= MAX_CLUSTER_RULES, "at most 25")
             for p_index, protocol in enumerate(rule.protocols):
                 _check_cluster_protocol(rc.at("protocols").at(p_index), protocol)
+
+
+MAX_ADMIN_RULES = 100
+
+
+def _check_admin_peer(c: Checker, peer: AdminPeer, egress: bool) -> None:
+    fields = {"namespaces": peer.namespaces is not None, "pods": peer.pods is not None}
+    egress_only = {
+        "nodes": peer.nodes is not None,
+        "networks": bool(peer.networks),
+        "domainNames": bool(peer.domain_names),
+    }
+    if egress:
+        fields |= egress_only
+    elif any(egress_only.values()):
+        c.error("only an egress peer may name nodes, networks or domainNames")
+        return
+    _one_of(c, fields)
+    if peer.namespaces is not None:
+        check_label_selector(c.at("namespaces"), peer.namespaces)
+    if peer.pods is not None:
+        _check_pods_peer(c.at("pods"), peer.pods)
+    if peer.nodes is not None:
+        check_label_selector(c.at("nodes"), peer.nodes)
+    for index, cidr in enumerate(peer.networks):
+        check_cidr(c.at("networks").at(index), cidr)
+
+
+def _check_admin_port(c: Checker, port: AdminPolicyPort) -> None:
+    present = {
+        "portNumber": port.port_number is not None,
+        "portRange": port.port_range is not None,
+        "namedPort": port.named_port is not None,
+    }
+    _one_of(c, present)
+    for name, value in (("portNumber", port.port_number), ("portRange", port.port_range)):
+        if value is not None and value.protocol is not None:
+            check_enum(c.at(name).at("protocol"), value.protocol, PROTOCOLS)
+    if port.port_number is not None:
+        number = port.port_number.port
+        c.at("portNumber").at("port").check(1 <= number <= 65535, f"port {number} invalid")
+    if port.port_range is not None:
+        rc = c.at("portRange")
+        start, end = port.port_range.start, port.port_range.end
+        for bound, number in (("start", start), ("end", end)):
+            rc.at(bound).check(1 <= number <= 65535, f"port {number} invalid: must be 1-65535")
+        rc.check(start < end, "start must be less than end")
+
+
+def check_admin_network_policy(
+    c: Checker, policy: AdminNetworkPolicy | BaselineAdminNetworkPolicy
+) -> None:
+    """AdminNetworkPolicy and BaselineAdminNetworkPolicy (v1alpha1) as their CRDs check them;
+    the baseline is a singleton named default."""
+    spec = policy.spec
+    sc = c.at("spec")
+    baseline = isinstance(policy, BaselineAdminNetworkPolicy)
+    if baseline:
+        c.at("metadata").at("name").check(
+            policy.name == "default", "a BaselineAdminNetworkPolicy must be named default"
+        )
+    elif isinstance(policy.spec, AdminNetworkPolicySpec):
+        priority = policy.spec.priority
+        sc.at("priority").check(0 <= priority <= 1000, "must be between 0 and 1000")
+    subject = sc.at("subject")
+    _one_of(
+        subject,
+        {"namespaces": spec.subject.namespaces is not None, "pods": spec.subject.pods is not None},
+    )
+    actions = ("Allow", "Deny") if baseline else ("Allow", "Deny", "Pass")
+    directions: tuple[tuple[str, str, tuple[AdminIngressRule | AdminEgressRule, ...]], ...] = (
+        ("ingress", "from", spec.ingress),
+        ("egress", "to", spec.egress),
+    )
+    for direction, peers_field, rules in directions:
+        sc.at(direction).check(len(rules) <= MAX_ADMIN_RULES, "at most 100 rules")
+        for index, rule in enumerate(rules):
+            rc = sc.at(direction).at(index)
+            check_enum(rc.at("action"), rule.action, actions)
+            peers = rc.at(peers_field)
+            peers.check(1 <= len(rule.peers) <= MAX_ADMIN_RULES, "must list 1 to 100 peers")
+            for p_index, peer in enumerate(rule.peers):
+                _check_admin_peer(peers.at(p_index), peer, egress=direction == "egress")
+            for p_index, port in enumerate(rule.ports or ()):
+                _check_admin_port(rc.at("ports").at(p_index), port)

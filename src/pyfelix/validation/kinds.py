@@ -13,6 +13,8 @@ from pyfelix.config.text import ParamError, parse_duration
 from pyfelix.errors import FieldProblem
 from pyfelix.ipnet import parse_network
 from pyfelix.resources import (
+    AdminNetworkPolicy,
+    BaselineAdminNetworkPolicy,
     BGPConfiguration,
     BlockAffinity,
     ClusterInformation,
@@ -67,6 +69,7 @@ from pyfelix.validation.common import (
 )
 from pyfelix.validation.felixconfig import check_felix_configuration
 from pyfelix.validation.k8s_policy import (
+    check_admin_network_policy,
     check_cluster_network_policy,
     check_kubernetes_network_policy,
 )
@@ -516,6 +519,11 @@ def _endpoint_slice(c: Checker, eps: EndpointSlice, _: ValidationContext) -> Non
             check_enum(pc.at("protocol"), port.protocol, ("TCP", "UDP", "SCTP"))
         if port.port is not None:
             check_port_number(pc.at("port"), port.port)
+
+
+@_for(AdminNetworkPolicy, BaselineAdminNetworkPolicy)
+def _admin_network_policy(c: Checker, policy: Any, _: ValidationContext) -> None:
+    check_admin_network_policy(c, policy)
 
 
 @_for(KubernetesClusterNetworkPolicy)
