@@ -421,15 +421,18 @@ def test_pods_that_are_not_endpoints_or_have_no_address() -> None:
 
 
 def test_kubectl_dump_of_mixed_kinds_loads_as_it_is() -> None:
-    """A List as ``kubectl get -A -o yaml pods,namespaces,networkpolicies`` prints it, with
-    status and managedFields, loads without a problem; a misspelt field is still one."""
+    """A List as ``kubectl get -A -o yaml pods,namespaces,serviceaccounts,networkpolicies,
+    services,endpointslices`` prints it, with status and managedFields, loads without a
+    problem; a misspelt field is still one."""
     dump = (Path(__file__).parent / "golden" / "kubectl-dump.yaml").read_text()
     loaded = load_text(dump, "dump.yaml")
     assert loaded.problems == ()
     assert sorted({type(r.resource).__name__ for r in loaded.resources}) == [
+        "EndpointSlice",
         "KubernetesNetworkPolicy",
         "Namespace",
         "Pod",
+        "Service",
         "ServiceAccount",
     ]
     broken = load_text(dump.replace("terminationMessagePath", "terminationMesagePath"), "d.yaml")

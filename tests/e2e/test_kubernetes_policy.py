@@ -193,6 +193,57 @@ def test_kubernetes_network_policy_model(tmp_path: Path) -> None:
             ),
             lambda p: p[1] != ("x", "a") or (p[0][0] != "x" and p[2] == "udp"),
         )
+        # A podSelector peer without a namespaceSelector means the policy's own namespace.
+        model.expect(
+            policy("x", "same-ns", "  podSelector: {}\n  ingress: [{from: [{podSelector: {}}]}]"),
+            lambda p: p[1][0] != "x" or p[0][0] == "x",
+        )
+        # Stacked policies on one pod add up (a union of what each allows).
+        model.expect(
+            policy(
+                "x",
+                "from-y-80",
+                "  podSelector: {matchLabels: {pod: a}}\n"
+                "  ingress: [{from: [{namespaceSelector: {matchLabels: {ns: y}}}],"
+                " ports: [{port: 80}]}]",
+            )
+            + policy(
+                "x",
+                "from-z-81",
+                "  podSelector: {matchLabels: {pod: a}}\n"
+                "  ingress: [{from: [{namespaceSelector: {matchLabels: {ns: z}}}],"
+                " ports: [{port: 81}]}]",
+            ),
+            lambda p: (
+                p[1] != ("x", "a")
+                or (p[0][0] == "y" and p[2:] == ("tcp", 80))
+                or (p[0][0] == "z" and p[2:] == ("tcp", 81))
+            ),
+        )
+        # Egress on one named port (the destination pods' serve-80-udp), and ingress and
+        # egress in one policy.
+        model.expect(
+            policy(
+                "x",
+                "egress-named",
+                "  podSelector: {matchLabels: {pod: a}}\n"
+                "  policyTypes: [Egress]\n"
+                "  egress: [{ports: [{protocol: UDP, port: serve-80-udp}]}]",
+            )
+            + policy(
+                "y",
+                "both",
+                "  podSelector: {matchLabels: {pod: b}}\n"
+                "  policyTypes: [Ingress, Egress]\n"
+                "  ingress: [{from: [{podSelector: {matchLabels: {pod: c}}}]}]\n"
+                "  egress: [{to: [{namespaceSelector: {matchLabels: {ns: z}}}]}]",
+            ),
+            lambda p: (
+                (p[0] != ("x", "a") or p[2:] == ("udp", 80))
+                and (p[1] != ("y", "b") or p[0] == ("y", "c"))
+                and (p[0] != ("y", "b") or p[1][0] == "z")
+            ),
+        )
         # default-deny-egress in x, and egress from z/c by ipBlock with an exception.
         model.expect(
             policy("x", "deny-egress", "  podSelector: {}\n  policyTypes: [Egress]")

@@ -98,6 +98,17 @@ class ServiceSpec(Spec):
     internal_traffic_policy: str = field("internalTrafficPolicy", STR, default="")
     ip_families: tuple[str, ...] = field("ipFamilies", STR_LIST, factory=tuple)
     ip_family_policy: str = field("ipFamilyPolicy", STR, default="")
+    # What kubectl prints and Calico does not read: carried as given.
+    allocate_load_balancer_node_ports: bool | None = field("allocateLoadBalancerNodePorts", BOOL)
+    external_name: str = field("externalName", STR, default="")
+    health_check_node_port: int = field("healthCheckNodePort", INT, default=0)
+    load_balancer_class: str = field("loadBalancerClass", STR, default="")
+    load_balancer_source_ranges: tuple[str, ...] = field(
+        "loadBalancerSourceRanges", STR_LIST, factory=tuple
+    )
+    publish_not_ready_addresses: bool | None = field("publishNotReadyAddresses", BOOL)
+    session_affinity_config: JSON = field("sessionAffinityConfig", RAW)
+    traffic_distribution: str = field("trafficDistribution", STR, default="")
 
 
 @register
@@ -128,6 +139,8 @@ class SliceEndpoint(Spec):
     node_name: str = field("nodeName", STR, default="")
     zone: str = field("zone", STR, default="")
     target_ref: JSON = field("targetRef", RAW)
+    hints: JSON = field("hints", RAW)
+    deprecated_topology: JSON = field("deprecatedTopology", RAW)
 
 
 @attrs.frozen
