@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -15,7 +16,7 @@ import trio
 from pyfelix import model
 from pyfelix.datastore.etcd import EtcdClient, EtcdCompacted, EtcdConfig, EtcdUnavailable
 from pyfelix.datastore.layout import encode, resource_key
-from pyfelix.resources import Tier
+from pyfelix.resources import Tier, load_text
 from pyfelix.syncer.api import SyncStatus, Update
 from pyfelix.syncer.etcd import EtcdSyncer
 from tests.etcd_server import EtcdServer
@@ -238,3 +239,44 @@ async def test_listing_in_pages_and_one_broken_off(etcd: EtcdServer) -> None:
             assert state.statuses[-2:] == [SyncStatus.RESYNC_IN_PROGRESS, SyncStatus.IN_SYNC]
             assert syncer.resyncs == 1
             nursery.cancel_scope.cancel()
+
+
+async def test_kubernetes_kinds_read_back_as_calico_converts_them(etcd: EtcdServer) -> None:
+    """The Kubernetes objects of a kubectl dump, stored by key (both policy.networking.k8s.io
+    versions among them), come back as the Calico model: pods as endpoints, each policy kind
+    keyed as Felix keys it."""
+    dump = (Path(__file__).parent / "golden" / "kubectl-dump.yaml").read_text()
+    extra = """
+apiVersion: policy.networking.k8s.io/v1alpha2
+kind: ClusterNetworkPolicy
+metadata: {name: admin}
+spec:
+  {tier: Admin, priority: 3, subject: {namespaces: {}},
+   ingress: [{action: Pass, from: [{namespaces: {}}]}]}
+---
+apiVersion: policy.networking.k8s.io/v1alpha1
+kind: AdminNetworkPolicy
+metadata: {name: old}
+spec: {priority: 3, subject: {namespaces: {}}, ingress: [{action: Pass, from: [{namespaces: {}}]}]}
+"""
+    resources = [
+        r.resource for r in (load_text(dump, "d").resources + load_text(extra, "e").resources)
+    ]
+    async with EtcdClient(EtcdConfig.from_url(etcd.etcd_url)) as writer:
+        for resource in resources:
+            await writer.put(resource_key(resource), encode(resource))
+        async with running(etcd) as (_, state, _):
+            policies = {k for k in state.values if isinstance(k, model.PolicyKey)}
+            assert policies == {
+                model.PolicyKey(
+                    "web-from-frontend", "default", "KubernetesNetworkPolicy", "default"
+                ),
+                model.PolicyKey("admin", "", "KubernetesClusterNetworkPolicy", "kube-admin"),
+                model.PolicyKey(
+                    "kanp.adminnetworkpolicy.old", "", "GlobalNetworkPolicy", "adminnetworkpolicy"
+                ),
+            }
+            endpoints = [k for k in state.values if isinstance(k, model.WorkloadEndpointKey)]
+            assert endpoints == [
+                model.WorkloadEndpointKey("node-1", "k8s", "default/nginx-7c5ddbdf54-abcde", "eth0")
+            ]
