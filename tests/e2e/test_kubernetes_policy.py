@@ -3,7 +3,9 @@ model (kubernetes/kubernetes test/e2e/network/netpol): pods a, b and c in namesp
 z, each serving ports 80 and 81 over TCP and UDP, declared as Pods and Namespaces as kubectl
 prints them (so the agent also converts Pods into endpoints). For each case the whole
 reachability table (every pod to every other pod, both ports, both protocols) is probed with
-real packets and compared with the table the Kubernetes model expects.
+real packets and compared with the table the Kubernetes model expects. The cluster-scoped
+API (ClusterNetworkPolicy, and the older AdminNetworkPolicy) runs in the same harness, on
+that model and on the network-policy-api conformance suite's four namespaces.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
+import attrs
 import pytest
 
 from pyfelix.resources.k8s_conversion import veth_name
@@ -22,37 +25,43 @@ from tests.e2e.cluster import Cluster, manifest, program
 
 pytestmark = pytest.mark.netns
 
-NAMESPACES = ("x", "y", "z")
-PODS = ("a", "b", "c")
-PORTS = (80, 81)
 PROTOCOLS = ("tcp", "udp")
 Pod = tuple[str, str]
 Probe = tuple[Pod, Pod, str, int]
 
 
-def address(pod: Pod) -> str:
-    return f"10.65.{NAMESPACES.index(pod[0]) + 1}.{PODS.index(pod[1]) + 2}"
+@attrs.frozen
+class Topology:
+    """Namespaces of pods, each pod serving ``ports`` over TCP and UDP."""
 
+    namespaces: tuple[str, ...]
+    pods: tuple[str, ...]
+    ports: tuple[int, ...]
 
-ALL_PODS = [(ns, name) for ns in NAMESPACES for name in PODS]
+    def address(self, pod: Pod) -> str:
+        return f"10.65.{self.namespaces.index(pod[0]) + 1}.{self.pods.index(pod[1]) + 2}"
 
+    @property
+    def all_pods(self) -> list[Pod]:
+        return [(ns, name) for ns in self.namespaces for name in self.pods]
 
-def objects() -> str:
-    """Namespaces and Pods as the API server would hand them out (status included)."""
-    docs = [manifest("base-config.yaml").strip().removesuffix("---")]
-    for ns in NAMESPACES:
-        docs.append(
-            f"apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}, labels: "
-            f"{{ns: {ns}, kubernetes.io/metadata.name: {ns}}}}}\n"
-        )
-    for ns, name in ALL_PODS:
-        ports = ", ".join(
-            f"{{name: serve-{p}-{proto}, containerPort: {p}, protocol: {proto.upper()}}}"
-            for p in PORTS
-            for proto in PROTOCOLS
-        )
-        docs.append(
-            f"""apiVersion: v1
+    def objects(self) -> str:
+        """Namespaces and Pods as the API server would hand them out (status included)."""
+        docs = [manifest("base-config.yaml").strip().removesuffix("---")]
+        for ns in self.namespaces:
+            docs.append(
+                f"apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}, labels: "
+                f"{{ns: {ns}, kubernetes.io/metadata.name: {ns}}}}}\n"
+            )
+        for ns, name in self.all_pods:
+            ports = ", ".join(
+                f"{{name: serve-{p}-{proto}, containerPort: {p}, protocol: {proto.upper()}}}"
+                for p in self.ports
+                for proto in PROTOCOLS
+            )
+            address = self.address((ns, name))
+            docs.append(
+                f"""apiVersion: v1
 kind: Pod
 metadata: {{name: {name}, namespace: {ns}, labels: {{pod: {name}}}}}
 spec:
@@ -60,38 +69,53 @@ spec:
   containers: [{{name: cont, image: agnhost, ports: [{ports}]}}]
 status:
   phase: Running
-  podIP: {address((ns, name))}
-  podIPs: [{{ip: {address((ns, name))}}}]
+  podIP: {address}
+  podIPs: [{{ip: {address}}}]
 """
-        )
-    return "\n---\n".join(docs)
+            )
+        return "\n---\n".join(docs)
+
+
+#: The Kubernetes netpol e2e model.
+NETPOL = Topology(("x", "y", "z"), ("a", "b", "c"), (80, 81))
 
 
 class Model:
     """The pods wired into one demo node, the agent running over the manifests in ``root``."""
 
-    def __init__(self, stack: ExitStack, root: Path) -> None:
-        (root / "cluster.yaml").write_text(objects())
+    def __init__(self, stack: ExitStack, root: Path, topology: Topology = NETPOL) -> None:
+        self.topology = topology
+        (root / "cluster.yaml").write_text(topology.objects())
         self.root = root
         self.cluster = Cluster(stack, root)
-        for pod in ALL_PODS:
-            self.cluster.add_workload(veth_name(*pod), address(pod))
-        for pod in ALL_PODS:
-            self.cluster.serve(
-                self.cluster.workloads[address(pod)], program("netpol_server.py"), "80", "81"
-            )
+        for pod in topology.all_pods:
+            self.cluster.add_workload(veth_name(*pod), topology.address(pod))
+        ports = [str(p) for p in topology.ports]
+        for pod in topology.all_pods:
+            namespace = self.cluster.workloads[topology.address(pod)]
+            self.cluster.serve(namespace, program("netpol_server.py"), *ports)
         self.cluster.start_agent()
 
+    def probes(self) -> list[Probe]:
+        pods = self.topology.all_pods
+        return [
+            (src, dst, proto, port)
+            for src in pods
+            for dst in pods
+            if src != dst
+            for port in self.topology.ports
+            for proto in PROTOCOLS
+        ]
+
     def probe_all(self) -> dict[Probe, bool]:
-        """Every pod to every other pod, both ports and protocols, sources side by side."""
+        """Every pod to every other pod, all ports and protocols, sources side by side."""
+        address = self.topology.address
         running = {}
-        for source in ALL_PODS:
+        for source in self.topology.all_pods:
             targets = [
                 f"{proto}:{address(dst)}:{port}"
-                for dst in ALL_PODS
-                if dst != source
-                for port in PORTS
-                for proto in PROTOCOLS
+                for s, dst, proto, port in self.probes()
+                if s == source
             ]
             namespace = self.cluster.workloads[address(source)]
             running[source] = subprocess.Popen(
@@ -107,7 +131,7 @@ class Model:
                 stdout=subprocess.PIPE,
                 text=True,
             )
-        by_address = {address(pod): pod for pod in ALL_PODS}
+        by_address = {address(pod): pod for pod in self.topology.all_pods}
         table: dict[Probe, bool] = {}
         for source, process in running.items():
             out, _ = process.communicate()
@@ -122,14 +146,7 @@ class Model:
     ) -> None:
         """Apply ``policies`` (replacing the previous case's) and wait for the table."""
         (self.root / "policy.yaml").write_text(policies)
-        expected = {
-            (src, dst, proto, port): allowed((src, dst, proto, port))
-            for src in ALL_PODS
-            for dst in ALL_PODS
-            if src != dst
-            for port in PORTS
-            for proto in PROTOCOLS
-        }
+        expected = {probe: allowed(probe) for probe in self.probes()}
         deadline = time.monotonic() + timeout
         while True:
             table = self.probe_all()
@@ -383,3 +400,71 @@ def test_admin_network_policy_v1alpha1(tmp_path: Path) -> None:
                 )
             ),
         )
+
+
+#: The network-policy-api conformance suite's layout (kubernetes-sigs/network-policy-api
+#: conformance/base/manifests.yaml): four namespaces of two pods, servers on 80 and 8080.
+HOUSES = Topology(("gryffindor", "slytherin", "hufflepuff", "ravenclaw"), ("p0", "p1"), (80, 8080))
+
+
+def from_house(house: str) -> str:
+    return f"[{{namespaces: {{matchLabels: {{kubernetes.io/metadata.name: {house}}}}}}}]"
+
+
+TCP_80 = ", protocols: [{tcp: {destinationPort: {number: 80}}}]"
+
+
+def ingress_tcp_rules(order: list[int], tier: str = "Admin") -> str:
+    """The conformance suite's ingress-TCP cases (CNPAdminTierIngressTCP and its Baseline
+    counterpart) on gryffindor, with its rules in ``order`` (the suite reorders them)."""
+    rules = [
+        f"{{name: allow-ravenclaw, action: Accept, from: {from_house('ravenclaw')}}}",
+        f"{{name: deny-ravenclaw, action: Deny, from: {from_house('ravenclaw')}}}",
+        f"{{name: pass-ravenclaw, action: Pass, from: {from_house('ravenclaw')}}}",
+        f"{{name: deny-slytherin-80, action: Deny, from: {from_house('slytherin')}{TCP_80}}}",
+        f"{{name: pass-slytherin-80, action: Pass, from: {from_house('slytherin')}{TCP_80}}}",
+        f"{{name: allow-hufflepuff-80, action: Accept, from: {from_house('hufflepuff')}{TCP_80}}}",
+        f"{{name: deny-hufflepuff, action: Deny, from: {from_house('hufflepuff')}}}",
+    ]
+    if tier == "Baseline":
+        rules = [rules[i] for i in (0, 1, 3, 5, 6)]
+    body = "\n".join(f"  - {rules[i]}" for i in order)
+    return cluster_policy(
+        "ingress-tcp",
+        tier,
+        3,
+        "  subject: {namespaces: {matchLabels: {kubernetes.io/metadata.name: gryffindor}}}\n"
+        f"  ingress:\n{body}",
+    )
+
+
+def test_network_policy_api_conformance_ingress_tcp(tmp_path: Path) -> None:
+    """CNPAdminTierIngressTCP's steps (first matching rule decides, in order; Pass falls
+    through to the absent NetworkPolicies, so it allows; egress is untouched), then the
+    Baseline tier's counterpart."""
+    with ExitStack() as stack:
+        model = Model(stack, tmp_path, HOUSES)
+
+        def to_gryffindor(allowed: Callable[[str, str, int], bool]) -> Callable[[Probe], bool]:
+            return lambda p: p[1][0] != "gryffindor" or allowed(p[0][0], p[2], p[3])
+
+        def declared(house: str, proto: str, port: int) -> bool:
+            if house == "slytherin":
+                return (proto, port) != ("tcp", 80)
+            if house == "hufflepuff":
+                return (proto, port) == ("tcp", 80)
+            return True
+
+        model.expect(ingress_tcp_rules([0, 1, 2, 3, 4, 5, 6]), to_gryffindor(declared))
+        # Deny before Accept for ravenclaw: denied.
+        model.expect(
+            ingress_tcp_rules([1, 0, 2, 3, 4, 5, 6]),
+            to_gryffindor(lambda h, pr, po: h != "ravenclaw" and declared(h, pr, po)),
+        )
+        # Pass first for ravenclaw, and for slytherin on TCP 80: both go through.
+        model.expect(
+            ingress_tcp_rules([2, 0, 1, 4, 3, 5, 6]),
+            to_gryffindor(lambda h, pr, po: h != "hufflepuff" or (pr, po) == ("tcp", 80)),
+        )
+        # The Baseline tier: the same first-match rules, after (absent) NetworkPolicies.
+        model.expect(ingress_tcp_rules([0, 1, 2, 3, 4], "Baseline"), to_gryffindor(declared))
