@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -55,3 +56,51 @@ def test_demo_matrix_matches_explanations() -> None:
         ["ip", "netns", "list"], capture_output=True, text=True, check=True
     ).stdout
     assert after == before
+
+
+FRONTEND_PODS = """
+apiVersion: v1
+kind: Pod
+metadata: {name: frontend, namespace: default, labels: {role: frontend}}
+spec: {nodeName: node-1, containers: [{name: c, ports: [{name: http, containerPort: 8080}]}]}
+status: {phase: Running, podIPs: [{ip: 10.65.0.6}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: other, namespace: default}
+spec: {nodeName: node-1, containers: [{name: c, ports: [{name: http, containerPort: 8080}]}]}
+status: {phase: Running, podIPs: [{ip: 10.65.0.7}]}
+"""
+
+
+def test_demo_of_a_kubectl_dump(tmp_path: Path) -> None:
+    """Pods and a NetworkPolicy as kubectl prints them: the demo wires the pods, and the
+    verdicts name the Kubernetes NetworkPolicy, or its isolation."""
+    (tmp_path / "dump.yaml").write_text(
+        (REPO / "tests" / "golden" / "kubectl-dump.yaml").read_text()
+    )
+    (tmp_path / "frontend.yaml").write_text(FRONTEND_PODS)
+    result = subprocess.run(
+        [sys.executable, "-m", "pyfelix", "demo", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert any(
+        line.startswith("frontend")
+        and "nginx-7c5ddbdf54-abcde" in line
+        and " allowed " in line
+        and "Kubernetes NetworkPolicy default/web-from-frontend" in line
+        for line in lines
+    )
+    assert any(
+        line.startswith("other")
+        and "nginx" in line
+        and " denied " in line
+        and "selected by Kubernetes NetworkPolicy default/web-from-frontend" in line
+        for line in lines
+    )

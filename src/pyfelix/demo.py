@@ -27,7 +27,8 @@ import yaml
 from pyfelix.dryrun import compute
 from pyfelix.explain import Explainer, Flow
 from pyfelix.pods import connects, run_in, start_responder, wire_pod
-from pyfelix.resources import Resource, WorkloadEndpoint
+from pyfelix.resources import Pod, Resource, WorkloadEndpoint
+from pyfelix.resources.k8s_conversion import workload_endpoint
 
 DEMO_NODE = "demo-node"
 PREFIX = "pfd-"
@@ -157,12 +158,28 @@ class DemoNode:
 
 
 def _localise(resources: Sequence[Resource], hostname: str) -> list[Resource]:
-    return [
-        attrs.evolve(r, spec=attrs.evolve(r.spec, node=hostname))
-        if isinstance(r, WorkloadEndpoint)
-        else r
-        for r in resources
-    ]
+    """Every workload (a WorkloadEndpoint, or a Pod as kubectl prints it) on the demo node."""
+    local: list[Resource] = []
+    for resource in resources:
+        if isinstance(resource, WorkloadEndpoint):
+            spec = attrs.evolve(resource.spec, node=hostname)
+            local.append(attrs.evolve(resource, spec=spec))
+        elif isinstance(resource, Pod) and resource.spec.node_name:
+            pod_spec = attrs.evolve(resource.spec, node_name=hostname)
+            local.append(attrs.evolve(resource, spec=pod_spec))
+        else:
+            local.append(resource)
+    return local
+
+
+def _endpoints(resources: Sequence[Resource]) -> list[WorkloadEndpoint]:
+    """The workloads to wire: the endpoints, and what Calico makes of the pods."""
+    endpoints = []
+    for r in resources:
+        wep = workload_endpoint(r) if isinstance(r, Pod) else r
+        if isinstance(wep, WorkloadEndpoint) and wep.spec.ip_networks:
+            endpoints.append(wep)
+    return endpoints
 
 
 def run_demo(resources: Sequence[Resource], out: TextIO = sys.stdout) -> int:
@@ -178,7 +195,7 @@ def run_demo(resources: Sequence[Resource], out: TextIO = sys.stdout) -> int:
             yaml.safe_dump_all([r.to_manifest() for r in local], sort_keys=False)
         )
         node = DemoNode(stack)
-        endpoints = [r for r in local if isinstance(r, WorkloadEndpoint)]
+        endpoints = _endpoints(local)
         for wep in endpoints:
             ports = {p.port: p.name for p in wep.spec.ports} or {8080: ""}
             address = wep.spec.ip_networks[0].split("/")[0]
