@@ -1,7 +1,10 @@
 """Datastore benchmark: time to IN_SYNC and peak RSS for N workload endpoints and M policies,
 loaded by the file syncer from a manifest directory and by the etcd syncer from a real etcd.
 
-Run: .venv/bin/python bench/bench_datastores.py [--endpoints 100000] [--policies 1000]
+Run: .venv/bin/python bench/bench_datastores.py [--endpoints 100000] [--policies 1000] [--agent]
+
+With ``--agent`` (root), ``pyfelix run`` itself is timed on node-0 of the same cluster in
+etcd, from process start to its first apply (the dataplane in sync) in a network namespace.
 
 Each scenario runs in its own process so peak RSS is that scenario's alone. etcd is Debian's
 etcd-server on a free 127.0.0.1 port; the resources are written to it with batched
@@ -13,7 +16,9 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -33,7 +38,7 @@ from pyfelix.resources import KINDS
 from pyfelix.syncer.api import SyncStatus, Update
 from pyfelix.syncer.etcd import EtcdSyncer
 from pyfelix.syncer.files import FileSyncer
-from tests.etcd_server import running_etcd
+from tests.etcd_server import EtcdServer, running_etcd
 
 PER_FILE = 1000
 
@@ -132,6 +137,51 @@ async def fill_etcd(url: str, docs: list[dict[str, Any]]) -> None:
         await client.put_many(items)
 
 
+def agent_from_etcd(endpoints: int, policies: int) -> dict[str, Any]:
+    """``pyfelix run`` (root) on node-0 of the same cluster in etcd: process start to the
+    driver's first apply (the dataplane in sync), and the agent's peak RSS at that moment.
+    etcd runs inside the agent's network namespace, filled from a child there."""
+    namespace = f"pfb-agent-{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", namespace], check=True)
+    subprocess.run(["ip", "netns", "exec", namespace, "ip", "link", "set", "lo", "up"], check=True)
+    data = tempfile.mkdtemp(prefix="pfb-etcd-")
+    etcd = EtcdServer(data, netns=namespace)
+    agent = None
+    try:
+        etcd.start()
+        fill = [sys.executable, __file__, "--fill", etcd.etcd_url]
+        fill += ["--endpoints", str(endpoints), "--policies", str(policies)]
+        subprocess.run(["ip", "netns", "exec", namespace, *fill], check=True)
+        with tempfile.NamedTemporaryFile("w+", prefix="pfb-agent-", suffix=".log") as log:
+            started = time.perf_counter()
+            run = ["run", "--hostname", "node-0", "--datastore", etcd.etcd_url]
+            agent = subprocess.Popen(
+                ["ip", "netns", "exec", namespace, sys.executable, "-m", "pyfelix", *run],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
+            while "apply 1:" not in Path(log.name).read_text():
+                if agent.poll() is not None:
+                    raise SystemExit("the agent stopped:\n" + Path(log.name).read_text())
+                time.sleep(0.01)
+            elapsed = time.perf_counter() - started
+            status = Path(f"/proc/{agent.pid}/status").read_text()
+            peak = next(
+                int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM")
+            )
+            in_sync = next(
+                line for line in Path(log.name).read_text().splitlines() if "in sync:" in line
+            )
+        return {"seconds": elapsed, "peak_rss_mb": peak / 1024, "in_sync": in_sync}
+    finally:
+        if agent is not None:
+            agent.terminate()
+            agent.wait()
+        etcd.stop()
+        shutil.rmtree(data, ignore_errors=True)
+        subprocess.run(["ip", "netns", "del", namespace], check=False)
+
+
 def child(mode: str, target: str) -> None:
     """Runs in a fresh process: one timed sync, then a JSON line with the result."""
     # The agent's calc loop pauses the cyclic collector from its start until InSync, and the
@@ -158,9 +208,14 @@ def main() -> None:
     parser.add_argument("--endpoints", type=int, default=100_000)
     parser.add_argument("--policies", type=int, default=1_000)
     parser.add_argument("--child", nargs=2, metavar=("MODE", "TARGET"))
+    parser.add_argument("--fill", metavar="ETCD_URL", help=argparse.SUPPRESS)
+    parser.add_argument("--agent", action="store_true", help="also time `pyfelix run` (root)")
     args = parser.parse_args()
     if args.child:
         child(*args.child)
+        return
+    if args.fill:
+        trio.run(fill_etcd, args.fill, documents(args.endpoints, args.policies))
         return
     docs = documents(args.endpoints, args.policies)
     print(f"{args.endpoints} workload endpoints, {args.policies} policies")
@@ -180,6 +235,13 @@ def main() -> None:
             f"etcd:  {result['seconds']:.1f} s to IN_SYNC, {result['updates']:.0f} updates, "
             f"peak RSS {result['peak_rss_mb']:.0f} MB"
         )
+    if args.agent:
+        result = agent_from_etcd(args.endpoints, args.policies)
+        print(
+            f"agent: {result['seconds']:.1f} s from process start to the dataplane in sync "
+            f"(node-0, real kernel in a namespace), peak RSS {result['peak_rss_mb']:.0f} MB"
+        )
+        print(f"       {str(result['in_sync']).split(': ', 1)[-1]}")
 
 
 if __name__ == "__main__":

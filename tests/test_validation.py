@@ -7,11 +7,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pyfelix.config.params import BY_JSON
 from pyfelix.config.text import parse_felix_port_list
-from pyfelix.errors import FieldProblem
-from pyfelix.resources import FelixConfiguration
+from pyfelix.errors import FieldProblem, ManifestError
+from pyfelix.resources import FelixConfiguration, WorkloadEndpoint
 from pyfelix.resources.meta import kind_for
 from pyfelix.validation import (
     ParamError,
@@ -21,6 +23,8 @@ from pyfelix.validation import (
     parse_param,
     validate_resource,
 )
+from pyfelix.validation.common import Checker
+from pyfelix.validation.kinds import _CHECKS, check_metadata
 from tests.test_resources import SAMPLES, document
 
 Doc = dict[str, Any]
@@ -677,3 +681,54 @@ def test_felix_configuration_name_forms() -> None:
     for name in ("default", "node.node-a", "gpu-nodes"):
         config = FelixConfiguration.from_manifest(document("FelixConfiguration", name))
         assert validate_resource(config) == []
+
+
+NAME_PARTS = st.sampled_from(["node-a", "Node", "a" * 64, "pod.x", "-x", "k8s", "", "eth0", "a_b"])
+VARIANTS = st.fixed_dictionaries(
+    {
+        "name": NAME_PARTS,
+        "namespace": NAME_PARTS,
+        "node": NAME_PARTS,
+        "interface": st.sampled_from(["cali1", "", "-bad", "x" * 16, "eth.0"]),
+        "network": st.sampled_from(
+            ["10.0.0.1/32", "10.0.0.1", "10.0.0.0/24", "fd00::1/128", "300.1.1.1"]
+        ),
+        "mac": st.sampled_from(["", "ee:ee:ee:ee:ee:ee", "nope"]),
+        "label": st.sampled_from([("app", "web"), ("bad key!", "v"), ("k", "-v"), ("a/b", "c")]),
+    }
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(variant=VARIANTS)
+def test_the_fast_workload_check_agrees_with_the_full_one(variant: dict[str, Any]) -> None:
+    """Plain workload endpoints are checked without a Checker per field: the verdict must be
+    the full check's, valid or not."""
+    spec = {
+        "node": variant["node"],
+        "orchestrator": "k8s",
+        "endpoint": "eth0",
+        "interfaceName": variant["interface"],
+        "ipNetworks": [variant["network"]],
+        "profiles": ["kns.a"],
+        "mac": variant["mac"],
+    }
+    meta = {
+        "name": variant["name"],
+        "namespace": variant["namespace"],
+        "labels": dict([variant["label"]]),
+    }
+    doc = {
+        "apiVersion": "projectcalico.org/v3",
+        "kind": "WorkloadEndpoint",
+        "metadata": meta,
+        "spec": spec,
+    }
+    try:
+        wep = WorkloadEndpoint.from_manifest(doc)
+    except ManifestError:
+        return
+    full = Checker()
+    check_metadata(full, wep)
+    _CHECKS[WorkloadEndpoint](full, wep, ValidationContext())
+    assert validate_resource(wep, ValidationContext()) == full.problems

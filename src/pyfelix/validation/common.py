@@ -25,7 +25,7 @@ INTERFACE_NAME = re.compile(r"^(?!-)[a-zA-Z0-9_.-]{1,15}$")
 _QUALIFIED_NAME_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _PORT_NAME_CHARS = re.compile(r"^[-a-z0-9]+$")
-_MAC = re.compile(r"^([0-9A-Fa-f]{2}[:-]){5}[0-9A-Fa-f]{2}$|^([0-9A-Fa-f]{4}\.){2}[0-9A-Fa-f]{4}$")
+MAC = re.compile(r"^([0-9A-Fa-f]{2}[:-]){5}[0-9A-Fa-f]{2}$|^([0-9A-Fa-f]{4}\.){2}[0-9A-Fa-f]{4}$")
 
 PROTOCOL_NAMES = ("TCP", "UDP", "ICMP", "ICMPv6", "SCTP", "UDPLite")
 PROTOCOL_NUMBERS = {"TCP": 6, "UDP": 17, "ICMP": 1, "ICMPv6": 58, "SCTP": 132, "UDPLite": 136}
@@ -61,6 +61,32 @@ def check_name(c: Checker, name: str, *, label: bool = False) -> None:
             f"invalid name {name!r}: must consist of lower case alphanumeric characters or "
             f"{allowed}, and start and end with an alphanumeric character"
         )
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def good_name(name: str, *, label: bool = False) -> bool:
+    """What ``check_name`` accepts, without a Checker (names repeat: nodes, namespaces)."""
+    limit = MAX_LABEL_NAME_LENGTH if label else MAX_NAME_LENGTH
+    pattern = DNS1123_LABEL if label else DNS1123_SUBDOMAIN
+    return bool(name) and len(name) <= limit and bool(pattern.match(name))
+
+
+def good_labels(labels: Mapping[str, str]) -> bool:
+    """What ``check_labels`` accepts."""
+    return all(
+        qualified_name_problem(key) is None and _good_label_value(value)
+        for key, value in labels.items()
+    )
+
+
+def good_annotations(annotations: Mapping[str, str]) -> bool:
+    """What ``check_annotations`` accepts."""
+    total = 0
+    for key, value in annotations.items():
+        total += len(key) + len(value)
+        if qualified_name_problem(key.lower()) is not None:
+            return False
+    return total <= MAX_ANNOTATIONS_SIZE
 
 
 @functools.lru_cache(maxsize=1 << 12)
@@ -166,7 +192,7 @@ def check_single_address(c: Checker, text: str) -> None:
 
 
 def check_mac(c: Checker, text: str) -> None:
-    c.check(bool(_MAC.match(text)), f"invalid MAC address {text!r}")
+    c.check(bool(MAC.match(text)), f"invalid MAC address {text!r}")
 
 
 def check_interface_name(c: Checker, name: str, *, allow_star: bool = False) -> None:
