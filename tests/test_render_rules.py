@@ -464,3 +464,30 @@ def test_every_interface_prefix_gets_the_workload_rules() -> None:
             for line in filter_chains["cali-OUTPUT"]
         )
         assert any(f"--in-interface {prefix}" in line for line in raw["cali-PREROUTING"])
+
+
+def test_filter_allow_and_deny_actions() -> None:
+    """IptablesFilterDenyAction Reject: every drop of the filter table rejects, with Felix's
+    comments; IptablesFilterAllowAction Return: established traffic is flagged accepted, then
+    returned; the defaults render as before."""
+    default = rendered_filter_with("logSeverityScreen: Info")
+    rejecting = rendered_filter_with("iptablesFilterDenyAction: Reject")
+    assert "--jump REJECT" not in default
+    assert "--jump DROP" in default
+    for phrase in (
+        "Reject if no profiles matched",
+        "Reject if no policies passed packet",
+        "Reject VXLAN encapped packets originating in workloads",
+        'comment "Unknown interface" --jump REJECT',
+        "--ctstate INVALID --jump REJECT",
+    ):
+        assert phrase in rejecting, phrase
+    # Only the IPv4 VXLAN guard keeps its plain drop, as Felix's.
+    assert [line for line in rejecting.split("\\n") if "--jump DROP" in line] == [
+        line for line in rejecting.split("\\n") if "VXLAN packets from non-allowed" in line
+    ]
+    returning = rendered_filter_with("iptablesFilterAllowAction: Return")
+    assert "--ctstate RELATED,ESTABLISHED --jump MARK --set-mark 0x10000/0x10000" in returning
+    assert "--ctstate RELATED,ESTABLISHED --jump RETURN" in returning
+    assert 'accepted packet." -m mark --mark 0x10000/0x10000 --jump RETURN' in returning
+    assert "--ctstate RELATED,ESTABLISHED --jump MARK" not in default

@@ -3,6 +3,7 @@ tiers, services in rules, natOutgoing, dual-stack workloads."""
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -213,3 +214,37 @@ def test_policies_sharing_a_selector_decide_through_their_group_chain(cluster: C
     assert not any("cali-pi-np/app/grouped" in line for line in endpoint)
     group_rules = [line for line in saved.splitlines() if line.startswith(f"-A {group} ")]
     assert len(group_rules) == 7 + 1, "seven jumps and one return"
+
+
+REFUSED_PROBE = """
+import socket, sys, time
+started = time.monotonic()
+try:
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3).close()
+    print("connected")
+except ConnectionRefusedError:
+    print(f"refused {time.monotonic() - started:.2f}")
+except OSError as exc:
+    print(f"failed {type(exc).__name__}")
+"""
+
+
+def test_filter_deny_action_reject(tmp_path: Path) -> None:
+    """IptablesFilterDenyAction Reject: a connection no policy allows is refused at once (the
+    client learns it is not allowed) instead of timing out."""
+    config = MANIFESTS.partition("---")[0].replace(
+        "spec:\n", "spec:\n  iptablesFilterDenyAction: Reject\n", 1
+    )
+    (tmp_path / "base.yaml").write_text("---".join((config, *MANIFESTS.split("---")[1:])))
+    (tmp_path / "policy.yaml").write_text(POLICY.replace("PORT", "8080"))
+    with ExitStack() as stack:
+        cluster = server_client_outsider(stack, tmp_path)
+        assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 8080)), "never programmed"
+        client = cluster.workloads[CLIENT_IP]
+
+        def probe() -> str:
+            argv = [sys.executable, "-c", REFUSED_PROBE, SERVER_IP, "9090"]
+            return run_in(client, *argv).stdout.strip()
+
+        assert eventually(lambda: probe().startswith("refused")), probe()
+        assert float(probe().split()[1]) < 1.0

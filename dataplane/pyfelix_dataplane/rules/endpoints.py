@@ -47,6 +47,8 @@ def endpoint_chain(
     kind: str = "normal",
     vxlan_port: int = 4789,
     drop_invalid: bool = True,
+    allow: str = "ACCEPT",
+    deny: str = "DROP",
 ) -> Chain:
     """One endpoint chain for one direction (``inbound``: towards the endpoint).
 
@@ -56,12 +58,16 @@ def endpoint_chain(
     normal and forward chains drop at the end of a tier.
     """
     if not active:
-        return Chain(name, (Rule(action="--jump DROP", comment=("Endpoint admin disabled",)),))
+        return Chain(name, (Rule(action=f"--jump {deny}", comment=("Endpoint admin disabled",)),))
     rules = []
     if kind != "untracked":
-        rules.append(Rule("-m conntrack --ctstate RELATED,ESTABLISHED", "--jump ACCEPT"))
+        established = "-m conntrack --ctstate RELATED,ESTABLISHED"
+        if allow != "ACCEPT":
+            # Returning instead of accepting: the packet is flagged as allowed first.
+            rules.append(Rule(established, set_mark(marks.accept)))
+        rules.append(Rule(established, f"--jump {allow}"))
         if drop_invalid:
-            rules.append(Rule("-m conntrack --ctstate INVALID", "--jump DROP"))
+            rules.append(Rule("-m conntrack --ctstate INVALID", f"--jump {deny}"))
     if failsafe:
         rules.append(Rule(action=f"--jump {failsafe}"))
     rules.append(Rule(action=set_mark(0, marks.accept | marks.pass_)))
@@ -71,16 +77,16 @@ def endpoint_chain(
             rules.append(
                 Rule(
                     f"-p 17 -m multiport --destination-ports {vxlan_port}",
-                    "--jump DROP",
-                    ("Drop VXLAN encapped packets originating in workloads",),
+                    f"--jump {deny}",
+                    (f"{deny.capitalize()} VXLAN encapped packets originating in workloads",),
                 )
             )
         if drop_ipip:
             rules.append(
                 Rule(
                     "-p 4",
-                    "--jump DROP",
-                    ("Drop IPinIP encapped packets originating in workloads",),
+                    f"--jump {deny}",
+                    (f"{deny.capitalize()} IPinIP encapped packets originating in workloads",),
                 )
             )
     for tier in tiers:
@@ -99,8 +105,8 @@ def endpoint_chain(
             rules.append(
                 Rule(
                     match_mark(0, marks.pass_),
-                    "--jump DROP",
-                    (f"End of tier {tier.name}. Drop if no policies passed packet",),
+                    f"--jump {deny}",
+                    (f"End of tier {tier.name}. {deny.capitalize()} if no policies passed packet",),
                 )
             )
     if kind in ("untracked", "prednat"):
@@ -119,7 +125,9 @@ def endpoint_chain(
         rules.append(
             Rule(match_mark(marks.accept), "--jump RETURN", ("Return if profile accepted",))
         )
-    rules.append(Rule(action="--jump DROP", comment=("Drop if no profiles matched",)))
+    rules.append(
+        Rule(action=f"--jump {deny}", comment=(f"{deny.capitalize()} if no profiles matched",))
+    )
     return Chain(name, tuple(rules))
 
 
@@ -193,6 +201,8 @@ def workload_chains(
                 inbound=True,
                 marks=marks,
                 drop_invalid=settings.drop_invalid,
+                allow=settings.allow,
+                deny=settings.deny,
             )
         )
         endpoint_chains.append(
@@ -207,12 +217,14 @@ def workload_chains(
                 drop_encap=drop_encap,
                 vxlan_port=settings.vxlan_port,
                 drop_invalid=settings.drop_invalid,
+                allow=settings.allow,
+                deny=settings.deny,
             )
         )
         to_workload[interface] = tw
         from_workload[interface] = fw
     filter_chains += endpoint_chains
-    unknown = [Rule(action="--jump DROP", comment=("Unknown interface",))]
+    unknown = [Rule(action=f"--jump {settings.deny}", comment=("Unknown interface",))]
     filter_chains += dispatch_chains(
         "cali-from-wl-dispatch", from_workload, outbound=False, end=unknown
     )

@@ -97,6 +97,8 @@ def _endpoint_chains(
                     marks=marks,
                     failsafe=failsafe,
                     drop_invalid=settings.drop_invalid,
+                    allow=settings.allow,
+                    deny=settings.deny,
                 )
             )
             targets["fh" if inbound else "th"][interface] = name
@@ -112,6 +114,8 @@ def _endpoint_chains(
                     marks=marks,
                     kind="forward",
                     drop_invalid=settings.drop_invalid,
+                    allow=settings.allow,
+                    deny=settings.deny,
                 )
             )
             targets["fhfw" if inbound else "thfw"][interface] = name
@@ -144,6 +148,8 @@ def _endpoint_chains(
                     marks=marks,
                     kind="prednat",
                     drop_invalid=settings.drop_invalid,
+                    # REJECT is a filter-table target: mangle's drops stay DROP.
+                    allow=settings.mangle_allow,
                 )
             )
             targets["mangle-fh"][interface] = name

@@ -90,6 +90,8 @@ class RuleContext:
     version: int
     marks: MarkBits
     log_prefix: str = "calico-packet"
+    #: IptablesFilterDenyAction for the filter table's policies (raw and mangle: DROP).
+    deny: str = "DROP"
 
 
 def _set_names(set_ids: Sequence[str], version: int) -> list[str]:
@@ -209,7 +211,7 @@ def render_rule(parsed: m.ParsedRule, ctx: RuleContext) -> list[Rule]:
         out.append(Rule(match_mark(marks.pass_), "--jump RETURN"))
     elif action == "deny":
         out.append(Rule(match, set_mark(marks.drop)))
-        out.append(Rule(match_mark(marks.drop), "--jump DROP"))
+        out.append(Rule(match_mark(marks.drop), f"--jump {ctx.deny}"))
     elif action == "log":
         out.append(Rule(match, f'--jump LOG --log-prefix "{ctx.log_prefix}: " --log-level 5'))
     return out

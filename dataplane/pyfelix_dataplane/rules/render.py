@@ -91,7 +91,9 @@ def render_chains(
     """One IP version's chains per table (the Linux driver renders these for a state in which
     host endpoints have been placed on the kernel's interfaces)."""
     settings = settings or Settings.from_config(dp.config)
-    ctx = RuleContext(version, settings.marks, settings.log_prefix)
+    ctx = RuleContext(version, settings.marks, settings.log_prefix, settings.deny)
+    # REJECT is a filter-table target: untracked and pre-DNAT policies drop.
+    ctx_other = RuleContext(version, settings.marks, settings.log_prefix)
     policies = sorted(dp.policies.values(), key=lambda p: str(p.id))
     profiles = sorted(dp.profiles.values(), key=lambda p: p.id)
     selectors = selectors_of(dp.policies)
@@ -107,12 +109,12 @@ def render_chains(
     ]
     raw_chains = [
         *hosts["raw"],
-        *(c for p in policies if p.policy.do_not_track for c in policy_chains(p, ctx)),
+        *(c for p in policies if p.policy.do_not_track for c in policy_chains(p, ctx_other)),
         *static.raw_chains(dp, settings, version),
     ]
     mangle_chains = [
         *hosts["mangle"],
-        *(c for p in policies if p.policy.pre_dnat for c in policy_chains(p, ctx)),
+        *(c for p in policies if p.policy.pre_dnat for c in policy_chains(p, ctx_other)),
         *static.mangle_chains(settings, version),
     ]
     nat_chains = static.nat_chains(dp, version, special_ipsets(dp))

@@ -26,6 +26,11 @@ class Settings:
     vxlan_port: int = _DEFAULTS.vxlan_port
     #: DisableConntrackInvalidCheck: endpoint chains then let ctstate INVALID packets on.
     drop_invalid: bool = True
+    #: IptablesFilterAllowAction, IptablesFilterDenyAction, IptablesMangleAllowAction: the
+    #: targets of the filter table's accepts and drops, and of mangle's accepts.
+    allow: str = "ACCEPT"
+    deny: str = "DROP"
+    mangle_allow: str = "ACCEPT"
 
     @classmethod
     def from_config(cls, config: FelixConfig) -> Settings:
@@ -43,4 +48,7 @@ class Settings:
             or ("cali",),
             vxlan_port=config.vxlan_port,
             drop_invalid=not config.disable_conntrack_invalid_check,
+            allow=str(config.iptables_filter_allow_action).upper(),
+            deny=str(config.iptables_filter_deny_action).upper(),
+            mangle_allow=str(config.iptables_mangle_allow_action).upper(),
         )

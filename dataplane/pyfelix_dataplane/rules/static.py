@@ -50,7 +50,7 @@ def filter_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain
                 f"-p 17 -m multiport --destination-ports {settings.vxlan_port}"
                 f" -m set --match-set {hosts} src"
                 " -m addrtype --dst-type LOCAL",
-                "--jump ACCEPT",
+                f"--jump {settings.allow}",
                 ("Allow IPv4 VXLAN packets from allowed hosts",),
             ),
             Rule(
@@ -66,16 +66,20 @@ def filter_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain
         input_rules.append(
             Rule(
                 f"-p 17 -m multiport --destination-ports {port} -m addrtype --dst-type LOCAL",
-                "--jump ACCEPT",
+                f"--jump {settings.allow}",
                 ("Allow incoming IPv4 Wireguard packets",),
             )
         )
     input_rules += [
         *(Rule(f"--in-interface {wildcard}", "--goto cali-wl-to-host") for wildcard in wildcards),
-        Rule(match_mark(marks.accept), "--jump ACCEPT"),
+        Rule(match_mark(marks.accept), f"--jump {settings.allow}"),
         Rule(action=set_mark(0, all_calico)),
         Rule(action="--jump cali-from-host-endpoint"),
-        Rule(match_mark(marks.accept), "--jump ACCEPT", ("Host endpoint policy accepted packet.",)),
+        Rule(
+            match_mark(marks.accept),
+            f"--jump {settings.allow}",
+            ("Host endpoint policy accepted packet.",),
+        ),
     ]
     filter_chains += [
         Chain(
@@ -94,7 +98,7 @@ def filter_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain
                 Rule(action="--jump cali-to-hep-forward"),
                 Rule(
                     match_mark(marks.accept),
-                    "--jump ACCEPT",
+                    f"--jump {settings.allow}",
                     ("Policy explicitly accepted packet.",),
                 ),
             ),
@@ -107,7 +111,10 @@ def filter_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain
                 # (multicast listener reports, router and neighbour solicitations and
                 # advertisements), whatever its policy.
                 *(
-                    Rule(f"-p ipv6-icmp -m icmp6 --icmpv6-type {icmp_type}", "--jump ACCEPT")
+                    Rule(
+                        f"-p ipv6-icmp -m icmp6 --icmpv6-type {icmp_type}",
+                        f"--jump {settings.allow}",
+                    )
                     for icmp_type in ((130, 131, 132, 133, 135, 136) if version == 6 else ())
                 ),
                 Rule(action="--jump cali-from-wl-dispatch"),
@@ -120,13 +127,13 @@ def filter_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain
         Chain(
             "cali-OUTPUT",
             (
-                Rule(match_mark(marks.accept), "--jump ACCEPT"),
+                Rule(match_mark(marks.accept), f"--jump {settings.allow}"),
                 *(Rule(f"--out-interface {wildcard}", "--jump RETURN") for wildcard in wildcards),
                 Rule(action=set_mark(0, all_calico)),
                 Rule("-m conntrack ! --ctstate DNAT", "--jump cali-to-host-endpoint"),
                 Rule(
                     match_mark(marks.accept),
-                    "--jump ACCEPT",
+                    f"--jump {settings.allow}",
                     ("Host endpoint policy accepted packet.",),
                 ),
             ),
@@ -185,16 +192,17 @@ def raw_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain]:
 def mangle_chains(settings: Settings, version: int) -> list[Chain]:
     """mangle: cali-PREROUTING (pre-DNAT policy), cali-POSTROUTING, failsafe-in."""
     marks = settings.marks
+    allow = settings.mangle_allow
     return [
         Chain(
             "cali-PREROUTING",
             (
-                Rule("-m conntrack --ctstate RELATED,ESTABLISHED", "--jump ACCEPT"),
-                Rule(match_mark(marks.accept), "--jump ACCEPT"),
+                Rule("-m conntrack --ctstate RELATED,ESTABLISHED", f"--jump {allow}"),
+                Rule(match_mark(marks.accept), f"--jump {allow}"),
                 Rule(action="--jump cali-from-host-endpoint"),
                 Rule(
                     match_mark(marks.accept),
-                    "--jump ACCEPT",
+                    f"--jump {allow}",
                     ("Host endpoint policy accepted packet.",),
                 ),
             ),

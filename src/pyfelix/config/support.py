@@ -34,6 +34,12 @@ ACTED_ON: dict[str, str] = {
     "IpInIpEnabled": "overrides the IP pools' IPIP mode in the encapsulation (restart check)",
     "IpsetsRefreshInterval": "how often the IP sets are re-read and repaired (0: never)",
     "IptablesBackend": "Legacy or NFT, or (Auto) the backend already holding rules",
+    "IptablesFilterAllowAction": "ACCEPT or RETURN: the filter table's accepts (established "
+    "connections flagged accepted first when RETURN), as Felix",
+    "IptablesFilterDenyAction": "DROP or REJECT: the filter table's drops (endpoint, tier end, "
+    "policy deny, unknown interface); raw and mangle still drop",
+    "IptablesMangleAllowAction": "ACCEPT or RETURN: mangle cali-PREROUTING's and pre-DNAT "
+    "endpoint chains' accepts",
     "IptablesMarkMask": "the mark bits the rules use (and WireGuard's fwmark)",
     "IptablesRefreshInterval": "how often the tables are re-read and repaired (0: never)",
     "Ipv6Support": "false: IPv4 only (no IPv6 tables, sets or routes)",
