@@ -491,3 +491,42 @@ def test_filter_allow_and_deny_actions() -> None:
     assert "--ctstate RELATED,ESTABLISHED --jump RETURN" in returning
     assert 'accepted packet." -m mark --mark 0x10000/0x10000 --jump RETURN' in returning
     assert "--ctstate RELATED,ESTABLISHED --jump MARK" not in default
+
+
+LOGGING_POLICY = """
+apiVersion: projectcalico.org/v3
+kind: NetworkPolicy
+metadata: {name: audit, namespace: shop}
+spec:
+  tier: default
+  selector: all()
+  ingress: [{action: Log, protocol: TCP}, {action: Allow}]
+"""
+
+
+def test_log_prefix_specifiers_and_rate_limit() -> None:
+    """LogPrefix's %t %k %n %p become the policy's tier, kind, name and namespace/name (and
+    "pro" and the profile's name for profiles); LogActionRateLimit puts Log rules under
+    -m limit, before the rule's own match, as Felix combines them."""
+    resources = example_resources() + [r.resource for r in load_text(LOGGING_POLICY).resources]
+    for index, resource in enumerate(resources):
+        if isinstance(resource, FelixConfiguration) and resource.name == "default":
+            values = dict(
+                resource.spec.values,
+                logPrefix="cal %t/%k/%n/%p",
+                logActionRateLimit="10/second",
+                logActionRateLimitBurst=3,
+            )
+            resources[index] = attrs.evolve(
+                resource, spec=FelixConfigurationSpec(FrozenMap(values))
+            )
+    view, _ = compute(resources, "node-a")
+    filter_text = str(view["iptables"]["ipv4"]["filter"])
+    assert (
+        "-m limit --limit 10/second --limit-burst 3 -p tcp --jump LOG"
+        ' --log-prefix "cal default/knp/audit/shop/audit: "' not in filter_text
+    )
+    assert (
+        "-m limit --limit 10/second --limit-burst 3 -p tcp --jump LOG"
+        ' --log-prefix "cal default/np/audit/shop/audit: " --log-level 5'
+    ) in filter_text

@@ -11,6 +11,7 @@ scratch marks, then the main rule tests them.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Sequence
 
 import attrs
@@ -92,6 +93,26 @@ class RuleContext:
     log_prefix: str = "calico-packet"
     #: IptablesFilterDenyAction for the filter table's policies (raw and mangle: DROP).
     deny: str = "DROP"
+    #: LogActionRateLimit and LogActionRateLimitBurst: Log rules under ``-m limit`` if set.
+    log_rate: str = ""
+    log_burst: int = 5
+
+
+_LOG_SPECIFIER = re.compile("%[tknp]")
+
+
+def log_prefix(prefix: str, kind: str, name: str, namespace: str, tier: str) -> str:
+    """LogPrefix with Felix's specifiers replaced: %t the tier, %k the kind's short name,
+    %n the name, %p namespace/name (the name for cluster-wide kinds)."""
+    if "%" not in prefix:
+        return prefix
+    values = {
+        "%t": tier,
+        "%k": kind,
+        "%n": name,
+        "%p": f"{namespace}/{name}" if namespace else name,
+    }
+    return _LOG_SPECIFIER.sub(lambda found: values[found.group()], prefix)
 
 
 def _set_names(set_ids: Sequence[str], version: int) -> list[str]:
@@ -213,6 +234,9 @@ def render_rule(parsed: m.ParsedRule, ctx: RuleContext) -> list[Rule]:
         out.append(Rule(match, set_mark(marks.drop)))
         out.append(Rule(match_mark(marks.drop), f"--jump {ctx.deny}"))
     elif action == "log":
+        if ctx.log_rate:
+            burst = f" --limit-burst {ctx.log_burst}" if ctx.log_burst else ""
+            match = f"-m limit --limit {ctx.log_rate}{burst} {match}".rstrip()
         out.append(Rule(match, f'--jump LOG --log-prefix "{ctx.log_prefix}: " --log-level 5'))
     return out
 
@@ -240,6 +264,9 @@ def rules_chain(
 def policy_chains(policy: m.ActivePolicyUpdate, ctx: RuleContext) -> list[Chain]:
     pid = policy.id
     label = f"{pid.kind} {pid.namespace + '/' if pid.namespace else ''}{pid.name}"
+    short = KIND_SHORT.get(pid.kind, pid.kind)
+    prefix = log_prefix(ctx.log_prefix, short, pid.name, pid.namespace, pid.tier)
+    ctx = attrs.evolve(ctx, log_prefix=prefix) if prefix != ctx.log_prefix else ctx
     return [
         rules_chain(policy_chain_name(pid, True), policy.inbound, ctx, f"{label} ingress"),
         rules_chain(policy_chain_name(pid, False), policy.outbound, ctx, f"{label} egress"),
@@ -249,6 +276,8 @@ def policy_chains(policy: m.ActivePolicyUpdate, ctx: RuleContext) -> list[Chain]
 @functools.lru_cache(maxsize=16384)
 def profile_chains(profile: m.ActiveProfileUpdate, ctx: RuleContext) -> list[Chain]:
     label = f"Profile {profile.id}"
+    prefix = log_prefix(ctx.log_prefix, "pro", profile.id, "", "")
+    ctx = attrs.evolve(ctx, log_prefix=prefix) if prefix != ctx.log_prefix else ctx
     return [
         rules_chain(
             profile_chain_name(profile.id, True),

@@ -91,9 +91,15 @@ def render_chains(
     """One IP version's chains per table (the Linux driver renders these for a state in which
     host endpoints have been placed on the kernel's interfaces)."""
     settings = settings or Settings.from_config(dp.config)
-    ctx = RuleContext(version, settings.marks, settings.log_prefix, settings.deny)
     # REJECT is a filter-table target: untracked and pre-DNAT policies drop.
-    ctx_other = RuleContext(version, settings.marks, settings.log_prefix)
+    ctx_other = RuleContext(
+        version,
+        settings.marks,
+        settings.log_prefix,
+        log_rate=settings.log_rate,
+        log_burst=settings.log_burst,
+    )
+    ctx = attrs.evolve(ctx_other, deny=settings.deny)
     policies = sorted(dp.policies.values(), key=lambda p: str(p.id))
     profiles = sorted(dp.profiles.values(), key=lambda p: p.id)
     selectors = selectors_of(dp.policies)

@@ -31,6 +31,8 @@ class Settings:
     allow: str = "ACCEPT"
     deny: str = "DROP"
     mangle_allow: str = "ACCEPT"
+    log_rate: str = ""
+    log_burst: int = 5
 
     @classmethod
     def from_config(cls, config: FelixConfig) -> Settings:
@@ -51,4 +53,6 @@ class Settings:
             allow=str(config.iptables_filter_allow_action).upper(),
             deny=str(config.iptables_filter_deny_action).upper(),
             mangle_allow=str(config.iptables_mangle_allow_action).upper(),
+            log_rate=config.log_action_rate_limit,
+            log_burst=config.log_action_rate_limit_burst,
         )

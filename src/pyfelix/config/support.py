@@ -46,7 +46,10 @@ ACTED_ON: dict[str, str] = {
     "IPForwarding": "Enabled: global IPv4 (and IPv6) forwarding turned on at start; Disabled: "
     "left as they are",
     "LogFilePath": "the log file (created with its directory, following rotation; none: no file)",
-    "LogPrefix": "the prefix of the LOG rules policies' Log actions render",
+    "LogActionRateLimit": "Log rules under -m limit --limit <rate> (none when unset)",
+    "LogActionRateLimitBurst": "the --limit-burst of LogActionRateLimit (0: none)",
+    "LogPrefix": "the prefix of the LOG rules policies' Log actions render, %t %k %n %p "
+    "expanded to tier, kind, name and namespace/name as Felix",
     "LogSeverityFile": "the log level of LogFilePath",
     "LogSeverityScreen": "the log level on stderr",
     "LogSeveritySys": "the log level sent to the local syslog (/dev/log, tagged calico-felix)",
