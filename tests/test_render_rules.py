@@ -530,3 +530,46 @@ def test_log_prefix_specifiers_and_rate_limit() -> None:
         "-m limit --limit 10/second --limit-burst 3 -p tcp --jump LOG"
         ' --log-prefix "cal default/np/audit/shop/audit: " --log-level 5'
     ) in filter_text
+
+
+def rendered_nat_with(config: str) -> list[str]:
+    resources = []
+    for original in example_resources():
+        resource = original
+        if original.KIND == "FelixConfiguration" and original.name == "default":
+            manifest = original.to_manifest()
+            for line in config.splitlines():
+                name, _, value = line.partition(": ")
+                manifest["spec"][name] = yaml.safe_load(value)
+            (item,) = load_text(yaml.safe_dump(manifest)).resources
+            resource = item.resource
+        resources.append(resource)
+    view, _ = compute(resources, "node-a")
+    return [line for line in str(view["iptables"]["ipv4"]["nat"]).split("\n") if "-A cali-" in line]
+
+
+def test_nat_outgoing_settings() -> None:
+    """Felix's cali-nat-outgoing: NATPortRange's TCP and UDP rules (each then returned),
+    NATOutgoingAddress as SNAT, the interface filter and the hosts' exclusion set; the
+    tunnel's masquerade keeps clear of the VXLAN port; --random-fully unless overridden."""
+    lines = rendered_nat_with(
+        "natPortRange: 40000:40010\n"
+        "natOutgoingAddress: 192.0.2.77\n"
+        "iptablesNATOutgoingInterfaceFilter: eth+\n"
+        "natOutgoingExclusions: IPPoolsAndHostIPs"
+    )
+    nat = [line.split('" ', 1)[1] for line in lines if "cali-nat-outgoing -m" in line]
+    match = (
+        "-m set --match-set cali40masq-ipam-pools src -m set ! --match-set cali40all-ipam-pools"
+        " dst -m set ! --match-set cali40all-hosts-net dst"
+    )
+    assert nat == [
+        f"{match} -p tcp --out-interface eth+ --jump SNAT --to-source 192.0.2.77:40000-40010 --random-fully",
+        f"{match} -p tcp --out-interface eth+ --jump RETURN",
+        f"{match} -p udp --out-interface eth+ --jump SNAT --to-source 192.0.2.77:40000-40010 --random-fully",
+        f"{match} -p udp --out-interface eth+ --jump RETURN",
+        f"{match} --out-interface eth+ --jump SNAT --to-source 192.0.2.77 --random-fully",
+    ]
+    plain = rendered_nat_with("featureDetectOverride: MASQFullyRandom=false")
+    assert any(line.endswith("--jump MASQUERADE --to-ports 4790-65535") for line in plain)
+    assert not any("random-fully" in line for line in plain)

@@ -248,3 +248,41 @@ def test_filter_deny_action_reject(tmp_path: Path) -> None:
 
         assert eventually(lambda: probe().startswith("refused")), probe()
         assert float(probe().split()[1]) < 1.0
+
+
+PEER_SERVER = """
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", int(sys.argv[1]))); s.listen(16)
+print("ready", flush=True)
+while True:
+    c, peer = s.accept(); c.sendall(f"{peer[0]}:{peer[1]}".encode()); c.close()
+"""
+PEER_CLIENT = """
+import socket, sys
+c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=2)
+print(c.recv(64).decode())
+"""
+
+
+def test_nat_outgoing_address_and_port_range(cluster: Cluster) -> None:
+    """NATOutgoingAddress and NATPortRange: the far end sees the pod's connection come from
+    that address (not the node's uplink address) and from a port in that range."""
+    config = (cluster.manifests / "base.yaml").read_text()
+    config = config.replace(
+        "spec:\n", "spec:\n  natOutgoingAddress: 192.0.2.77\n  natPortRange: 40000:40010\n", 1
+    )
+    (cluster.manifests / "base.yaml").write_text(config)
+    (cluster.manifests / "pool.yaml").write_text(POOL.replace("NAT", "true"))
+    run_in(cluster.node, "ip", "addr", "add", "192.0.2.77/24", "dev", "eth0")
+    cluster.serve(cluster.demo.outside, PEER_SERVER, "7777")
+    cluster.start_agent()
+    assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 8080)), "never programmed"
+    pod = cluster.workloads[CLIENT_IP]
+
+    def seen_from() -> str:
+        return run_in(pod, sys.executable, "-c", PEER_CLIENT, "192.0.2.2", "7777").stdout.strip()
+
+    assert eventually(lambda: seen_from().startswith("192.0.2.77:")), seen_from()
+    _, port = seen_from().split(":")
+    assert 40000 <= int(port) <= 40010

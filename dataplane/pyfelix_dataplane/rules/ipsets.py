@@ -46,10 +46,12 @@ def restore_script(
 MASQ_POOLS = "masq-ipam-pools"
 ALL_POOLS = "all-ipam-pools"
 VXLAN_HOSTS = "all-vxlan-net"
+#: Every host's address, which NATOutgoingExclusions IPPoolsAndHostIPs keeps out of NAT.
+ALL_HOSTS = "all-hosts-net"
 
 
 #: The fixed sets' ids (the calculation graph's sets never take these).
-SPECIAL_IDS = frozenset({MASQ_POOLS, ALL_POOLS, VXLAN_HOSTS})
+SPECIAL_IDS = frozenset({MASQ_POOLS, ALL_POOLS, VXLAN_HOSTS, ALL_HOSTS})
 
 
 def special_ipsets(dp: NodeState) -> dict[str, tuple[str, set[str]]]:
@@ -65,4 +67,6 @@ def special_ipsets(dp: NodeState) -> dict[str, tuple[str, set[str]]]:
     }
     if dp.encapsulation is not None and dp.encapsulation.vxlan_enabled:
         sets[VXLAN_HOSTS] = ("hash:net", {f"{h.ipv4_addr}/32" for h in hosts if h.ipv4_addr})
+    if dp.config.nat_outgoing_exclusions == "IPPoolsAndHostIPs":
+        sets[ALL_HOSTS] = ("hash:net", {f"{h.ipv4_addr}/32" for h in hosts if h.ipv4_addr})
     return sets

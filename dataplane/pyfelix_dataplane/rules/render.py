@@ -123,7 +123,7 @@ def render_chains(
         *(c for p in policies if p.policy.pre_dnat for c in policy_chains(p, ctx_other)),
         *static.mangle_chains(settings, version),
     ]
-    nat_chains = static.nat_chains(dp, version, special_ipsets(dp))
+    nat_chains = static.nat_chains(dp, settings, version, special_ipsets(dp))
     tables = {
         "raw": raw_chains,
         "mangle": mangle_chains,

@@ -10,6 +10,16 @@ from pyfelix_dataplane.rules.marks import MarkBits
 _DEFAULTS = FelixConfig()
 
 
+def _feature(config: FelixConfig, name: str) -> bool:
+    """A kernel feature Felix detects, which every supported node has, unless
+    FeatureDetectOverride sets it false ("MASQFullyRandom=false,SNATFullyRandom=false")."""
+    for item in config.feature_detect_override.split(","):
+        key, _, value = item.partition("=")
+        if key.strip() == name:
+            return value.strip().lower() != "false"
+    return True
+
+
 @attrs.frozen
 class Settings:
     """The FelixConfiguration values rendering depends on, with Felix's defaults."""
@@ -33,6 +43,16 @@ class Settings:
     mangle_allow: str = "ACCEPT"
     log_rate: str = ""
     log_burst: int = 5
+    #: NATOutgoingAddress (SNAT to it instead of MASQUERADE), NATPortRange,
+    #: IptablesNATOutgoingInterfaceFilter, NATOutgoingExclusions IPPoolsAndHostIPs.
+    nat_outgoing_address: str = ""
+    nat_port_range: tuple[int, int] | None = None
+    nat_interface_filter: str = ""
+    nat_exclude_hosts: bool = False
+    #: --random-fully on MASQUERADE and SNAT, as Felix where the kernel and iptables have it
+    #: (every supported node); FeatureDetectOverride MASQFullyRandom/SNATFullyRandom=false.
+    masq_random_fully: bool = True
+    snat_random_fully: bool = True
 
     @classmethod
     def from_config(cls, config: FelixConfig) -> Settings:
@@ -55,4 +75,10 @@ class Settings:
             mangle_allow=str(config.iptables_mangle_allow_action).upper(),
             log_rate=config.log_action_rate_limit,
             log_burst=config.log_action_rate_limit_burst,
+            nat_outgoing_address=config.nat_outgoing_address,
+            nat_port_range=config.nat_port_range,
+            nat_interface_filter=config.iptables_nat_outgoing_interface_filter,
+            nat_exclude_hosts=config.nat_outgoing_exclusions == "IPPoolsAndHostIPs",
+            masq_random_fully=_feature(config, "MASQFullyRandom"),
+            snat_random_fully=_feature(config, "SNATFullyRandom"),
         )

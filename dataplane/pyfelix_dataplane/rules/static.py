@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 
 from pyfelix.config import ProtoPort
 from pyfelix_dataplane.rules import ipsets as ipset_rendering
-from pyfelix_dataplane.rules.ipsets import ALL_POOLS, MASQ_POOLS, VXLAN_HOSTS
+from pyfelix_dataplane.rules.ipsets import ALL_HOSTS, ALL_POOLS, MASQ_POOLS, VXLAN_HOSTS
 from pyfelix_dataplane.rules.model import Chain, Rule
 from pyfelix_dataplane.rules.policy import match_mark, set_mark
 from pyfelix_dataplane.rules.settings import Settings
@@ -212,34 +212,90 @@ def mangle_chains(settings: Settings, version: int) -> list[Chain]:
     ]
 
 
+def masq_port_range_excluding(port: int) -> str:
+    """Felix's: the larger of 1024..port-1 and port+1..65535, so a masqueraded source port
+    never equals the VXLAN port."""
+    if port <= 0 or port > 65535:
+        return ""
+    low, high = 1024, 65535
+    if port - low >= high - port:
+        return f"{low}-{port - 1}"
+    return f"{port + 1}-{high}"
+
+
+def _masquerade(settings: Settings, to_ports: str = "") -> str:
+    ports = f" --to-ports {to_ports}" if to_ports else ""
+    return f"--jump MASQUERADE{ports}{' --random-fully' if settings.masq_random_fully else ''}"
+
+
+def _snat(settings: Settings, to: str) -> str:
+    return f"--jump SNAT --to-source {to}{' --random-fully' if settings.snat_random_fully else ''}"
+
+
+def nat_outgoing_rules(settings: Settings, version: int, active: bool) -> list[Rule]:
+    """cali-nat-outgoing as Felix's: traffic from a NAT-outgoing pool to anything outside the
+    pools (and, under NATOutgoingExclusions IPPoolsAndHostIPs, outside the hosts) is
+    masqueraded, or SNATed to NATOutgoingAddress, TCP and UDP into NATPortRange."""
+    if not active:
+        return []
+    pools = ipset_rendering.ipset_name(MASQ_POOLS, version)
+    every = ipset_rendering.ipset_name(ALL_POOLS, version)
+    base = f"-m set --match-set {pools} src -m set ! --match-set {every} dst"
+    if settings.nat_exclude_hosts:
+        base += f" -m set ! --match-set {ipset_rendering.ipset_name(ALL_HOSTS, version)} dst"
+
+    def match(protocol: str) -> str:
+        text = f"{base} -p {protocol}" if protocol else base
+        if settings.nat_interface_filter:
+            text += f" --out-interface {settings.nat_interface_filter}"
+        return text
+
+    address = settings.nat_outgoing_address
+    default = _snat(settings, address) if address else _masquerade(settings)
+    if not settings.nat_port_range:
+        return [Rule(match(""), default)]
+    low, high = settings.nat_port_range
+    to_ports = f"{low}-{high}"
+    ranged = (
+        _snat(settings, f"{address}:{to_ports}") if address else _masquerade(settings, to_ports)
+    )
+    return [
+        Rule(match("tcp"), ranged),
+        Rule(match("tcp"), "--jump RETURN"),
+        Rule(match("udp"), ranged),
+        Rule(match("udp"), "--jump RETURN"),
+        Rule(match(""), default),
+    ]
+
+
 def nat_chains(
-    dp: NodeState, version: int, special_sets: Mapping[str, tuple[str, set[str]]]
+    dp: NodeState,
+    settings: Settings,
+    version: int,
+    special_sets: Mapping[str, tuple[str, set[str]]],
 ) -> list[Chain]:
-    """nat: the hooks' chains and cali-nat-outgoing (MASQUERADE for NAT-outgoing pools)."""
-    vxlan = _vxlan(dp, version)
-    nat_rules = []
+    """nat: the hooks' chains, cali-nat-outgoing and the tunnels' masquerade (traffic the
+    host sends into the VXLAN or WireGuard device from an address not on it)."""
     masq = special_sets.get(MASQ_POOLS, ("", set()))[1]
-    if any((":" in cidr) == (version == 6) for cidr in masq):
-        pools = ipset_rendering.ipset_name(MASQ_POOLS, version)
-        every = ipset_rendering.ipset_name(ALL_POOLS, version)
-        nat_rules.append(
-            Rule(
-                f"-m set --match-set {pools} src -m set ! --match-set {every} dst",
-                "--jump MASQUERADE",
-            )
-        )
+    active = any((":" in cidr) == (version == 6) for cidr in masq)
+    tunnels = []
+    if _vxlan(dp, version):
+        tunnels.append("vxlan.calico")
+    if version == 4 and dp.config.wireguard_enabled and dp.config.wireguard_interface_name:
+        tunnels.append(dp.config.wireguard_interface_name)
+    to_ports = masq_port_range_excluding(settings.vxlan_port) if _vxlan(dp, version) else ""
     postrouting = [Rule(action="--jump cali-nat-outgoing")]
-    if vxlan:
-        postrouting.append(
-            Rule(
-                "--out-interface vxlan.calico -m addrtype ! --src-type LOCAL --limit-iface-out"
-                " -m addrtype --src-type LOCAL",
-                "--jump MASQUERADE",
-            )
+    for tunnel in tunnels:
+        local = (
+            f"--out-interface {tunnel} -m addrtype ! --src-type LOCAL --limit-iface-out"
+            " -m addrtype --src-type LOCAL"
         )
+        if to_ports:
+            postrouting.append(Rule(f"-p 17 {local}", _masquerade(settings, to_ports)))
+        postrouting.append(Rule(local, _masquerade(settings)))
     return [
         Chain("cali-PREROUTING", ()),
         Chain("cali-OUTPUT", ()),
         Chain("cali-POSTROUTING", tuple(postrouting)),
-        Chain("cali-nat-outgoing", tuple(nat_rules)),
+        Chain("cali-nat-outgoing", tuple(nat_outgoing_rules(settings, version, active))),
     ]

@@ -46,6 +46,10 @@ ACTED_ON: dict[str, str] = {
     "IPForwarding": "Enabled: global IPv4 (and IPv6) forwarding turned on at start; Disabled: "
     "left as they are",
     "LogFilePath": "the log file (created with its directory, following rotation; none: no file)",
+    "FeatureDetectOverride": "MASQFullyRandom=false / SNATFullyRandom=false leave out "
+    "--random-fully (other features are not detected: no effect)",
+    "IptablesNATOutgoingInterfaceFilter": "cali-nat-outgoing only for traffic leaving through "
+    "this interface (pattern)",
     "LogActionRateLimit": "Log rules under -m limit --limit <rate> (none when unset)",
     "LogActionRateLimitBurst": "the --limit-burst of LogActionRateLimit (0: none)",
     "LogPrefix": "the prefix of the LOG rules policies' Log actions render, %t %k %n %p "
@@ -53,6 +57,10 @@ ACTED_ON: dict[str, str] = {
     "LogSeverityFile": "the log level of LogFilePath",
     "LogSeverityScreen": "the log level on stderr",
     "LogSeveritySys": "the log level sent to the local syslog (/dev/log, tagged calico-felix)",
+    "NATOutgoingAddress": "IPv4 NAT outgoing SNATs to this address instead of masquerading",
+    "NATOutgoingExclusions": "IPPoolsAndHostIPs also keeps traffic to the hosts' addresses "
+    "(set all-hosts-net) out of NAT outgoing",
+    "NATPortRange": "NAT outgoing TCP and UDP source ports, as Felix's port-range rules",
     "MaxIpsetSize": "every IP set's maxelem (a set of another maxelem is rebuilt and swapped in)",
     "PrometheusGoMetricsEnabled": "adds the Python runtime's collectors (platform, GC) in "
     "place of Go's",
