@@ -98,7 +98,7 @@ def write_manifests(directory: Path, endpoints: int, policies: int, ipv6: bool =
 
 def programmed(ns: str, versions: tuple[str, ...] = ("iptables", "ip6tables")) -> bool:
     """Independently of the agent's word: every local route and endpoint chain is in place."""
-    routes = ns_exec(ns, "ip", "route", "show", "proto", "80").count("\n")
+    routes = ns_exec(ns, "ip", "route", "show", "proto", "boot").count("\n")
     return routes >= LOCAL and all(
         ns_exec(ns, f"{tool}-nft-save", "-t", "filter").count(":cali-tw-") >= LOCAL
         for tool in versions

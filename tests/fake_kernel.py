@@ -21,7 +21,7 @@ from pyfelix.errors import DataplaneWriteError
 from pyfelix_dataplane.linux.ipsets import DesiredSets
 from pyfelix_dataplane.linux.iptables import Desired, IptablesWriter, Script, parse_save
 from pyfelix_dataplane.linux.kernel import Kernel
-from pyfelix_dataplane.linux.routes import IFF_RUNNING, IFF_UP, RouteTarget
+from pyfelix_dataplane.linux.routes import IFF_RUNNING, IFF_UP, RouteOwnership, RouteTarget
 from pyfelix_dataplane.linux.vxlan import RemoteVtep, VtepDevice
 from pyfelix_dataplane.linux.wireguard import WireguardDevice
 
@@ -205,7 +205,9 @@ class FakeRoutes:
     #: Interfaces that do not exist: routes through them are "waiting".
     missing: set[str] = attrs.Factory(set)
 
-    async def apply(self, desired: Mapping[str, RouteTarget]) -> dict[str, str]:
+    async def apply(
+        self, desired: Mapping[str, RouteTarget], ownership: RouteOwnership | None = None
+    ) -> dict[str, str]:
         self.node.failure("routes")
         self.node.routes = dict(desired)
         self.node.log.append("routes")

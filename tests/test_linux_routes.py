@@ -1,19 +1,20 @@
-"""The route writer against the kernel, in a namespace: it makes the main table's proto-80
-routes (IPv4 and IPv6) exactly the desired ones and leaves every other route alone: other
-protocols' routes, and proto-80 routes in other tables. Its dumps are filtered by the kernel
-where it can, which must not change what counts as ours."""
+"""The route writer against the kernel, in a namespace: it makes the main table's routes that
+are Felix's (IPv4 and IPv6) exactly the desired ones, written and owned as Felix's main route
+table: device routes with DeviceRouteProtocol (boot), ours being proto-80 routes, routes on
+workload interfaces (all of them under RemoveExternalRoutes) and nothing else; other tables
+are left alone."""
 
 from __future__ import annotations
 
 import pytest
 
-from pyfelix_dataplane.linux.routes import RouteTarget, sync_routes
+from pyfelix_dataplane.linux.routes import RouteOwnership, RouteTarget, sync_routes
 from tests.netns import in_netns, run_in
 
 
-def sync(desired: dict[str, str]) -> dict[str, str]:
+def sync(desired: dict[str, str], ownership: RouteOwnership | None = None) -> dict[str, str]:
     """Routes to ``dst`` through interface ``name``, made so; runs inside the namespace."""
-    return sync_routes({dst: RouteTarget(name) for dst, name in desired.items()})
+    return sync_routes({dst: RouteTarget(name) for dst, name in desired.items()}, ownership)
 
 
 def ip(ns: str, *argv: str) -> str:
@@ -33,12 +34,16 @@ def test_routes_made_equal_to_desired_and_others_left_alone(netns: str) -> None:
     ip(netns, "link", "add", "cali0123456789", "type", "veth", "peer", "name", "pod0")
     ip(netns, "link", "set", "cali0123456789", "up")
     ip(netns, "link", "set", "pod0", "up")
+    ip(netns, "link", "add", "eth9", "type", "veth", "peer", "name", "eth9p")
+    ip(netns, "link", "set", "eth9", "up")
     dev = ("dev", "cali0123456789")
     # Left by an earlier run: ours, no longer wanted.
     ip(netns, "-4", "route", "add", "10.65.0.9/32", *dev, "proto", "80", "scope", "link")
     ip(netns, "-6", "route", "add", "fd00::9/128", *dev, "proto", "80")
-    # Someone else's.
+    # Someone else's on a workload interface: RemoveExternalRoutes (the default) removes it.
     ip(netns, "-4", "route", "add", "10.66.0.0/24", *dev, "proto", "static")
+    # Someone else's elsewhere, even of Felix's device protocol (boot is everybody's).
+    ip(netns, "-4", "route", "add", "10.67.0.0/24", "dev", "eth9", "proto", "boot")
     ip(netns, "-4", "route", "add", "10.65.0.8/32", *dev, "proto", "80", "table", "100")
     ip(netns, "-6", "route", "add", "fd00::8/128", *dev, "proto", "80", "table", "100")
 
@@ -48,11 +53,34 @@ def test_routes_made_equal_to_desired_and_others_left_alone(netns: str) -> None:
         "fd00::5/128": "added",
         "10.65.0.9/32": "removed",
         "fd00::9/128": "removed",
+        "10.66.0.0/24": "removed",
     }
-    assert routes(netns, "-4", "proto", "80") == ["10.65.0.5"]
-    assert routes(netns, "-6", "proto", "80") == ["fd00::5"]
-    assert routes(netns, "-4", "proto", "static") == ["10.66.0.0/24"]
+    assert routes(netns, "-4", "proto", "boot") == ["10.65.0.5", "10.67.0.0/24"]
+    assert routes(netns, "-6", "proto", "boot") == ["fd00::5"]
+    assert routes(netns, "-4", "proto", "80") == []
     assert routes(netns, "-4", "table", "100") == ["10.65.0.8"]
     assert routes(netns, "-6", "table", "100") == ["fd00::8"]
 
     assert in_netns(netns, sync, desired) == dict.fromkeys(desired, "kept")
+
+
+@pytest.mark.netns
+def test_device_route_protocol_and_keeping_external_routes(netns: str) -> None:
+    """DeviceRouteProtocol 99: routes written with it, and it alone marks ours (an old proto-80
+    route on another interface is no longer ours). RemoveExternalRoutes false: another tool's
+    route on a workload interface stays."""
+    ip(netns, "link", "add", "cali0123456789", "type", "veth", "peer", "name", "pod0")
+    ip(netns, "link", "set", "cali0123456789", "up")
+    ip(netns, "link", "add", "eth9", "type", "veth", "peer", "name", "eth9p")
+    ip(netns, "link", "set", "eth9", "up")
+    dev = ("dev", "cali0123456789")
+    ip(netns, "-4", "route", "add", "10.66.0.0/24", *dev, "proto", "static")
+    ip(netns, "-4", "route", "add", "10.67.0.0/24", "dev", "eth9", "proto", "80")
+    ownership = RouteOwnership(device_proto=99, remove_external=False)
+    desired = {"10.65.0.5/32": "cali0123456789"}
+    assert in_netns(netns, sync, desired, ownership) == {"10.65.0.5/32": "added"}
+    assert routes(netns, "-4", "proto", "99") == ["10.65.0.5"]
+    assert routes(netns, "-4", "proto", "static") == ["10.66.0.0/24"]
+    assert routes(netns, "-4", "proto", "80") == ["10.67.0.0/24"]
+    assert in_netns(netns, sync, {}, ownership) == {"10.65.0.5/32": "removed"}
+    assert routes(netns, "-4", "proto", "static") == ["10.66.0.0/24"]

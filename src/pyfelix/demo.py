@@ -140,7 +140,7 @@ class DemoNode:
         return agent
 
     def programmed(self) -> bool:
-        routes = _in(self.node, "ip", "route", "show", "proto", "80").stdout
+        routes = _in(self.node, "ip", "route", "show").stdout
         return all(f"{w.address} dev {w.interface}" in routes for w in self.workloads)
 
     def connects(self, source: Workload, destination: Workload, port: int) -> bool:

@@ -142,7 +142,7 @@ def test_dual_stack_workloads(tmp_path: Path) -> None:
         assert not client6(9090), "IPv6 policy enforced"
         assert cluster.connects(CLIENT_IP, SERVER_IP, 8080)
         assert not cluster.connects(CLIENT_IP, SERVER_IP, 9090)
-        routes = run_in(node, "ip", "-6", "route", "show", "proto", "80").stdout
+        routes = run_in(node, "ip", "-6", "route", "show", "proto", "boot").stdout
         assert f"{SERVER_IP6} dev calisrv" in routes
         ndp = run_in(node, "cat", "/proc/sys/net/ipv6/conf/calisrv/proxy_ndp").stdout
         assert ndp.strip() == "1"

@@ -36,7 +36,7 @@ def test_agent_programs_routes_and_policy(cluster: Cluster) -> None:
     (cluster.manifests / "policy.yaml").write_text(POLICY.replace("PORT", "http"))
     cluster.start_agent()
     assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 8080)), "never programmed"
-    routes = run_in(cluster.node, "ip", "route", "show", "proto", "80").stdout
+    routes = run_in(cluster.node, "ip", "route", "show", "proto", "boot").stdout
     assert f"{SERVER_IP} dev calisrv" in routes
     assert not cluster.connects(CLIENT_IP, SERVER_IP, 9090)
 
@@ -66,7 +66,7 @@ def test_agent_programs_routes_and_policy(cluster: Cluster) -> None:
             run_in(cluster.node, "ipset", "del", cluster_set, line.split()[2])
 
     def routes_and_sets_repaired() -> bool:
-        routes = run_in(cluster.node, "ip", "route", "show", "proto", "80").stdout
+        routes = run_in(cluster.node, "ip", "route", "show", "proto", "boot").stdout
         return (
             f"{SERVER_IP} dev calisrv" in routes
             and run_in(cluster.node, "ipset", "save", cluster_set).stdout == before

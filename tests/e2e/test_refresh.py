@@ -40,7 +40,7 @@ def test_each_area_refreshes_on_its_own_interval(tmp_path: Path) -> None:
         run_in(cluster.node, "ip", "route", "del", f"{SERVER_IP}/32")
 
         def route_back() -> bool:
-            routes = run_in(cluster.node, "ip", "route", "show", "proto", "80").stdout
+            routes = run_in(cluster.node, "ip", "route", "show", "proto", "boot").stdout
             return f"{SERVER_IP} dev calisrv" in routes
 
         assert eventually(route_back, timeout=5)
@@ -88,7 +88,7 @@ def test_workload_interface_settings_and_cleanup(tmp_path: Path) -> None:
         (tmp_path / "client.yaml").unlink()
 
         def client_gone() -> bool:
-            routes = run_in(node, "ip", "route", "show", "proto", "80").stdout
+            routes = run_in(node, "ip", "route", "show", "proto", "boot").stdout
             saved = run_in(node, "iptables-nft-save", "-t", "filter").stdout
             return f"{CLIENT_IP} dev calicli" not in routes and ":cali-tw-calicli" not in saved
 

@@ -23,7 +23,13 @@ from pyfelix_dataplane.linux.host_endpoints import interface_addresses
 from pyfelix_dataplane.linux.ipsets import DesiredSets, IpsetWriter
 from pyfelix_dataplane.linux.iptables import Desired, IptablesWriter, Script, detect_backend
 from pyfelix_dataplane.linux.monitor import watch_interfaces
-from pyfelix_dataplane.linux.routes import RouteTarget, RouteWriter, link_flags, set_sysctl
+from pyfelix_dataplane.linux.routes import (
+    RouteOwnership,
+    RouteTarget,
+    RouteWriter,
+    link_flags,
+    set_sysctl,
+)
 from pyfelix_dataplane.linux.vxlan import RemoteVtep, VtepDevice, sync_vxlan
 from pyfelix_dataplane.linux.wireguard import WireguardDevice, sync_wireguard
 from pyfelix_dataplane.rules.render import ip_versions
@@ -53,7 +59,9 @@ class TableWriting(Protocol):
 
 
 class RouteWriting(Protocol):
-    async def apply(self, desired: Mapping[str, RouteTarget]) -> dict[str, str]: ...
+    async def apply(
+        self, desired: Mapping[str, RouteTarget], ownership: RouteOwnership | None = None
+    ) -> dict[str, str]: ...
 
 
 class DeviceWriting(Protocol):

@@ -1,12 +1,17 @@
 """The route writer: routes to local workloads through their cali interfaces, with pyroute2.
 
 For each local workload whose interface exists and is up: a scope-link route to each of its
-addresses with proto 80 (Felix's, so ours are told apart from everyone else's), the sysctls
-Felix sets on workload interfaces (proxy ARP so the workload's gateway resolves, forwarding),
-and a permanent neighbour entry for the workload's MAC when known. Proto-80 routes nobody wants
-are removed. Every call opens its own IPRoute in the worker thread that runs it, so a handle is
-only ever used by the thread that owns it. An interface's index and up flag are looked up by
-name with ioctls (cheap), not by dumping every link.
+addresses, the sysctls Felix sets on workload interfaces (proxy ARP so the workload's gateway
+resolves, forwarding), and a permanent ARP entry for the workload's MAC when known (IPv4
+only: Felix never pins IPv6 neighbours). Routes are written and owned as Felix's main route
+table does (RouteOwnership): device routes (workloads, the VXLAN device) with
+DeviceRouteProtocol (boot by default), routes via a gateway with 80 unless
+DeviceRouteProtocol is something else; ours are routes of the exclusive protocol, routes on
+the VXLAN device, and routes on workload interfaces (any of them with RemoveExternalRoutes,
+else those of our protocols). Ours that nobody wants are removed. Every call opens its own
+IPRoute in the worker thread that runs it, so a handle is only ever used by the thread that
+owns it. An interface's index and up flag are looked up by name with ioctls (cheap), not by
+dumping every link.
 """
 
 from __future__ import annotations
@@ -42,6 +47,34 @@ NUD_PERMANENT = 0x80
 RTNH_F_ONLINK = 0x4
 RT_SCOPE_LINK = 253
 RTN_UNICAST = 1
+
+
+RTPROT_BOOT = 3
+
+
+@attrs.frozen
+class RouteOwnership:
+    """Felix's main-table ownership policy and route protocols, from DeviceRouteProtocol,
+    RemoveExternalRoutes and InterfacePrefix."""
+
+    device_proto: int = RTPROT_BOOT
+    workload_prefixes: tuple[str, ...] = ("cali",)
+    remove_external: bool = True
+    special_interfaces: tuple[str, ...] = ("vxlan.calico",)
+
+    @property
+    def gateway_proto(self) -> int:
+        """Routes via a gateway (boot is shared with other tools: 80 then, as Felix)."""
+        return FELIX_ROUTE_PROTO if self.device_proto == RTPROT_BOOT else self.device_proto
+
+    def is_ours(self, interface: str | None, proto: int) -> bool:
+        if proto == self.gateway_proto:
+            return True
+        if interface is None:
+            return False
+        if interface.startswith(self.workload_prefixes):
+            return self.remove_external or proto in (self.device_proto, self.gateway_proto)
+        return interface in self.special_interfaces
 
 
 @attrs.frozen
@@ -114,26 +147,45 @@ def _link_state(name: str) -> tuple[int | None, bool]:
     return (None, False) if found is None else (found[0], bool(found[1] & IFF_UP))
 
 
-def sync_routes(desired: Mapping[str, RouteTarget]) -> dict[str, str]:
-    """Make the kernel's proto-80 routes equal ``desired`` (dst -> target), blocking.
+def _interface_name(index: int | None, names: dict[int, str | None]) -> str | None:
+    if index is None:
+        return None
+    if index not in names:
+        try:
+            names[index] = socket.if_indextoname(index)
+        except OSError:
+            names[index] = None
+    return names[index]
+
+
+def sync_routes(
+    desired: Mapping[str, RouteTarget], ownership: RouteOwnership | None = None
+) -> dict[str, str]:
+    """Make the kernel's routes that are ours (``ownership``) equal ``desired`` (dst ->
+    target), blocking.
 
     Returns what was done per destination ("added", "kept", "removed", "waiting" when the
     interface is missing or down, "failed" when the kernel refused the route).
     """
+    ownership = ownership or RouteOwnership()
     done: dict[str, str] = {}
     interfaces = {w.interface for w in desired.values() if w.interface}
     links = {name: _link_state(name) for name in interfaces}
+    names: dict[int, str | None] = {}
     with _filtering_iproute() as ipr:
-        existing: dict[str, tuple[int | None, str | None]] = {}
+        existing: dict[str, tuple[int | None, str | None, int]] = {}
         scopes: dict[str, int] = {}
         for family in (2, 10):
-            for route in table_routes(ipr, family, MAIN_TABLE, FELIX_ROUTE_PROTO):
+            for route in table_routes(ipr, family, MAIN_TABLE):
                 dst = route.get_attr("RTA_DST")
-                if dst is None:
+                if dst is None or (family == 10 and dst == "fe80::" and route["dst_len"] == 64):
+                    continue  # the kernel's IPv6 link-local route: never anyone's
+                index = route.get_attr("RTA_OIF")
+                if not ownership.is_ours(_interface_name(index, names), route["proto"]):
                     continue
                 via = route.get_attr("RTA_GATEWAY")
                 key = f"{dst}/{route['dst_len']}"
-                existing[key] = (route.get_attr("RTA_OIF"), via)
+                existing[key] = (index, via, route["proto"])
                 scopes[key] = route["scope"]
         configured: set[str] = set()
         batch: list[Any] = []
@@ -143,16 +195,19 @@ def sync_routes(desired: Mapping[str, RouteTarget]) -> dict[str, str]:
                 done[dst] = "waiting"
                 continue
             if wanted.gateway:
+                # Through a device (VXLAN, onlink) it is a device route; else via a gateway.
+                proto = ownership.device_proto if index is not None else ownership.gateway_proto
                 current = existing.get(dst)
                 if (
                     current is not None
                     and current[1] == wanted.gateway
+                    and current[2] == proto
                     and (index is None or current[0] == index)
                 ):
                     done[dst] = "kept"
                     continue
                 try:
-                    _route_via(ipr, dst, wanted.gateway, index)
+                    _route_via(ipr, dst, wanted.gateway, index, proto)
                 except NetlinkError as exc:
                     log.warning("cannot route %s via %s: %s", dst, wanted.gateway, exc)
                     done[dst] = "failed"
@@ -165,12 +220,12 @@ def sync_routes(desired: Mapping[str, RouteTarget]) -> dict[str, str]:
             if wanted.interface not in configured:
                 _configure_interface(wanted.interface)
                 configured.add(wanted.interface)
-            if existing.get(dst) == (index, None):
+            if existing.get(dst) == (index, None, ownership.device_proto):
                 done[dst] = "kept"
             else:
-                batch.append(direct_route(dst, index))
+                batch.append(direct_route(dst, index, proto=ownership.device_proto))
                 done[dst] = "added"
-            if wanted.mac:
+            if wanted.mac and ":" not in dst:
                 batch.append(_permanent_neighbour(dst, wanted.mac, index))
         if batch:
             # One send for all: pyroute2 spends about 0.5 ms on each request made on its own.
@@ -178,8 +233,8 @@ def sync_routes(desired: Mapping[str, RouteTarget]) -> dict[str, str]:
         for dst in existing.keys() - desired.keys():
             try:
                 # The kernel only deletes a route whose scope matches the request's.
-                scope = scopes[dst]
-                ipr.route("del", dst=dst, proto=FELIX_ROUTE_PROTO, table=MAIN_TABLE, scope=scope)
+                scope, proto = scopes[dst], existing[dst][2]
+                ipr.route("del", dst=dst, proto=proto, table=MAIN_TABLE, scope=scope)
                 done[dst] = "removed"
             except NetlinkError as exc:
                 log.warning("cannot remove route %s: %s", dst, exc)
@@ -214,16 +269,17 @@ def table_routes(ipr: IPRoute, family: int, table: int, proto: int | None = None
 _REPLACE = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE
 
 
-def direct_route(dst: str, index: int, table: int = MAIN_TABLE) -> Any:
-    """The request for ``dst`` straight out of interface ``index`` (scope link), marked as
-    Felix's (proto 80), replacing any route there; sent with others in one
-    ``nlm_request_batch``."""
+def direct_route(
+    dst: str, index: int, table: int = MAIN_TABLE, proto: int = FELIX_ROUTE_PROTO
+) -> Any:
+    """The request for ``dst`` straight out of interface ``index`` (scope link) with protocol
+    ``proto``, replacing any route there; sent with others in one ``nlm_request_batch``."""
     network = ipaddress.ip_network(dst)
     msg = rtmsg()
     msg["family"] = socket.AF_INET6 if network.version == 6 else socket.AF_INET
     msg["dst_len"] = network.prefixlen
     msg["table"] = table if table < 256 else 0  # the header has 8 bits; RTA_TABLE has all
-    msg["proto"] = FELIX_ROUTE_PROTO
+    msg["proto"] = proto
     msg["scope"] = RT_SCOPE_LINK
     msg["type"] = RTN_UNICAST
     msg["attrs"] = [
@@ -262,7 +318,7 @@ def sync_only_address(ipr: IPRoute, index: int, address: str) -> None:
         ipr.addr("add", index=index, address=new, prefixlen=prefixlen)
 
 
-def _route_via(ipr: IPRoute, dst: str, gateway: str, index: int | None) -> None:
+def _route_via(ipr: IPRoute, dst: str, gateway: str, index: int | None, proto: int) -> None:
     """A route through a gateway: onlink out of ``index`` when given (the gateway is a VXLAN
     tunnel address, reachable only through that device), else as the kernel resolves it."""
     extra: dict[str, object] = {"oif": index, "flags": RTNH_F_ONLINK} if index is not None else {}
@@ -270,13 +326,15 @@ def _route_via(ipr: IPRoute, dst: str, gateway: str, index: int | None) -> None:
         "replace",
         dst=dst,
         gateway=gateway,
-        proto=FELIX_ROUTE_PROTO,
+        proto=proto,
         table=MAIN_TABLE,
         **extra,
     )
 
 
 class RouteWriter:
-    async def apply(self, desired: Mapping[str, RouteTarget]) -> dict[str, str]:
+    async def apply(
+        self, desired: Mapping[str, RouteTarget], ownership: RouteOwnership | None = None
+    ) -> dict[str, str]:
         with writing("routes"):
-            return await trio.to_thread.run_sync(sync_routes, dict(desired))
+            return await trio.to_thread.run_sync(sync_routes, dict(desired), ownership)

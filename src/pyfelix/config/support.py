@@ -22,6 +22,8 @@ ACTED_ON: dict[str, str] = {
     "ChainInsertMode": "Insert puts the hooks at the top of the kernel's chains, Append at the end",
     "DataplaneWatchdogTimeout": "the dataplane loop's health timeout (at least 20 s)",
     "DefaultEndpointToHostAction": "the end of cali-wl-to-host (Drop, Accept, Return)",
+    "DeviceRouteProtocol": "the protocol of device routes (workloads, VXLAN device); with "
+    "boot (3, the default) routes via a gateway get 80, and 80 marks Felix's routes",
     "DisableConntrackInvalidCheck": "drops the endpoint chains' ctstate INVALID rule",
     "EndpointReportingEnabled": "workload and host endpoint status reported to the datastore",
     "FailsafeInboundHostPorts": "cali-failsafe-in (filter, raw and mangle)",
@@ -75,6 +77,8 @@ ACTED_ON: dict[str, str] = {
     "PrometheusMetricsKeyFile": "the key of PrometheusMetricsCertFile",
     "PrometheusMetricsPort": "the metrics server's port",
     "PrometheusProcessMetricsEnabled": "adds the process collector (CPU, memory, open files)",
+    "RemoveExternalRoutes": "true: every route on a workload interface is Felix's (others' "
+    "removed); false: only routes of Felix's protocols there",
     "ReportingIntervalSecs": "how often process status is reported (0: never)",
     "ReportingTTLSecs": "the lease of the process status key in etcd (it vanishes that long "
     "after the agent stops reporting)",

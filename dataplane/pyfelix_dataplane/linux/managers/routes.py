@@ -7,7 +7,7 @@ from __future__ import annotations
 import attrs
 
 from pyfelix_dataplane.linux.kernel import RouteWriting
-from pyfelix_dataplane.linux.routes import RouteTarget
+from pyfelix_dataplane.linux.routes import RouteOwnership, RouteTarget
 from pyfelix_dataplane.linux.vxlan import DEVICE as VXLAN_DEVICE
 from pyfelix_dataplane.state import NodeState
 
@@ -47,6 +47,14 @@ class RoutesManager:
         desired = self.desired(vxlan_on)
         if self._written == desired:
             return
-        self.results = await self.writer.apply(desired)
+        config = self.state.config
+        prefixes = tuple(p.strip() for p in config.interface_prefix.split(",") if p.strip())
+        ownership = RouteOwnership(
+            device_proto=config.device_route_protocol,
+            workload_prefixes=prefixes or ("cali",),
+            remove_external=config.remove_external_routes,
+            special_interfaces=(VXLAN_DEVICE,),
+        )
+        self.results = await self.writer.apply(desired, ownership)
         if not {"waiting", "failed"} & set(self.results.values()):
             self._written = desired
