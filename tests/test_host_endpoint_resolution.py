@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyfelix import messages as m
 from pyfelix import model
 from pyfelix.values import FrozenMap
-from pyfelix_dataplane.linux.host_endpoints import resolve
+from pyfelix_dataplane.linux.host_endpoints import interface_excludes, resolve, without_excluded
 
 Entry = tuple[model.HostEndpointKey, m.HostEndpointUpdate]
 
@@ -55,3 +55,15 @@ def test_an_address_on_two_interfaces_governs_both() -> None:
     interfaces = {"eth0": frozenset({"10.0.0.1"}), "eth1": frozenset({"10.0.0.1"})}
     key, update = hep("shared", "", "10.0.0.1")
     assert resolve({key: update}, interfaces) == {"eth0": key, "eth1": key}
+
+
+def test_excluded_interfaces_take_no_host_endpoint() -> None:
+    """InterfaceExclude (kube-ipvs0 by default, names or /regex/): such an interface is never
+    a host endpoint's, though it holds the address the endpoint expects (kube-ipvs0 holds every
+    service address)."""
+    found = dict(INTERFACES, **{"kube-ipvs0": frozenset({"198.51.100.1"}), "dummy7": frozenset()})
+    hosts = dict([hep("backend", "", "198.51.100.1"), hep("seven", "dummy7")])
+    assert resolve(hosts, found)["kube-ipvs0"] == model.HostEndpointKey("node", "backend")
+    kept = without_excluded(found, interface_excludes("kube-ipvs0,/^dummy[0-9]$/"))
+    assert resolve(hosts, kept) == {"eth1": model.HostEndpointKey("node", "backend")}
+    assert interface_excludes("") == ()

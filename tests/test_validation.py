@@ -445,6 +445,12 @@ CASES: list[tuple[str, Callable[[], Doc], str, str]] = [
         "interface name",
     ),
     (
+        "InterfaceExclude regex that does not compile",
+        lambda: with_spec("FelixConfiguration", interfaceExclude="kube-ipvs0,/eth[/"),
+        "spec.interfaceExclude",
+        "invalid regular expression",
+    ),
+    (
         "workload interface name starting with -",
         lambda: with_spec("WorkloadEndpoint", interfaceName="-cali1"),
         "spec.interfaceName",

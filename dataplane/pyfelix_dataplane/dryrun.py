@@ -21,11 +21,13 @@ def _policy_name(policy: m.PolicyID) -> str:
     return f"{policy.namespace}/{policy.name}" if policy.namespace else policy.name
 
 
-def _tiers(tiers: tuple[m.TierInfo, ...]) -> list[dict[str, Any]]:
+def _tiers(tiers: tuple[m.TierInfo, ...], ends_in_pass: bool = False) -> list[dict[str, Any]]:
+    """``ends_in_pass``: untracked and pre-DNAT tiers, whose chains never drop at a tier's end
+    (a packet no such policy decides goes on to the normal policy), whatever the tier says."""
     return [
         {
             "name": t.name,
-            "default_action": t.default_action,
+            "default_action": "Pass" if ends_in_pass else t.default_action,
             "ingress_policies": [_policy_name(p) for p in t.ingress_policies],
             "egress_policies": [_policy_name(p) for p in t.egress_policies],
         }
@@ -80,8 +82,8 @@ def snapshot(
                     "ipv6_nets": [f"{ip}/128" for ip in msg.endpoint.expected_ipv6_addrs],
                     "profiles": list(msg.endpoint.profile_ids),
                     "tiers": _tiers(msg.tiers),
-                    "untracked_tiers": _tiers(msg.untracked_tiers),
-                    "pre_dnat_tiers": _tiers(msg.pre_dnat_tiers),
+                    "untracked_tiers": _tiers(msg.untracked_tiers, ends_in_pass=True),
+                    "pre_dnat_tiers": _tiers(msg.pre_dnat_tiers, ends_in_pass=True),
                     "forward_tiers": _tiers(msg.forward_tiers),
                 }
                 for key, msg in dp.hosts.items()

@@ -8,8 +8,9 @@ is not resolved here: the rendering makes it the default for interfaces nobody c
 
 from __future__ import annotations
 
+import re
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pyroute2 import IPRoute
@@ -46,6 +47,27 @@ def resolve(
 
 
 @writing("interface listing")
+def interface_excludes(text: str) -> tuple[re.Pattern[str], ...]:
+    """InterfaceExclude as Felix reads it: comma-separated names (matched whole) or
+    ``/regex/`` patterns (matched anywhere)."""
+    patterns = []
+    for item in (part.strip() for part in text.split(",")):
+        if len(item) > 1 and item.startswith("/") and item.endswith("/"):
+            patterns.append(re.compile(item[1:-1]))
+        elif item:
+            patterns.append(re.compile(f"^{re.escape(item)}$"))
+    return tuple(patterns)
+
+
+def without_excluded(
+    found: Mapping[str, frozenset[str]], excludes: Sequence[re.Pattern[str]]
+) -> dict[str, frozenset[str]]:
+    """The interfaces Felix's interface monitor reports: none InterfaceExclude names (kube-ipvs0
+    by default, which holds every service address and would otherwise take host endpoints
+    matched by address)."""
+    return {n: a for n, a in found.items() if not any(p.search(n) for p in excludes)}
+
+
 def interface_addresses(
     named: tuple[str, ...], workload_prefixes: tuple[str, ...]
 ) -> dict[str, frozenset[str]]:

@@ -32,6 +32,8 @@ ACTED_ON: dict[str, str] = {
     "HealthHost": "the health server's address",
     "HealthPort": "the health server's port",
     "HealthTimeoutOverrides": "replaces a health component's timeout by name, live",
+    "InterfaceExclude": "interfaces (names, or /regex/) host endpoints are never placed on, "
+    "as Felix's interface monitor ignores them",
     "InterfacePrefix": "workload interfaces: every prefix in the rules, in order, as Felix",
     "IpInIpEnabled": "overrides the IP pools' IPIP mode in the encapsulation (restart check)",
     "IpsetsRefreshInterval": "how often the IP sets are re-read and repaired (0: never)",

@@ -110,6 +110,15 @@ def _parse_string(param: Param, value: str) -> str:
             ok = False
         if not ok:
             raise ParamError(f"invalid value {value!r}: expected an IPv{version} address")
+    elif param.json == "interfaceExclude":
+        for item in (part.strip() for part in value.split(",")):
+            if len(item) > 1 and item.startswith("/") and item.endswith("/"):
+                try:
+                    re.compile(item[1:-1])
+                except re.error as exc:
+                    raise ParamError(f"invalid regular expression {item!r}: {exc}") from None
+            elif item and not INTERFACE_NAME.match(item):
+                raise ParamError(f"invalid interface name {item!r} (or write a /regex/)")
     elif param.json == "openstackRegion" and value:
         if len(value) > 46:
             raise ParamError("must be at most 46 characters")

@@ -13,7 +13,11 @@ import attrs
 
 from pyfelix import messages as m
 from pyfelix import model
-from pyfelix_dataplane.linux.host_endpoints import resolve
+from pyfelix_dataplane.linux.host_endpoints import (
+    interface_excludes,
+    resolve,
+    without_excluded,
+)
 from pyfelix_dataplane.linux.kernel import InterfaceReading
 from pyfelix_dataplane.linux.routes import IFF_RUNNING, IFF_UP
 from pyfelix_dataplane.state import NodeState
@@ -53,7 +57,8 @@ class EndpointManager:
         named = tuple({u.endpoint.name for u in self.state.hosts.values()} - {"", "*"})
         prefixes = tuple(self.state.config.interface_prefix.split(","))
         found = await self.interfaces.addresses(named, prefixes)
-        self._host_interfaces = resolve(self.state.hosts, found)
+        excludes = interface_excludes(self.state.config.interface_exclude)
+        self._host_interfaces = resolve(self.state.hosts, without_excluded(found, excludes))
 
     @property
     def placement(self) -> frozenset[tuple[str, model.HostEndpointKey]]:
