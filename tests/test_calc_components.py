@@ -101,6 +101,19 @@ def test_rule_ipsets_split_named_and_numeric_ports() -> None:
     )
     kinds = sorted((d.selector, d.named_port) for d in rule_ipsets(rule))
     assert kinds == [("has(bad)", ""), ("has(x)", ""), ("has(x)", "http")]
+    # With a selector on the same side, the negation folds into it (Felix's
+    # combineMatchesIfPossible), for the named-port set and the plain one alike.
+    folded = model.Rule(
+        action="allow",
+        protocol="tcp",
+        dst_selector="has(x)",
+        not_dst_selector="has(bad)",
+        dst_ports=(Port(80, 80), Port(name="http")),
+    )
+    assert sorted((d.selector, d.named_port) for d in rule_ipsets(folded)) == [
+        ("(has(x)) && (!(has(bad)))", ""),
+        ("(has(x)) && (!(has(bad)))", "http"),
+    ]
     no_protocol = model.Rule(action="allow", dst_ports=(Port(name="web"),))
     assert {d.protocol for d in rule_ipsets(no_protocol)} == {"tcp", "udp"}
 

@@ -109,7 +109,9 @@ def test_deny_pass_log() -> None:
 
 
 def test_selectors_and_negations() -> None:
-    """Selector sets match src/dst; notSelector and notNets negate; one net is a plain -s."""
+    """Selector sets match src/dst; notSelector and notNets negate; one net is a plain -s. A
+    notSelector beside a selector is folded into it, as Felix's combineMatchesIfPossible
+    does (one set); alone, it is a set of its own, matched negated."""
     rule = model.Rule(
         action="allow",
         src_selector='app == "a"',
@@ -117,10 +119,14 @@ def test_selectors_and_negations() -> None:
         src_nets=("10.0.0.0/8",),
         not_dst_nets=("10.1.0.0/16",),
     )
-    a = ipset_name(IPSetData(selector='app == "a"').id)
-    b = ipset_name(IPSetData(selector='app == "b"').id)
+    folded = ipset_name(IPSetData(selector='(app == "a") && (!(app == "b"))').id)
     assert text(render_parsed(rule, V4))[0] == (
-        f"--source 10.0.0.0/8 -m set --match-set {a} src ! --destination 10.1.0.0/16 "
+        f"--source 10.0.0.0/8 -m set --match-set {folded} src ! --destination 10.1.0.0/16 "
+        "--jump MARK --set-mark 0x10000/0x10000"
+    )
+    alone = model.Rule(action="allow", not_src_selector='app == "b"')
+    b = ipset_name(IPSetData(selector='app == "b"').id)
+    assert text(render_parsed(alone, V4))[0] == (
         f"-m set ! --match-set {b} src --jump MARK --set-mark 0x10000/0x10000"
     )
 

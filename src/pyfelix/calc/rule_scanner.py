@@ -93,6 +93,15 @@ def side_ipsets(
     return selector_sets, named_sets
 
 
+def fold_selectors(selector: str, not_selector: str) -> tuple[str, str]:
+    """Felix's combineMatchesIfPossible: with a positive selector, the rule only matches known
+    endpoints, so the negated one filters it (``(sel) && (!(notsel))``, one IP set) instead of
+    being a set of its own; without one, the negation must also match the outside world."""
+    if selector and not_selector:
+        return f"({selector}) && (!({not_selector}))", ""
+    return selector, not_selector
+
+
 def _side_ipsets(
     selector: str,
     not_selector: str,
@@ -100,6 +109,7 @@ def _side_ipsets(
     not_ports: tuple[Port, ...],
     protocol: int | str | None,
 ) -> list[IPSetData]:
+    selector, not_selector = fold_selectors(selector, not_selector)
     selector_sets, named_sets = side_ipsets(selector, ports, protocol)
     _, not_named_sets = side_ipsets(selector, tuple(p for p in not_ports if p.is_named), protocol)
     sets = selector_sets + named_sets + not_named_sets
@@ -134,10 +144,12 @@ def _ids(sets: Iterable[IPSetData]) -> tuple[str, ...]:
 @functools.lru_cache(maxsize=1 << 16)
 def parse_rule(rule: model.Rule) -> m.ParsedRule:
     """The rule with the ids of the IP sets it matches on, as they leave the graph."""
-    src, src_named = side_ipsets(rule.src_selector, rule.src_ports, rule.protocol)
-    dst, dst_named = side_ipsets(rule.dst_selector, rule.dst_ports, rule.protocol)
+    src_selector, not_src_selector = fold_selectors(rule.src_selector, rule.not_src_selector)
+    dst_selector, not_dst_selector = fold_selectors(rule.dst_selector, rule.not_dst_selector)
+    src, src_named = side_ipsets(src_selector, rule.src_ports, rule.protocol)
+    dst, dst_named = side_ipsets(dst_selector, rule.dst_ports, rule.protocol)
     not_dst_ports = tuple(p for p in rule.not_dst_ports if p.is_named)
-    _, not_dst_named = side_ipsets(rule.dst_selector, not_dst_ports, rule.protocol)
+    _, not_dst_named = side_ipsets(dst_selector, not_dst_ports, rule.protocol)
     src_service = dst_service = ""
     if rule.src_service:
         src_service = IPSetData(service=f"{rule.src_service_namespace}/{rule.src_service}").id
@@ -147,10 +159,10 @@ def parse_rule(rule: model.Rule) -> m.ParsedRule:
     ipsets = m.RuleIPSets(
         src=_ids(src),
         src_named_ports=_ids(src_named),
-        not_src=_ids([IPSetData(selector=rule.not_src_selector)] if rule.not_src_selector else []),
+        not_src=_ids([IPSetData(selector=not_src_selector)] if not_src_selector else []),
         dst=_ids(dst),
         dst_named_ports=_ids(dst_named),
-        not_dst=_ids([IPSetData(selector=rule.not_dst_selector)] if rule.not_dst_selector else []),
+        not_dst=_ids([IPSetData(selector=not_dst_selector)] if not_dst_selector else []),
         not_dst_named_ports=_ids(not_dst_named),
         src_service=src_service,
         dst_service=dst_service,
