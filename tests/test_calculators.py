@@ -76,6 +76,9 @@ class Recorder:
     def on_service_remove(self, namespace: str, name: str) -> None:
         self.passthru.pop(("service", f"{namespace}/{name}"))
 
+    def on_global_bgp_config(self, update: m.GlobalBGPConfigUpdate) -> None:
+        self.passthru[("bgp", "default")] = update
+
     def on_namespace_update(self, update: m.NamespaceUpdate) -> None:
         self.namespaces[update.id] = dict(update.labels)
 

@@ -579,3 +579,18 @@ def test_nat_outgoing_settings() -> None:
     plain = rendered_nat_with("featureDetectOverride: MASQFullyRandom=false")
     assert any(line.endswith("--jump MASQUERADE --to-ports 4790-65535") for line in plain)
     assert not any("random-fully" in line for line in plain)
+
+
+def test_service_loop_prevention() -> None:
+    """cali-FORWARD jumps to cali-cidr-block, which drops (Drop, the default) or rejects
+    forwarded traffic to the default BGPConfiguration's service CIDRs; Disabled leaves it
+    empty."""
+    dropping = rendered_filter_with("logSeverityScreen: Info")
+    assert "--jump cali-cidr-block" in dropping
+    assert "-A cali-cidr-block" in dropping
+    assert "--destination 10.96.0.0/12 --jump DROP" in dropping
+    rejecting = rendered_filter_with("serviceLoopPrevention: Reject")
+    assert "--destination 10.96.0.0/12 --jump REJECT" in rejecting
+    disabled = rendered_filter_with("serviceLoopPrevention: Disabled")
+    assert "-A cali-cidr-block" not in disabled
+    assert ":cali-cidr-block" in disabled

@@ -33,6 +33,8 @@ class NodeState:
     config: FelixConfig = attrs.Factory(FelixConfig)
     config_text: dict[str, str] | None = None
     encapsulation: m.Encapsulation | None = None
+    #: The service CIDRs ServiceLoopPrevention guards (the default BGPConfiguration's).
+    bgp_config: m.GlobalBGPConfigUpdate = attrs.Factory(m.GlobalBGPConfigUpdate)
     in_sync: bool = False
     datastore_not_ready: bool = False
     #: Bumped by every message a rule may depend on (all but IP set members and a local
@@ -115,6 +117,7 @@ _HANDLERS: dict[type, Callable[[NodeState, Any], None]] = {
     m.DatastoreNotReady: _flag("datastore_not_ready"),
     m.ConfigUpdate: _config,
     m.Encapsulation: _flag("encapsulation", None),
+    m.GlobalBGPConfigUpdate: _flag("bgp_config", None),
     m.IPSetUpdate: _ipset_update,
     m.IPSetDeltaUpdate: _ipset_delta,
     m.IPSetRemove: _remove("ipsets", _by_id),

@@ -276,6 +276,16 @@ class ServiceUpdate:
 
 
 @attrs.frozen
+class GlobalBGPConfigUpdate:
+    """The default BGPConfiguration's service CIDRs, which ServiceLoopPrevention keeps traffic
+    from looping to (Felix's GlobalBGPConfigUpdate; all empty when there is none)."""
+
+    service_cluster_cidrs: tuple[str, ...] = ()
+    service_external_cidrs: tuple[str, ...] = ()
+    service_loadbalancer_cidrs: tuple[str, ...] = ()
+
+
+@attrs.frozen
 class ServiceRemove:
     name: str
     namespace: str
@@ -354,6 +364,7 @@ ToDataplane = (
     | Encapsulation
     | ServiceUpdate
     | ServiceRemove
+    | GlobalBGPConfigUpdate
 )
 FromDataplane = (
     ProcessStatusUpdate

@@ -286,3 +286,35 @@ def test_nat_outgoing_address_and_port_range(cluster: Cluster) -> None:
     assert eventually(lambda: seen_from().startswith("192.0.2.77:")), seen_from()
     _, port = seen_from().split(":")
     assert 40000 <= int(port) <= 40010
+
+
+SERVICE_CIDRS = """
+apiVersion: projectcalico.org/v3
+kind: BGPConfiguration
+metadata: {name: default}
+spec:
+  serviceClusterIPs: [{cidr: 10.96.0.0/12}]
+"""
+
+
+@pytest.mark.parametrize("prevention", ["Drop", "Disabled"])
+def test_service_loop_prevention(cluster: Cluster, prevention: str) -> None:
+    """ServiceLoopPrevention: forwarded traffic to a service CIDR address no kube-proxy
+    translated (here, one the upstream network answers on) is dropped; Disabled lets it out."""
+    config = (cluster.manifests / "base.yaml").read_text()
+    config = config.replace("spec:\n", f"spec:\n  serviceLoopPrevention: {prevention}\n", 1)
+    (cluster.manifests / "base.yaml").write_text(config)
+    (cluster.manifests / "pool.yaml").write_text(POOL.replace("NAT", "true"))
+    (cluster.manifests / "bgp.yaml").write_text(SERVICE_CIDRS)
+    outside = cluster.demo.outside
+    run_in(outside, "ip", "addr", "add", "10.96.0.99/32", "dev", "eth0")
+    cluster.serve(outside, SERVER, "7777")
+    cluster.start_agent()
+    assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 8080)), "never programmed"
+    pod = cluster.workloads[CLIENT_IP]
+    assert eventually(lambda: connects(pod, "192.0.2.2", 7777)), "NAT outgoing works"
+    if prevention == "Drop":
+        time.sleep(1)
+        assert not connects(pod, "10.96.0.99", 7777)
+    else:
+        assert eventually(lambda: connects(pod, "10.96.0.99", 7777))

@@ -53,6 +53,8 @@ class Settings:
     #: (every supported node); FeatureDetectOverride MASQFullyRandom/SNATFullyRandom=false.
     masq_random_fully: bool = True
     snat_random_fully: bool = True
+    #: ServiceLoopPrevention: DROP, REJECT, or "" (Disabled) for traffic to service CIDRs.
+    service_loop_action: str = "DROP"
 
     @classmethod
     def from_config(cls, config: FelixConfig) -> Settings:
@@ -81,4 +83,7 @@ class Settings:
             nat_exclude_hosts=config.nat_outgoing_exclusions == "IPPoolsAndHostIPs",
             masq_random_fully=_feature(config, "MASQFullyRandom"),
             snat_random_fully=_feature(config, "SNATFullyRandom"),
+            service_loop_action={"Drop": "DROP", "Reject": "REJECT"}.get(
+                str(config.service_loop_prevention), ""
+            ),
         )

@@ -96,6 +96,7 @@ def filter_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain
                     )
                 ),
                 Rule(action="--jump cali-to-hep-forward"),
+                Rule(action="--jump cali-cidr-block"),
                 Rule(
                     match_mark(marks.accept),
                     f"--jump {settings.allow}",
@@ -103,6 +104,7 @@ def filter_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain
                 ),
             ),
         ),
+        cidr_block_chain(dp, settings, version),
         Chain("cali-INPUT", tuple(input_rules)),
         Chain(
             "cali-wl-to-host",
@@ -141,6 +143,23 @@ def filter_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain
     ]
 
     return filter_chains
+
+
+def cidr_block_chain(dp: NodeState, settings: Settings, version: int) -> Chain:
+    """cali-cidr-block (ServiceLoopPrevention): forwarded traffic to the service CIDRs of the
+    default BGPConfiguration is dropped or rejected, as Felix's: what kube-proxy did not
+    DNAT to a real service would otherwise loop between the node and its upstream router."""
+    bgp = dp.bgp_config
+    cidrs = sorted(
+        (*bgp.service_cluster_cidrs, *bgp.service_external_cidrs, *bgp.service_loadbalancer_cidrs)
+    )
+    action = settings.service_loop_action
+    rules = tuple(
+        Rule(f"--destination {cidr}", f"--jump {action}")
+        for cidr in cidrs
+        if action and (":" in cidr) == (version == 6)
+    )
+    return Chain("cali-cidr-block", rules)
 
 
 def raw_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain]:

@@ -88,6 +88,8 @@ class PassthruOutput(Protocol):
 
     def on_service_remove(self, namespace: str, name: str) -> None: ...
 
+    def on_global_bgp_config(self, update: m.GlobalBGPConfigUpdate) -> None: ...
+
 
 class NamespaceOutput(Protocol):
     """Namespaces and service accounts, decoded from their profiles."""

@@ -1,7 +1,8 @@
 """Pass-through components: facts that reach the dataplane with little or no calculation.
 
 Host IPs become host metadata, IP pools become IPAM pool updates, nodes' WireGuard keys become
-WireGuard endpoints, and Kubernetes Services become service updates.
+WireGuard endpoints, Kubernetes Services become service updates, and the default
+BGPConfiguration's service CIDRs the global BGP configuration update.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from pyfelix import messages as m
 from pyfelix import model
 from pyfelix.calc.dispatcher import Dispatcher, host_ip_of, passthrough_of, value_of
 from pyfelix.calc.outputs import PassthruOutput
-from pyfelix.resources import Service
+from pyfelix.resources import BGPConfiguration, Service
 from pyfelix.syncer.api import Update
 
 
@@ -39,6 +40,23 @@ class DataplanePassthru:
         service = passthrough_of(update, Service)
         if service is not None:
             self.on_service(*service)
+        bgp = passthrough_of(update, BGPConfiguration)
+        if bgp is not None and bgp[1] == "default":
+            self.on_bgp_configuration(bgp[2])
+
+    def on_bgp_configuration(self, config: BGPConfiguration | None) -> None:
+        """Felix sends the default BGPConfiguration's service CIDRs (none without one)."""
+        if config is None:
+            self._out.on_global_bgp_config(m.GlobalBGPConfigUpdate())
+            return
+        spec = config.spec
+        self._out.on_global_bgp_config(
+            m.GlobalBGPConfigUpdate(
+                tuple(b.cidr for b in spec.service_cluster_ips),
+                tuple(b.cidr for b in spec.service_external_ips),
+                tuple(b.cidr for b in spec.service_load_balancer_ips),
+            )
+        )
 
     def on_host_ip(self, hostname: str, value: model.ConfigValue | None) -> None:
         if value is None:

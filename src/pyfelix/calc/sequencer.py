@@ -12,7 +12,8 @@ thing the dataplane never had). The flush order (ARCHITECTURE.md section 4):
 4. service accounts, namespaces;
 5. route removals, VTEP removals, VTEP additions, route updates (a route never points at a
    VTEP the dataplane does not have);
-6. WireGuard endpoints, host metadata, IP pools, encapsulation, services.
+6. WireGuard endpoints, host metadata, IP pools, encapsulation, services, the global BGP
+   configuration's service CIDRs.
 """
 
 from __future__ import annotations
@@ -89,6 +90,8 @@ class EventSequencer:
         )
         self._encapsulation: m.Encapsulation | None = None
         self._sent_encapsulation: m.Encapsulation | None = None
+        self._bgp_config: m.GlobalBGPConfigUpdate | None = None
+        self._sent_bgp_config: m.GlobalBGPConfigUpdate | None = None
 
     # -------------------------------------------------------------------------- graph inputs
 
@@ -190,6 +193,9 @@ class EventSequencer:
     def on_service_remove(self, namespace: str, name: str) -> None:
         self.services.remove((namespace, name))
 
+    def on_global_bgp_config(self, update: m.GlobalBGPConfigUpdate) -> None:
+        self._bgp_config = update
+
     def on_namespace_update(self, update: m.NamespaceUpdate) -> None:
         self.namespaces.update(update.id, update)
 
@@ -247,3 +253,6 @@ class EventSequencer:
             emit(self._encapsulation)
         self.services.flush_updates(emit)
         self.services.flush_removes(emit)
+        if self._bgp_config is not None and self._bgp_config != self._sent_bgp_config:
+            self._sent_bgp_config = self._bgp_config
+            emit(self._bgp_config)
