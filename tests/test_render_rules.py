@@ -594,3 +594,26 @@ def test_service_loop_prevention() -> None:
     disabled = rendered_filter_with("serviceLoopPrevention: Disabled")
     assert "-A cali-cidr-block" not in disabled
     assert ":cali-cidr-block" in disabled
+
+
+def test_overlay_rules_felix_adds_for_vxlan_and_wireguard() -> None:
+    """With VXLAN on (the example): VXLAN's UDP is never tracked (raw PREROUTING and OUTPUT),
+    and cali-OUTPUT lets the node's VXLAN packets to the other VXLAN hosts through before host
+    endpoint policy; with WireGuard, its outgoing packets too."""
+    resources = example_resources()
+    _, dataplane = compute(resources, "node-a")
+    rendered = render(dataplane, versions=(4,)).chains[4]
+    raw = {c.name: text(list(c.rules)) for c in rendered["raw"]}
+    for chain in ("cali-PREROUTING", "cali-OUTPUT"):
+        assert "-p udp --dport 4789 --jump NOTRACK" in raw[chain]
+    output = str(compute(resources, "node-a")[0]["iptables"]["ipv4"]["filter"])
+    assert (
+        '"Allow IPv4 VXLAN packets to other allowed hosts" -p 17 -m multiport'
+        " --destination-ports 4789 -m addrtype --src-type LOCAL -m set --match-set"
+        " cali40all-vxlan-net dst --jump ACCEPT"
+    ) in output
+    wireguard = rendered_filter_with("wireguardEnabled: true")
+    assert (
+        '"Allow outgoing IPv4 Wireguard packets" -p 17 -m multiport --destination-ports 51820'
+        " -m addrtype --src-type LOCAL --jump ACCEPT"
+    ) in wireguard

@@ -131,6 +131,7 @@ def filter_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain
             (
                 Rule(match_mark(marks.accept), f"--jump {settings.allow}"),
                 *(Rule(f"--out-interface {wildcard}", "--jump RETURN") for wildcard in wildcards),
+                *output_tunnel_allows(dp, settings, version),
                 Rule(action=set_mark(0, all_calico)),
                 Rule("-m conntrack ! --ctstate DNAT", "--jump cali-to-host-endpoint"),
                 Rule(
@@ -143,6 +144,32 @@ def filter_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain
     ]
 
     return filter_chains
+
+
+def output_tunnel_allows(dp: NodeState, settings: Settings, version: int) -> list[Rule]:
+    """cali-OUTPUT's allows for the overlays, as Felix's: the node's own VXLAN packets to the
+    other VXLAN hosts and its WireGuard packets, before host endpoint policy could cut them."""
+    rules = []
+    if _vxlan(dp, version):
+        hosts = ipset_rendering.ipset_name(VXLAN_HOSTS, version)
+        rules.append(
+            Rule(
+                f"-p 17 -m multiport --destination-ports {settings.vxlan_port}"
+                f" -m addrtype --src-type LOCAL -m set --match-set {hosts} dst",
+                f"--jump {settings.allow}",
+                ("Allow IPv4 VXLAN packets to other allowed hosts",),
+            )
+        )
+    if version == 4 and dp.config.wireguard_enabled:
+        port = dp.config.wireguard_listening_port
+        rules.append(
+            Rule(
+                f"-p 17 -m multiport --destination-ports {port} -m addrtype --src-type LOCAL",
+                f"--jump {settings.allow}",
+                ("Allow outgoing IPv4 Wireguard packets",),
+            )
+        )
+    return rules
 
 
 def cidr_block_chain(dp: NodeState, settings: Settings, version: int) -> Chain:
@@ -177,11 +204,18 @@ def raw_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain]:
                         "--jump ACCEPT",
                     )
                 )
+    # VXLAN uses different source ports each way: tracking would leave unreplied flows.
+    untracked_vxlan = (
+        [Rule(f"-p udp --dport {settings.vxlan_port}", "--jump NOTRACK")]
+        if _vxlan(dp, version)
+        else []
+    )
     return [
         Chain(
             "cali-PREROUTING",
             (
                 Rule(action=set_mark(0, all_calico)),
+                *untracked_vxlan,
                 *(
                     Rule(f"--in-interface {wildcard}", set_mark(marks.scratch0))
                     for wildcard in wildcards
@@ -200,6 +234,7 @@ def raw_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain]:
             (
                 Rule(action=set_mark(0, all_calico)),
                 Rule(action="--jump cali-to-host-endpoint"),
+                *untracked_vxlan,
                 Rule(match_mark(marks.accept), "--jump ACCEPT"),
             ),
         ),
