@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -77,3 +78,20 @@ def test_usage_errors() -> None:
     version = pyfelix("--version")
     assert version.returncode == 0
     assert version.stdout.startswith("pyfelix ")
+
+
+def test_run_refuses_the_kubernetes_datastore_type() -> None:
+    """FELIX_DATASTORETYPE kubernetes (calico-node's KDD) is named as not supported, not
+    silently read as something else."""
+    env = {**os.environ, "FELIX_DATASTORETYPE": "kubernetes"}
+    env.pop("ETCD_ENDPOINTS", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "pyfelix", "run", "--dry-run", "--hostname", "n"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    assert "FELIX_DATASTORETYPE kubernetes is not supported" in result.stderr

@@ -157,3 +157,18 @@ async def test_a_wrong_ca_says_the_server_is_not_trusted(tmp_path: Path) -> None
         async with EtcdClient(config) as client:
             with pytest.raises(EtcdUnavailable, match=r"not trusted.*ETCD_CA_CERT_FILE"):
                 await client.get("/x")
+
+
+def test_endpoints_as_calico_node_and_felix_spell_them() -> None:
+    """ETCD_ENDPOINTS, else FELIX_ETCDENDPOINTS, else FELIX_ETCDSCHEME + FELIX_ETCDADDR; TLS
+    files from ETCD_* or FELIX_ETCD*; the agent's URL names every endpoint, so its client
+    fails over (test_unreachable_endpoint_then_failover)."""
+    both = {"ETCD_ENDPOINTS": "http://a:2379,http://b:2379", "FELIX_ETCDENDPOINTS": "http://c:1"}
+    assert EtcdConfig.env_url(both) == "etcd://a:2379,b:2379"
+    felix = {"FELIX_ETCDENDPOINTS": "https://c:1, https://d:2/", "FELIX_ETCDCAFILE": "/ca"}
+    assert EtcdConfig.env_url(felix) == "etcds://c:1,d:2"
+    assert EtcdConfig.from_env(felix).ca_file == "/ca"
+    addr = {"FELIX_ETCDADDR": "e:2379", "FELIX_ETCDSCHEME": "https", "FELIX_ETCDKEYFILE": "/k"}
+    assert EtcdConfig.from_env(addr).endpoints == ("https://e:2379",)
+    assert EtcdConfig.from_env(addr).key_file == "/k"
+    assert EtcdConfig.env_url({}) == ""

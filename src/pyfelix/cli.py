@@ -132,9 +132,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     # Until the datastore's FelixConfiguration arrives, only the environment can say.
     set_severity(os.environ.get("FELIX_LOGSEVERITYSCREEN", "Info"))
     source = args.datastore or os.environ.get("PYFELIX_DATASTORE", "")
-    if not source and os.environ.get("ETCD_ENDPOINTS"):
-        first = os.environ["ETCD_ENDPOINTS"].split(",")[0].strip()
-        source = first.replace("https://", "etcds://").replace("http://", "etcd://")
+    datastore_type = os.environ.get("FELIX_DATASTORETYPE", "").lower()
+    if not source and datastore_type == "kubernetes":
+        print(
+            "FELIX_DATASTORETYPE kubernetes is not supported: pyfelix reads etcd"
+            " (FELIX_DATASTORETYPE etcdv3) or a directory of manifests",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    if not source:
+        # calico-node's ETCD_ENDPOINTS or Felix's FELIX_ETCD*: every endpoint, for failover.
+        source = EtcdConfig.env_url()
     if not source:
         print("no datastore: use --datastore DIR|etcd://HOST:PORT", file=sys.stderr)
         return EXIT_USAGE
@@ -186,7 +194,7 @@ def datastore_config(source: str | None) -> EtcdConfig:
     """``--datastore etcd://...``, else calico-node's ETCD_ENDPOINTS (and TLS variables)."""
     if source:
         return EtcdConfig.from_url(source)
-    if os.environ.get("ETCD_ENDPOINTS"):
+    if EtcdConfig.env_endpoints():
         return EtcdConfig.from_env()
     raise CommandError("no etcd given: use --datastore etcd://HOST:PORT or set ETCD_ENDPOINTS")
 

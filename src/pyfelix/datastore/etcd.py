@@ -135,17 +135,41 @@ class EtcdConfig:
     cert_file: str = ""
     key_file: str = ""
 
+    @staticmethod
+    def env_endpoints(env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+        """Every etcd endpoint the environment names, as calico-node and Felix read it:
+        ETCD_ENDPOINTS, else FELIX_ETCDENDPOINTS (comma-separated URLs), else FELIX_ETCDSCHEME
+        (http) with FELIX_ETCDADDR (host:port)."""
+        env = os.environ if env is None else env
+        listed = env.get("ETCD_ENDPOINTS") or env.get("FELIX_ETCDENDPOINTS", "")
+        endpoints = tuple(e.strip() for e in listed.split(",") if e.strip())
+        if not endpoints and env.get("FELIX_ETCDADDR"):
+            scheme = env.get("FELIX_ETCDSCHEME") or "http"
+            endpoints = (f"{scheme}://{env['FELIX_ETCDADDR'].strip()}",)
+        return endpoints
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> EtcdConfig:
-        """ETCD_ENDPOINTS (comma-separated), ETCD_CA_CERT_FILE, ETCD_CERT_FILE, ETCD_KEY_FILE."""
+        """The endpoints (``env_endpoints``) and TLS files: ETCD_CA_CERT_FILE, ETCD_CERT_FILE,
+        ETCD_KEY_FILE, or Felix's FELIX_ETCDCAFILE, FELIX_ETCDCERTFILE, FELIX_ETCDKEYFILE."""
         env = os.environ if env is None else env
-        endpoints = tuple(e.strip() for e in env.get("ETCD_ENDPOINTS", "").split(",") if e.strip())
         return cls(
-            endpoints=endpoints or cls().endpoints,
-            ca_file=env.get("ETCD_CA_CERT_FILE", ""),
-            cert_file=env.get("ETCD_CERT_FILE", ""),
-            key_file=env.get("ETCD_KEY_FILE", ""),
+            endpoints=cls.env_endpoints(env) or cls().endpoints,
+            ca_file=env.get("ETCD_CA_CERT_FILE") or env.get("FELIX_ETCDCAFILE", ""),
+            cert_file=env.get("ETCD_CERT_FILE") or env.get("FELIX_ETCDCERTFILE", ""),
+            key_file=env.get("ETCD_KEY_FILE") or env.get("FELIX_ETCDKEYFILE", ""),
         )
+
+    @classmethod
+    def env_url(cls, env: Mapping[str, str] | None = None) -> str:
+        """The environment's endpoints as one ``etcd://h1:p1,h2:p2`` URL (``etcds://`` for
+        https), every one of them, so the client fails over; "" when it names none."""
+        endpoints = cls.env_endpoints(env)
+        if not endpoints:
+            return ""
+        secure = any(e.startswith("https://") for e in endpoints)
+        hosts = ",".join(e.split("://", 1)[-1].rstrip("/") for e in endpoints)
+        return f"{'etcds' if secure else 'etcd'}://{hosts}"
 
     @classmethod
     def from_url(cls, url: str, env: Mapping[str, str] | None = None) -> EtcdConfig:
