@@ -408,9 +408,9 @@ def test_endpoints_on_one_policy_set_jump_to_one_group_chain() -> None:
         assert not any("cali-pi-gnp/g" in line for line in body)
 
 
-def rendered_filter_with(config: str) -> str:
-    """The IPv4 filter table of node-a for examples/ with ``config`` added to its
-    FelixConfiguration default."""
+def rendered_with(config: str, table: str) -> str:
+    """One IPv4 table of node-a for examples/ with ``config`` added to its FelixConfiguration
+    default."""
     resources = []
     for original in example_resources():
         resource = original
@@ -423,7 +423,11 @@ def rendered_filter_with(config: str) -> str:
             resource = item.resource
         resources.append(resource)
     view, _ = compute(resources, "node-a")
-    return str(view["iptables"]["ipv4"]["filter"])
+    return str(view["iptables"]["ipv4"][table])
+
+
+def rendered_filter_with(config: str) -> str:
+    return rendered_with(config, "filter")
 
 
 def test_vxlan_port_reaches_the_rules() -> None:
@@ -539,19 +543,8 @@ def test_log_prefix_specifiers_and_rate_limit() -> None:
 
 
 def rendered_nat_with(config: str) -> list[str]:
-    resources = []
-    for original in example_resources():
-        resource = original
-        if original.KIND == "FelixConfiguration" and original.name == "default":
-            manifest = original.to_manifest()
-            for line in config.splitlines():
-                name, _, value = line.partition(": ")
-                manifest["spec"][name] = yaml.safe_load(value)
-            (item,) = load_text(yaml.safe_dump(manifest)).resources
-            resource = item.resource
-        resources.append(resource)
-    view, _ = compute(resources, "node-a")
-    return [line for line in str(view["iptables"]["ipv4"]["nat"]).split("\n") if "-A cali-" in line]
+    """The IPv4 nat table's rules for examples/ with ``config`` (as rendered_filter_with)."""
+    return [line for line in rendered_with(config, "nat").split("\n") if "-A cali-" in line]
 
 
 def test_nat_outgoing_settings() -> None:

@@ -17,6 +17,7 @@ from pyfelix.resources.k8s_policy import (
     ClusterIngressRule,
     ClusterPeer,
     ClusterProtocol,
+    ClusterSubject,
     EgressRule,
     IngressRule,
     KubernetesClusterNetworkPolicy,
@@ -148,6 +149,15 @@ def _check_pods_peer(c: Checker, pods: PodsPeer) -> None:
     check_label_selector(c.at("podSelector"), pods.pod_selector)
 
 
+def _check_subject(c: Checker, subject: ClusterSubject) -> None:
+    """Exactly one of namespaces and pods, each a valid selector."""
+    _one_of(c, {"namespaces": subject.namespaces is not None, "pods": subject.pods is not None})
+    if subject.namespaces is not None:
+        check_label_selector(c.at("namespaces"), subject.namespaces)
+    if subject.pods is not None:
+        _check_pods_peer(c.at("pods"), subject.pods)
+
+
 def _check_cluster_peer(c: Checker, peer: ClusterPeer, egress: bool) -> None:
     fields = {"namespaces": peer.namespaces is not None, "pods": peer.pods is not None}
     if egress:
@@ -201,15 +211,7 @@ def check_cluster_network_policy(c: Checker, policy: KubernetesClusterNetworkPol
     sc = c.at("spec")
     check_enum(sc.at("tier"), spec.tier, CLUSTER_TIERS)
     sc.at("priority").check(0 <= spec.priority <= 1000, "must be between 0 and 1000")
-    subject = sc.at("subject")
-    _one_of(
-        subject,
-        {"namespaces": spec.subject.namespaces is not None, "pods": spec.subject.pods is not None},
-    )
-    if spec.subject.namespaces is not None:
-        check_label_selector(subject.at("namespaces"), spec.subject.namespaces)
-    if spec.subject.pods is not None:
-        _check_pods_peer(subject.at("pods"), spec.subject.pods)
+    _check_subject(sc.at("subject"), spec.subject)
     directions: tuple[tuple[str, str, tuple[ClusterIngressRule | ClusterEgressRule, ...]], ...] = (
         ("ingress", "from", spec.ingress),
         ("egress", "to", spec.egress),
@@ -291,11 +293,7 @@ def check_admin_network_policy(
     elif isinstance(policy.spec, AdminNetworkPolicySpec):
         priority = policy.spec.priority
         sc.at("priority").check(0 <= priority <= 1000, "must be between 0 and 1000")
-    subject = sc.at("subject")
-    _one_of(
-        subject,
-        {"namespaces": spec.subject.namespaces is not None, "pods": spec.subject.pods is not None},
-    )
+    _check_subject(sc.at("subject"), spec.subject)
     actions = ("Allow", "Deny") if baseline else ("Allow", "Deny", "Pass")
     directions: tuple[tuple[str, str, tuple[AdminIngressRule | AdminEgressRule, ...]], ...] = (
         ("ingress", "from", spec.ingress),
