@@ -610,3 +610,34 @@ def test_overlay_rules_felix_adds_for_vxlan_and_wireguard() -> None:
         '"Allow outgoing IPv4 Wireguard packets" -p 17 -m multiport --destination-ports 51820'
         " -m addrtype --src-type LOCAL --jump ACCEPT"
     ) in wireguard
+
+
+def test_floating_ip_chains() -> None:
+    """cali-fip-dnat/-snat from the workloads' ipNATs under FloatingIPs Enabled only, jumped
+    to from nat PREROUTING, OUTPUT and (first) POSTROUTING."""
+    extra = """
+apiVersion: projectcalico.org/v3
+kind: WorkloadEndpoint
+metadata: {name: node--a-k8s-fip-eth0, namespace: shop}
+spec:
+  {orchestrator: k8s, node: node-a, pod: fip, endpoint: eth0, interfaceName: califip,
+   ipNetworks: [10.65.0.77/32], ipNATs: [{internalIP: 10.65.0.77, externalIP: 192.0.2.100}]}
+"""
+    resources = example_resources() + [r.resource for r in load_text(extra).resources]
+    dnat = "--destination 192.0.2.100 --jump DNAT --to-destination 10.65.0.77"
+    snat = "--destination 10.65.0.77 --source 10.65.0.77 --jump SNAT --to-source 192.0.2.100"
+    disabled = str(compute(resources, "node-a")[0]["iptables"]["ipv4"]["nat"])
+    assert dnat not in disabled
+    assert snat not in disabled
+    for index, resource in enumerate(resources):
+        if isinstance(resource, FelixConfiguration) and resource.name == "default":
+            values = dict(resource.spec.values, floatingIPs="Enabled")
+            resources[index] = attrs.evolve(
+                resource, spec=FelixConfigurationSpec(FrozenMap(values))
+            )
+    nat = str(compute(resources, "node-a")[0]["iptables"]["ipv4"]["nat"])
+    assert dnat in nat
+    assert snat in nat
+    for chain in ("PREROUTING", "OUTPUT"):
+        assert f"-A cali-{chain} -m comment" in nat
+    assert nat.index("--jump cali-fip-snat") < nat.index("--jump cali-nat-outgoing")

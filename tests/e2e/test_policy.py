@@ -318,3 +318,24 @@ def test_service_loop_prevention(cluster: Cluster, prevention: str) -> None:
         assert not connects(pod, "10.96.0.99", 7777)
     else:
         assert eventually(lambda: connects(pod, "10.96.0.99", 7777))
+
+
+@pytest.mark.parametrize("floating", ["Enabled", "Disabled"])
+def test_floating_ips(cluster: Cluster, floating: str) -> None:
+    """FloatingIPs Enabled: a workload's ipNAT external address (held by the node) reaches
+    the workload from outside; Disabled, it does not."""
+    base = (cluster.manifests / "base.yaml").read_text()
+    base = base.replace("spec:\n", f"spec:\n  floatingIPs: {floating}\n", 1).replace(
+        "ipNetworks: [10.65.0.2/32],",
+        "ipNetworks: [10.65.0.2/32], ipNATs: [{internalIP: 10.65.0.2, externalIP: 192.0.2.100}],",
+    )
+    (cluster.manifests / "base.yaml").write_text(base)
+    run_in(cluster.node, "ip", "addr", "add", "192.0.2.100/24", "dev", "eth0")
+    cluster.start_agent()
+    assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 8080)), "never programmed"
+    outside = cluster.demo.outside
+    if floating == "Enabled":
+        assert eventually(lambda: connects(outside, "192.0.2.100", 8080))
+    else:
+        time.sleep(1)
+        assert not connects(outside, "192.0.2.100", 8080)

@@ -55,6 +55,8 @@ class Settings:
     snat_random_fully: bool = True
     #: ServiceLoopPrevention: DROP, REJECT, or "" (Disabled) for traffic to service CIDRs.
     service_loop_action: str = "DROP"
+    #: FloatingIPs Enabled: the workloads' ipNATs get cali-fip-dnat/cali-fip-snat rules.
+    floating_ips: bool = False
 
     @classmethod
     def from_config(cls, config: FelixConfig) -> Settings:
@@ -83,6 +85,7 @@ class Settings:
             nat_exclude_hosts=config.nat_outgoing_exclusions == "IPPoolsAndHostIPs",
             masq_random_fully=_feature(config, "MASQFullyRandom"),
             snat_random_fully=_feature(config, "SNATFullyRandom"),
+            floating_ips=str(config.floating_ips) == "Enabled",
             service_loop_action={"Drop": "DROP", "Reject": "REJECT"}.get(
                 str(config.service_loop_prevention), ""
             ),

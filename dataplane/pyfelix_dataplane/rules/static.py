@@ -338,7 +338,7 @@ def nat_chains(
     if version == 4 and dp.config.wireguard_enabled and dp.config.wireguard_interface_name:
         tunnels.append(dp.config.wireguard_interface_name)
     to_ports = masq_port_range_excluding(settings.vxlan_port) if _vxlan(dp, version) else ""
-    postrouting = [Rule(action="--jump cali-nat-outgoing")]
+    postrouting = [Rule(action="--jump cali-fip-snat"), Rule(action="--jump cali-nat-outgoing")]
     for tunnel in tunnels:
         local = (
             f"--out-interface {tunnel} -m addrtype ! --src-type LOCAL --limit-iface-out"
@@ -347,9 +347,48 @@ def nat_chains(
         if to_ports:
             postrouting.append(Rule(f"-p 17 {local}", _masquerade(settings, to_ports)))
         postrouting.append(Rule(local, _masquerade(settings)))
+    dnat = (Rule(action="--jump cali-fip-dnat"),)
     return [
-        Chain("cali-PREROUTING", ()),
-        Chain("cali-OUTPUT", ()),
+        Chain("cali-PREROUTING", dnat),
+        Chain("cali-OUTPUT", dnat),
         Chain("cali-POSTROUTING", tuple(postrouting)),
         Chain("cali-nat-outgoing", tuple(nat_outgoing_rules(settings, version, active))),
+        *floating_ip_chains(dp, settings, version),
+    ]
+
+
+def floating_ip_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain]:
+    """cali-fip-dnat and cali-fip-snat, as Felix's floating IP manager: with FloatingIPs
+    Enabled (always for OpenStack endpoints), each local workload's external address is
+    DNATed to its internal one (the lowest internal address wins an external one), and a
+    workload's traffic to itself through it SNATed back (the lowest external address)."""
+    dnats: dict[str, str] = {}
+    for key, update in dp.workloads.items():
+        if not settings.floating_ips and getattr(key, "orchestrator", "") != "openstack":
+            continue
+        endpoint = update.endpoint
+        for nat in endpoint.ipv4_nat if version == 4 else endpoint.ipv6_nat:
+            known = dnats.get(nat.ext_ip)
+            if known is None or nat.int_ip < known:
+                dnats[nat.ext_ip] = nat.int_ip
+    snats: dict[str, str] = {}
+    for external, internal in dnats.items():
+        known = snats.get(internal)
+        if known is None or external < known:
+            snats[internal] = external
+    return [
+        Chain(
+            "cali-fip-dnat",
+            tuple(
+                Rule(f"--destination {ext}", f"--jump DNAT --to-destination {dnats[ext]}")
+                for ext in sorted(dnats)
+            ),
+        ),
+        Chain(
+            "cali-fip-snat",
+            tuple(
+                Rule(f"--destination {inner} --source {inner}", _snat(settings, snats[inner]))
+                for inner in sorted(snats)
+            ),
+        ),
     ]

@@ -28,6 +28,8 @@ ACTED_ON: dict[str, str] = {
     "EndpointReportingEnabled": "workload and host endpoint status reported to the datastore",
     "FailsafeInboundHostPorts": "cali-failsafe-in (filter, raw and mangle)",
     "FailsafeOutboundHostPorts": "cali-failsafe-out (filter and raw)",
+    "FloatingIPs": "Enabled: workloads' ipNATs (the floatingIPs annotation) become "
+    "cali-fip-dnat and cali-fip-snat rules, as Felix's floating IP manager",
     "HealthEnabled": "serves /liveness and /readiness",
     "HealthHost": "the health server's address",
     "HealthPort": "the health server's port",
