@@ -84,3 +84,22 @@ def test_device_route_protocol_and_keeping_external_routes(netns: str) -> None:
     assert routes(netns, "-4", "proto", "80") == ["10.67.0.0/24"]
     assert in_netns(netns, sync, {}, ownership) == {"10.65.0.5/32": "removed"}
     assert routes(netns, "-4", "proto", "static") == ["10.66.0.0/24"]
+
+
+@pytest.mark.netns
+def test_device_route_source_address(netns: str) -> None:
+    """DeviceRouteSourceAddress(IPv6): the workload routes carry that src, and a route
+    without it (or with another) is replaced."""
+    ip(netns, "link", "add", "cali0123456789", "type", "veth", "peer", "name", "pod0")
+    ip(netns, "link", "set", "cali0123456789", "up")
+    ip(netns, "link", "add", "eth9", "type", "veth", "peer", "name", "eth9p")
+    ip(netns, "link", "set", "eth9", "up")
+    ip(netns, "addr", "add", "192.0.2.9/24", "dev", "eth9")
+    ip(netns, "-6", "addr", "add", "2001:db8::9/64", "dev", "eth9", "nodad")
+    desired = {"10.65.0.5/32": "cali0123456789", "fd00::5/128": "cali0123456789"}
+    assert set(in_netns(netns, sync, desired).values()) == {"added"}
+    ownership = RouteOwnership(source_v4="192.0.2.9", source_v6="2001:db8::9")
+    assert in_netns(netns, sync, desired, ownership) == dict.fromkeys(desired, "added")
+    assert "src 192.0.2.9" in ip(netns, "-4", "route", "show", "10.65.0.5")
+    assert "src 2001:db8::9" in ip(netns, "-6", "route", "show", "fd00::5")
+    assert in_netns(netns, sync, desired, ownership) == dict.fromkeys(desired, "kept")

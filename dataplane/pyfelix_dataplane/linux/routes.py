@@ -61,6 +61,12 @@ class RouteOwnership:
     workload_prefixes: tuple[str, ...] = ("cali",)
     remove_external: bool = True
     special_interfaces: tuple[str, ...] = ("vxlan.calico",)
+    #: DeviceRouteSourceAddress / DeviceRouteSourceAddressIPv6: the workload routes' src.
+    source_v4: str = ""
+    source_v6: str = ""
+
+    def source_for(self, dst: str) -> str:
+        return self.source_v6 if ":" in dst else self.source_v4
 
     @property
     def gateway_proto(self) -> int:
@@ -175,6 +181,7 @@ def sync_routes(
     with _filtering_iproute() as ipr:
         existing: dict[str, tuple[int | None, str | None, int]] = {}
         scopes: dict[str, int] = {}
+        sources: dict[str, str] = {}
         for family in (2, 10):
             for route in table_routes(ipr, family, MAIN_TABLE):
                 dst = route.get_attr("RTA_DST")
@@ -186,6 +193,7 @@ def sync_routes(
                 via = route.get_attr("RTA_GATEWAY")
                 key = f"{dst}/{route['dst_len']}"
                 existing[key] = (index, via, route["proto"])
+                sources[key] = route.get_attr("RTA_PREFSRC") or ""
                 scopes[key] = route["scope"]
         configured: set[str] = set()
         batch: list[Any] = []
@@ -220,10 +228,13 @@ def sync_routes(
             if wanted.interface not in configured:
                 _configure_interface(wanted.interface)
                 configured.add(wanted.interface)
-            if existing.get(dst) == (index, None, ownership.device_proto):
+            source = ownership.source_for(dst)
+            if existing.get(dst) == (index, None, ownership.device_proto) and (
+                sources.get(dst, "") == source
+            ):
                 done[dst] = "kept"
             else:
-                batch.append(direct_route(dst, index, proto=ownership.device_proto))
+                batch.append(direct_route(dst, index, proto=ownership.device_proto, src=source))
                 done[dst] = "added"
             if wanted.mac and ":" not in dst:
                 batch.append(_permanent_neighbour(dst, wanted.mac, index))
@@ -270,7 +281,7 @@ _REPLACE = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE
 
 
 def direct_route(
-    dst: str, index: int, table: int = MAIN_TABLE, proto: int = FELIX_ROUTE_PROTO
+    dst: str, index: int, table: int = MAIN_TABLE, proto: int = FELIX_ROUTE_PROTO, src: str = ""
 ) -> Any:
     """The request for ``dst`` straight out of interface ``index`` (scope link) with protocol
     ``proto``, replacing any route there; sent with others in one ``nlm_request_batch``."""
@@ -286,6 +297,7 @@ def direct_route(
         ("RTA_TABLE", table),
         ("RTA_DST", str(network.network_address)),
         ("RTA_OIF", index),
+        *([("RTA_PREFSRC", src)] if src else []),
     ]
     msg["header"]["type"] = RTM_NEWROUTE
     msg["header"]["flags"] = _REPLACE

@@ -24,6 +24,8 @@ ACTED_ON: dict[str, str] = {
     "DefaultEndpointToHostAction": "the end of cali-wl-to-host (Drop, Accept, Return)",
     "DeviceRouteProtocol": "the protocol of device routes (workloads, VXLAN device); with "
     "boot (3, the default) routes via a gateway get 80, and 80 marks Felix's routes",
+    "DeviceRouteSourceAddress": "the src of the IPv4 workload routes",
+    "DeviceRouteSourceAddressIPv6": "the src of the IPv6 workload routes",
     "DisableConntrackInvalidCheck": "drops the endpoint chains' ctstate INVALID rule",
     "EndpointReportingEnabled": "workload and host endpoint status reported to the datastore",
     "FailsafeInboundHostPorts": "cali-failsafe-in (filter, raw and mangle)",

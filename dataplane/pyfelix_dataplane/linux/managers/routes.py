@@ -54,6 +54,8 @@ class RoutesManager:
             workload_prefixes=prefixes or ("cali",),
             remove_external=config.remove_external_routes,
             special_interfaces=(VXLAN_DEVICE,),
+            source_v4=config.device_route_source_address,
+            source_v6=config.device_route_source_address_ipv6,
         )
         self.results = await self.writer.apply(desired, ownership)
         if not {"waiting", "failed"} & set(self.results.values()):
