@@ -119,8 +119,8 @@ def _peer(peer: NetworkPolicyPeer | None) -> EntityRule:
     )
 
 
-def _port(port: NetworkPolicyPort) -> tuple[str, tuple[Port, ...] | None]:
-    """(protocol, ports) of one port entry; ports None means every port of the protocol."""
+def _port(port: NetworkPolicyPort) -> tuple[str, Port | None]:
+    """(protocol, port) of one port entry; port None means every port of the protocol."""
     protocol = (port.protocol or "TCP").upper()
     if port.port is None:
         return protocol, None
@@ -128,9 +128,26 @@ def _port(port: NetworkPolicyPort) -> tuple[str, tuple[Port, ...] | None]:
     if port.end_port is not None:
         text = f"{text}:{port.end_port}"
     try:
-        return protocol, (Port.parse(text),)
+        return protocol, Port.parse(text)
     except ValueError as exc:
         raise ConversionError(str(exc)) from exc
+
+
+def _by_protocol(entries: Sequence[tuple[str | None, Port | None]]) -> dict[str, list[Port] | None]:
+    """Calico's grouping of a rule's ports by protocol (its unpack of ports): each protocol's
+    ports, None for all of them; no entries, or one with neither protocol nor port, is any
+    protocol and port (key "")."""
+    grouped: dict[str, list[Port] | None] = {}
+    for protocol, port in entries or ((None, None),):
+        if protocol is None:
+            return {"": None}
+        if port is None:
+            grouped[protocol] = None
+        elif protocol not in grouped:
+            grouped[protocol] = [port]
+        elif (known := grouped[protocol]) is not None:
+            known.append(port)
+    return grouped
 
 
 def simplify_ports(ports: Sequence[Port]) -> tuple[Port, ...]:
@@ -159,17 +176,7 @@ def _rules(
     peers: Sequence[NetworkPolicyPeer], ports: Sequence[NetworkPolicyPort], ingress: bool
 ) -> list[Rule]:
     """One Kubernetes rule as Calico's: a rule per protocol (sorted) and peer (in order)."""
-    by_protocol: dict[str, list[Port] | None] = {}
-    if not ports:
-        by_protocol = {"": None}
-    for port in ports:
-        protocol, given = _port(port)
-        if given is None:
-            by_protocol[protocol] = None
-        elif protocol not in by_protocol:
-            by_protocol[protocol] = list(given)
-        elif (known := by_protocol[protocol]) is not None:
-            known.extend(given)
+    by_protocol = _by_protocol([_port(port) for port in ports])
     sides = [_peer(p) for p in peers] or [_peer(None)]
     rules = []
     for protocol in sorted(by_protocol):
@@ -412,17 +419,7 @@ def _cluster_rules(
 ) -> list[Rule]:
     """One cluster-scoped rule as Calico's: a rule per protocol (sorted; a named port has
     none) and peer (in order). ``entries`` are (protocol, port) pairs; (None, None) is any."""
-    by_protocol: dict[str, list[Port] | None] = {}
-    for name, port in entries or ((None, None),):
-        if name is None:
-            by_protocol = {"": None}
-            break
-        if port is None:
-            by_protocol[name] = None
-        elif name not in by_protocol:
-            by_protocol[name] = [port]
-        elif (known := by_protocol[name]) is not None:
-            known.append(port)
+    by_protocol = _by_protocol(entries)
     metadata = RuleMetadata(FrozenMap({"name": rule_name})) if rule_name else None
     rules = []
     for protocol_name in sorted(by_protocol):
