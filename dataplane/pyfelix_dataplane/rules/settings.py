@@ -20,6 +20,12 @@ def _feature(config: FelixConfig, name: str) -> bool:
     return True
 
 
+def interface_prefixes(config: FelixConfig) -> tuple[str, ...]:
+    """InterfacePrefix's prefixes, in order (cali when none)."""
+    listed = (prefix.strip() for prefix in config.interface_prefix.split(","))
+    return tuple(prefix for prefix in listed if prefix) or ("cali",)
+
+
 @attrs.frozen
 class Settings:
     """The FelixConfiguration values rendering depends on, with Felix's defaults."""
@@ -68,10 +74,7 @@ class Settings:
             log_prefix=config.log_prefix,
             allow_vxlan_from_workloads=config.allow_vxlan_packets_from_workloads,
             allow_ipip_from_workloads=config.allow_ipip_packets_from_workloads,
-            interface_prefixes=tuple(
-                prefix.strip() for prefix in config.interface_prefix.split(",") if prefix.strip()
-            )
-            or ("cali",),
+            interface_prefixes=interface_prefixes(config),
             vxlan_port=config.vxlan_port,
             drop_invalid=not config.disable_conntrack_invalid_check,
             allow=str(config.iptables_filter_allow_action).upper(),

@@ -20,6 +20,7 @@ from pyfelix_dataplane.linux.host_endpoints import (
 )
 from pyfelix_dataplane.linux.kernel import InterfaceReading
 from pyfelix_dataplane.linux.routes import IFF_RUNNING, IFF_UP
+from pyfelix_dataplane.rules.settings import interface_prefixes
 from pyfelix_dataplane.state import NodeState
 
 
@@ -55,8 +56,7 @@ class EndpointManager:
             self._host_interfaces = {}
             return
         named = tuple({u.endpoint.name for u in self.state.hosts.values()} - {"", "*"})
-        prefixes = tuple(self.state.config.interface_prefix.split(","))
-        found = await self.interfaces.addresses(named, prefixes)
+        found = await self.interfaces.addresses(named, interface_prefixes(self.state.config))
         excludes = interface_excludes(self.state.config.interface_exclude)
         self._host_interfaces = resolve(self.state.hosts, without_excluded(found, excludes))
 

@@ -9,6 +9,7 @@ import attrs
 from pyfelix_dataplane.linux.kernel import RouteWriting
 from pyfelix_dataplane.linux.routes import RouteOwnership, RouteTarget
 from pyfelix_dataplane.linux.vxlan import DEVICE as VXLAN_DEVICE
+from pyfelix_dataplane.rules.settings import interface_prefixes
 from pyfelix_dataplane.state import NodeState
 
 
@@ -48,10 +49,9 @@ class RoutesManager:
         if self._written == desired:
             return
         config = self.state.config
-        prefixes = tuple(p.strip() for p in config.interface_prefix.split(",") if p.strip())
         ownership = RouteOwnership(
             device_proto=config.device_route_protocol,
-            workload_prefixes=prefixes or ("cali",),
+            workload_prefixes=interface_prefixes(config),
             remove_external=config.remove_external_routes,
             special_interfaces=(VXLAN_DEVICE,),
             source_v4=config.device_route_source_address,
