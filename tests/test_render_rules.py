@@ -4,6 +4,8 @@ accept 0x10000, pass 0x20000, drop 0x40000, scratch0 0x80000, scratch1 0x100000)
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 import pytest
 import yaml
@@ -444,15 +446,22 @@ def test_disable_conntrack_invalid_check() -> None:
     assert "--ctstate INVALID" not in rendered_filter_with("disableConntrackInvalidCheck: true")
 
 
+def with_felix_config(resources: list[Any], **values: object) -> list[Any]:
+    """``resources`` with ``values`` added to FelixConfiguration default's spec."""
+    out = []
+    for resource in resources:
+        if isinstance(resource, FelixConfiguration) and resource.name == "default":
+            spec = FelixConfigurationSpec(FrozenMap(dict(resource.spec.values, **values)))
+            out.append(attrs.evolve(resource, spec=spec))
+        else:
+            out.append(resource)
+    return out
+
+
 def test_every_interface_prefix_gets_the_workload_rules() -> None:
     """InterfacePrefix "cali,tap": each prefix is matched wherever Felix matches workload
     interfaces (forward dispatch, to host, output return, raw's RPF mark), in the order given."""
-    resources = example_resources()
-    for index, resource in enumerate(resources):
-        if isinstance(resource, FelixConfiguration) and resource.name == "default":
-            values = dict(resource.spec.values, interfacePrefix="cali,tap")
-            spec = FelixConfigurationSpec(FrozenMap(values))
-            resources[index] = attrs.evolve(resource, spec=spec)
+    resources = with_felix_config(example_resources(), interfacePrefix="cali,tap")
     _, dataplane = compute(resources, "node-a")
     rendered = render(dataplane, versions=(4,)).chains[4]
     filter_chains = {c.name: text(list(c.rules)) for c in rendered["filter"]}
@@ -518,18 +527,12 @@ def test_log_prefix_specifiers_and_rate_limit() -> None:
     """LogPrefix's %t %k %n %p become the policy's tier, kind, name and namespace/name (and
     "pro" and the profile's name for profiles); LogActionRateLimit puts Log rules under
     -m limit, before the rule's own match, as Felix combines them."""
-    resources = example_resources() + [r.resource for r in load_text(LOGGING_POLICY).resources]
-    for index, resource in enumerate(resources):
-        if isinstance(resource, FelixConfiguration) and resource.name == "default":
-            values = dict(
-                resource.spec.values,
-                logPrefix="cal %t/%k/%n/%p",
-                logActionRateLimit="10/second",
-                logActionRateLimitBurst=3,
-            )
-            resources[index] = attrs.evolve(
-                resource, spec=FelixConfigurationSpec(FrozenMap(values))
-            )
+    resources = with_felix_config(
+        example_resources() + [r.resource for r in load_text(LOGGING_POLICY).resources],
+        logPrefix="cal %t/%k/%n/%p",
+        logActionRateLimit="10/second",
+        logActionRateLimitBurst=3,
+    )
     view, _ = compute(resources, "node-a")
     filter_text = str(view["iptables"]["ipv4"]["filter"])
     assert (
@@ -629,12 +632,7 @@ spec:
     disabled = str(compute(resources, "node-a")[0]["iptables"]["ipv4"]["nat"])
     assert dnat not in disabled
     assert snat not in disabled
-    for index, resource in enumerate(resources):
-        if isinstance(resource, FelixConfiguration) and resource.name == "default":
-            values = dict(resource.spec.values, floatingIPs="Enabled")
-            resources[index] = attrs.evolve(
-                resource, spec=FelixConfigurationSpec(FrozenMap(values))
-            )
+    resources = with_felix_config(resources, floatingIPs="Enabled")
     nat = str(compute(resources, "node-a")[0]["iptables"]["ipv4"]["nat"])
     assert dnat in nat
     assert snat in nat
