@@ -34,13 +34,14 @@ class IpsetsManager:
         self._stale = True
 
     def desired(self) -> DesiredSets:
-        """Every set wanted now; ``apply`` then writes those that changed."""
+        """Every set wanted now; ``apply`` then writes those that changed. The mapping is this
+        manager's own, unchanged until the next call (one apply's write and clean-up)."""
         changed_ids = self.state.take_changed_ipsets()
         if self._stale or self._generation < 0:
             self._desired = kernel_ipsets(self.state, self.versions)
             self._generation = self.state.rules_generation
             self._changed = None
-            return dict(self._desired)
+            return self._desired
         if self._generation != self.state.rules_generation:
             self._generation = self.state.rules_generation
             changed_ids |= SPECIAL_IDS
@@ -53,7 +54,7 @@ class IpsetsManager:
                 self._desired[name] = entry
         if self._changed is not None:
             self._changed = changed
-        return dict(self._desired)
+        return self._desired
 
     async def apply(self, desired: DesiredSets) -> None:
         """Create, fill and resize ``desired`` (before the tables that refer to it)."""
