@@ -119,41 +119,58 @@ def decode(key: str, value: bytes, mod_revision: int = 0) -> Resource | None:
     Raises ManifestError when the key is not UTF-8, or the value is not JSON or not a valid
     resource of the kind its key names.
     """
+    parsed = parse(key, value)
+    if parsed is None:
+        return None
+    return decode_document(key, *parsed, mod_revision)
+
+
+def parse(key: str, value: bytes) -> tuple[type[Resource], dict[str, Any]] | None:
+    """The kind ``key`` names and the document stored there, not decoded yet; None for keys
+    pyfelix does not read. Raises ManifestError as ``decode`` does."""
     try:
         key.encode("utf-8")
     except UnicodeEncodeError:
         raise ManifestError([Problem(ascii(key), "key is not valid UTF-8")]) from None
     try:
-        return _decode(key, value, mod_revision)
+        return _parse(key, value)
     except RecursionError:
         raise ManifestError([Problem(key, "value is nested too deeply")]) from None
 
 
-def _decode(key: str, value: bytes, mod_revision: int) -> Resource | None:
+def _parse(key: str, value: bytes) -> tuple[type[Resource], dict[str, Any]] | None:
     if key.startswith(IPAM_BLOCK_PREFIX):
         if "/block/" not in key:
             return None
-        document = _block_document(key, _json(key, value))
-        cls: type[Resource] | None = IPAMBlock
-    elif key.startswith(RESOURCES_PREFIX):
-        parts = key[len(RESOURCES_PREFIX) :].split("/")
-        if len(parts) < 3:
-            return None
-        group, plural = parts[0], parts[1]
-        cls = _BY_PLURAL.get((group, plural))
-        if cls is None:
-            return None
-        document = _json(key, value)
-        if document.get("kind") != cls.manifest_kind():
-            expected = cls.manifest_kind()
-            raise ManifestError([Problem(key, f"expected kind {expected}", None, None, "kind")])
-    else:
+        return IPAMBlock, _block_document(key, _json(key, value))
+    if not key.startswith(RESOURCES_PREFIX):
         return None
+    parts = key[len(RESOURCES_PREFIX) :].split("/")
+    if len(parts) < 3:
+        return None
+    cls = _BY_PLURAL.get((parts[0], parts[1]))
+    if cls is None:
+        return None
+    document = _json(key, value)
+    if document.get("kind") != cls.manifest_kind():
+        expected = cls.manifest_kind()
+        raise ManifestError([Problem(key, f"expected kind {expected}", None, None, "kind")])
+    return cls, document
+
+
+def decode_document(
+    key: str, cls: type[Resource], document: dict[str, Any], mod_revision: int = 0
+) -> Resource:
+    """The resource of kind ``cls`` in ``document`` (from :func:`parse`); raises ManifestError
+    naming every problem."""
     metadata = document.get("metadata")
     if mod_revision and isinstance(metadata, dict):
         # etcd's revision is the resource version; set before decoding, not copied in after.
         metadata["resourceVersion"] = str(mod_revision)
-    resource, problems = load_document(document, key, expected=cls)
+    try:
+        resource, problems = load_document(document, key, expected=cls)
+    except RecursionError:
+        raise ManifestError([Problem(key, "value is nested too deeply")]) from None
     if resource is None:
         raise ManifestError(problems)
     return resource

@@ -24,11 +24,12 @@ from pyfelix.datastore.etcd import (
     KeyValue,
     WatchEvent,
 )
-from pyfelix.datastore.layout import WATCH_PREFIX, decode
+from pyfelix.datastore.layout import WATCH_PREFIX, decode_document, parse
 from pyfelix.errors import ManifestError
-from pyfelix.resources import Resource
+from pyfelix.resources import WorkloadEndpoint
 from pyfelix.syncer.api import SyncerCallbacks, SyncStatus, Update
-from pyfelix.syncer.processors import Converter
+from pyfelix.syncer.plain_workloads import plain_workload
+from pyfelix.syncer.processors import KV, Converter, convert
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ class EtcdSyncer:
         pages: trio.MemorySendChannel[tuple[list[KeyValue], int] | EtcdError]
         pages, arriving = trio.open_memory_channel(PAGES_AHEAD)
         seen: set[str] = set()
-        changed: list[tuple[KeyValue, Resource | None]] = []
+        changed: list[tuple[KeyValue, tuple[KV, ...]]] = []
         revision = 0
         failure: EtcdError | None = None
         async with trio.open_nursery() as nursery:
@@ -97,7 +98,7 @@ class EtcdSyncer:
                 for index, kv in enumerate(batch):
                     seen.add(kv.key)
                     if self._revisions.get(kv.key) != kv.mod_revision:
-                        changed.append((kv, self._decode(kv)))
+                        changed.append((kv, self._produce(kv)))
                     if index % CHECKPOINT_EVERY == CHECKPOINT_EVERY - 1:
                         await trio.lowlevel.checkpoint()
         if failure is not None:
@@ -106,9 +107,9 @@ class EtcdSyncer:
         self.resyncs += 1
         updates: list[Update] = []
         for key in [k for k in self._revisions if k not in seen]:
-            updates.extend(self._record(key, None, None, revision))
-        for kv, resource in changed:
-            updates.extend(self._record(kv.key, kv, resource, kv.mod_revision))
+            updates.extend(self._record(key, None, (), revision))
+        for kv, produced in changed:
+            updates.extend(self._record(kv.key, kv, produced, kv.mod_revision))
         if updates:
             self.callbacks.on_updates(updates)
         self.callbacks.on_status(SyncStatus.IN_SYNC)
@@ -141,21 +142,32 @@ class EtcdSyncer:
         return self._apply(event.kv.key, event.kv, event.kv.mod_revision)
 
     def _apply(self, key: str, kv: KeyValue | None, revision: int) -> list[Update]:
-        return self._record(key, kv, self._decode(kv) if kv is not None else None, revision)
+        return self._record(key, kv, self._produce(kv) if kv is not None else (), revision)
 
     @staticmethod
-    def _decode(kv: KeyValue) -> Resource | None:
+    def _produce(kv: KeyValue) -> tuple[KV, ...]:
+        """The model keys and values stored at ``kv``: () for a key pyfelix does not read, or
+        for a value that is not JSON or not a valid resource (logged, treated as absent)."""
         try:
-            return decode(kv.key, kv.value, kv.mod_revision)
+            parsed = parse(kv.key, kv.value)
+            if parsed is None:
+                return ()
+            cls, document = parsed
+            if cls is WorkloadEndpoint:
+                plain = plain_workload(document)
+                if plain is not None:
+                    return (plain,)
+            resource = decode_document(kv.key, cls, document, kv.mod_revision)
         except ManifestError as exc:
             log.warning("ignoring invalid value at %r (treated as absent): %s", kv.key, exc)
-            return None
+            return ()
+        return tuple(convert(resource))
 
     def _record(
-        self, key: str, kv: KeyValue | None, resource: Resource | None, revision: int
+        self, key: str, kv: KeyValue | None, produced: tuple[KV, ...], revision: int
     ) -> list[Update]:
         if kv is None:
             self._revisions.pop(key, None)
         else:
             self._revisions[key] = kv.mod_revision
-        return self._converter.update(key, resource, str(revision))
+        return self._converter.produce(key, produced, str(revision))

@@ -329,26 +329,54 @@ def _unescape_name_parts(name: str) -> list[str]:
 
 
 def workload_key(wep: WorkloadEndpoint) -> model.WorkloadEndpointKey:
-    """From the spec when it names node and endpoint, else parsed from Calico's name format."""
     spec = wep.spec
-    workload = spec.pod or spec.workload
-    if spec.node and spec.endpoint and workload:
-        orchestrator = spec.orchestrator or "k8s"
-        return model.WorkloadEndpointKey(
-            spec.node, orchestrator, f"{wep.namespace}/{workload}", spec.endpoint
-        )
-    parts = _unescape_name_parts(wep.name)
-    if len(parts) == 4:
-        node, orchestrator, workload, endpoint = parts
-    else:
-        node, orchestrator, endpoint = spec.node, spec.orchestrator, spec.endpoint or "eth0"
-        workload = workload or wep.name
-    return model.WorkloadEndpointKey(
-        spec.node or node,
-        spec.orchestrator or orchestrator,
-        f"{wep.namespace}/{workload}",
-        spec.endpoint or endpoint,
+    return workload_key_of(
+        wep.name,
+        wep.namespace,
+        node=spec.node,
+        orchestrator=spec.orchestrator,
+        workload=spec.pod or spec.workload,
+        endpoint=spec.endpoint,
     )
+
+
+def workload_key_of(
+    name: str, namespace: str, *, node: str, orchestrator: str, workload: str, endpoint: str
+) -> model.WorkloadEndpointKey:
+    """From the spec when it names node and endpoint, else parsed from Calico's name format."""
+    if node and endpoint and workload:
+        return model.WorkloadEndpointKey(
+            node, orchestrator or "k8s", f"{namespace}/{workload}", endpoint
+        )
+    parts = _unescape_name_parts(name)
+    if len(parts) == 4:
+        node_part, orchestrator_part, workload_part, endpoint_part = parts
+    else:
+        node_part, orchestrator_part, endpoint_part = node, orchestrator, endpoint or "eth0"
+        workload_part = workload or name
+    return model.WorkloadEndpointKey(
+        node or node_part,
+        orchestrator or orchestrator_part,
+        f"{namespace}/{workload_part}",
+        endpoint or endpoint_part,
+    )
+
+
+def workload_labels(
+    labels: Mapping[str, str], namespace: str, orchestrator: str, service_account: str
+) -> FrozenMap[str]:
+    """An endpoint's labels as Felix matches them: Calico's namespace and service account
+    labels are its own (labels with their prefixes are dropped), plus the orchestrator."""
+    out = {
+        k: v
+        for k, v in labels.items()
+        if not k.startswith((NAMESPACE_LABEL_PREFIX, SERVICE_ACCOUNT_LABEL_PREFIX))
+    }
+    out[NAMESPACE_LABEL] = namespace
+    out[ORCHESTRATOR_LABEL] = orchestrator
+    if service_account:
+        out[SERVICE_ACCOUNT_LABEL] = service_account
+    return FrozenMap.adopt(out)
 
 
 def _split_nets(values: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -372,15 +400,9 @@ def _workload_endpoint(wep: WorkloadEndpoint, origin: Resource | None = None) ->
     v4, v6 = _split_nets(spec.ip_networks)
     if not (v4 or v6):
         return [(key, None)]
-    labels = {
-        k: v
-        for k, v in wep.labels.items()
-        if not k.startswith((NAMESPACE_LABEL_PREFIX, SERVICE_ACCOUNT_LABEL_PREFIX))
-    }
-    labels[NAMESPACE_LABEL] = wep.namespace
-    labels[ORCHESTRATOR_LABEL] = spec.orchestrator or key.orchestrator
-    if spec.service_account_name:
-        labels[SERVICE_ACCOUNT_LABEL] = spec.service_account_name
+    labels = workload_labels(
+        wep.labels, wep.namespace, spec.orchestrator or key.orchestrator, spec.service_account_name
+    )
     # Most endpoints have no NATs, ports or spoofing prefixes: nothing is built for them.
     nats = [model.IPNAT(n.internal_ip, n.external_ip) for n in spec.ip_nats]
     value = model.WorkloadEndpoint(
@@ -390,7 +412,7 @@ def _workload_endpoint(wep: WorkloadEndpoint, origin: Resource | None = None) ->
         profile_ids=spec.profiles,
         ipv4_nets=v4,
         ipv6_nets=v6,
-        labels=FrozenMap.adopt(labels),
+        labels=labels,
         ipv4_nat=tuple(n for n in nats if ":" not in n.int_ip) if nats else (),
         ipv6_nat=tuple(n for n in nats if ":" in n.int_ip) if nats else (),
         ipv4_gateway=spec.ipv4_gateway,
@@ -680,6 +702,10 @@ class Converter:
     ) -> list[Update]:
         """The Updates that bring downstream from the old to the new form of ``source``."""
         new = tuple(convert(resource)) if resource is not None else ()
+        return self.produce(source, new, revision)
+
+    def produce(self, source: Hashable, new: tuple[KV, ...], revision: str = "") -> list[Update]:
+        """As ``update``, for a source already converted (``new``: what it stands for now)."""
         old = self._produced.get(source)
         owners = self._owners
         if old is None and not any(key in owners for key, _ in new):

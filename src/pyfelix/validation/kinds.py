@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import attrs
@@ -127,21 +127,50 @@ def _plain_workload(wep: WorkloadEndpoint) -> bool:
     then find nothing. Checked without building a Checker per field, which was most of the
     cost of validating a 100k-endpoint snapshot; anything else takes the full check."""
     s = wep.spec
-    meta = wep.metadata
     if s.ip_nats or s.ports or s.allow_spoofed_source_prefixes or s.ipv4_gateway:
         return False
-    if s.ipv6_gateway or (s.mac and not MAC.match(s.mac)):
-        return False
-    if not (good_name(wep.name) and good_name(wep.namespace, label=True)):
-        return False
-    if not (s.interface_name and INTERFACE_NAME.match(s.interface_name)):
-        return False
-    if not all(IPV4_HOST.fullmatch(net) for net in s.ip_networks):
+    if s.ipv6_gateway:
         return False
     names = (s.orchestrator, s.workload, s.node, s.pod, s.endpoint, s.service_account_name)
-    if not all(good_name(n) for n in names if n) or not all(good_name(p) for p in s.profiles):
+    meta = wep.metadata
+    return plain_workload_valid(
+        name=wep.name,
+        namespace=wep.namespace,
+        interface_name=s.interface_name,
+        mac=s.mac,
+        ip_networks=s.ip_networks,
+        names=names,
+        profiles=s.profiles,
+        labels=meta.labels,
+        annotations=meta.annotations,
+    )
+
+
+def plain_workload_valid(
+    *,
+    name: str,
+    namespace: str,
+    interface_name: str,
+    mac: str,
+    ip_networks: Sequence[str],
+    names: Sequence[str],
+    profiles: Sequence[str],
+    labels: Mapping[str, str],
+    annotations: Mapping[str, str],
+) -> bool:
+    """The check of a plain workload endpoint's fields (see ``_plain_workload``), on the bare
+    values: the decoder that skips the v3 object (``syncer.plain_workloads``) asks it too."""
+    if mac and not MAC.match(mac):
         return False
-    return good_labels(meta.labels) and good_annotations(meta.annotations)
+    if not (good_name(name) and good_name(namespace, label=True)):
+        return False
+    if not (interface_name and INTERFACE_NAME.match(interface_name)):
+        return False
+    if not all(IPV4_HOST.fullmatch(net) for net in ip_networks):
+        return False
+    if not all(good_name(n) for n in names if n) or not all(good_name(p) for p in profiles):
+        return False
+    return good_labels(labels) and good_annotations(annotations)
 
 
 def check_resource(resource: Resource, context: ValidationContext) -> Checker:
