@@ -15,7 +15,6 @@ Errors::
 from __future__ import annotations
 
 import base64
-import json
 import os
 import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -25,6 +24,7 @@ from urllib.parse import urlparse
 import attrs
 import httpx
 
+from pyfelix import jsontext
 from pyfelix.errors import PyfelixError
 
 # A request that takes longer than this is treated as a lost endpoint; watches have no timeout.
@@ -240,7 +240,7 @@ class EtcdClient:
                 last = exc
                 continue
             self._current = self.config.endpoints.index(endpoint)
-            data: dict[str, Any] = response.json() if response.content else {}
+            data: dict[str, Any] = jsontext.loads(response.content) if response.content else {}
             if response.status_code >= 400:
                 message = data.get("message") or data.get("error") or response.text
                 if "compacted" in str(message):
@@ -384,7 +384,7 @@ class EtcdClient:
                 async for line in response.aiter_lines():
                     if not line.strip():
                         continue
-                    message = json.loads(line)
+                    message = jsontext.loads(line)
                     if "error" in message:
                         raise EtcdError(f"watch failed: {message['error']}")
                     result = message.get("result", {})

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pyfelix import jsontext
 from pyfelix.errors import ManifestError, Problem
 from pyfelix.resources import KINDS, IPAMBlock, Resource
 from pyfelix.resources.meta import load_document
@@ -178,7 +179,7 @@ def decode_document(
 
 def _json(key: str, value: bytes) -> dict[str, Any]:
     try:
-        data = json.loads(value)
+        data = jsontext.loads(value)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ManifestError([Problem(key, f"value is not valid JSON: {exc}")]) from None
     if not isinstance(data, dict):
