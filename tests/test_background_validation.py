@@ -10,6 +10,7 @@ import pytest
 
 from pyfelix import cli
 from pyfelix.resources import load_paths
+from pyfelix.syncer.plain_workloads import plain_workload_entry
 from pyfelix.validation import loading, validate_loaded
 
 WEP = """apiVersion: projectcalico.org/v3
@@ -22,8 +23,7 @@ spec:
   endpoint: eth0
   interfaceName: cali{i}
   ipNetworks: [{net}]
-  allowSpoofedSourcePrefixes: {spoof}
-"""
+{spoof}"""
 SPOOFING_ANY = """apiVersion: projectcalico.org/v3
 kind: FelixConfiguration
 metadata: {name: default}
@@ -44,9 +44,11 @@ def _cluster(directory: Path, spoofing_any: bool) -> Path:
     directory.mkdir()
     (directory / "a.yaml").write_text(
         "---\n".join(
-            WEP.format(i=i, net=net, spoof=spoof)
+            WEP.format(
+                i=i, net=net, spoof=f"  allowSpoofedSourcePrefixes: {spoof}\n" if spoof else ""
+            )
             for i, net, spoof in [
-                (1, "10.0.0.1/32", "[]"),
+                (1, "10.0.0.1/32", ""),
                 (2, "10.0.0.300/32", "[]"),
                 (3, "10.0.0.3/32", "[192.0.2.0/24]"),
                 (4, "10.0.0.4/24", "[bad]"),
@@ -58,6 +60,13 @@ def _cluster(directory: Path, spoofing_any: bool) -> Path:
     # Defined again in another file: reported as a duplicate, its own problems not at all.
     (directory / "c.json").write_text(json.dumps([_policy("bad", "also bad ==")]))
     (directory / "d.yaml").write_text("kind: [unclosed\n")
+    # Endpoints defined twice: a plain one again with named ports, and the one with spoofing
+    # prefixes again as a plain one (the dry-run's direct path takes plain ones).
+    again = WEP.format(i=1, net="10.0.0.1/32", spoof="").replace(
+        "  endpoint: eth0\n", "  endpoint: eth0\n  ports: [{name: http, protocol: TCP, port: 80}]\n"
+    )
+    plain_again = WEP.format(i=3, net="10.0.0.3/32", spoof="")
+    (directory / "f.yaml").write_text(again + "---\n" + plain_again)
     if spoofing_any:
         (directory / "e.yaml").write_text(SPOOFING_ANY)
     return directory
@@ -72,6 +81,18 @@ def test_streaming_validation_equals_validate_loaded(tmp_path: Path, spoofing_an
     assert any("duplicate" in p.message for p in expected)
     assert any("workloadSourceSpoofing" in p.message for p in expected) != spoofing_any
     assert loading.validate_paths(paths) == expected
+
+
+def test_the_direct_path_finds_the_same_problems(tmp_path: Path) -> None:
+    """Plain endpoints taken straight to the model (the dry-run's path) change no problem:
+    duplicates between them and resources are found, and named, as before."""
+    directory = _cluster(tmp_path / "cluster", False)
+    expected = validate_loaded(load_paths([directory]))
+    direct = load_paths([directory], direct=plain_workload_entry)
+    assert [d.key[2] for d in direct.direct] == ["node-k8s-pod1-eth0"]
+    assert sum("duplicate" in p.message for p in expected) == 3
+    assert validate_loaded(direct) == expected
+    assert loading.validate_paths([directory], direct=plain_workload_entry) == expected
 
 
 def test_worker_and_its_failure_give_the_same_problems(
@@ -112,3 +133,23 @@ def test_dry_run_prints_problems_not_the_speculative_result(
     (directory / "ok.json").write_text(json.dumps([_policy("ok", "all()")]))
     assert cli.main(["dry-run", "--hostname", "node", "--format", "json", str(directory)]) == 0
     assert json.loads(capsys.readouterr().out)["hostname"] == "node"
+
+
+def test_a_failed_worker_still_refuses_what_the_trusting_load_took(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Beside a worker, plain endpoints are loaded without checking their values (the worker
+    checks them); when the worker fails, the check happens here, so an endpoint with an
+    invalid address is still refused."""
+    directory = _cluster(tmp_path / "cluster", False)
+    assert cli.main(["dry-run", "--hostname", "node", str(directory)]) == 1
+    without = capsys.readouterr()
+    assert "10.0.0.300/32" in without.out
+
+    def broken(paths: object, direct: object = None) -> object:
+        raise RuntimeError("worker broke")
+
+    monkeypatch.setattr(loading, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(loading, "validate_paths", broken)
+    assert cli.main(["dry-run", "--hostname", "node", str(directory)]) == 1
+    assert capsys.readouterr().out == without.out

@@ -9,6 +9,7 @@ import os
 import sys
 from collections import Counter
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 import trio
@@ -25,6 +26,7 @@ from pyfelix.logs import set_severity
 from pyfelix.pods import pods_check, pods_down, pods_up
 from pyfelix.resources import load_paths
 from pyfelix.resources.loader import LoadResult, Located
+from pyfelix.syncer.plain_workloads import plain_workload_entry
 from pyfelix.validation import validate_loaded
 from pyfelix.validation.loading import BackgroundValidation
 
@@ -100,11 +102,17 @@ def cmd_dry_run(args: argparse.Namespace) -> int:
     else:
         # Manifests are validated on the second core while this one loads and computes; what
         # is computed is printed only once the validation found nothing.
-        validation = BackgroundValidation(list(args.sources))
-        result = load_paths(args.sources)
+        # Plain endpoints (most of a big cluster) go from their document to the model; their
+        # values are checked here only when no worker checks them.
+        validation = BackgroundValidation(list(args.sources), direct=plain_workload_entry)
+        direct = partial(plain_workload_entry, validate=not validation.pid)
+        result = load_paths(args.sources, direct=direct)
         try:
             view, _ = compute(
-                (item.resource for item in result.resources), args.hostname, validated=True
+                (item.resource for item in result.resources),
+                args.hostname,
+                validated=True,
+                direct=result.direct,
             )
             failure: Exception | None = None
         except Exception as exc:  # invalid input may break it: the verdict decides

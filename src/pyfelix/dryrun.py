@@ -10,11 +10,13 @@ import json
 import os
 import socket
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from pyfelix.calc.pipeline import build_pipeline
 from pyfelix.config import parse_config
 from pyfelix.resources import Resource
+from pyfelix.resources.loader import Direct
+from pyfelix.syncer.processors import KV
 from pyfelix.validation import context_from
 from pyfelix_dataplane.dryrun import snapshot
 from pyfelix_dataplane.rules.render import TABLES, render
@@ -29,16 +31,21 @@ def default_hostname() -> str:
 
 
 def compute(
-    resources: Iterable[Resource], hostname: str, *, validated: bool = False
+    resources: Iterable[Resource],
+    hostname: str,
+    *,
+    validated: bool = False,
+    direct: Iterable[Direct] = (),
 ) -> tuple[dict[str, Any], NodeState]:
     """The snapshot of ``hostname``'s dataplane for this datastore content, with the rendered
     iptables-restore scripts (per IP version and table) and ipset restore script.
-    ``validated``: every resource has been validated already (invalid ones left out)."""
+    ``validated``: every resource has been validated already (invalid ones left out);
+    ``direct``: documents the loader turned into model values itself (plain endpoints)."""
     resources = list(resources)
     dataplane = NodeState()
     context = context_from(resources)
     pipeline = build_pipeline(hostname, dataplane.apply, context, validated=validated)
-    pipeline.load(resources)
+    pipeline.load(resources, ((d.key, cast(KV, d.value)) for d in direct))
 
     def describe(set_id: str) -> dict[str, str]:
         data = pipeline.graph.ipsets.get(set_id)

@@ -22,7 +22,7 @@ syncers, the decoupler, the connector, the driver) stay with their callers.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 
 import attrs
 
@@ -32,7 +32,7 @@ from pyfelix.calc.sequencer import EventSequencer
 from pyfelix.calc.validation_filter import ValidationFilter
 from pyfelix.resources import Resource
 from pyfelix.syncer.api import SyncerCallbacks, SyncStatus, Update
-from pyfelix.syncer.processors import Converter
+from pyfelix.syncer.processors import KV, Converter
 from pyfelix.validation.kinds import ValidationContext
 
 
@@ -56,13 +56,19 @@ class Pipeline:
         """Let the deferred calculators emit, then hand the sequencer's messages on."""
         self.graph.flush()
 
-    def load(self, resources: Iterable[Resource]) -> None:
+    def load(
+        self, resources: Iterable[Resource], produced: Iterable[tuple[Hashable, KV]] = ()
+    ) -> None:
         """Datastore resources as one snapshot, converted as the syncers convert them, then
-        in sync and flushed (the dry-run's and the benchmarks' one-shot computation)."""
+        in sync and flushed (the dry-run's and the benchmarks' one-shot computation).
+        ``produced``: sources converted already (the loader's direct path), with what each
+        stands for."""
         updates: list[Update] = []
         for resource in resources:
             key = (resource.KIND, resource.namespace, resource.name)
             updates.extend(self.converter.update(key, resource))
+        for source, kv in produced:
+            updates.extend(self.converter.produce(source, (kv,)))
         self.on_updates(updates)
         self.on_status(SyncStatus.IN_SYNC)
         self.flush()

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,13 @@ import attrs
 import yaml
 
 from pyfelix.errors import Problem
-from pyfelix.resources.meta import MANIFEST_KINDS, Resource, kind_for, load_document
+from pyfelix.resources.meta import (
+    MANIFEST_KINDS,
+    Resource,
+    kind_for,
+    load_document,
+    resource_ident,
+)
 from pyfelix.resources.schema import JSON
 
 log = logging.getLogger(__name__)
@@ -63,12 +69,39 @@ class Located:
         r = self.resource
         return (r.KIND, r.namespace, r.name)
 
+    @property
+    def ident(self) -> str:
+        return self.resource.ident
+
+
+Identity = tuple[str, str, str]
+#: Turns some documents straight into what the caller wants (the dry-run takes plain
+#: endpoints' model values), giving their identity (Kind, namespace, name) and that value, or
+#: None to have the document loaded as a resource. It must accept only valid documents.
+DirectDecoder = Callable[[dict[str, Any]], tuple[Identity, object] | None]
+
+
+@attrs.frozen
+class Direct:
+    """A document a direct decoder took: its identity, what it gave, where it was read."""
+
+    key: Identity
+    value: object
+    source: str
+    line: int | None
+
+    @property
+    def ident(self) -> str:
+        return resource_ident(*self.key)
+
 
 @attrs.frozen
 class LoadResult:
     resources: tuple[Located, ...] = ()
     problems: tuple[Problem, ...] = ()
     unparsable: frozenset[str] = frozenset()
+    #: The documents a direct decoder took (see load_text), in load order.
+    direct: tuple[Direct, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -303,8 +336,11 @@ def _parse_error(source: str, exc: Exception, text: str) -> Problem:
     return Problem(source, f"cannot parse YAML: {reason}", line)
 
 
-def load_text(text: str, source: str = "<input>") -> LoadResult:
-    """Load the resources in one file's text (duplicates within it are reported)."""
+def load_text(
+    text: str, source: str = "<input>", direct: DirectDecoder | None = None
+) -> LoadResult:
+    """Load the resources in one file's text (duplicates within it are reported). With
+    ``direct``, the documents it takes are in the result's ``direct``, not its resources."""
     try:
         documents = _parse(text, source)
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
@@ -314,10 +350,15 @@ def load_text(text: str, source: str = "<input>") -> LoadResult:
         # JSON's decoder (and PyYAML's composer) recurse; deep input ends here, not in a crash.
         problem = Problem(source, f"cannot parse: nested more than {MAX_DEPTH} levels deep")
         return LoadResult(problems=(problem,), unparsable=frozenset({source}))
-    located: list[Located] = []
+    entries: list[Located | Direct] = []
     problems: list[Problem] = []
     for data, line, item_lines in documents:
         for doc, doc_line in _expand(data, line, item_lines):
+            if direct is not None and type(doc) is dict:
+                taken = direct(doc)
+                if taken is not None:
+                    entries.append(Direct(taken[0], taken[1], source, doc_line))
+                    continue
             try:
                 resource, found = load_document(doc, source, doc_line)
             except RecursionError:
@@ -325,8 +366,8 @@ def load_text(text: str, source: str = "<input>") -> LoadResult:
                 found = [Problem(source, f"nested more than {MAX_DEPTH} levels deep", doc_line)]
             problems.extend(found)
             if resource is not None:
-                located.append(Located(resource, source, doc_line))
-    return _without_duplicates(LoadResult(tuple(located), tuple(problems)))
+                entries.append(Located(resource, source, doc_line))
+    return _without_duplicates([entries], problems)
 
 
 def read_manifest(path: Path) -> str:
@@ -341,29 +382,39 @@ def read_manifest(path: Path) -> str:
     return data.decode("utf-8")
 
 
-def _without_duplicates(result: LoadResult) -> LoadResult:
-    """Keep the first of each Kind/namespace/name; every later one is an error."""
-    first: dict[tuple[str, str, str], Located] = {}
-    problems = list(result.problems)
+def _without_duplicates(
+    files: Iterable[Iterable[Located | Direct]],
+    problems: list[Problem],
+    unparsable: frozenset[str] = frozenset(),
+) -> LoadResult:
+    """Keep the first of each Kind/namespace/name (files in order, each file's entries in
+    order); every later one is an error, after ``problems``."""
+    first: dict[Identity, Located | Direct] = {}
+    duplicates: list[Problem] = []
     kept: list[Located] = []
-    for item in result.resources:
-        earlier = first.get(item.key)
-        if earlier is None:
+    taken: list[Direct] = []
+    for entries in files:
+        for item in entries:
+            earlier = first.get(item.key)
+            if earlier is not None:
+                duplicates.append(duplicate_problem(item, earlier.source, earlier.line))
+                continue
             first[item.key] = item
-            kept.append(item)
-            continue
-        problems.append(duplicate_problem(item, earlier.source, earlier.line))
-    return LoadResult(tuple(kept), tuple(problems), result.unparsable)
+            if isinstance(item, Located):
+                kept.append(item)
+            else:
+                taken.append(item)
+    return LoadResult(tuple(kept), (*problems, *duplicates), unparsable, tuple(taken))
 
 
-def duplicate_problem(item: Located, source: str, line: int | None) -> Problem:
+def duplicate_problem(item: Located | Direct, source: str, line: int | None) -> Problem:
     """``item`` defines again what ``source`` (at ``line``) defined first."""
     where = source if line is None else f"{source}:{line}"
     return Problem(
         item.source,
         f"duplicate resource, already defined at {where}",
         item.line,
-        item.resource.ident,
+        item.ident,
     )
 
 
@@ -419,29 +470,29 @@ def manifest_sources(paths: Iterable[Path | str]) -> tuple[list[Path], list[Prob
     return files, problems
 
 
-def load_file(file: Path) -> LoadResult:
+def load_file(file: Path, direct: DirectDecoder | None = None) -> LoadResult:
     """One manifest file (duplicates within it are reported)."""
     try:
         text = read_manifest(file)
     except (OSError, UnicodeDecodeError) as exc:
         problem = Problem(str(file), f"cannot read: {exc}")
         return LoadResult(problems=(problem,), unparsable=frozenset({str(file)}))
-    return load_text(text, str(file))
+    return load_text(text, str(file), direct)
 
 
 def merge(results: Iterable[LoadResult], problems: Iterable[Problem] = ()) -> LoadResult:
     """Files' results as one load: duplicates across files are errors too."""
-    located: list[Located] = []
     found = list(problems)
     unparsable: set[str] = set()
+    files: list[tuple[Located | Direct, ...]] = []
     for result in results:
-        located.extend(result.resources)
+        files.append((*result.resources, *result.direct))
         found.extend(result.problems)
         unparsable.update(result.unparsable)
-    return _without_duplicates(LoadResult(tuple(located), tuple(found), frozenset(unparsable)))
+    return _without_duplicates(files, found, frozenset(unparsable))
 
 
-def load_paths(paths: Iterable[Path | str]) -> LoadResult:
+def load_paths(paths: Iterable[Path | str], direct: DirectDecoder | None = None) -> LoadResult:
     """Load files and directories; duplicates across files are errors too."""
     files, problems = manifest_sources(paths)
-    return merge((load_file(file) for file in files), problems)
+    return merge((load_file(file, direct) for file in files), problems)

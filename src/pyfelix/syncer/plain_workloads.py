@@ -20,6 +20,7 @@ from typing import Any
 
 from pyfelix import model
 from pyfelix.resources import WorkloadEndpoint
+from pyfelix.resources.loader import Identity
 from pyfelix.resources.meta import CALICO_API_VERSION
 from pyfelix.syncer.processors import KV, workload_key_of, workload_labels
 from pyfelix.validation.kinds import plain_workload_valid
@@ -63,7 +64,21 @@ def _string_map(value: object) -> bool:
     return type(value) is dict and _strings(*value) and _strings(*value.values())
 
 
-def plain_workload(document: dict[str, Any]) -> KV | None:
+def plain_workload_entry(
+    document: dict[str, Any], *, validate: bool = True
+) -> tuple[Identity, KV] | None:
+    """The resource's identity (Kind, namespace, name) and its model (key, value), for the
+    manifest loader's direct path (``load_paths(..., direct=plain_workload_entry)``).
+    ``validate=False`` trusts the values (only their shape is checked): for a load whose
+    validation runs elsewhere, on the same files, with ``validate=True``."""
+    produced = plain_workload(document, validate=validate)
+    if produced is None:
+        return None
+    metadata = document["metadata"]
+    return (_KIND, metadata.get("namespace") or "default", metadata["name"]), produced
+
+
+def plain_workload(document: dict[str, Any], *, validate: bool = True) -> KV | None:
     """The model (key, value) of a plain WorkloadEndpoint document, or None if it is not one
     (another kind, another field, a type or value the general path would report)."""
     if len(document) != 4:
@@ -100,7 +115,7 @@ def plain_workload(document: dict[str, Any]) -> KV | None:
     orchestrator, node, endpoint = _intern(orchestrator), _intern(node), _intern(endpoint)
     account = _intern(account)
     profiles = tuple([_intern(p) for p in profile_list])
-    if not plain_workload_valid(
+    if validate and not plain_workload_valid(
         name=name,
         namespace=namespace,
         interface_name=interface,

@@ -23,7 +23,13 @@ from pathlib import Path
 
 from pyfelix.errors import Problem
 from pyfelix.resources import FelixConfiguration, LoadResult, Located, WorkloadEndpoint
-from pyfelix.resources.loader import duplicate_problem, load_file, manifest_sources
+from pyfelix.resources.loader import (
+    DirectDecoder,
+    duplicate_problem,
+    load_file,
+    load_paths,
+    manifest_sources,
+)
 from pyfelix.validation import context_from, validate_loaded, validate_located
 from pyfelix.validation.kinds import PERMISSIVE, context_problems
 
@@ -52,8 +58,11 @@ def _worth_a_worker(files: list[Path]) -> bool:
     return total >= PARALLEL_MIN_BYTES
 
 
-def validate_paths(paths: Iterable[Path | str]) -> list[Problem]:
-    """``validate_loaded(load_paths(paths))``, one file at a time: only problems are kept.
+def validate_paths(
+    paths: Iterable[Path | str], direct: DirectDecoder | None = None
+) -> list[Problem]:
+    """``validate_loaded(load_paths(paths, direct))``, one file at a time: only problems are
+    kept (a direct decoder takes only valid documents: those are checked for duplicates).
 
     Problems come in validate_loaded's order: the load's (paths, then each file's), the
     duplicates across files, then each kept resource's, each followed by those that depend on
@@ -64,8 +73,14 @@ def validate_paths(paths: Iterable[Path | str]) -> list[Problem]:
     first: dict[tuple[str, str, str], tuple[str, int | None]] = {}
     configurations = []
     for file in files:
-        result = load_file(file)
+        result = load_file(file, direct)
         load_problems.extend(result.problems)
+        for taken in result.direct:
+            earlier = first.get(taken.key)
+            if earlier is not None:
+                duplicates.append(duplicate_problem(taken, *earlier))
+            else:
+                first[taken.key] = (taken.source, taken.line)
         for item in result.resources:
             earlier = first.get(item.key)
             if earlier is not None:
@@ -93,10 +108,12 @@ def validate_paths(paths: Iterable[Path | str]) -> list[Problem]:
 
 
 class BackgroundValidation:
-    """``validate_paths(paths)`` in a forked child, started now; ``problems`` collects it."""
+    """``validate_paths(paths, direct)`` in a forked child, started now; ``problems`` collects
+    it."""
 
-    def __init__(self, paths: list[Path | str]) -> None:
+    def __init__(self, paths: list[Path | str], direct: DirectDecoder | None = None) -> None:
         self.paths = paths
+        self.direct = direct
         self.pid = 0
         self.fd = -1
         files, _ = manifest_sources(paths)
@@ -112,7 +129,7 @@ class BackgroundValidation:
             status = 1
             try:
                 os.close(read)
-                data = pickle.dumps(validate_paths(paths), pickle.HIGHEST_PROTOCOL)
+                data = pickle.dumps(validate_paths(paths, direct), pickle.HIGHEST_PROTOCOL)
                 with os.fdopen(write, "wb") as out:
                     out.write(data)
                 status = 0
@@ -138,4 +155,6 @@ class BackgroundValidation:
                         return found
             else:
                 log.warning("validation worker failed (status %d): validating here", status)
+            # The load beside the worker may have trusted what the worker was to check.
+            return validate_loaded(load_paths(self.paths, self.direct))
         return validate_loaded(result)
