@@ -29,6 +29,7 @@ from pyfelix.calc.async_loop import CalcLoop
 from pyfelix.calc.decoupler import Decoupler
 from pyfelix.config import FelixConfig
 from pyfelix.connector import DataplaneConnector, RestartRequired
+from pyfelix.datastore import is_etcd
 from pyfelix.datastore.etcd import EtcdClient, EtcdConfig, EtcdError
 from pyfelix.datastore.layout import decode
 from pyfelix.errors import ManifestError
@@ -60,10 +61,6 @@ class AgentOptions:
     datastore: str
     dry_run: bool = True
     status_interval: float = 30.0
-
-
-def is_etcd(source: str) -> bool:
-    return source.startswith(("etcd://", "etcds://"))
 
 
 async def _stop_on_signal(scope: trio.CancelScope) -> None:

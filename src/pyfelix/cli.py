@@ -11,24 +11,22 @@ from collections import Counter
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
-
-import trio
+from typing import TYPE_CHECKING
 
 from pyfelix import __version__
-from pyfelix.agent import AgentOptions, is_etcd, run_agent
-from pyfelix.datastore.commands import CommandError, run_command
-from pyfelix.datastore.etcd import EtcdClient, EtcdConfig, EtcdError
-from pyfelix.datastore.layout import WATCH_PREFIX, decode
-from pyfelix.demo import run_demo
+from pyfelix.datastore import is_etcd
 from pyfelix.dryrun import compute, default_hostname, render_json, render_text
 from pyfelix.errors import ManifestError, Problem
 from pyfelix.logs import set_severity
-from pyfelix.pods import pods_check, pods_down, pods_up
 from pyfelix.resources import load_paths
 from pyfelix.resources.loader import LoadResult, Located
 from pyfelix.syncer.plain_workloads import plain_workload_entry
 from pyfelix.validation import validate_loaded
 from pyfelix.validation.loading import BackgroundValidation
+
+if TYPE_CHECKING:
+    from pyfelix.datastore.etcd import EtcdConfig
+
 
 EXIT_OK = 0
 EXIT_INVALID = 1
@@ -53,6 +51,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 async def load_from_etcd(config: EtcdConfig) -> LoadResult:
     """Every resource in etcd, as the loader would give it from files."""
+    from pyfelix.datastore.etcd import EtcdClient
+    from pyfelix.datastore.layout import WATCH_PREFIX, decode
+
     async with EtcdClient(config) as client:
         kvs, _ = await client.list_all(WATCH_PREFIX)
     located, problems = [], []
@@ -67,6 +68,18 @@ async def load_from_etcd(config: EtcdConfig) -> LoadResult:
     return LoadResult(tuple(located), tuple(problems))
 
 
+def _load_etcd(url: str) -> LoadResult:
+    """What ``load_from_etcd`` gives; raises ValueError for a bad URL or an etcd failure."""
+    import trio
+
+    from pyfelix.datastore.etcd import EtcdConfig, EtcdError
+
+    try:
+        return trio.run(load_from_etcd, EtcdConfig.from_url(url))
+    except EtcdError as exc:
+        raise ValueError(str(exc)) from exc
+
+
 def load_sources(sources: Sequence[str], strict: bool = True) -> LoadResult | int:
     """Manifest files and directories, or one etcd URL, validated; an exit code on failure
     (unless not ``strict``: then problems are reported on stderr and the load goes on)."""
@@ -75,11 +88,8 @@ def load_sources(sources: Sequence[str], strict: bool = True) -> LoadResult | in
         print("an etcd URL must be the only source", file=sys.stderr)
         return EXIT_USAGE
     try:
-        if etcd_sources:
-            result = trio.run(load_from_etcd, EtcdConfig.from_url(etcd_sources[0]))
-        else:
-            result = load_paths(sources)
-    except (EtcdError, ValueError) as exc:
+        result = _load_etcd(etcd_sources[0]) if etcd_sources else load_paths(sources)
+    except ValueError as exc:
         print(exc, file=sys.stderr)
         return EXIT_INVALID
     problems = validate_loaded(result)
@@ -136,6 +146,11 @@ def _refuse(problems: Sequence[Problem]) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """The agent."""
+    import trio
+
+    from pyfelix.agent import AgentOptions, run_agent
+    from pyfelix.datastore.etcd import EtcdConfig, EtcdError
+
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # Until the datastore's FelixConfiguration arrives, only the environment can say.
     set_severity(os.environ.get("FELIX_LOGSEVERITYSCREEN", "Info"))
@@ -165,13 +180,16 @@ def cmd_run(args: argparse.Namespace) -> int:
             return EXIT_INVALID
     options = AgentOptions(hostname=args.hostname, datastore=source, dry_run=args.dry_run)
     try:
-        return trio.run(run_agent, options)
+        code: int = trio.run(run_agent, options)
     except KeyboardInterrupt:
         return EXIT_OK
+    return code
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """The agent on a node of network namespaces, with a connectivity matrix."""
+    from pyfelix.demo import run_demo
+
     if os.geteuid() != 0:
         print("pyfelix demo creates network namespaces and needs root", file=sys.stderr)
         return EXIT_USAGE
@@ -186,6 +204,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_pods(args: argparse.Namespace) -> int:
     """Pods for this node's workload endpoints, as the CNI plugin wires them."""
+    from pyfelix.pods import pods_check, pods_down, pods_up
+
     if os.geteuid() != 0:
         print("pyfelix pods creates network namespaces and needs root", file=sys.stderr)
         return EXIT_USAGE
@@ -200,6 +220,9 @@ def cmd_pods(args: argparse.Namespace) -> int:
 
 def datastore_config(source: str | None) -> EtcdConfig:
     """``--datastore etcd://...``, else calico-node's ETCD_ENDPOINTS (and TLS variables)."""
+    from pyfelix.datastore.commands import CommandError
+    from pyfelix.datastore.etcd import EtcdConfig
+
     if source:
         return EtcdConfig.from_url(source)
     if EtcdConfig.env_endpoints():
@@ -209,12 +232,18 @@ def datastore_config(source: str | None) -> EtcdConfig:
 
 def cmd_datastore(args: argparse.Namespace) -> int:
     """calicoctl-like commands against the etcd datastore."""
+    import trio
+
+    from pyfelix.datastore.commands import CommandError, run_command
+    from pyfelix.datastore.etcd import EtcdError
+
     try:
         config = datastore_config(args.datastore)
-        return trio.run(run_command, args, config, sys.stdout)
+        code: int = trio.run(run_command, args, config, sys.stdout)
     except (CommandError, EtcdError, ValueError) as exc:
         print(exc, file=sys.stderr)
         return EXIT_INVALID
+    return code
 
 
 def _add_datastore_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
