@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyfelix import __version__
 from pyfelix.datastore import is_etcd
@@ -20,6 +20,7 @@ from pyfelix.errors import ManifestError, Problem
 from pyfelix.logs import set_severity
 from pyfelix.resources import load_paths
 from pyfelix.resources.loader import LoadResult, Located
+from pyfelix.resources.shared_parse import SharedParse
 from pyfelix.syncer.plain_workloads import plain_workload_entry
 from pyfelix.validation import validate_loaded
 from pyfelix.validation.loading import BackgroundValidation
@@ -110,30 +111,45 @@ def cmd_dry_run(args: argparse.Namespace) -> int:
         # load_sources validated every resource (and refused the input if any was invalid).
         view, _ = compute((i.resource for i in loaded.resources), args.hostname, validated=True)
     else:
-        # Manifests are validated on the second core while this one loads and computes; what
-        # is computed is printed only once the validation found nothing.
-        # Plain endpoints (most of a big cluster) go from their document to the model; their
-        # values are checked here only when no worker checks them.
-        validation = BackgroundValidation(list(args.sources), direct=plain_workload_entry)
-        direct = partial(plain_workload_entry, validate=not validation.pid)
-        result = load_paths(args.sources, direct=direct)
-        try:
-            view, _ = compute(
-                (item.resource for item in result.resources),
-                args.hostname,
-                validated=True,
-                direct=result.direct,
-            )
-            failure: Exception | None = None
-        except Exception as exc:  # invalid input may break it: the verdict decides
-            failure = exc
-        problems = validation.problems(result)
-        if problems:
-            return _refuse(problems)
-        if failure is not None:
-            raise failure
+        computed = _dry_run_manifests(args.sources, args.hostname)
+        if isinstance(computed, int):
+            return computed
+        view = computed
     sys.stdout.write(render_json(view) if args.format == "json" else render_text(view))
     return EXIT_OK
+
+
+def _dry_run_manifests(sources: list[str], hostname: str) -> dict[str, Any] | int:
+    """The dry-run's view of manifest files, or the exit code of refusing them. Plain
+    endpoints (most of a big cluster) go from their document straight to the model.
+
+    Big YAML is parsed on both cores (parsing is most of its cost), then validated and
+    computed here. Otherwise the manifests are validated on the second core while this one
+    loads and computes without checking plain endpoints' values; what is computed is printed
+    only once that validation found nothing."""
+    shared = SharedParse(list(sources))
+    if shared.active:
+        result = shared.load(direct=plain_workload_entry)
+        problems = validate_loaded(result)
+        if problems:
+            return _refuse(problems)
+        resources = (item.resource for item in result.resources)
+        return compute(resources, hostname, validated=True, direct=result.direct)[0]
+    validation = BackgroundValidation(list(sources), direct=plain_workload_entry)
+    direct = partial(plain_workload_entry, validate=not validation.pid)
+    result = load_paths(sources, direct=direct)
+    try:
+        resources = (item.resource for item in result.resources)
+        view, _ = compute(resources, hostname, validated=True, direct=result.direct)
+        failure: Exception | None = None
+    except Exception as exc:  # invalid input may break it: the verdict decides
+        failure = exc
+    problems = validation.problems(result)
+    if problems:
+        return _refuse(problems)
+    if failure is not None:
+        raise failure
+    return view
 
 
 def _refuse(problems: Sequence[Problem]) -> int:

@@ -108,6 +108,10 @@ class LoadResult:
         return not self.problems
 
 
+#: A file's parsed documents: each with its start line and its items' start lines.
+Parsed = list[tuple[JSON, int, list[int]]]
+
+
 # libyaml's parser when PyYAML was built with it (PyPI wheels are): ~10x faster on big inputs.
 _BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -298,10 +302,10 @@ def _item_lines(node: yaml.Node) -> list[int]:
     return []
 
 
-def parse_yaml(text: str) -> list[tuple[JSON, int, list[int]]]:
+def parse_yaml(text: str) -> Parsed:
     """Every document with its start line; raises yaml.YAMLError on any syntax problem."""
     loader = _StrictLoader(text)
-    documents: list[tuple[JSON, int, list[int]]] = []
+    documents: Parsed = []
     try:
         while loader.check_node():
             node = loader.get_node()
@@ -314,7 +318,7 @@ def parse_yaml(text: str) -> list[tuple[JSON, int, list[int]]]:
     return documents
 
 
-def _parse(text: str, source: str) -> list[tuple[JSON, int, list[int]]]:
+def _parse(text: str, source: str) -> Parsed:
     if source.endswith(".json"):
         data = json.loads(text)
         return [(data, 1, [])]
@@ -341,8 +345,16 @@ def load_text(
 ) -> LoadResult:
     """Load the resources in one file's text (duplicates within it are reported). With
     ``direct``, the documents it takes are in the result's ``direct``, not its resources."""
+    parsed = parse_text(text, source)
+    if isinstance(parsed, LoadResult):
+        return parsed
+    return load_parsed(parsed, source, direct)
+
+
+def parse_text(text: str, source: str) -> Parsed | LoadResult:
+    """The documents of a file's text, or the result of a file that does not parse."""
     try:
-        documents = _parse(text, source)
+        return _parse(text, source)
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
         problem = _parse_error(source, exc, text)
         return LoadResult(problems=(problem,), unparsable=frozenset({source}))
@@ -350,6 +362,10 @@ def load_text(
         # JSON's decoder (and PyYAML's composer) recurse; deep input ends here, not in a crash.
         problem = Problem(source, f"cannot parse: nested more than {MAX_DEPTH} levels deep")
         return LoadResult(problems=(problem,), unparsable=frozenset({source}))
+
+
+def load_parsed(documents: Parsed, source: str, direct: DirectDecoder | None = None) -> LoadResult:
+    """``load_text`` of a file parsed already (by ``parse_text``, here or in a worker)."""
     entries: list[Located | Direct] = []
     problems: list[Problem] = []
     for data, line, item_lines in documents:

@@ -1,0 +1,154 @@
+"""Big YAML loads parsed on two cores: a forked child parses the later half of the files and
+hands their documents back.
+
+Parsing is most of a YAML load (libyaml composes a node tree that Python then walks: some
+80 us a document against 4 us for JSON), and validation on the second core
+(``validation/loading.py``) cannot help, since that worker parses every file too. Here the
+child parses the files of the second half (by size) while this process parses the first; each
+file's documents go back as one marshal record (a few us a document) through an unlinked
+temporary file, which the child writes without waiting for this process to read. A file the
+child could not read or parse, or records of a child that failed, are loaded here instead:
+the result is always ``load_paths``'.
+"""
+
+from __future__ import annotations
+
+import logging
+import marshal
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from pyfelix.resources.loader import (
+    DirectDecoder,
+    LoadResult,
+    Parsed,
+    load_file,
+    load_parsed,
+    manifest_sources,
+    merge,
+    parse_text,
+    read_manifest,
+)
+
+log = logging.getLogger(__name__)
+
+#: Below this many bytes of YAML a fork costs more than it saves.
+MIN_YAML_BYTES = 8 << 20
+_LENGTH = 8
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover (not Linux)
+        return os.cpu_count() or 1
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _spool() -> BinaryIO:
+    """An unlinked temporary file, in memory (/dev/shm) where there is one."""
+    shm = "/dev/shm"
+    return tempfile.TemporaryFile(dir=shm if os.path.isdir(shm) else None)
+
+
+class SharedParse:
+    """``load_paths(paths, direct)`` with the later half of the YAML parsed by a child, which
+    starts at once when the YAML is worth it (``active``)."""
+
+    def __init__(self, paths: list[Path | str]) -> None:
+        self._files, self._problems = manifest_sources(paths)
+        self._theirs: set[Path] = set()
+        self._pid = 0
+        self._spool: BinaryIO | None = None
+        sizes = [_size(f) if f.suffix != ".json" else 0 for f in self._files]
+        total = sum(sizes)
+        if total < MIN_YAML_BYTES or _cores() < 2:
+            return
+        mine = 0
+        for file, size in zip(self._files, sizes, strict=True):
+            if mine >= total / 2 and size:
+                self._theirs.add(file)
+            mine += size
+        spool = _spool()
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            log.info("no parsing worker (%s): parsing here", exc)
+            spool.close()
+            self._theirs = set()
+            return
+        if pid == 0:  # the child: parse, write, leave without running any cleanup
+            status = 1
+            try:
+                _parse_into(spool, [f for f in self._files if f in self._theirs])
+                status = 0
+            finally:
+                os._exit(status)
+        self._pid, self._spool = pid, spool
+
+    @property
+    def active(self) -> bool:
+        return bool(self._pid)
+
+    def load(self, direct: DirectDecoder | None = None) -> LoadResult:
+        """Every file loaded, in order: this process's half parsed here, the child's from its
+        records (each file it did not deliver parsed here)."""
+        results = []
+        records: Iterator[tuple[str, Parsed]] | None = None
+        pending: tuple[str, Parsed] | None = None
+        for file in self._files:
+            if file in self._theirs:
+                if records is None:
+                    records = self._records()
+                    pending = next(records, None)
+                if pending is not None and pending[0] == str(file):
+                    results.append(load_parsed(pending[1], pending[0], direct))
+                    pending = next(records, None)
+                    continue
+            results.append(load_file(file, direct))
+        return merge(results, self._problems)
+
+    def _records(self) -> Iterator[tuple[str, Parsed]]:
+        """The child's records, in its files' order, once it has exited; none if it failed
+        (its files are then parsed here)."""
+        assert self._spool is not None
+        _, status = os.waitpid(self._pid, 0)
+        self._pid = 0
+        with self._spool as spool:
+            if status != 0:
+                log.warning("parsing worker failed (status %d): parsing here", status)
+                return
+            spool.seek(0)
+            while header := spool.read(_LENGTH):
+                record = spool.read(int.from_bytes(header, "little"))
+                source, parsed = marshal.loads(record)
+                yield source, parsed
+
+
+def _parse_into(spool: BinaryIO, files: list[Path]) -> None:
+    """Each file's documents as a length-prefixed marshal record; a file that cannot be read,
+    parsed or marshalled is left out (the parent loads it, and reports its problem)."""
+    for file in files:
+        try:
+            text = read_manifest(file)
+        except (OSError, UnicodeDecodeError):
+            continue
+        parsed = parse_text(text, str(file))
+        if isinstance(parsed, LoadResult):
+            continue
+        try:
+            record = marshal.dumps((str(file), parsed))
+        except ValueError:
+            continue
+        spool.write(len(record).to_bytes(_LENGTH, "little"))
+        spool.write(record)
+    spool.flush()
