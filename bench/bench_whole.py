@@ -2,6 +2,7 @@
 calc-graph benchmark shapes, against the floor of merely parsing the same files.
 
 Run: .venv/bin/python bench/bench_whole.py [SHAPE ...] [--scale S] [--yaml] [--rounds N]
+         [--baseline CHECKOUT]
 
 Shapes (at --scale 1, Felix's sizes; the default --scale 0.1 is a tenth):
   tags      250,000 endpoints (200 local), 10,000 policies `has(tag-i)` admitting `has(tag-j)`
@@ -19,7 +20,9 @@ the medians, as RESULTS.md records it.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -160,18 +163,22 @@ for path in sorted(pathlib.Path(sys.argv[1]).iterdir()):
 """
 
 
-def timed(argv: list[str]) -> tuple[float, float]:
-    """(wall seconds, peak RSS in MB) of a command under /usr/bin/time, stdout discarded."""
+def timed(
+    argv: list[str], env: dict[str, str] | None = None, digests: set[str] | None = None
+) -> tuple[float, float]:
+    """(wall seconds, peak RSS in MB) of a command under /usr/bin/time; its stdout is only
+    hashed, into ``digests``."""
     result = subprocess.run(
         ["/usr/bin/time", "-f", "%e %M", *argv],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+        capture_output=True,
+        env=env,
         check=False,
     )
     if result.returncode != 0:
-        raise SystemExit(f"{argv[:3]} failed:\n{result.stderr[-2000:]}")
-    seconds, kilobytes = result.stderr.strip().splitlines()[-1].split()
+        raise SystemExit(f"{argv[:3]} failed:\n{result.stderr.decode()[-2000:]}")
+    if digests is not None:
+        digests.add(hashlib.sha256(result.stdout).hexdigest())
+    seconds, kilobytes = result.stderr.decode().strip().splitlines()[-1].split()
     return float(seconds), float(kilobytes) / 1024
 
 
@@ -181,24 +188,37 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=0.1)
     parser.add_argument("--yaml", action="store_true")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--baseline", type=Path, help="another checkout to run beside this one")
     args = parser.parse_args()
     pyfelix = str(Path(sys.executable).with_name("pyfelix"))
+    baseline_env = None
+    if args.baseline is not None:
+        base = args.baseline.resolve()
+        baseline_env = dict(os.environ, PYTHONPATH=f"{base / 'src'}:{base / 'dataplane'}")
     for shape in args.shapes:
         with tempfile.TemporaryDirectory(prefix=f"pfbench-{shape}-") as tmp:
             directory = Path(tmp)
             documents = write(SHAPES[shape](args.scale), directory, args.yaml)
             kind = "YAML" if args.yaml else "JSON"
             print(f"{shape} x{args.scale:g} ({kind}, {len(list(directory.iterdir()))} files):")
-            floors, runs = [], []
+            floors, runs, baselines = [], [], []
+            digests: set[str] = set()
+            dry_run = ["dry-run", "--hostname", HOST, "--format", "json", tmp]
             for round_ in range(1, args.rounds + 1):
                 floor = timed([sys.executable, "-c", FLOOR, tmp])
-                run = timed([pyfelix, "dry-run", "--hostname", HOST, "--format", "json", tmp])
+                run = timed([pyfelix, *dry_run], digests=digests)
                 floors.append(floor)
                 runs.append(run)
-                print(
+                line = (
                     f"  round {round_}: floor {floor[0]:.2f} s {floor[1]:.0f} MB; dry-run "
                     f"{run[0]:.2f} s {run[1]:.0f} MB ({run[0] / floor[0]:.1f}x the floor)"
                 )
+                if baseline_env is not None:
+                    argv = [sys.executable, "-m", "pyfelix", *dry_run]
+                    baseline = timed(argv, baseline_env, digests)
+                    baselines.append(baseline)
+                    line += f"; baseline {baseline[0]:.2f} s {baseline[1]:.0f} MB"
+                print(line, flush=True)
             floor_s = statistics.median(f[0] for f in floors)
             run_s = statistics.median(r[0] for r in runs)
             rss = max(r[1] for r in runs)
@@ -206,6 +226,11 @@ def main() -> None:
                 f"  median: dry-run {run_s:.2f} s, peak RSS {rss:.0f} MB; floor {floor_s:.2f} s;"
                 f" {run_s / floor_s:.1f}x ({documents} resources)"
             )
+            if baselines:
+                base_s = statistics.median(b[0] for b in baselines)
+                same = "the same output" if len(digests) == 1 else "DIFFERENT outputs"
+                ratio = run_s / base_s
+                print(f"  baseline median {base_s:.2f} s (this code: {ratio:.2f}x); {same}")
 
 
 if __name__ == "__main__":
