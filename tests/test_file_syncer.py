@@ -122,7 +122,7 @@ async def test_unparsable_file_keeps_last_values(tmp_path: Path) -> None:
         recorder.batches.clear()
         path.write_text("kind: [\n")
         await recorder.nothing_more()
-        assert set(file_syncer.resources) == {("Tier", "", "a"), ("Tier", "", "b")}
+        assert file_syncer.identities == {("Tier", "", "a"), ("Tier", "", "b")}
         write(path, tier("a", 1), tier("b", 5))
         assert keys(await recorder.next_batch()) == {model.TierKey("b"): model.Tier(5.0, "Deny")}
 
@@ -375,3 +375,54 @@ async def test_parsing_a_large_file_leaves_the_trio_loop_responsive(tmp_path: Pa
     assert sum(len(batch) for batch in recorder.batches) == 20_000
     assert loading > 0.3, "the file should take a while to parse"
     assert max(gaps) < loading / 3, (max(gaps), loading)
+
+
+def endpoint(**spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "projectcalico.org/v3",
+        "kind": "WorkloadEndpoint",
+        "metadata": {"name": "node-k8s-web-eth0", "namespace": "prod", "labels": {"app": "web"}},
+        "spec": {
+            "node": "node",
+            "orchestrator": "k8s",
+            "pod": "web",
+            "endpoint": "eth0",
+            "interfaceName": "cali1",
+            "ipNetworks": ["10.0.0.1/32"],
+            **spec,
+        },
+    }
+
+
+def endpoint_value(update: Update) -> model.WorkloadEndpoint:
+    assert isinstance(update.value, model.WorkloadEndpoint)
+    return update.value
+
+
+async def test_endpoints_plain_or_not_and_invalid_ones(tmp_path: Path) -> None:
+    """A plain endpoint goes straight to the model (no v3 origin); one with named ports takes
+    the general path, so does an invalid one, whose origin lets the validation filter
+    downstream treat it as absent; edits between the forms update the endpoint."""
+    path = tmp_path / "wep.yaml"
+    write(path, endpoint())
+    key = model.WorkloadEndpointKey("node", "k8s", "prod/web", "eth0")
+    async with syncer(tmp_path) as (_, recorder):
+        (batch,) = recorder.batches
+        recorder.batches.clear()
+        (plain,) = batch
+        assert plain.key == key
+        assert endpoint_value(plain).origin is None
+        assert endpoint_value(plain).ipv4_nets == ("10.0.0.1/32",)
+        write(path, endpoint(ports=[{"name": "http", "protocol": "TCP", "port": 80}]))
+        (general,) = await recorder.next_batch()
+        assert endpoint_value(general).origin is not None
+        assert endpoint_value(general).ports == (model.EndpointPort("http", "tcp", 80),)
+        write(path, endpoint(interfaceName="-bad"))
+        (invalid,) = await recorder.next_batch()
+        assert endpoint_value(invalid).origin is not None
+        assert endpoint_value(invalid).ports == ()
+        write(path, endpoint())
+        (again,) = await recorder.next_batch()
+        assert again.value == plain.value
+        write(path, endpoint())  # the same again: nothing to send
+        await recorder.nothing_more()

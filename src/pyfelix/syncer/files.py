@@ -32,12 +32,14 @@ import logging
 import math
 from collections.abc import Iterable
 from pathlib import Path
+from typing import cast
 
 import attrs
 import trio
 
 from pyfelix.resources.loader import (
     MANIFEST_SUFFIXES,
+    Direct,
     Located,
     escapes,
     load_text,
@@ -47,7 +49,8 @@ from pyfelix.resources.loader import (
 from pyfelix.resources.meta import Resource
 from pyfelix.syncer.api import SyncerCallbacks, SyncStatus, Update
 from pyfelix.syncer.inotify import Event, Inotify, InotifyUnavailable
-from pyfelix.syncer.processors import Converter
+from pyfelix.syncer.plain_workloads import plain_workload_entry
+from pyfelix.syncer.processors import KV, Converter
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +61,7 @@ class _Read:
     nothing to change (unreadable or unparsable: its last resources are kept)."""
 
     gone: bool = False
-    resources: dict[Identity, Located] | None = None
+    resources: dict[Identity, Located | Direct] | None = None
     stat: tuple[int, int] = (0, 0)
 
 
@@ -75,13 +78,14 @@ def _read_one(path: Path) -> _Read:
     except (OSError, UnicodeDecodeError) as exc:
         log.warning("%s: cannot read (%s); keeping its last resources", path, exc)
         return _Read()
-    result = load_text(text, str(path))
+    result = load_text(text, str(path), direct=plain_workload_entry)
     for problem in result.problems:
         log.warning("%s", problem)
     if result.unparsable:
         log.warning("%s: keeping the resources it held until it parses again", path)
         return _Read()
-    resources = {item.key: item for item in result.resources}
+    resources: dict[Identity, Located | Direct] = {item.key: item for item in result.resources}
+    resources.update((item.key, item) for item in result.direct)
     return _Read(resources=resources, stat=(stat.st_mtime_ns, stat.st_size))
 
 
@@ -111,8 +115,10 @@ class FileSyncer:
     poll_interval: float = 2.0
     use_inotify: bool = True
     missing_report: float = 10.0
-    _files: dict[Path, dict[Identity, Located]] = attrs.Factory(dict)
-    _current: dict[Identity, Resource] = attrs.Factory(dict)
+    _files: dict[Path, dict[Identity, Located | Direct]] = attrs.Factory(dict)
+    #: What each identity stands for now: its resource, or (for a plain endpoint, which goes
+    #: straight to the model) its model key and value.
+    _current: dict[Identity, Resource | KV] = attrs.Factory(dict)
     _providers: dict[Identity, set[Path]] = attrs.Factory(dict)
     _converter: Converter = attrs.Factory(Converter)
     _revision: int = 0
@@ -314,7 +320,7 @@ class FileSyncer:
             affected |= before | after
         self._emit(affected)
 
-    def _winner(self, identity: Identity) -> Resource | None:
+    def _winner(self, identity: Identity) -> Resource | KV | None:
         """The definition from the first path (in sort order) that defines ``identity``."""
         paths = sorted(self._providers.get(identity, ()))
         if not paths:
@@ -325,7 +331,9 @@ class FileSyncer:
                 "%s defined in %s; using %s", identity, ", ".join(map(str, paths)), paths[0]
             )
         item = self._files.get(paths[0], {}).get(identity)
-        return item.resource if item is not None else None
+        if item is None:
+            return None
+        return item.resource if isinstance(item, Located) else cast(KV, item.value)
 
     def _emit(self, affected: Iterable[Identity]) -> None:
         self._revision += 1
@@ -339,11 +347,14 @@ class FileSyncer:
                 del self._current[identity]
             else:
                 self._current[identity] = new
-            updates.extend(self._converter.update(identity, new, revision))
+            if new is None or isinstance(new, Resource):
+                updates.extend(self._converter.update(identity, new, revision))
+            else:
+                updates.extend(self._converter.produce(identity, (new,), revision))
         if updates:
             self.callbacks.on_updates(updates)
 
     @property
-    def resources(self) -> dict[Identity, Resource]:
-        """What the datastore currently holds (for tests and dry-run)."""
-        return dict(self._current)
+    def identities(self) -> set[Identity]:
+        """The Kind/namespace/name of every resource the datastore holds now."""
+        return set(self._current)
