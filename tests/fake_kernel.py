@@ -155,8 +155,10 @@ class FakeTables:
         states = parse_save(self._save())
         planner = IptablesWriter(self.version, "nft")
         return Script.join(
-            planner.plan(table, states.get(table) or parse_save(f"*{table}\nCOMMIT\n")[table], c, h)
-            for table, (c, h) in desired.items()
+            planner.plan(
+                table, states.get(table) or parse_save(f"*{table}\nCOMMIT\n")[table], c, h, a
+            )
+            for table, (c, h, a) in desired.items()
         )
 
     async def write(self, script: Script) -> None:
@@ -179,6 +181,9 @@ class FakeTables:
                     raise _refuse(tool, f"chain {chain} does not exist", line)
                 body = rest[0] if rest else ""
                 working[chain].insert(0 if verb == "-I" else len(working[chain]), body)
+            elif line.startswith("-D "):
+                _, chain, position = line.split()
+                del working[chain][int(position) - 1]
             elif line.startswith("-X "):
                 working.pop(line.split()[1], None)
             elif line == "COMMIT":

@@ -7,6 +7,7 @@ small writes rewrite only what changed, without the listing."""
 from __future__ import annotations
 
 import re
+import shlex
 
 import pytest
 import trio
@@ -19,19 +20,31 @@ Spec = list[tuple[str, list[list[str]]]]
 HOOKS = [("INPUT", "cali-INPUT"), ("FORWARD", "cali-FORWARD"), ("OUTPUT", "cali-OUTPUT")]
 
 
-def apply_filter(steps: list[Spec]) -> list[str]:
-    """Each step's filter chains written with the nft backend; the scripts used. Runs inside
-    the namespace (tests.netns.in_netns)."""
+#: What Felix appends to FORWARD (static.kernel_appends with the default marks).
+APPENDS = (
+    Chain(
+        "FORWARD",
+        (
+            Rule("-m mark --mark 0x10000/0x10000", "--jump ACCEPT", ("accepted",)),
+            Rule(action="--jump MARK --set-mark 0x10000/0x10000"),
+        ),
+    ),
+)
+
+
+def apply_filter(steps: list[Spec], insert_mode: str = "insert") -> list[str]:
+    """Each step's filter chains (and Felix's FORWARD appends) written with the nft backend;
+    the scripts used. Runs inside the namespace (tests.netns.in_netns)."""
 
     async def main() -> list[str]:
-        writer = IptablesWriter(version=4, backend="nft")
+        writer = IptablesWriter(version=4, backend="nft", insert_mode=insert_mode)
         scripts = []
         for spec in steps:
             chains = [
                 Chain(name, tuple(Rule(match=m, action=a) for m, a in rules))
                 for name, rules in spec
             ]
-            scripts.append(await writer.apply({"filter": (chains, HOOKS)}))
+            scripts.append(await writer.apply({"filter": (chains, HOOKS, APPENDS)}))
         return scripts
 
     return trio.run(main)
@@ -49,8 +62,8 @@ def policy_chains(count: int, rules: int, port: int = 80) -> list[tuple[str, lis
     return spec
 
 
-def write(ns: str, steps: list[Spec]) -> list[str]:
-    return in_netns(ns, apply_filter, steps)
+def write(ns: str, steps: list[Spec], insert_mode: str = "insert") -> list[str]:
+    return in_netns(ns, apply_filter, steps, insert_mode)
 
 
 def saved(ns: str) -> str:
@@ -98,7 +111,11 @@ def test_first_write_into_a_namespace_without_the_table(netns: str) -> None:
     assert "\n-S\n" in script
     after = saved(netns)
     assert len(rules_in(after, "cali-pi-p0")) == 10
-    assert [r.split(" -j ")[-1] for r in rules_in(after, "FORWARD")] == ["cali-FORWARD"]
+    assert [r.split(" -j ")[-1] for r in rules_in(after, "FORWARD")] == [
+        "cali-FORWARD",
+        "ACCEPT",
+        "MARK --set-xmark 0x10000/0x10000",
+    ]
 
 
 @pytest.mark.netns
@@ -128,3 +145,58 @@ def test_the_listing_is_only_for_the_nft_backend_and_large_writes() -> None:
     assert "\n-S\n" not in nft.plan("filter", full, chains, hooks).text(), (
         "the kernel's table is large"
     )
+
+
+def forward_targets(ns: str) -> list[str]:
+    return [r.split(" -j ")[-1] for r in rules_in(saved(ns), "FORWARD")]
+
+
+@pytest.mark.netns
+@pytest.mark.parametrize("insert_mode", ["insert", "append"])
+def test_felix_forward_rules_stay_behind_other_programs_rules(netns: str, insert_mode: str) -> None:
+    """The jump into cali-FORWARD goes at the top (or, in append mode, after the rules there);
+    Felix's accept of what policy accepted, and its mark, stay the last rules of FORWARD: a
+    rule another program appends later is moved in front of them on the next write, and a
+    write with nothing to change writes nothing."""
+    spec = policy_chains(2, 1)
+    run_in(netns, "iptables-nft", "-A", "FORWARD", "-s", "192.0.2.1", "-j", "DROP")
+    first, steady = write(netns, [spec, spec], insert_mode)
+    assert first
+    assert steady == ""
+    hook_first = ["cali-FORWARD", "DROP"] if insert_mode == "insert" else ["DROP", "cali-FORWARD"]
+    ours = ["ACCEPT", "MARK --set-xmark 0x10000/0x10000"]
+    assert forward_targets(netns) == [*hook_first, *ours]
+
+    run_in(netns, "iptables-nft", "-A", "FORWARD", "-s", "192.0.2.2", "-j", "REJECT")
+    (moved,) = write(netns, [spec], insert_mode)
+    assert "-D FORWARD" in moved
+    reject = "REJECT --reject-with icmp-port-unreachable"
+    assert forward_targets(netns) == [*hook_first, reject, *ours]
+
+    # The hook removed: put back at the top, or appended and then followed by ours again.
+    hook = next(r for r in rules_in(saved(netns), "FORWARD") if "-j cali-FORWARD" in r)
+    assert (
+        run_in(
+            netns, "iptables-nft", *shlex.split(hook[hook.index("-A ") :].replace("-A ", "-D ", 1))
+        ).returncode
+        == 0
+    )
+    write(netns, [spec], insert_mode)
+    if insert_mode == "insert":
+        assert forward_targets(netns) == ["cali-FORWARD", "DROP", reject, *ours]
+    else:
+        assert forward_targets(netns) == ["DROP", reject, "cali-FORWARD", *ours]
+
+
+def test_a_jump_inserted_by_an_older_version_moves_to_the_end() -> None:
+    """nat POSTROUTING's jump into cali-POSTROUTING is appended (Felix's AppendRules): where an
+    older version inserted it at the top, in front of kube-proxy's rules, it is deleted there
+    and appended; at the end already, nothing is written."""
+    jump = Chain("POSTROUTING", (Rule(action="--jump cali-POSTROUTING"),))
+    chains = [Chain("cali-POSTROUTING", (Rule(action="--jump RETURN"),))]
+    ours = {"cali-POSTROUTING": chains[0].hashes}
+    old = TableState({**ours, "POSTROUTING": (jump.hashes[0], "")}, frozenset())
+    script = IptablesWriter(backend="nft").plan("nat", old, chains, [], [jump]).text()
+    assert script.splitlines()[1:] == ["-D POSTROUTING 1", *jump.lines(), "COMMIT"]
+    settled = TableState({**ours, "POSTROUTING": ("", jump.hashes[0])}, frozenset())
+    assert not IptablesWriter(backend="nft").plan("nat", settled, chains, [], [jump])

@@ -53,7 +53,7 @@ def test_agent_programs_routes_and_policy(cluster: Cluster) -> None:
 
     def repaired() -> bool:
         text = run_in(cluster.node, "iptables-nft-save", "-t", "filter").stdout
-        return "-A cali-tw-calisrv" in text and "-A FORWARD" in text
+        return "-A cali-tw-calisrv" in text and "-j cali-FORWARD" in text
 
     assert eventually(repaired, timeout=5)
 
@@ -210,7 +210,8 @@ def test_failed_table_write_is_atomic_logged_and_retried(cluster: Cluster, tmp_p
 @pytest.mark.parametrize(("mode", "port_9090"), [("Insert", False), ("Append", True)])
 def test_chain_insert_mode(cluster: Cluster, tmp_path: Path, mode: str, port_9090: bool) -> None:
     """ChainInsertMode: Felix's jump goes before the node's own FORWARD rules (Insert, the
-    default) or after them (Append), where a rule of the node's accepts before policy runs."""
+    default) or after them (Append), where a rule of the node's accepts before policy runs;
+    either way FORWARD ends with Felix's accept of what policy accepted, and its mark."""
     config = cluster.manifests / "base.yaml"
     config.write_text(
         config.read_text().replace(
@@ -228,8 +229,36 @@ def test_chain_insert_mode(cluster: Cluster, tmp_path: Path, mode: str, port_909
     forward = run_in(cluster.node, "iptables-nft", "-S", "FORWARD").stdout.splitlines()
     rules = [line for line in forward if line.startswith("-A FORWARD")]
     hook = next(i for i, line in enumerate(rules) if "cali-FORWARD" in line)
-    assert hook == (len(rules) - 1 if mode == "Append" else 0)
+    assert hook == (len(rules) - 3 if mode == "Append" else 0)
+    assert "Policy explicitly accepted packet." in rules[-2]
+    assert rules[-2].endswith("-j ACCEPT")
+    assert rules[-1].endswith("-j MARK --set-xmark 0x10000/0x10000")
     assert cluster.connects(CLIENT_IP, SERVER_IP, 9090) == port_9090
+
+
+def test_other_programs_forward_rules_apply_to_what_policy_accepts(cluster: Cluster) -> None:
+    """As with Felix, what policy accepts returns from cali-FORWARD and is accepted only at the
+    end of FORWARD: a rule another program added to FORWARD still applies to it (Felix's
+    rules used to accept inside cali-FORWARD, which skipped every such rule). Appended after
+    ours, such a rule is moved in front of them on the next refresh."""
+    (cluster.manifests / "policy.yaml").write_text(POLICY.replace("PORT", "http"))
+    drop = ["-d", SERVER_IP, "-p", "tcp", "--dport", "8080", "-j", "DROP"]
+    assert run_in(cluster.node, "iptables-nft", "-A", "FORWARD", *drop).returncode == 0
+    cluster.start_agent()
+
+    def forward() -> list[str]:
+        text = run_in(cluster.node, "iptables-nft", "-S", "FORWARD").stdout
+        return [line for line in text.splitlines() if line.startswith("-A FORWARD")]
+
+    assert eventually(lambda: len(forward()) == 4), "never programmed"
+    assert "--dport 8080 -j DROP" in forward()[1]
+    assert not cluster.connects(CLIENT_IP, SERVER_IP, 8080), "the node's own DROP was skipped"
+    assert run_in(cluster.node, "iptables-nft", "-D", "FORWARD", *drop).returncode == 0
+    assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 8080))
+    assert run_in(cluster.node, "iptables-nft", "-A", "FORWARD", *drop).returncode == 0
+    assert eventually(lambda: "--dport 8080 -j DROP" in forward()[1], timeout=5)
+    assert forward()[-1].endswith("-j MARK --set-xmark 0x10000/0x10000")
+    assert not cluster.connects(CLIENT_IP, SERVER_IP, 8080)
 
 
 def test_backend_detected_from_existing_rules(cluster: Cluster, tmp_path: Path) -> None:

@@ -3,9 +3,10 @@
 Each apply reads the tables back (one ``iptables-save``), compares every cali chain's rule ids
 (the ``cali:`` comments) with the desired chains', and writes one restore with a transaction
 per table that rewrites only the chains that differ, adds the hooks from the kernel's chains
-that are missing (at the top, or at the end in append mode) and deletes cali chains nobody
-wants any more. A table is therefore never half-applied, and anything someone changed behind
-our back is put right on the next refresh.
+that are missing (at the top, or at the end in append mode), keeps the rules Felix appends to
+kernel chains at their very end (moving them back behind anything another tool appended), and
+deletes cali chains nobody wants any more. A table is therefore never half-applied, and
+anything someone changed behind our back is put right on the next refresh.
 """
 
 from __future__ import annotations
@@ -71,8 +72,9 @@ def parse_save(text: str) -> dict[str, TableState]:
 #: A table iptables-save does not show: nothing in it, not even the kernel's chains.
 ABSENT = TableState({}, frozenset())
 
-#: What one table should hold: our chains, and the hooks (kernel chain, our chain) into them.
-Desired = tuple[Sequence[Chain], Sequence[tuple[str, str]]]
+#: What one table should hold: our chains, the hooks (kernel chain, our chain) into them, and
+#: the rules kept at the end of kernel chains (a Chain named after the kernel chain).
+Desired = tuple[Sequence[Chain], Sequence[tuple[str, str]], Sequence[Chain]]
 
 
 @attrs.frozen
@@ -126,10 +128,12 @@ class IptablesWriter:
         state: TableState,
         chains: Sequence[Chain],
         hooks: Sequence[tuple[str, str]],
+        appends: Sequence[Chain] = (),
     ) -> Script:
-        """The restore transaction that takes ``table`` from ``state`` to the desired chains
-        and hooks (empty when there is nothing to do). A chain the kernel does not have is
-        written without computing its rule ids first: they are computed as its lines are."""
+        """The restore transaction that takes ``table`` from ``state`` to the desired chains,
+        hooks and appended rules (empty when there is nothing to do). A chain the kernel does
+        not have is written without computing its rule ids first: they are computed as its
+        lines are."""
         wanted = {chain.name: chain for chain in chains}
         changed = [
             chain
@@ -140,7 +144,8 @@ class IptablesWriter:
             name for name in state.chains if name.startswith(PREFIX) and name not in wanted
         )
         missing_hooks = [h for h in hooks if h not in state.hooks]
-        if not (changed or stale or missing_hooks):
+        appending = self._misplaced(state, hooks, missing_hooks, appends)
+        if not (changed or stale or missing_hooks or appending):
             return Script()
         head = [f"*{table}"]
         written = sum(len(chain.rules) for chain in changed)
@@ -156,26 +161,64 @@ class IptablesWriter:
             # declared, with the policy and counters just read (restored with --counters).
             head.append(LISTING)
             hooked = dict.fromkeys(kernel_chain for kernel_chain, _ in missing_hooks)
+            hooked.update(dict.fromkeys(chain.name for chain, _ in appending))
             head += [f":{k} {state.policies.get(k, 'ACCEPT [0:0]')}" for k in hooked]
         head += [f":{chain.name} - [0:0]" for chain in changed]
         head += [f":{name} - [0:0]" for name in stale]
-        tail = []
+        # Deletions first, by the positions just read, before any insertion moves them.
+        tail = [
+            f"-D {chain.name} {position}"
+            for chain, positions in appending
+            for position in sorted(positions, reverse=True)
+        ]
         for kernel_chain, target in reversed(missing_hooks):
             (rule,) = Chain(kernel_chain, (_jump(target),)).lines()
             verb = "-I" if self.insert_mode == "insert" else "-A"
             tail.append(rule.replace("-A ", f"{verb} ", 1))
+        tail += [line for chain, _ in appending for line in chain.lines()]
         tail += [f"-X {name}" for name in stale]
         tail.append("COMMIT")
         parts: list[str | Chain] = ["\n".join(head) + "\n", *changed, "\n".join(tail) + "\n"]
         return Script(tuple(parts), listing)
+
+    def _misplaced(
+        self,
+        state: TableState,
+        hooks: Sequence[tuple[str, str]],
+        missing_hooks: Sequence[tuple[str, str]],
+        appends: Sequence[Chain],
+    ) -> list[tuple[Chain, list[int]]]:
+        """The appended rules to write again, each with the (1-based) positions of the rules
+        of ours to delete from its kernel chain first: unless the chain ends with exactly them,
+        every rule there with a cali id that is not a hook's goes, and they are appended anew
+        (as Felix does, also after an appended hook in append mode)."""
+        out = []
+        for chain in appends:
+            current = state.chains.get(chain.name, ())
+            want = chain.hashes
+            ours = [i for i, rule_id in enumerate(current) if rule_id]
+            hook_ids = {
+                Chain(kernel, (_jump(target),)).hashes[0]
+                for kernel, target in hooks
+                if kernel == chain.name
+            }
+            appended_hook = self.insert_mode != "insert" and any(
+                kernel == chain.name for kernel, _ in missing_hooks
+            )
+            extra = [i for i in ours if current[i] not in hook_ids]
+            at_end = tuple(current[len(current) - len(want) :]) == want
+            if at_end and len(extra) == len(want) and not appended_hook:
+                continue
+            out.append((chain, [i + 1 for i in extra]))
+        return out
 
     async def prepare(self, desired: Mapping[str, Desired]) -> Script:
         """The restore script (a transaction per table) that brings the ``desired`` tables
         into the kernel as it is now."""
         states = await self.read(desired.keys())
         return Script.join(
-            self.plan(table, states[table], chains, hooks)
-            for table, (chains, hooks) in desired.items()
+            self.plan(table, states[table], chains, hooks, appends)
+            for table, (chains, hooks, appends) in desired.items()
         )
 
     async def write(self, script: Script) -> None:

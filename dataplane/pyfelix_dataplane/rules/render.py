@@ -44,15 +44,16 @@ class Rendered:
     ipsets: Mapping[str, tuple[str, frozenset[str]]]
 
 
-def _hooks(table: str) -> list[str]:
+def _hooks(table: str, settings: Settings) -> list[str]:
+    """The lines into the kernel's chains: the jumps inserted at their top, then the rules
+    kept at their end."""
     lines = []
     for kernel_chain, ours in reversed(HOOKS[table]):
         hook = Chain(kernel_chain, (Rule(action=f"--jump {ours}"),))
         (line,) = hook.lines()
         lines.append(line.replace("-A ", "-I ", 1))
-    if table == "nat":
-        hook = Chain("POSTROUTING", (Rule(action="--jump cali-POSTROUTING"),))
-        lines.extend(hook.lines())
+    for appended in static.kernel_appends(settings).get(table, ()):
+        lines.extend(appended.lines())
     return lines
 
 
@@ -76,7 +77,7 @@ def render(
         chains[version] = render_chains(dp, version, settings)
         if with_text:
             iptables[version] = {
-                table: restore_script(table, chains[version][table], _hooks(table))
+                table: restore_script(table, chains[version][table], _hooks(table, settings))
                 for table in TABLES
             }
     versions = tuple(chains)

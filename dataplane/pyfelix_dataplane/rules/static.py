@@ -32,6 +32,25 @@ def _vxlan(dp: NodeState, version: int) -> bool:
     return dp.encapsulation is not None and dp.encapsulation.vxlan_enabled and version == 4
 
 
+def kernel_appends(settings: Settings) -> dict[str, tuple[Chain, ...]]:
+    """The rules Felix keeps at the end of the kernel's own chains, whatever ChainInsertMode
+    says: FORWARD accepts what policy accepted only after every other tool's FORWARD rules
+    (cali-FORWARD returns), and marks the rest as forwarded for mangle's host endpoint egress
+    policy; nat POSTROUTING jumps to cali-POSTROUTING last, so kube-proxy's masquerade (which
+    clears its mark) runs first."""
+    accept = settings.marks.accept
+    forward = (
+        Rule(
+            match_mark(accept), f"--jump {settings.allow}", ("Policy explicitly accepted packet.",)
+        ),
+        Rule(action=set_mark(accept, accept)),
+    )
+    return {
+        "filter": (Chain("FORWARD", forward),),
+        "nat": (Chain("POSTROUTING", (Rule(action="--jump cali-POSTROUTING"),)),),
+    }
+
+
 def filter_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain]:
     """filter: failsafes, cali-FORWARD, cali-INPUT, cali-wl-to-host, cali-OUTPUT."""
     marks = settings.marks
@@ -97,11 +116,6 @@ def filter_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain
                 ),
                 Rule(action="--jump cali-to-hep-forward"),
                 Rule(action="--jump cali-cidr-block"),
-                Rule(
-                    match_mark(marks.accept),
-                    f"--jump {settings.allow}",
-                    ("Policy explicitly accepted packet.",),
-                ),
             ),
         ),
         cidr_block_chain(dp, settings, version),

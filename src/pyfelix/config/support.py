@@ -19,7 +19,10 @@ from pyfelix.config.params import DATASTORE_PARAMS, PARAMS
 ACTED_ON: dict[str, str] = {
     "AllowIPIPPacketsFromWorkloads": "lifts the from-workload IPIP drop",
     "AllowVXLANPacketsFromWorkloads": "lifts the from-workload VXLAN drop",
-    "ChainInsertMode": "Insert puts the hooks at the top of the kernel's chains, Append at the end",
+    "ChainInsertMode": (
+        "Insert puts the hooks at the top of the kernel's chains, Append after their rules;"
+        " Felix's FORWARD accept and nat POSTROUTING jump stay last either way"
+    ),
     "DataplaneWatchdogTimeout": "the dataplane loop's health timeout (at least 20 s)",
     "DefaultEndpointToHostAction": "the end of cali-wl-to-host (Drop, Accept, Return)",
     "DeviceRouteProtocol": "the protocol of device routes (workloads, VXLAN device); with "

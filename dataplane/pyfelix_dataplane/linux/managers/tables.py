@@ -11,6 +11,8 @@ from pyfelix_dataplane.linux.iptables import Script
 from pyfelix_dataplane.linux.kernel import TableWriting
 from pyfelix_dataplane.rules.model import Chain
 from pyfelix_dataplane.rules.render import HOOKS, TABLES, render_chains
+from pyfelix_dataplane.rules.settings import Settings
+from pyfelix_dataplane.rules.static import kernel_appends
 from pyfelix_dataplane.state import NodeState
 
 Tables = dict[str, tuple[Chain, ...]]
@@ -24,6 +26,8 @@ class TablesManager:
     # tables that changed.
     _written: dict[tuple[int, str], tuple[Chain, ...]] = attrs.Factory(dict)
     _rendered: tuple[Hashable, dict[int, dict[str, tuple[Chain, ...]]]] | None = None
+    #: The rules kept at the end of kernel chains, per table (the same in every version).
+    _appends: dict[str, tuple[Chain, ...]] = attrs.Factory(dict)
 
     @property
     def versions(self) -> tuple[int, ...]:
@@ -38,8 +42,12 @@ class TablesManager:
         """Every version's chains; rendered again only when ``key`` (what the chains depend
         on: the state's rules generation and the host endpoints' placement) changed."""
         if self._rendered is None or self._rendered[0] != key:
-            chains = {version: render_chains(rendering, version) for version in self.versions}
+            settings = Settings.from_config(rendering.config)
+            chains = {
+                version: render_chains(rendering, version, settings) for version in self.versions
+            }
             self._rendered = (key, chains)
+            self._appends = kernel_appends(settings)
         return self._rendered[1]
 
     async def plan(
@@ -50,10 +58,8 @@ class TablesManager:
         for table in TABLES:
             if self._written.get((version, table)) == chains[table]:
                 continue
-            hooks = list(HOOKS[table])
-            if table == "nat":
-                hooks.append(("POSTROUTING", "cali-POSTROUTING"))
-            desired[table] = (chains[table], hooks)
+            appends = self._appends.get(table, ())
+            desired[table] = (chains[table], HOOKS[table], appends)
         writer = self.writers[version]
         script = await writer.prepare(desired) if desired else Script()
         return script, {table: chains[table] for table in desired}
