@@ -103,3 +103,31 @@ def test_device_route_source_address(netns: str) -> None:
     assert "src 192.0.2.9" in ip(netns, "-4", "route", "show", "10.65.0.5")
     assert "src 2001:db8::9" in ip(netns, "-6", "route", "show", "fd00::5")
     assert in_netns(netns, sync, desired, ownership) == dict.fromkeys(desired, "kept")
+
+
+def sync_spoofing(desired: dict[str, tuple[str, bool]]) -> dict[str, str]:
+    targets = {dst: RouteTarget(name, spoofing=spoof) for dst, (name, spoof) in desired.items()}
+    return sync_routes(targets)
+
+
+@pytest.mark.netns
+def test_workload_interfaces_get_the_default_rp_filter_or_none_when_spoofing(netns: str) -> None:
+    """As Felix: a workload interface gets the namespace's default rp_filter (here loose, 2),
+    or 0 where the workload may spoof its source; the setting follows the endpoint."""
+    for name in ("cali0000000001", "cali0000000002"):
+        ip(netns, "link", "add", name, "type", "veth", "peer", "name", f"p{name[-1]}")
+        ip(netns, "link", "set", name, "up")
+    assert run_in(netns, "sysctl", "-qw", "net.ipv4.conf.default.rp_filter=2").returncode == 0
+
+    def rp_filter(name: str) -> str:
+        return run_in(netns, "sysctl", "-n", f"net.ipv4.conf.{name}.rp_filter").stdout.strip()
+
+    desired = {
+        "10.65.0.1/32": ("cali0000000001", False),
+        "10.65.0.2/32": ("cali0000000002", True),
+    }
+    in_netns(netns, sync_spoofing, desired)
+    assert (rp_filter("cali0000000001"), rp_filter("cali0000000002")) == ("2", "0")
+    desired["10.65.0.2/32"] = ("cali0000000002", False)
+    in_netns(netns, sync_spoofing, desired)
+    assert rp_filter("cali0000000002") == "2"

@@ -93,6 +93,9 @@ class RouteTarget:
     interface: str
     mac: str = ""
     gateway: str = ""
+    #: The workload may send from other addresses (allowSpoofedSourcePrefixes): its interface
+    #: gets no reverse-path filter.
+    spoofing: bool = False
 
 
 def set_sysctl(path: str, value: str) -> None:
@@ -110,15 +113,27 @@ def set_sysctl(path: str, value: str) -> None:
         log.warning("cannot set %s: %s", path, exc)
 
 
-def _configure_interface(interface: str) -> None:
+def default_rp_filter() -> str:
+    """The namespace's default reverse-path filter (net.ipv4.conf.default.rp_filter), which
+    Felix gives workload interfaces; strict (1) when it cannot be read, as Felix."""
+    try:
+        with open("/proc/sys/net/ipv4/conf/default/rp_filter") as file:
+            return file.read().strip() or "1"
+    except OSError:
+        log.warning("cannot read the default rp_filter; workload interfaces get 1 (strict)")
+        return "1"
+
+
+def _configure_interface(interface: str, rp_filter: str) -> None:
     """Felix's settings for a workload interface: proxy ARP (the pod's gateway 169.254.1.1
-    resolves to the host), forwarding, strict reverse-path filtering, routing to localhost
-    for NAT; with IPv6, proxy NDP and forwarding; never accepting router advertisements."""
+    resolves to the host), forwarding, the reverse-path filter ``rp_filter``, routing to
+    localhost for NAT; with IPv6, proxy NDP and forwarding; never accepting router
+    advertisements."""
     settings = [
         (f"net/ipv4/conf/{interface}/proxy_arp", "1"),
         (f"net/ipv4/neigh/{interface}/proxy_delay", "0"),
         (f"net/ipv4/conf/{interface}/forwarding", "1"),
-        (f"net/ipv4/conf/{interface}/rp_filter", "1"),
+        (f"net/ipv4/conf/{interface}/rp_filter", rp_filter),
         (f"net/ipv4/conf/{interface}/route_localnet", "1"),
     ]
     if os.path.exists(f"/proc/sys/net/ipv6/conf/{interface}"):
@@ -196,6 +211,7 @@ def sync_routes(
                 sources[key] = route.get_attr("RTA_PREFSRC") or ""
                 scopes[key] = route["scope"]
         configured: set[str] = set()
+        rp_filter = default_rp_filter()
         batch: list[Any] = []
         for dst, wanted in desired.items():
             index, up = links.get(wanted.interface, (None, True))
@@ -226,7 +242,8 @@ def sync_routes(
                 done[dst] = "waiting"
                 continue
             if wanted.interface not in configured:
-                _configure_interface(wanted.interface)
+                # As Felix: no reverse-path filter where the workload may spoof its source.
+                _configure_interface(wanted.interface, "0" if wanted.spoofing else rp_filter)
                 configured.add(wanted.interface)
             source = ownership.source_for(dst)
             if existing.get(dst) == (index, None, ownership.device_proto) and (

@@ -31,7 +31,8 @@ class RoutesManager:
         for update in self.state.workloads.values():
             endpoint = update.endpoint
             for net in endpoint.ipv4_nets + endpoint.ipv6_nets:
-                routes[net] = RouteTarget(endpoint.name, endpoint.mac)
+                spoofing = bool(endpoint.allow_spoofed_source_prefixes)
+                routes[net] = RouteTarget(endpoint.name, endpoint.mac, spoofing=spoofing)
         if not vxlan_on:
             return routes
         for route in self.state.routes.values():
