@@ -7,7 +7,7 @@ import trio
 import trio.testing
 
 from pyfelix import messages as m
-from pyfelix.connector import DataplaneConnector, RestartRequired
+from pyfelix.connector import DataplaneConnector, FatalShutdown, RestartRequired
 from pyfelix.values import FrozenMap
 
 
@@ -44,14 +44,16 @@ def test_config_changes() -> None:
 
 
 def test_encapsulation_and_datastore_readiness() -> None:
-    """A different encapsulation than at start-up, or a not-ready datastore, restarts."""
+    """A different encapsulation than at start-up restarts (129); a not-ready datastore is
+    Felix's fatal exit (1), not a restart."""
     c = connector()
     c.check(m.Encapsulation(False, True))
     c.check(m.Encapsulation(False, True))
     with pytest.raises(RestartRequired, match="encapsulation"):
         c.check(m.Encapsulation(False, False))
-    with pytest.raises(RestartRequired, match="not ready"):
+    with pytest.raises(FatalShutdown, match="not ready") as fatal:
         c.check(m.DatastoreNotReady())
+    assert fatal.value.exit_code == 1
 
 
 async def test_forwards_and_routes_status_back() -> None:

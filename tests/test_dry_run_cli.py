@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -269,3 +270,35 @@ def test_the_agent_validates_with_the_configured_source_spoofing(manifests: Path
         process.terminate()
         _, stderr = process.communicate(timeout=10)
     assert "treated as absent" not in stderr
+
+
+def test_run_restarts_on_sighup_and_stops_as_a_failure_when_the_datastore_is_not_ready(
+    manifests: Path,
+) -> None:
+    """As Felix: SIGHUP asks for a configuration reload, so the agent exits 129; a datastore
+    marked not ready is a failure (exit 1), not a restart. Both after Felix's 2 s pause."""
+    process = start_dry_run_agent(manifests)
+    try:
+        wait_for(process, "InSync")
+        started = time.monotonic()
+        process.send_signal(signal.SIGHUP)
+        assert process.wait(timeout=20) == 129
+        assert time.monotonic() - started >= 2
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    process = start_dry_run_agent(manifests)
+    try:
+        wait_for(process, "InSync")
+        cluster = manifests / "00-cluster.yaml"
+        text = cluster.read_text()
+        assert "datastoreReady: true" in text
+        cluster.write_text(text.replace("datastoreReady: true", "datastoreReady: false"))
+        assert process.wait(timeout=20) == 1
+        assert process.stderr is not None
+        assert "stopping: datastore is not ready" in process.stderr.read()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

@@ -8,8 +8,10 @@
     │                  printing driver
     └─ key updater     WireGuard public key into the Node (etcd only)
 
-A RestartRequired anywhere ends the tree; the agent exits with code 129 so that systemd (or any
-supervisor) restarts it with the new configuration.
+A Shutdown anywhere ends the tree: after Felix's 2 s pause the agent exits with code 129
+(RestartRequired: a configuration or encapsulation change, or SIGHUP) so that systemd (or any
+supervisor) restarts it with the new configuration, or 1 (FatalShutdown: the datastore is not
+ready). SIGTERM and SIGINT stop it at once, leaving the dataplane as programmed.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pyfelix import messages as m
 from pyfelix.calc.async_loop import CalcLoop
 from pyfelix.calc.decoupler import Decoupler
 from pyfelix.config import FelixConfig
-from pyfelix.connector import DataplaneConnector, RestartRequired
+from pyfelix.connector import SHUTDOWN_PAUSE, DataplaneConnector, RestartRequired, Shutdown
 from pyfelix.datastore import is_etcd
 from pyfelix.datastore.etcd import EtcdClient, EtcdConfig, EtcdError
 from pyfelix.datastore.layout import decode
@@ -64,9 +66,12 @@ class AgentOptions:
 
 
 async def _stop_on_signal(scope: trio.CancelScope) -> None:
-    """SIGTERM/SIGINT stop the agent cleanly, leaving the dataplane as programmed."""
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+    """SIGTERM/SIGINT stop the agent cleanly, leaving the dataplane as programmed; SIGHUP is
+    Felix's request to reload the configuration, so a restart (exit 129)."""
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async for received in signals:
+            if received == signal.SIGHUP:
+                raise RestartRequired("SIGHUP: reloading the configuration")
             log.info("received %s: stopping (the dataplane stays programmed)", received)
             scope.cancel()
             return
@@ -211,8 +216,14 @@ async def run_agent(options: AgentOptions, out: TextIO = sys.stdout) -> int:
             nursery.start_soon(syncer.run)
             nursery.start_soon(_serve_health, calc, connector, driver, config_known)
             nursery.start_soon(_stop_on_signal, nursery.cancel_scope)
-    except* RestartRequired as group:
-        for exc in _leaves(group):
-            log.warning("restarting: %s", exc)
-        exit_code = RestartRequired.exit_code
+    except* Shutdown as group:
+        leaves = [leaf for leaf in _leaves(group) if isinstance(leaf, Shutdown)]
+        for leaf in leaves:
+            log.warning(
+                "%s: %s", "restarting" if isinstance(leaf, RestartRequired) else "stopping", leaf
+            )
+        # A failure outranks a restart: the supervisor must see it.
+        exit_code = min(leaf.exit_code for leaf in leaves)
+        log.info("sleeping %.0f s to avoid a tight restart loop", SHUTDOWN_PAUSE)
+        await trio.sleep(SHUTDOWN_PAUSE)
     return exit_code

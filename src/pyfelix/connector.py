@@ -2,9 +2,10 @@
 the dataplane driver, in both directions.
 
 To the driver it forwards every message, watching a few on the way: InSync makes the agent
-ready; a configuration change that cannot be applied live, a datastore that is not ready, or an
-encapsulation different from the one at start-up stop the agent with exit code 129 so that its
-supervisor restarts it with the new settings (as Felix does). From the driver it takes status:
+ready; a configuration change that cannot be applied live, or an encapsulation different from
+the one at start-up, stop the agent with exit code 129 so that its supervisor restarts it with
+the new settings; a datastore marked not ready stops it as a failure (exit code 1), as Felix
+does. From the driver it takes status:
 process status and endpoint status go to the status reporter, a new WireGuard public key to the
 key updater.
 """
@@ -26,15 +27,29 @@ from pyfelix.errors import PyfelixError
 log = logging.getLogger(__name__)
 
 RESTART_EXIT_CODE = 129
+#: Felix sleeps this long before exiting for a restart or a failure, "to avoid a tight restart
+#: loop" (daemon.go); a signal (other than SIGHUP) exits at once.
+SHUTDOWN_PAUSE = 2.0
 # Felix applies only these without a restart (the health timeouts live; the others are
 # informational and come from ClusterInformation).
 LIVE_CONFIG = frozenset({"HealthTimeoutOverrides", "ClusterGUID", "ClusterType", "CalicoVersion"})
 
 
-class RestartRequired(PyfelixError):
-    """The agent must stop and be restarted by its supervisor (exit code 129)."""
+class Shutdown(PyfelixError):
+    """The agent must stop, with ``exit_code``: after Felix's pause against a tight restart
+    loop (SHUTDOWN_PAUSE), for its supervisor to start it again."""
+
+    exit_code = 1
+
+
+class RestartRequired(Shutdown):
+    """The agent must stop and be restarted with new settings (exit code 129)."""
 
     exit_code = RESTART_EXIT_CODE
+
+
+class FatalShutdown(Shutdown):
+    """Felix's fatal exit (code 1): the agent cannot go on (the datastore is not ready)."""
 
 
 class StatusSink(Protocol):
@@ -74,7 +89,7 @@ class DataplaneConnector:
         if isinstance(message, m.InSync):
             self.ready = True
         elif isinstance(message, m.DatastoreNotReady):
-            raise RestartRequired("datastore is not ready (ClusterInformation datastoreReady)")
+            raise FatalShutdown("datastore is not ready (ClusterInformation datastoreReady)")
         elif isinstance(message, m.ConfigUpdate):
             new = dict(message.config)
             if self.config is not None:

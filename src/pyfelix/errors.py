@@ -24,7 +24,9 @@ Every exception pyfelix raises is a PyfelixError; those that are also a kind of 
     ├── DataplaneWriteError      a kernel write failed: a tool's refusal with its failing line,
     │                            or an OSError, netlink error or timeout mapped where the
     │                            writer met it (pyfelix_dataplane.linux.commands.writing)
-    └── RestartRequired          the agent must exit 129 for its supervisor (pyfelix.connector)
+    └── Shutdown                 the agent must stop, after a 2 s pause (pyfelix.connector)
+        ├── RestartRequired      exit 129: restart with the new settings
+        └── FatalShutdown        exit 1: Felix's fatal exit (the datastore is not ready)
 
 Exceptions from below (OSError, NetlinkError, yaml and JSON errors, RecursionError) are mapped
 where they enter: into Problems by the loader, into ManifestError by the etcd value decoder,
