@@ -131,3 +131,26 @@ def test_workload_interfaces_get_the_default_rp_filter_or_none_when_spoofing(net
     desired["10.65.0.2/32"] = ("cali0000000002", False)
     in_netns(netns, sync_spoofing, desired)
     assert rp_filter("cali0000000002") == "2"
+
+
+def sync_disabled(desired: dict[str, str]) -> dict[str, str]:
+    targets = {dst: RouteTarget(name) for dst, name in desired.items()}
+    return sync_routes(targets, RouteOwnership(sync=False))
+
+
+@pytest.mark.netns
+def test_route_sync_disabled_touches_no_route(netns: str) -> None:
+    """RouteSyncDisabled: no route is added, and none of ours removed; the workload interface
+    is still configured (proxy ARP), and one that is missing still reads "waiting"."""
+    ip(netns, "link", "add", "cali0123456789", "type", "veth", "peer", "name", "pod0")
+    ip(netns, "link", "set", "cali0123456789", "up")
+    dev = ("dev", "cali0123456789")
+    ip(netns, "-4", "route", "add", "10.65.0.9/32", *dev, "proto", "80", "scope", "link")
+    desired = {"10.65.0.5/32": "cali0123456789", "10.65.0.6/32": "cali0000000000"}
+    assert in_netns(netns, sync_disabled, desired) == {
+        "10.65.0.5/32": "unmanaged",
+        "10.65.0.6/32": "waiting",
+    }
+    assert routes(netns, "-4", "dev", "cali0123456789") == ["10.65.0.9"]
+    proxy_arp = run_in(netns, "sysctl", "-n", "net.ipv4.conf.cali0123456789.proxy_arp")
+    assert proxy_arp.stdout.strip() == "1"

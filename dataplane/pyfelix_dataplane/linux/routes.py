@@ -64,6 +64,9 @@ class RouteOwnership:
     #: DeviceRouteSourceAddress / DeviceRouteSourceAddressIPv6: the workload routes' src.
     source_v4: str = ""
     source_v6: str = ""
+    #: RouteSyncDisabled (network policy only): no route is touched, added or removed; the
+    #: workload interfaces are still configured.
+    sync: bool = True
 
     def source_for(self, dst: str) -> str:
         return self.source_v6 if ":" in dst else self.source_v4
@@ -146,6 +149,26 @@ def _configure_interface(interface: str, rp_filter: str) -> None:
         set_sysctl(path, value)
 
 
+def _configure_only(
+    desired: Mapping[str, RouteTarget], links: Mapping[str, tuple[int | None, bool]]
+) -> dict[str, str]:
+    """RouteSyncDisabled: the workload interfaces configured, no route touched; "unmanaged"
+    per destination, or "waiting" while its interface is missing or down."""
+    rp_filter = default_rp_filter()
+    done = {}
+    configured: set[str] = set()
+    for dst, wanted in desired.items():
+        index, up = links.get(wanted.interface, (None, True))
+        if wanted.interface and (index is None or not up):
+            done[dst] = "waiting"
+            continue
+        if wanted.interface and not wanted.gateway and wanted.interface not in configured:
+            _configure_interface(wanted.interface, "0" if wanted.spoofing else rp_filter)
+            configured.add(wanted.interface)
+        done[dst] = "unmanaged"
+    return done
+
+
 def link_flags(name: str) -> tuple[int, int] | None:
     """(ifindex, IFF_* flags) of an interface of this namespace, or None if there is none.
 
@@ -192,6 +215,8 @@ def sync_routes(
     done: dict[str, str] = {}
     interfaces = {w.interface for w in desired.values() if w.interface}
     links = {name: _link_state(name) for name in interfaces}
+    if not ownership.sync:
+        return _configure_only(desired, links)
     names: dict[int, str | None] = {}
     with _filtering_iproute() as ipr:
         existing: dict[str, tuple[int | None, str | None, int]] = {}

@@ -88,6 +88,8 @@ ACTED_ON: dict[str, str] = {
     "PrometheusProcessMetricsEnabled": "adds the process collector (CPU, memory, open files)",
     "ServiceLoopPrevention": "Drop or Reject: cali-cidr-block drops (rejects) forwarded "
     "traffic to the default BGPConfiguration's service CIDRs; Disabled: no rules",
+    "RouteSyncDisabled": "no route is added or removed (network policy only); workload "
+    "interfaces are still configured",
     "RemoveExternalRoutes": "true: every route on a workload interface is Felix's (others' "
     "removed); false: only routes of Felix's protocols there",
     "ReportingIntervalSecs": "how often process status is reported (0: never)",

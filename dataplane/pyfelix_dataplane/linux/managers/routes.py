@@ -57,6 +57,7 @@ class RoutesManager:
             special_interfaces=(VXLAN_DEVICE,),
             source_v4=config.device_route_source_address,
             source_v6=config.device_route_source_address_ipv6,
+            sync=not config.route_sync_disabled,
         )
         self.results = await self.writer.apply(desired, ownership)
         if not {"waiting", "failed"} & set(self.results.values()):
