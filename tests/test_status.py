@@ -11,6 +11,7 @@ import trio
 import trio.testing
 
 from pyfelix import messages as m
+from pyfelix import model
 from pyfelix.datastore.etcd import EtcdClient, EtcdConfig
 from pyfelix.datastore.layout import encode, resource_key
 from pyfelix.resources import Node
@@ -37,6 +38,39 @@ async def test_process_status_has_a_ttl(etcd: EtcdServer) -> None:
         last = await client.get(f"{prefix}/last_reported_status")
         assert last is not None
         assert json.loads(last.value)["time"] == "2026-11-29T00:00:00+00:00"
+
+
+async def test_endpoint_status_written_one_per_reporting_delay(etcd: EtcdServer) -> None:
+    """EndpointReportingDelaySecs: queued statuses are written oldest first, one per delay
+    (with a tenth of jitter); an unchanged status is not queued again; a removal deletes."""
+    wep = model.WorkloadEndpointKey("node-a", "k8s", "ns/pod", "eth0")
+    hep = model.HostEndpointKey("node-a", "eth1")
+    prefix = status_prefix("node-a")
+    wep_path = f"{prefix}/workload/k8s/ns%2fpod/endpoint/eth0"
+    async with EtcdClient(EtcdConfig.from_url(etcd.etcd_url)) as client:
+        reporter = EtcdStatusReporter(client, "node-a", endpoint_delay=0.5)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(reporter.run)
+            started = trio.current_time()
+            await reporter.report_endpoint(wep, "up")
+            await reporter.report_endpoint(wep, "up")
+            await reporter.report_endpoint(hep, "up")
+            await reporter.report_endpoint(wep, "down")
+            with trio.fail_after(10):
+                while reporter.endpoint_writes < 3:
+                    await trio.sleep(0.02)
+            elapsed = trio.current_time() - started
+            assert 0.9 <= elapsed < 2.0, elapsed
+            stored = await client.get(wep_path)
+            assert stored is not None
+            assert json.loads(stored.value) == {"status": "down"}
+            assert await client.get(f"{prefix}/endpoint/eth1") is not None
+            await reporter.report_endpoint(hep, None)
+            with trio.fail_after(10):
+                while await client.get(f"{prefix}/endpoint/eth1") is not None:
+                    await trio.sleep(0.05)
+            assert reporter.endpoint_writes == 4
+            nursery.cancel_scope.cancel()
 
 
 async def test_wireguard_key_written_to_node(etcd: EtcdServer) -> None:

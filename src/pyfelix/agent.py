@@ -181,6 +181,7 @@ async def run_agent(options: AgentOptions, out: TextIO = sys.stdout) -> int:
         _on_config(health, config)
         for reporter in reporters:
             reporter.set_ttl(config.reporting_ttl)
+            reporter.endpoint_delay = config.endpoint_reporting_delay
         config_known.set()
 
     exit_code = 0
@@ -196,6 +197,7 @@ async def run_agent(options: AgentOptions, out: TextIO = sys.stdout) -> int:
                 syncer = EtcdSyncer(client, decoupler)
                 status = EtcdStatusReporter(client, options.hostname)
                 reporters.append(status)
+                await nursery.start(status.run)
                 updater = WireguardKeyUpdater(EtcdNodeStore(client), options.hostname)
                 await nursery.start(updater.run)
             else:

@@ -2,8 +2,11 @@
 
 Process status is written twice, as Felix does: ``.../status`` under a lease of ReportingTTLSecs
 (it vanishes if the agent dies) and ``.../last_reported_status`` without one (the last word of an
-agent that is gone). A new WireGuard public key is written into the Node's status, retrying
-three times at once on a revision conflict and then every 2-4 s (jittered) until it sticks.
+agent that is gone). Endpoint status is queued and written as Felix's reporter writes it: one
+write per EndpointReportingDelaySecs (jittered by a tenth), oldest first, a failed write retried
+at the next turn, so a node's flapping endpoints cannot flood the datastore. A new WireGuard
+public key is written into the Node's status, retrying three times at once on a revision
+conflict and then every 2-4 s (jittered) until it sticks.
 """
 
 from __future__ import annotations
@@ -39,8 +42,15 @@ class EtcdStatusReporter:
     hostname: str
     ttl: int = 90
     region: str = DEFAULT_REGION
+    #: EndpointReportingDelaySecs: at most one endpoint status write per this many seconds.
+    endpoint_delay: float = 1.0
     _lease: int = 0
     _first: bool = True
+    #: Each endpoint's status as last queued, and the writes not done yet (None: delete).
+    _desired: dict[str, str] = attrs.Factory(dict)
+    _pending: list[tuple[str, str | None]] = attrs.Factory(list)
+    _queued: trio.Event = attrs.Factory(trio.Event)
+    endpoint_writes: int = 0
 
     def set_ttl(self, seconds: float) -> None:
         """ReportingTTLSecs: the next report takes a lease of the new length."""
@@ -64,6 +74,7 @@ class EtcdStatusReporter:
             log.warning("could not report status: %s", exc)
 
     async def report_endpoint(self, key: object, status: str | None) -> None:
+        """Queue an endpoint's status (None: it is gone) for ``run`` to write."""
         prefix = status_prefix(self.hostname, self.region)
         if isinstance(key, model.WorkloadEndpointKey):
             path = str(key).replace(f"/calico/v1/host/{key.hostname}", prefix, 1)
@@ -71,13 +82,35 @@ class EtcdStatusReporter:
             path = f"{prefix}/endpoint/{key.endpoint}"
         else:
             return
-        try:
-            if status is None:
-                await self.client.delete(path)
+        if self._desired.get(path) == status:
+            return
+        if status is None:
+            del self._desired[path]
+        else:
+            self._desired[path] = status
+        self._pending.append((path, status))
+        self._queued.set()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Write the queued endpoint statuses, one per endpoint_delay."""
+        task_status.started()
+        while True:
+            if not self._pending:
+                self._queued = trio.Event()
+                await self._queued.wait()
+                continue
+            path, status = self._pending[0]
+            try:
+                if status is None:
+                    await self.client.delete(path)
+                else:
+                    await self.client.put(path, json.dumps({"status": status}))
+            except EtcdError as exc:
+                log.warning("could not report endpoint status (retrying): %s", exc)
             else:
-                await self.client.put(path, json.dumps({"status": status}))
-        except EtcdError as exc:
-            log.warning("could not report endpoint status: %s", exc)
+                self._pending.pop(0)
+                self.endpoint_writes += 1
+            await trio.sleep(self.endpoint_delay * random.uniform(0.9, 1.1))
 
 
 class NodeStore(Protocol):

@@ -159,4 +159,5 @@ def test_endpoint_status_reported_to_etcd(tmp_path: Path) -> None:
         (tmp_path / "uplink.yaml").write_text(HOST_ENDPOINT)
         datastore("delete", "-f", str(tmp_path / "uplink.yaml"))
         assert eventually(lambda: statuses().get("z-by-address") == "up"), statuses()
-        assert "node-uplink" not in statuses()
+        # Written one per EndpointReportingDelaySecs (1 s, Felix's default), in order.
+        assert eventually(lambda: "node-uplink" not in statuses()), statuses()

@@ -30,6 +30,8 @@ ACTED_ON: dict[str, str] = {
     "DeviceRouteSourceAddress": "the src of the IPv4 workload routes",
     "DeviceRouteSourceAddressIPv6": "the src of the IPv6 workload routes",
     "DisableConntrackInvalidCheck": "drops the endpoint chains' ctstate INVALID rule",
+    "EndpointReportingDelaySecs": "at most one endpoint status write per this many seconds "
+    "(jittered by a tenth), oldest first, as Felix's reporter",
     "EndpointReportingEnabled": "workload and host endpoint status reported to the datastore",
     "FailsafeInboundHostPorts": "cali-failsafe-in (filter, raw and mangle)",
     "FailsafeOutboundHostPorts": "cali-failsafe-out (filter and raw)",
