@@ -639,3 +639,29 @@ spec:
     for chain in ("PREROUTING", "OUTPUT"):
         assert f"-A cali-{chain} -m comment" in nat
     assert nat.index("--jump cali-fip-snat") < nat.index("--jump cali-nat-outgoing")
+
+
+def test_raw_failsafes_admit_the_replies_of_the_other_direction() -> None:
+    """raw runs before conntrack: as Felix, its failsafe-in also accepts replies of outbound
+    failsafe connections (their source port) and failsafe-out those of inbound ones, while
+    filter's failsafes match destination ports only."""
+    resources = with_felix_config(
+        example_resources(),
+        failsafeInboundHostPorts=[{"protocol": "TCP", "port": 22}],
+        failsafeOutboundHostPorts=[{"protocol": "UDP", "port": 53}],
+    )
+    _, dataplane = compute(resources, "node-a")
+    rendered = render(dataplane, versions=(4,)).chains[4]
+    raw = {c.name: text(list(c.rules)) for c in rendered["raw"]}
+    filter_chains = {c.name: text(list(c.rules)) for c in rendered["filter"]}
+    assert raw["cali-failsafe-in"] == [
+        "-p tcp -m multiport --destination-ports 22 --jump ACCEPT",
+        "-p udp -m multiport --source-ports 53 --jump ACCEPT",
+    ]
+    assert raw["cali-failsafe-out"] == [
+        "-p udp -m multiport --destination-ports 53 --jump ACCEPT",
+        "-p tcp -m multiport --source-ports 22 --jump ACCEPT",
+    ]
+    assert filter_chains["cali-failsafe-in"] == [
+        "-p tcp -m multiport --destination-ports 22 --jump ACCEPT"
+    ]

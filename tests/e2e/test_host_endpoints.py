@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pyfelix.pods import connects
+from pyfelix.pods import SERVER, connects
 from tests.e2e.cluster import (
     CLIENT_IP,
     FORWARD_POLICY,
@@ -96,3 +96,46 @@ def test_untracked_host_endpoint_policy(tmp_path: Path) -> None:
         assert connects(outside, "192.0.2.1", 7777)
         raw = run_in(cluster.node, "iptables-nft-save", "-t", "raw").stdout
         assert "NOTRACK" in raw or "CT --notrack" in raw
+
+
+EGRESS_POLICY = """
+---
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {name: uplink-egress}
+spec:
+  selector: role == "uplink"
+  types: [Egress]
+  egress:
+  - {action: Deny, protocol: TCP, destination: {ports: [7001]}}
+  - {action: Allow}
+"""
+
+
+def test_host_endpoint_egress_policy_applies_to_dnatted_host_traffic(tmp_path: Path) -> None:
+    """As Felix: the node's own traffic that nat OUTPUT DNATs (a service address, say) gets
+    the host endpoint's egress policy in mangle POSTROUTING, where the kernel has re-routed it
+    (filter OUTPUT still sees the old route); before, such traffic skipped that policy."""
+    (tmp_path / "base.yaml").write_text(MANIFESTS + HOST_ENDPOINT + EGRESS_POLICY)
+    with ExitStack() as stack:
+        cluster = host_facing_cluster(stack, tmp_path, "7777")
+        outside = cluster.demo.outside
+        cluster.serve(outside, SERVER, "7000", "7001")
+        node = cluster.node
+        # A "service" address, DNAT'd in the node's nat OUTPUT to the outside's ports.
+        assert (
+            run_in(node, "ip", "route", "add", "198.51.100.10/32", "via", "192.0.2.2").returncode
+            == 0
+        )
+        for port, target in (("80", "7001"), ("81", "7000")):
+            dnat = ["-t", "nat", "-A", "OUTPUT", "-d", "198.51.100.10", "-p", "tcp"]
+            dnat += ["--dport", port, "-j", "DNAT", "--to-destination", f"192.0.2.2:{target}"]
+            assert run_in(node, "iptables-nft", *dnat).returncode == 0
+        assert connects(node, "198.51.100.10", 80), "the DNAT works before the agent runs"
+        cluster.start_agent()
+        assert eventually(lambda: not connects(node, "192.0.2.2", 7001)), "never programmed"
+        assert connects(node, "192.0.2.2", 7000)
+        assert not connects(node, "198.51.100.10", 80), "DNAT'd to 7001: the egress policy denies"
+        assert connects(node, "198.51.100.10", 81), "DNAT'd to 7000: allowed"
+        mangle = run_in(node, "iptables-nft-save", "-t", "mangle").stdout
+        assert "--ctstate DNAT -j cali-to-host-endpoint" in mangle

@@ -122,11 +122,20 @@ def group_chain(group: PolicyGroup, marks: MarkBits) -> Chain:
     return Chain(group.chain_name, tuple(rules))
 
 
-def group_chains(tiers: Sequence[TierGroups], marks: MarkBits, seen: set[str]) -> list[Chain]:
-    """The chains of the groups in ``tiers`` not yet in ``seen`` (which they are added to)."""
+def group_chains(
+    tiers: Sequence[TierGroups],
+    marks: MarkBits,
+    seen: set[str],
+    *,
+    ingress: bool = True,
+    egress: bool = True,
+) -> list[Chain]:
+    """The chains of the groups in ``tiers`` (of the directions asked) not yet in ``seen``
+    (which they are added to)."""
     chains = []
     for tier in tiers:
-        for group in (*tier.ingress, *tier.egress):
+        groups = (*(tier.ingress if ingress else ()), *(tier.egress if egress else ()))
+        for group in groups:
             if group.inlined or group.chain_name in seen:
                 continue
             seen.add(group.chain_name)

@@ -41,12 +41,26 @@ def host_endpoint_chains(
         (raw_chains, "cali-from-host-endpoint", "raw-fh", False),
         (raw_chains, "cali-to-host-endpoint", "raw-th", True),
         (mangle_chains, "cali-from-host-endpoint", "mangle-fh", False),
+        (mangle_chains, "cali-to-host-endpoint", "mangle-th", True),
     ):
         # An all-interfaces ("*") host endpoint is the default: interfaces without their own
         # host endpoint end up in its chain.
         targets = dict(host_targets[kind])
         default = targets.pop(ANY_INTERFACE, None)
-        end = (Rule(action=f"--goto {default}"),) if default else ()
+        end: tuple[Rule, ...] = ()
+        if default and outbound and "fw" not in kind:
+            # As Felix: an all-interfaces endpoint's normal policy never applies to traffic
+            # from the host to a local workload.
+            end = tuple(
+                Rule(
+                    f"--out-interface {prefix}+",
+                    "--jump RETURN",
+                    ("Skip egress WHEP policy for traffic to local workload",),
+                )
+                for prefix in settings.interface_prefixes
+            )
+        if default:
+            end += (Rule(action=f"--goto {default}"),)
         chains.extend(dispatch_chains(root, targets, outbound=outbound, end=end))
     return {"filter": filter_chains, "raw": raw_chains, "mangle": mangle_chains}
 
@@ -59,18 +73,21 @@ def _endpoint_chains(
     tables: dict[str, list[Chain]],
 ) -> dict[str, dict[str, str]]:
     """Host endpoint chains: normal and forward ones in filter, untracked (doNotTrack) ones in
-    raw, pre-DNAT ones in mangle; returns the dispatch targets for each table. As in Felix, an
+    raw, pre-DNAT ones and the normal egress ones again in mangle; returns the dispatch targets
+    for each table. As in Felix, an
     all-interfaces ("*") endpoint gets no untracked chains."""
     marks = settings.marks
 
-    def grouped(tiers: Sequence[m.TierInfo], table: str) -> tuple[TierGroups, ...]:
+    def grouped(
+        tiers: Sequence[m.TierInfo], table: str, *, ingress: bool = True
+    ) -> tuple[TierGroups, ...]:
         groups = tier_groups(tiers, selectors)
-        tables[table].extend(group_chains(groups, marks, seen[table]))
+        tables[table].extend(group_chains(groups, marks, seen[table], ingress=ingress))
         return groups
 
     filter_chains, raw_chains, mangle_chains = tables["filter"], tables["raw"], tables["mangle"]
     targets: dict[str, dict[str, str]] = {
-        k: {} for k in ("fh", "th", "fhfw", "thfw", "raw-fh", "raw-th", "mangle-fh")
+        k: {} for k in ("fh", "th", "fhfw", "thfw", "raw-fh", "raw-th", "mangle-fh", "mangle-th")
     }
     for update in sorted(dp.hosts.values(), key=lambda u: str(u.id)):
         interface = update.endpoint.name
@@ -119,6 +136,25 @@ def _endpoint_chains(
                 )
             )
             targets["fhfw" if inbound else "thfw"][interface] = name
+        # The normal egress policy again in mangle, for host traffic that was DNAT'd: filter's
+        # OUTPUT runs before the kernel re-routes it, mangle's POSTROUTING after (Felix's
+        # HostEndpointToMangleEgressChains; RETURN rather than ACCEPT, and DROP: it is mangle).
+        mangle_normal = grouped(update.tiers, "mangle", ingress=False)
+        name = endpoint_chain_name("cali-th-", interface)
+        mangle_chains.append(
+            endpoint_chain(
+                name,
+                active=True,
+                tiers=mangle_normal,
+                profiles=profiles,
+                inbound=False,
+                marks=marks,
+                failsafe="cali-failsafe-out",
+                drop_invalid=settings.drop_invalid,
+                allow="RETURN",
+            )
+        )
+        targets["mangle-th"][interface] = name
         if update.untracked_tiers and interface != ANY_INTERFACE:
             untracked = grouped(update.untracked_tiers, "raw")
             for prefix, inbound in (("cali-th-", False), ("cali-fh-", True)):

@@ -119,9 +119,20 @@ def render_chains(
         *(c for p in policies if p.policy.do_not_track for c in policy_chains(p, ctx_other)),
         *static.raw_chains(dp, settings, version),
     ]
+    # The egress policies and profiles of placed host endpoints, again in mangle (their
+    # chains there come from the same rules, with DROP: REJECT is a filter-table target).
+    placed = [u for u in dp.hosts.values() if u.endpoint.name]
+    egress = {pid for u in placed for tier in u.tiers for pid in tier.egress_policies}
+    egress_profiles = {name for u in placed for name in u.endpoint.profile_ids}
     mangle_chains = [
         *hosts["mangle"],
         *(c for p in policies if p.policy.pre_dnat for c in policy_chains(p, ctx_other)),
+        *(
+            policy_chains(p, ctx_other)[1]
+            for p in policies
+            if p.id in egress and not p.policy.pre_dnat and not p.policy.do_not_track
+        ),
+        *(profile_chains(p, ctx_other)[1] for p in profiles if p.id in egress_profiles),
         *static.mangle_chains(settings, version),
     ]
     nat_chains = static.nat_chains(dp, settings, version, special_ipsets(dp))

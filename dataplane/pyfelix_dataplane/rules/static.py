@@ -16,12 +16,29 @@ from pyfelix_dataplane.rules.settings import Settings
 from pyfelix_dataplane.state import NodeState
 
 
-def failsafe(name: str, ports: Iterable[ProtoPort], inbound: bool, version: int) -> Chain:
+def failsafe(
+    name: str,
+    ports: Iterable[ProtoPort],
+    inbound: bool,
+    version: int,
+    replies: Iterable[ProtoPort] = (),
+) -> Chain:
+    """A failsafe chain: ``ports`` by destination port (and net: the source's inbound, the
+    destination's outbound), then, in raw, ``replies``: the other direction's failsafe ports
+    as source ports, since raw runs before conntrack and a reply must not fall through to an
+    untracked policy (Felix's failsafeInChain/failsafeOutChain)."""
     rules = []
     for entry in ports:
         if entry.net and (":" in entry.net) != (version == 6):
             continue
         match = f"-p {entry.protocol} -m multiport --destination-ports {entry.port}"
+        if entry.net:
+            match += f" {'--source' if inbound else '--destination'} {entry.net}"
+        rules.append(Rule(match, "--jump ACCEPT"))
+    for entry in replies:
+        if entry.net and (":" in entry.net) != (version == 6):
+            continue
+        match = f"-p {entry.protocol} -m multiport --source-ports {entry.port}"
         if entry.net:
             match += f" {'--source' if inbound else '--destination'} {entry.net}"
         rules.append(Rule(match, "--jump ACCEPT"))
@@ -252,15 +269,29 @@ def raw_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain]:
                 Rule(match_mark(marks.accept), "--jump ACCEPT"),
             ),
         ),
-        failsafe("cali-failsafe-in", settings.failsafe_in, True, version),
-        failsafe("cali-failsafe-out", settings.failsafe_out, False, version),
+        failsafe("cali-failsafe-in", settings.failsafe_in, True, version, settings.failsafe_out),
+        failsafe("cali-failsafe-out", settings.failsafe_out, False, version, settings.failsafe_in),
     ]
 
 
 def mangle_chains(settings: Settings, version: int) -> list[Chain]:
-    """mangle: cali-PREROUTING (pre-DNAT policy), cali-POSTROUTING, failsafe-in."""
+    """mangle: cali-PREROUTING (pre-DNAT policy), cali-POSTROUTING (host endpoint egress
+    policy for host traffic that was DNAT'd: only here has the kernel re-routed it), the
+    failsafes."""
     marks = settings.marks
     allow = settings.mangle_allow
+    all_calico = marks.accept | marks.pass_ | marks.scratch0 | marks.scratch1
+    postrouting = (
+        # Forwarded traffic (filter FORWARD marked it) gets no normal host endpoint policy.
+        Rule(match_mark(marks.accept), "--jump RETURN"),
+        Rule(action=set_mark(0, all_calico)),
+        Rule("-m conntrack --ctstate DNAT", "--jump cali-to-host-endpoint"),
+        Rule(
+            match_mark(marks.accept),
+            "--jump RETURN",
+            ("Host endpoint policy accepted packet.",),
+        ),
+    )
     return [
         Chain(
             "cali-PREROUTING",
@@ -275,8 +306,9 @@ def mangle_chains(settings: Settings, version: int) -> list[Chain]:
                 ),
             ),
         ),
-        Chain("cali-POSTROUTING", ()),
+        Chain("cali-POSTROUTING", postrouting),
         failsafe("cali-failsafe-in", settings.failsafe_in, True, version),
+        failsafe("cali-failsafe-out", settings.failsafe_out, False, version),
     ]
 
 
