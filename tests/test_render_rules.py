@@ -562,7 +562,7 @@ def test_nat_outgoing_settings() -> None:
     )
     nat = [line.split('" ', 1)[1] for line in lines if "cali-nat-outgoing -m" in line]
     match = (
-        "-m set --match-set cali40masq-ipam-pools src -m set ! --match-set cali40all-ipam-pools"
+        "-m set --match-set cali40masq-ipam-pools src -m set ! --match-set cali40network-ip-pools"
         " dst -m set ! --match-set cali40all-hosts-net dst"
     )
     assert nat == [
@@ -665,3 +665,21 @@ def test_raw_failsafes_admit_the_replies_of_the_other_direction() -> None:
     assert filter_chains["cali-failsafe-in"] == [
         "-p tcp -m multiport --destination-ports 22 --jump ACCEPT"
     ]
+
+
+def test_network_pools_set_leaves_out_load_balancer_only_pools() -> None:
+    """As current Felix: cali40network-ip-pools (NAT outgoing's "not to a pool") holds every
+    pool but those only for LoadBalancer addresses, to which traffic is still masqueraded."""
+    pool = {
+        "apiVersion": "projectcalico.org/v3",
+        "kind": "IPPool",
+        "metadata": {"name": "lb"},
+        "spec": {"cidr": "203.0.113.0/24", "allowedUses": ["LoadBalancer"]},
+    }
+    extra = load_text(yaml.safe_dump(pool), "lb.yaml").resources
+    _, dataplane = compute([*example_resources(), *(item.resource for item in extra)], "node-a")
+    sets = render(dataplane, versions=(4,)).ipsets
+    pools = sets["cali40network-ip-pools"][1]
+    assert "203.0.113.0/24" not in pools
+    assert pools, "the example's workload pools are there"
+    assert "cali40all-ipam-pools" not in sets

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from pyfelix import model
 from pyfelix_dataplane.state import NodeState
 
 MAX_NAME = 31
@@ -44,7 +45,9 @@ def restore_script(
 
 
 MASQ_POOLS = "masq-ipam-pools"
-ALL_POOLS = "all-ipam-pools"
+#: Every pool but those only for LoadBalancer addresses (current Felix's name; before 2026 it
+#: was all-ipam-pools, holding every pool).
+ALL_POOLS = "network-ip-pools"
 VXLAN_HOSTS = "all-vxlan-net"
 #: Every host's address, which NATOutgoingExclusions IPPoolsAndHostIPs keeps out of NAT.
 ALL_HOSTS = "all-hosts-net"
@@ -52,6 +55,12 @@ ALL_HOSTS = "all-hosts-net"
 
 #: The fixed sets' ids (the calculation graph's sets never take these).
 SPECIAL_IDS = frozenset({MASQ_POOLS, ALL_POOLS, VXLAN_HOSTS, ALL_HOSTS})
+
+
+def _load_balancer_only(pool: model.IPPool) -> bool:
+    """As Felix: such a pool holds no workload or tunnel address, so traffic to it is still
+    masqueraded."""
+    return pool.allowed_uses == ("LoadBalancer",)
 
 
 def special_ipsets(dp: NodeState) -> dict[str, tuple[str, set[str]]]:
@@ -63,7 +72,7 @@ def special_ipsets(dp: NodeState) -> dict[str, tuple[str, set[str]]]:
             "hash:net",
             {p.pool.cidr for p in pools if p.pool.masquerade and not p.pool.disabled},
         ),
-        ALL_POOLS: ("hash:net", {p.pool.cidr for p in pools}),
+        ALL_POOLS: ("hash:net", {p.pool.cidr for p in pools if not _load_balancer_only(p.pool)}),
     }
     if dp.encapsulation is not None and dp.encapsulation.vxlan_enabled:
         sets[VXLAN_HOSTS] = ("hash:net", {f"{h.ipv4_addr}/32" for h in hosts if h.ipv4_addr})
