@@ -188,6 +188,72 @@ def test_route_resolver_states(inputs: list[Update], expected: dict[str, Route])
         assert got == expected, [str(u.key) for u in order]
 
 
+def allocated(cidr: str, affinity: str, owners: list[str | None]) -> Update:
+    """A block whose first addresses are allocated to ``owners`` (None: no node recorded)."""
+    attributes = tuple(
+        {"handle_id": f"h{i}", "secondary": {"node": n} if n else {}} for i, n in enumerate(owners)
+    )
+    allocations = tuple(range(len(owners)))
+    return Update(
+        model.BlockKey(cidr), model.AllocationBlock(cidr, affinity, allocations, attributes)
+    )
+
+
+NODE_C_IP = Update(model.HostIPKey("node-c"), config("192.0.2.3"))
+NODE_C_TUNNEL = Update(model.HostConfigKey("node-c", "IPv4VXLANTunnelAddr"), config("10.65.2.0"))
+BORROWING_STATES: list[tuple[str, list[Update], dict[str, tuple[frozenset[str], str, bool]]]] = [
+    (
+        "an address of node-b's block on node-c: its own route to node-c, borrowed",
+        [VXLAN_POOL, allocated("10.65.1.0/26", "host:node-b", ["node-b", "node-c"]), NODE_B_IP,
+         NODE_B_TUNNEL, NODE_C_IP, NODE_C_TUNNEL],
+        {
+            "10.65.1.0/26": (frozenset({"REMOTE_WORKLOAD"}), "node-b", False),
+            "10.65.1.1/32": (frozenset({"REMOTE_WORKLOAD"}), "node-c", True),
+        },
+    ),
+    (
+        "our workload in node-b's block: a local, borrowed /32",
+        [VXLAN_POOL, allocated("10.65.1.0/26", "host:node-b", [None, "node-a"]), NODE_B_IP,
+         NODE_B_TUNNEL, Update(local("pod"), wep("calipod", "10.65.1.1/32"))],
+        {
+            "10.65.1.0/26": (frozenset({"REMOTE_WORKLOAD"}), "node-b", False),
+            "10.65.1.1/32": (frozenset({"LOCAL_WORKLOAD"}), "node-a", True),
+        },
+    ),
+    (
+        "a block without affinity: each allocation routed to its node, not borrowed",
+        [VXLAN_POOL, allocated("10.65.3.0/26", "", ["node-c"]), NODE_C_IP, NODE_C_TUNNEL],
+        {"10.65.3.0/32": (frozenset({"REMOTE_WORKLOAD"}), "node-c", False)},
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("inputs", "expected"), [c[1:] for c in BORROWING_STATES], ids=[c[0] for c in BORROWING_STATES]
+)
+def test_borrowed_addresses_get_their_own_routes(
+    inputs: list[Update], expected: dict[str, tuple[frozenset[str], str, bool]]
+) -> None:
+    """As Felix's L3 resolver (libcalico's NonAffineAllocations): in every order of arrival."""
+    for order in orders(inputs):
+        out = Recorder()
+        updates, local_updates = Dispatcher(), Dispatcher()
+        resolver = L3RouteResolver("node-a", out)
+        resolver.register_with(updates, local_updates)
+        for update in order:
+            target = local_updates if isinstance(update.key, model.WorkloadEndpointKey) else updates
+            target.on_update(update)
+            resolver.flush()
+        got = {
+            dst: (r.types, r.dst_node, r.borrowed)
+            for dst, r in out.routes.items()
+            if dst in expected
+        }
+        assert got == expected, [str(u.key) for u in order]
+        remote = [r for dst, r in out.routes.items() if dst in expected and r.dst_node != "node-a"]
+        assert all(r.tunnel == "vxlan" for r in remote)
+
+
 def test_route_resolver_removes_what_goes() -> None:
     out = Recorder()
     updates, local_updates = Dispatcher(), Dispatcher()

@@ -9,6 +9,7 @@ crosses the tunnel and meets the policy on the far side.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from contextlib import ExitStack
@@ -110,3 +111,49 @@ def test_pods_on_two_nodes_talk_through_the_agents_vxlan(tmp_path: Path) -> None
 
         pyfelix_pods(nodes[0].node, "down", "node-1", tmp_path, prefix)
         assert client not in run(nodes[0].node, "ip", "netns", "list")
+
+
+def borrowing_cluster() -> str:
+    """Both pods' addresses from one block affine to node-1 (10.65.0.0/22): node-2's pod
+    (10.65.2.2) has an address node-1's block allocated to node-2."""
+    allocations: list[int | None] = [None] * 1024
+    allocations[258], allocations[514] = 0, 1  # 10.65.1.2 and 10.65.2.2
+    attributes = [
+        {"handle_id": "k8s-pod-network.pod1", "secondary": {"node": "node-1"}},
+        {"handle_id": "k8s-pod-network.pod2", "secondary": {"node": "node-2"}},
+    ]
+    block = {
+        "apiVersion": "projectcalico.org/v3",
+        "kind": "IPAMBlock",
+        "metadata": {"name": "10-65-0-0-22"},
+        "spec": {
+            "cidr": "10.65.0.0/22",
+            "affinity": "host:node-1",
+            "allocations": allocations,
+            "attributes": attributes,
+            "unallocated": [],
+        },
+    }
+    pods = block_and_pod(1, block=False) + block_and_pod(2, block=False)
+    nodes = "".join(node_resource(i, f"ipv4VXLANTunnelAddr: 10.67.{i}.0") for i in (1, 2))
+    return MANIFESTS + nodes + "\n---\n" + json.dumps(block) + "\n" + pods
+
+
+def test_a_borrowed_address_is_routed_to_the_node_that_has_it(tmp_path: Path) -> None:
+    """As Felix: an address of node-1's block allocated to node-2 gets its own /32 route to
+    node-2 (node-1 would otherwise keep it for its own block), so pod1 reaches pod2."""
+    (tmp_path / "cluster.yaml").write_text(borrowing_cluster())
+    prefix = f"pfb{os.getpid()}-"
+    with ExitStack() as stack:
+        nodes = two_nodes(stack, tmp_path, prefix, "vb")
+        for index, demo in enumerate(nodes, start=1):
+            demo.start_agent(tmp_path, f"node-{index}")
+        client = f"{prefix}app.pod1"
+        assert eventually(lambda: connects(client, "10.65.2.2", 8080), timeout=15), run(
+            nodes[0].node, "ip", "route", "show", "proto", "boot"
+        )
+        routes = run(nodes[0].node, "ip", "route", "show", "proto", "boot")
+        assert "10.65.2.2 via 10.67.2.0 dev vxlan.calico onlink" in routes
+        assert "10.65.0.0/22 via 10.67.1.0 dev vxlan.calico" in run(
+            nodes[1].node, "ip", "route", "show", "proto", "boot"
+        )

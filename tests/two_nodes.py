@@ -26,17 +26,20 @@ spec:
   {spec}"""
 
 
-def block_and_pod(index: int, extra: str = "") -> str:
-    """Node ``index``'s IPAM block (10.65.<index>.0/26) and its pod (10.65.<index>.2 on
-    cali<index>, labelled client on node 1 and server on node 2); ``extra`` goes into the
-    endpoint's spec."""
+def block_and_pod(index: int, extra: str = "", *, block: bool = True) -> str:
+    """Node ``index``'s IPAM block (10.65.<index>.0/26; unless not ``block``) and its pod
+    (10.65.<index>.2 on cali<index>, labelled client on node 1 and server on node 2);
+    ``extra`` goes into the endpoint's spec."""
     app = "client" if index == 1 else "server"
-    return f"""
+    ipam = f"""
 ---
 apiVersion: projectcalico.org/v3
 kind: IPAMBlock
 metadata: {{name: 10-65-{index}-0-26}}
-spec: {{cidr: 10.65.{index}.0/26, affinity: "host:node-{index}"}}
+spec: {{cidr: 10.65.{index}.0/26, affinity: "host:node-{index}"}}"""
+    return (
+        (ipam if block else "")
+        + f"""
 ---
 apiVersion: projectcalico.org/v3
 kind: WorkloadEndpoint
@@ -48,6 +51,7 @@ spec:
   {{orchestrator: k8s, node: node-{index}, pod: pod{index}, endpoint: eth0,
    interfaceName: cali{index}, ipNetworks: [10.65.{index}.2/32], profiles: [open]{extra}}}
 """
+    )
 
 
 def pyfelix_pods(ns: str, action: str, hostname: str, manifests: Path, prefix: str) -> str:

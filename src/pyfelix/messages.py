@@ -227,6 +227,8 @@ class RouteUpdate:
     tunnel: str = "none"
     nat_outgoing: bool = False
     local_workload_interface: str = ""
+    #: An address of a block affine to another node, allocated to ``dst_node`` (Felix's flag).
+    borrowed: bool = False
 
 
 @attrs.frozen

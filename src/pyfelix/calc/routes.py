@@ -1,7 +1,9 @@
 """The L3 route resolver: the routes this node needs to know about, with their types.
 
 Sources: IP pools (CIDR_INFO, carrying NAT-outgoing and the tunnel type), IPAM blocks affine to a
-node (REMOTE_WORKLOAD, or LOCAL_WORKLOAD for our own), nodes' host IPs (REMOTE_HOST/LOCAL_HOST),
+node (REMOTE_WORKLOAD, or LOCAL_WORKLOAD for our own) and, as Felix, a /32 (/128) of its own for
+each address a block allocated to another node than its affinity's (borrowed: traffic to it
+must go to the node that has it, not to the block's), nodes' host IPs (REMOTE_HOST/LOCAL_HOST),
 their VXLAN tunnel addresses (REMOTE_TUNNEL/LOCAL_TUNNEL) and our local workloads' addresses
 (LOCAL_WORKLOAD with the interface). Routes are recomputed as a whole when a source changes and
 only the differences are sent.
@@ -10,7 +12,7 @@ only the differences are sent.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from typing import TypeVar
 
 from pyfelix import messages as m
@@ -30,6 +32,26 @@ def _within(network: IPNetwork, pool: IPNetwork) -> bool:
     if isinstance(network, ipaddress.IPv6Network) and isinstance(pool, ipaddress.IPv6Network):
         return network.subnet_of(pool)
     return False
+
+
+def _non_affine_allocations(block: model.AllocationBlock) -> list[tuple[str, str]]:
+    """(address as /32 or /128, node) of each allocation attributed to another node than the
+    block's affinity (every one, for a block without affinity): libcalico's
+    NonAffineAllocations, the node being the attribute's ``secondary.node``."""
+    found = []
+    network = ipaddress.ip_network(block.cidr, strict=False)
+    length = network.max_prefixlen
+    for ordinal, index in enumerate(block.allocations):
+        if index is None or index >= len(block.attributes):
+            continue
+        owner = block.attributes[index].get("secondary")
+        node = owner.get("node", "") if isinstance(owner, Mapping) else ""
+        if block.host and node == block.host:
+            continue
+        if not isinstance(node, str) or not node or ordinal >= network.num_addresses:
+            continue  # Felix warns: the node it belongs to was not recorded in IPAM
+        found.append((f"{network.network_address + ordinal}/{length}", node))
+    return found
 
 
 class L3RouteResolver:
@@ -109,7 +131,7 @@ class L3RouteResolver:
         wanted: dict[str, dict[str, object]] = {}
 
         def add(dst: str, route_type: str, **fields: object) -> None:
-            entry = wanted.setdefault(dst, {"types": set()})
+            entry: dict[str, object] = wanted.setdefault(dst, {"types": set()})
             types = entry["types"]
             assert isinstance(types, set)
             types.add(route_type)
@@ -127,6 +149,15 @@ class L3RouteResolver:
                     "LOCAL_WORKLOAD" if local else "REMOTE_WORKLOAD",
                     dst_node=block.host,
                     dst_node_ip=self._host_ips.get(block.host, ""),
+                )
+        for block in self._blocks.values():
+            for address, node in _non_affine_allocations(block):
+                add(
+                    address,
+                    "LOCAL_WORKLOAD" if node == self._hostname else "REMOTE_WORKLOAD",
+                    dst_node=node,
+                    dst_node_ip=self._host_ips.get(node, ""),
+                    borrowed=bool(block.host),
                 )
         for node, ip in self._host_ips.items():
             add(
@@ -169,6 +200,7 @@ class L3RouteResolver:
                 tunnel=tunnel,
                 nat_outgoing=bool(pool is not None and pool.masquerade),
                 local_workload_interface=str(entry.get("local_workload_interface", "")),
+                borrowed=bool(entry.get("borrowed")),
             )
         return out
 
