@@ -254,6 +254,25 @@ def test_borrowed_addresses_get_their_own_routes(
         assert all(r.tunnel == "vxlan" for r in remote)
 
 
+def test_every_route_to_a_node_carries_its_ip() -> None:
+    """As Felix: host, tunnel and workload routes name the destination node's IP."""
+    out = Recorder()
+    updates, local_updates = Dispatcher(), Dispatcher()
+    resolver = L3RouteResolver("node-a", out)
+    resolver.register_with(updates, local_updates)
+    node_a_ip = Update(model.HostIPKey("node-a"), config("192.0.2.1"))
+    for update in (VXLAN_POOL, REMOTE_BLOCK, NODE_B_IP, NODE_B_TUNNEL, node_a_ip):
+        updates.on_update(update)
+    resolver.flush()
+    assert {dst: r.dst_node_ip for dst, r in out.routes.items()} == {
+        "10.65.0.0/16": "",
+        "10.65.1.0/26": "192.0.2.2",
+        "10.65.1.0/32": "192.0.2.2",
+        "192.0.2.2/32": "192.0.2.2",
+        "192.0.2.1/32": "192.0.2.1",
+    }
+
+
 def test_route_resolver_removes_what_goes() -> None:
     out = Recorder()
     updates, local_updates = Dispatcher(), Dispatcher()

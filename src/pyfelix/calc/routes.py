@@ -196,7 +196,8 @@ class L3RouteResolver:
                 dst=dst,
                 types=frozenset(types),
                 dst_node=node,
-                dst_node_ip=str(entry.get("dst_node_ip", "")),
+                # As Felix: every route to a node carries that node's IP (host routes too).
+                dst_node_ip=str(entry.get("dst_node_ip", "")) or self._host_ips.get(node, ""),
                 tunnel=tunnel,
                 nat_outgoing=bool(pool is not None and pool.masquerade),
                 local_workload_interface=str(entry.get("local_workload_interface", "")),
