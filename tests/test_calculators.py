@@ -168,19 +168,25 @@ ROUTE_STATES: list[tuple[str, list[Update], dict[str, Route]]] = [
 ]
 
 
+def resolve_routes(order: Sequence[Update]) -> Recorder:
+    """The routes node-a's resolver sent for ``order``, flushed after each update."""
+    out = Recorder()
+    updates, local_updates = Dispatcher(), Dispatcher()
+    resolver = L3RouteResolver("node-a", out)
+    resolver.register_with(updates, local_updates)
+    for update in order:
+        target = local_updates if isinstance(update.key, model.WorkloadEndpointKey) else updates
+        target.on_update(update)
+        resolver.flush()
+    return out
+
+
 @pytest.mark.parametrize(
     ("inputs", "expected"), [c[1:] for c in ROUTE_STATES], ids=[c[0] for c in ROUTE_STATES]
 )
 def test_route_resolver_states(inputs: list[Update], expected: dict[str, Route]) -> None:
     for order in orders(inputs):
-        out = Recorder()
-        updates, local_updates = Dispatcher(), Dispatcher()
-        resolver = L3RouteResolver("node-a", out)
-        resolver.register_with(updates, local_updates)
-        for update in order:
-            target = local_updates if isinstance(update.key, model.WorkloadEndpointKey) else updates
-            target.on_update(update)
-            resolver.flush()
+        out = resolve_routes(order)
         got = {
             dst: (r.types, r.dst_node, r.tunnel, r.nat_outgoing, r.local_workload_interface)
             for dst, r in out.routes.items()
@@ -236,14 +242,7 @@ def test_borrowed_addresses_get_their_own_routes(
 ) -> None:
     """As Felix's L3 resolver (libcalico's NonAffineAllocations): in every order of arrival."""
     for order in orders(inputs):
-        out = Recorder()
-        updates, local_updates = Dispatcher(), Dispatcher()
-        resolver = L3RouteResolver("node-a", out)
-        resolver.register_with(updates, local_updates)
-        for update in order:
-            target = local_updates if isinstance(update.key, model.WorkloadEndpointKey) else updates
-            target.on_update(update)
-            resolver.flush()
+        out = resolve_routes(order)
         got = {
             dst: (r.types, r.dst_node, r.borrowed)
             for dst, r in out.routes.items()

@@ -9,6 +9,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -133,11 +135,22 @@ def start_dry_run_agent(manifests: Path) -> subprocess.Popen[str]:
     )
 
 
+@contextmanager
+def running_dry_run_agent(manifests: Path) -> Iterator[subprocess.Popen[str]]:
+    """``start_dry_run_agent``, killed on the way out if it is still running."""
+    process = start_dry_run_agent(manifests)
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
 def test_run_dry_run_follows_changes_and_restarts_on_config(manifests: Path) -> None:
     """The agent prints each message as it goes and the chains each burst changed, follows
     file edits, and exits 129 when a configuration change needs a restart."""
-    process = start_dry_run_agent(manifests)
-    try:
+    with running_dry_run_agent(manifests) as process:
         seen = wait_for(process, "InSync")
         assert any(line.startswith("WorkloadEndpointUpdate") for line in seen)
         wait_for(process, "# IPv4 filter: chain cali-FORWARD")
@@ -153,10 +166,6 @@ def test_run_dry_run_follows_changes_and_restarts_on_config(manifests: Path) -> 
         assert process.wait(timeout=20) == 129
         assert process.stderr is not None
         assert "configuration changed: LogSeverityScreen" in process.stderr.read()
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
 
 
 def test_run_warns_about_invalid_resources_and_goes_on(manifests: Path) -> None:
@@ -277,19 +286,13 @@ def test_run_restarts_on_sighup_and_stops_as_a_failure_when_the_datastore_is_not
 ) -> None:
     """As Felix: SIGHUP asks for a configuration reload, so the agent exits 129; a datastore
     marked not ready is a failure (exit 1), not a restart. Both after Felix's 2 s pause."""
-    process = start_dry_run_agent(manifests)
-    try:
+    with running_dry_run_agent(manifests) as process:
         wait_for(process, "InSync")
         started = time.monotonic()
         process.send_signal(signal.SIGHUP)
         assert process.wait(timeout=20) == 129
         assert time.monotonic() - started >= 2
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    process = start_dry_run_agent(manifests)
-    try:
+    with running_dry_run_agent(manifests) as process:
         wait_for(process, "InSync")
         cluster = manifests / "00-cluster.yaml"
         text = cluster.read_text()
@@ -298,7 +301,3 @@ def test_run_restarts_on_sighup_and_stops_as_a_failure_when_the_datastore_is_not
         assert process.wait(timeout=20) == 1
         assert process.stderr is not None
         assert "stopping: datastore is not ready" in process.stderr.read()
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()

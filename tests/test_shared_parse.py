@@ -11,18 +11,8 @@ from pyfelix import cli
 from pyfelix.resources import load_paths, shared_parse
 from pyfelix.resources.loader import load_file
 from pyfelix.syncer.plain_workloads import plain_workload_entry
+from tests.test_background_validation import WEP
 
-WEP = """apiVersion: projectcalico.org/v3
-kind: WorkloadEndpoint
-metadata: {{name: node-k8s-pod{i}-eth0, namespace: default, labels: {{app: web}}}}
-spec:
-  node: node
-  orchestrator: k8s
-  pod: pod{i}
-  endpoint: eth0
-  interfaceName: cali{i}
-  ipNetworks: [{net}]
-"""
 POLICY = """apiVersion: projectcalico.org/v3
 kind: GlobalNetworkPolicy
 metadata: {{name: p{i}}}
@@ -35,12 +25,12 @@ def _cluster(directory: Path, *, broken: bool = False, duplicate: bool = True) -
     that does not parse and one with an invalid endpoint) and a JSON file."""
     directory.mkdir()
     for n in range(10):
-        docs = [WEP.format(i=n * 10 + k, net=f"10.0.{n}.{k}/32") for k in range(10)]
+        docs = [WEP.format(i=n * 10 + k, net=f"10.0.{n}.{k}/32", spoof="") for k in range(10)]
         docs.append(POLICY.format(i=n))
         if n == 8 and duplicate:
-            docs.append(WEP.format(i=3, net="10.0.0.3/32"))  # defined in file 0 first
+            docs.append(WEP.format(i=3, net="10.0.0.3/32", spoof=""))  # defined in file 0 first
         if broken and n == 7:
-            docs.append(WEP.format(i=999, net="10.0.0.300/32"))
+            docs.append(WEP.format(i=999, net="10.0.0.300/32", spoof=""))
         (directory / f"m{n}.yaml").write_text("---\n".join(docs))
     if broken:
         (directory / "m9.yaml").write_text("kind: [unclosed\n")

@@ -28,20 +28,14 @@ def failsafe(
     as source ports, since raw runs before conntrack and a reply must not fall through to an
     untracked policy (Felix's failsafeInChain/failsafeOutChain)."""
     rules = []
-    for entry in ports:
-        if entry.net and (":" in entry.net) != (version == 6):
-            continue
-        match = f"-p {entry.protocol} -m multiport --destination-ports {entry.port}"
-        if entry.net:
-            match += f" {'--source' if inbound else '--destination'} {entry.net}"
-        rules.append(Rule(match, "--jump ACCEPT"))
-    for entry in replies:
-        if entry.net and (":" in entry.net) != (version == 6):
-            continue
-        match = f"-p {entry.protocol} -m multiport --source-ports {entry.port}"
-        if entry.net:
-            match += f" {'--source' if inbound else '--destination'} {entry.net}"
-        rules.append(Rule(match, "--jump ACCEPT"))
+    for entries, ports_option in ((ports, "--destination-ports"), (replies, "--source-ports")):
+        for entry in entries:
+            if entry.net and (":" in entry.net) != (version == 6):
+                continue
+            match = f"-p {entry.protocol} -m multiport {ports_option} {entry.port}"
+            if entry.net:
+                match += f" {'--source' if inbound else '--destination'} {entry.net}"
+            rules.append(Rule(match, "--jump ACCEPT"))
     return Chain(name, tuple(rules))
 
 
