@@ -223,7 +223,25 @@ BORROWING_STATES: list[tuple[str, list[Update], dict[str, tuple[frozenset[str], 
          NODE_B_TUNNEL, Update(local("pod"), wep("calipod", "10.65.1.1/32"))],
         {
             "10.65.1.0/26": (frozenset({"REMOTE_WORKLOAD"}), "node-b", False),
-            "10.65.1.1/32": (frozenset({"LOCAL_WORKLOAD"}), "node-a", True),
+            "10.65.1.1/32": (frozenset({"LOCAL_WORKLOAD", "REMOTE_WORKLOAD"}), "node-a", True),
+        },
+    ),
+    (
+        "our workload in node-b's block, IPAM silent: both local and remote, borrowed",
+        [VXLAN_POOL, REMOTE_BLOCK, NODE_B_IP, NODE_B_TUNNEL,
+         Update(local("pod"), wep("calipod", "10.65.1.9/32"))],
+        {
+            "10.65.1.0/26": (frozenset({"REMOTE_WORKLOAD"}), "node-b", False),
+            "10.65.1.9/32": (frozenset({"LOCAL_WORKLOAD", "REMOTE_WORKLOAD"}), "node-a", True),
+        },
+    ),
+    (
+        "node-c's address in our own block: remote and local, borrowed, to node-c",
+        [VXLAN_POOL, allocated("10.65.0.0/26", "host:node-a", ["node-c"]), NODE_C_IP,
+         NODE_C_TUNNEL],
+        {
+            "10.65.0.0/26": (frozenset({"LOCAL_WORKLOAD"}), "node-a", False),
+            "10.65.0.0/32": (frozenset({"LOCAL_WORKLOAD", "REMOTE_WORKLOAD"}), "node-c", True),
         },
     ),
     (

@@ -157,7 +157,6 @@ class L3RouteResolver:
                     "LOCAL_WORKLOAD" if node == self._hostname else "REMOTE_WORKLOAD",
                     dst_node=node,
                     dst_node_ip=self._host_ips.get(node, ""),
-                    borrowed=bool(block.host),
                 )
         for node, ip in self._host_ips.items():
             add(
@@ -179,6 +178,7 @@ class L3RouteResolver:
                     dst_node=self._hostname,
                     local_workload_interface=endpoint.name,
                 )
+        self._inherit_block_types(wanted)
         out = {}
         for dst, entry in wanted.items():
             pool = self._pool_for(dst)
@@ -189,7 +189,7 @@ class L3RouteResolver:
             if not remote and "CIDR_INFO" not in types:
                 tunnel = "none"
             node = str(entry.get("dst_node", ""))
-            if remote and tunnel == "vxlan" and not self._has_vtep(node):
+            if remote and tunnel == "vxlan" and node != self._hostname and not self._has_vtep(node):
                 # Felix cannot route over VXLAN to a node whose VTEP it does not know yet.
                 continue
             out[dst] = m.RouteUpdate(
@@ -204,6 +204,38 @@ class L3RouteResolver:
                 borrowed=bool(entry.get("borrowed")),
             )
         return out
+
+    def _inherit_block_types(self, wanted: dict[str, dict[str, object]]) -> None:
+        """As Felix's walk of its route trie: a route inside blocks with an affinity takes
+        their workload types (a local workload inside another node's block is both local and
+        remote), except a host route, and a tunnel address inside a larger block; a workload
+        route to another node than the outermost block's is borrowed."""
+        by_length: dict[int, dict[IPNetwork, model.AllocationBlock]] = {}
+        for block in self._blocks.values():
+            if block.host:
+                network = ipaddress.ip_network(block.cidr, strict=False)
+                by_length.setdefault(network.prefixlen, {})[network] = block
+        lengths = sorted(by_length)
+        for dst, entry in wanted.items():
+            types = entry["types"]
+            assert isinstance(types, set)
+            if types & {"LOCAL_HOST", "REMOTE_HOST"} or "CIDR_INFO" in types:
+                continue
+            network = ipaddress.ip_network(dst, strict=False)
+            tunnel = bool(types & {"LOCAL_TUNNEL", "REMOTE_TUNNEL"})
+            outermost = ""
+            for length in lengths:
+                if length > network.prefixlen or (tunnel and length != network.prefixlen):
+                    continue
+                containing = by_length[length].get(network.supernet(new_prefix=length))
+                if containing is None:
+                    continue
+                outermost = outermost or containing.host
+                local = containing.host == self._hostname
+                types.add("LOCAL_WORKLOAD" if local else "REMOTE_WORKLOAD")
+            workload = types & {"LOCAL_WORKLOAD", "REMOTE_WORKLOAD"}
+            if outermost and workload and entry.get("dst_node") not in ("", outermost):
+                entry["borrowed"] = True
 
     def flush(self) -> None:
         if not self._dirty:
