@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import pytest
 
-from pyfelix_dataplane.linux.routes import RouteOwnership, RouteTarget, sync_routes
+from pyfelix import messages as m
+from pyfelix import model
+from pyfelix.values import FrozenMap
+from pyfelix_dataplane.linux.managers.routes import RoutesManager
+from pyfelix_dataplane.linux.routes import RouteOwnership, RouteTarget, RouteWriter, sync_routes
+from pyfelix_dataplane.state import NodeState
 from tests.netns import in_netns, run_in
 
 
@@ -154,3 +159,41 @@ def test_route_sync_disabled_touches_no_route(netns: str) -> None:
     assert routes(netns, "-4", "dev", "cali0123456789") == ["10.65.0.9"]
     proxy_arp = run_in(netns, "sysctl", "-n", "net.ipv4.conf.cali0123456789.proxy_arp")
     assert proxy_arp.stdout.strip() == "1"
+
+
+def sync_priority(desired: dict[str, str]) -> dict[str, str]:
+    targets = {dst: RouteTarget(name, priority=1024) for dst, name in desired.items()}
+    return sync_routes(targets)
+
+
+@pytest.mark.netns
+def test_workload_routes_at_felix_normal_priority(netns: str) -> None:
+    """As Felix: workload routes carry IPv4/IPv6NormalRoutePriority (1024) as their metric; an
+    older route of another metric is replaced (not left beside the new one)."""
+    ip(netns, "link", "add", "cali0123456789", "type", "veth", "peer", "name", "pod0")
+    ip(netns, "link", "set", "cali0123456789", "up")
+    dev = ("dev", "cali0123456789")
+    ip(netns, "-4", "route", "add", "10.65.0.5/32", *dev, "proto", "boot", "scope", "link")
+    desired = {"10.65.0.5/32": "cali0123456789", "fd00::5/128": "cali0123456789"}
+    assert in_netns(netns, sync_priority, desired) == dict.fromkeys(desired, "added")
+    (route,) = ip(netns, "-4", "route", "show", "10.65.0.5").splitlines()
+    assert "dev cali0123456789 scope link metric 1024" in route
+    assert "metric 1024" in ip(netns, "-6", "route", "show", "fd00::5")
+    assert in_netns(netns, sync_priority, desired) == dict.fromkeys(desired, "kept")
+
+
+def test_floating_ips_are_routed_to_their_workload() -> None:
+    """As Felix: a workload's floating IPs (ipNATs external addresses) are routed to its
+    interface like its own addresses, at the normal priority."""
+    state = NodeState()
+    nat = (model.IPNAT("10.65.0.5", "172.16.0.9"),)
+    endpoint = model.WorkloadEndpoint(
+        "active", "cali1", "", (), ("10.65.0.5/32",), (), FrozenMap(), ipv4_nat=nat
+    )
+    key = model.WorkloadEndpointKey("node", "k8s", "ns/pod", "eth0")
+    state.apply(m.WorkloadEndpointUpdate(key, endpoint, ()))
+    manager = RoutesManager(state, RouteWriter(), "node")
+    assert manager.desired(vxlan_on=False) == {
+        "10.65.0.5/32": RouteTarget("cali1", priority=1024),
+        "172.16.0.9/32": RouteTarget("cali1", priority=1024),
+    }

@@ -99,6 +99,8 @@ class RouteTarget:
     #: The workload may send from other addresses (allowSpoofedSourcePrefixes): its interface
     #: gets no reverse-path filter.
     spoofing: bool = False
+    #: The route's metric (Felix's IPv4/IPv6NormalRoutePriority for workload routes); 0: none.
+    priority: int = 0
 
 
 def set_sysctl(path: str, value: str) -> None:
@@ -222,6 +224,8 @@ def sync_routes(
         existing: dict[str, tuple[int | None, str | None, int]] = {}
         scopes: dict[str, int] = {}
         sources: dict[str, str] = {}
+        #: Every route of ours per destination by metric (one dst may have several metrics).
+        metrics: dict[str, dict[int, tuple[int, int]]] = {}
         for family in (2, 10):
             for route in table_routes(ipr, family, MAIN_TABLE):
                 dst = route.get_attr("RTA_DST")
@@ -232,12 +236,15 @@ def sync_routes(
                     continue
                 via = route.get_attr("RTA_GATEWAY")
                 key = f"{dst}/{route['dst_len']}"
+                priority = route.get_attr("RTA_PRIORITY") or 0
+                metrics.setdefault(key, {})[priority] = (route["proto"], route["scope"])
                 existing[key] = (index, via, route["proto"])
                 sources[key] = route.get_attr("RTA_PREFSRC") or ""
                 scopes[key] = route["scope"]
         configured: set[str] = set()
         rp_filter = default_rp_filter()
         batch: list[Any] = []
+        stale_metrics: list[tuple[str, int, int, int]] = []
         for dst, wanted in desired.items():
             index, up = links.get(wanted.interface, (None, True))
             if wanted.interface and (index is None or not up):
@@ -271,24 +278,41 @@ def sync_routes(
                 _configure_interface(wanted.interface, "0" if wanted.spoofing else rp_filter)
                 configured.add(wanted.interface)
             source = ownership.source_for(dst)
-            if existing.get(dst) == (index, None, ownership.device_proto) and (
-                sources.get(dst, "") == source
+            # The kernel gives an IPv6 route without a metric 1024.
+            priority = wanted.priority or (IPV6_DEFAULT_METRIC if ":" in dst else 0)
+            others = {k: v for k, v in metrics.get(dst, {}).items() if k != priority}
+            if (
+                existing.get(dst) == (index, None, ownership.device_proto)
+                and sources.get(dst, "") == source
+                and priority in metrics.get(dst, {})
+                and not others
             ):
                 done[dst] = "kept"
             else:
-                batch.append(direct_route(dst, index, proto=ownership.device_proto, src=source))
+                request = direct_route(
+                    dst, index, proto=ownership.device_proto, src=source, priority=priority
+                )
+                batch.append(request)
                 done[dst] = "added"
+                # Of another metric, an old route is another route: it goes once ours is in.
+                stale_metrics.extend((dst, priority, *v) for priority, v in others.items())
             if wanted.mac and ":" not in dst:
                 batch.append(_permanent_neighbour(dst, wanted.mac, index))
         if batch:
             # One send for all: pyroute2 spends about 0.5 ms on each request made on its own.
             ipr.nlm_request_batch(batch)
-        for dst in existing.keys() - desired.keys():
+        removals = [
+            (dst, p, *v)
+            for dst in existing.keys() - desired.keys()
+            for p, v in metrics[dst].items()
+        ]
+        for dst, priority, proto, scope in stale_metrics + removals:
             try:
-                # The kernel only deletes a route whose scope matches the request's.
-                scope, proto = scopes[dst], existing[dst][2]
-                ipr.route("del", dst=dst, proto=proto, table=MAIN_TABLE, scope=scope)
-                done[dst] = "removed"
+                # The kernel only deletes a route whose scope (and metric) match the request's.
+                extra = {"priority": priority} if priority else {}
+                ipr.route("del", dst=dst, proto=proto, table=MAIN_TABLE, scope=scope, **extra)
+                if dst not in desired:
+                    done[dst] = "removed"
             except NetlinkError as exc:
                 log.warning("cannot remove route %s: %s", dst, exc)
     return done
@@ -320,13 +344,21 @@ def table_routes(ipr: IPRoute, family: int, table: int, proto: int | None = None
 
 
 _REPLACE = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE
+IPV6_DEFAULT_METRIC = 1024
 
 
 def direct_route(
-    dst: str, index: int, table: int = MAIN_TABLE, proto: int = FELIX_ROUTE_PROTO, src: str = ""
+    dst: str,
+    index: int,
+    table: int = MAIN_TABLE,
+    *,
+    proto: int = FELIX_ROUTE_PROTO,
+    src: str = "",
+    priority: int = 0,
 ) -> Any:
     """The request for ``dst`` straight out of interface ``index`` (scope link) with protocol
-    ``proto``, replacing any route there; sent with others in one ``nlm_request_batch``."""
+    ``proto`` (and metric ``priority``), replacing any route there of that metric; sent with
+    others in one ``nlm_request_batch``."""
     network = ipaddress.ip_network(dst)
     msg = rtmsg()
     msg["family"] = socket.AF_INET6 if network.version == 6 else socket.AF_INET
@@ -340,6 +372,7 @@ def direct_route(
         ("RTA_DST", str(network.network_address)),
         ("RTA_OIF", index),
         *([("RTA_PREFSRC", src)] if src else []),
+        *([("RTA_PRIORITY", priority)] if priority else []),
     ]
     msg["header"]["type"] = RTM_NEWROUTE
     msg["header"]["flags"] = _REPLACE

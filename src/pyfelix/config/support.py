@@ -46,6 +46,8 @@ ACTED_ON: dict[str, str] = {
     "InterfacePrefix": "workload interfaces: every prefix in the rules, in order, as Felix",
     "IpInIpEnabled": "overrides the IP pools' IPIP mode in the encapsulation (restart check)",
     "IpsetsRefreshInterval": "how often the IP sets are re-read and repaired (0: never)",
+    "IPv4NormalRoutePriority": "the metric of the IPv4 workload routes (and floating IPs')",
+    "IPv6NormalRoutePriority": "the metric of the IPv6 workload routes (and floating IPs')",
     "IptablesBackend": "Legacy or NFT, or (Auto) the backend already holding rules",
     "IptablesFilterAllowAction": "ACCEPT or RETURN: the filter table's accepts (established "
     "connections flagged accepted first when RETURN), as Felix",

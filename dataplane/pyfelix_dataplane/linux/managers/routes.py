@@ -28,11 +28,21 @@ class RoutesManager:
 
     def desired(self, vxlan_on: bool) -> dict[str, RouteTarget]:
         routes = {}
+        config = self.state.config
+        v4, v6 = config.ipv4_normal_route_priority, config.ipv6_normal_route_priority
         for update in self.state.workloads.values():
             endpoint = update.endpoint
-            for net in endpoint.ipv4_nets + endpoint.ipv6_nets:
-                spoofing = bool(endpoint.allow_spoofed_source_prefixes)
-                routes[net] = RouteTarget(endpoint.name, endpoint.mac, spoofing=spoofing)
+            spoofing = bool(endpoint.allow_spoofed_source_prefixes)
+            # As Felix: the workload's addresses and its floating IPs, at the normal priority.
+            floating = [
+                f"{nat.ext_ip}/{128 if ':' in nat.ext_ip else 32}"
+                for nat in endpoint.ipv4_nat + endpoint.ipv6_nat
+            ]
+            for net in (*endpoint.ipv4_nets, *endpoint.ipv6_nets, *floating):
+                priority = v6 if ":" in net else v4
+                routes[net] = RouteTarget(
+                    endpoint.name, endpoint.mac, spoofing=spoofing, priority=priority
+                )
         if not vxlan_on:
             return routes
         for route in self.state.routes.values():
