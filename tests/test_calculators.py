@@ -290,6 +290,31 @@ def test_every_route_to_a_node_carries_its_ip() -> None:
     }
 
 
+def test_cross_subnet_routes_to_nodes_in_our_subnet_go_direct() -> None:
+    """As Felix: in a CrossSubnet pool, a route to a node in this node's subnet is flagged
+    same-subnet (routed straight to its IP, no VTEP needed); to a node elsewhere it goes
+    through the tunnel (held back until the VTEP is known); an Always pool never says
+    same-subnet."""
+    cross = Update(model.IPPoolKey("10.65.0.0/16"), pool("10.65.0.0/16", "cross-subnet"))
+    ours = Update(model.HostNetworkKey("node-a"), config("192.0.2.0/24"))
+    far_block = Update(
+        model.BlockKey("10.65.3.0/26"), model.AllocationBlock("10.65.3.0/26", "host:node-c")
+    )
+    far_ip = Update(model.HostIPKey("node-c"), config("198.51.100.3"))
+    inputs = [cross, ours, REMOTE_BLOCK, NODE_B_IP, far_block, far_ip]
+    for order in orders(inputs):
+        routes = resolve_routes(order).routes
+        near = routes["10.65.1.0/26"]
+        assert (near.same_subnet, near.dst_node_ip, near.tunnel) == (True, "192.0.2.2", "vxlan")
+        assert "10.65.3.0/26" not in routes, "needs node-c's VTEP"
+    far_tunnel = Update(model.HostConfigKey("node-c", "IPv4VXLANTunnelAddr"), config("10.65.3.0"))
+    routes = resolve_routes([*inputs, far_tunnel]).routes
+    assert routes["10.65.3.0/26"].same_subnet is False
+    always = Update(model.IPPoolKey("10.65.0.0/16"), pool("10.65.0.0/16", "always"))
+    routes = resolve_routes([always, ours, REMOTE_BLOCK, NODE_B_IP, NODE_B_TUNNEL]).routes
+    assert routes["10.65.1.0/26"].same_subnet is False
+
+
 def test_route_resolver_removes_what_goes() -> None:
     out = Recorder()
     updates, local_updates = Dispatcher(), Dispatcher()

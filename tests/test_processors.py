@@ -290,6 +290,7 @@ def test_converter_emits_only_what_changed() -> None:
     changes = {u.key: u for u in converter.update("n1", KINDS["Node"].from_manifest(doc), "3")}
     assert set(changes) == {
         model.HostIPKey("n1"),
+        model.HostNetworkKey("n1"),
         model.HostConfigKey("n1", "IPv4VXLANTunnelAddr"),
         model.HostConfigKey("n1", "VXLANTunnelMACAddr"),
         model.WireguardKey("n1"),
@@ -300,6 +301,7 @@ def test_converter_emits_only_what_changed() -> None:
     gone = converter.update("n1", None, "4")
     assert {u.key for u in gone} == {
         model.HostIPKey("n1"),
+        model.HostNetworkKey("n1"),
         model.HostConfigKey("n1", "IPv4VXLANTunnelAddr"),
         model.WireguardKey("n1"),
         model.ResourceKey("Node", "", "n1"),

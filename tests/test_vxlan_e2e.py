@@ -157,3 +157,28 @@ def test_a_borrowed_address_is_routed_to_the_node_that_has_it(tmp_path: Path) ->
         assert "10.65.0.0/22 via 10.67.1.0 dev vxlan.calico" in run(
             nodes[1].node, "ip", "route", "show", "proto", "boot"
         )
+
+
+def test_cross_subnet_pool_routes_same_subnet_nodes_without_the_tunnel(tmp_path: Path) -> None:
+    """As Felix: with vxlanMode CrossSubnet, a node in the same subnet (both underlay
+    addresses in 10.99.0.0/24) is routed to directly via its address, not through
+    vxlan.calico, and the pods still talk."""
+    manifests = MANIFESTS.replace("vxlanMode: Always", "vxlanMode: CrossSubnet")
+    (tmp_path / "cluster.yaml").write_text(manifests + node(1) + node(2))
+    prefix = f"pfc{os.getpid()}-"
+    with ExitStack() as stack:
+        nodes = two_nodes(stack, tmp_path, prefix, "vc")
+        for index, demo in enumerate(nodes, start=1):
+            demo.start_agent(tmp_path, f"node-{index}")
+        client = f"{prefix}app.pod1"
+
+        def direct() -> bool:
+            return "via 10.99.0.2 dev ul0" in run(
+                nodes[0].node, "ip", "route", "show", "10.65.2.0/26"
+            )
+
+        assert eventually(direct, timeout=15), run(nodes[0].node, "ip", "route")
+        assert eventually(lambda: connects(client, "10.65.2.2", 8080), timeout=15)
+        before = vxlan_tx_packets(nodes[0].node)
+        assert connects(client, "10.65.2.2", 8080)
+        assert vxlan_tx_packets(nodes[0].node) == before, "the packets took the tunnel"

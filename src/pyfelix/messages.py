@@ -229,6 +229,9 @@ class RouteUpdate:
     local_workload_interface: str = ""
     #: An address of a block affine to another node, allocated to ``dst_node`` (Felix's flag).
     borrowed: bool = False
+    #: In a CrossSubnet pool, ``dst_node`` shares this node's subnet: routed straight to its
+    #: IP, not through the tunnel (Felix's SameSubnet).
+    same_subnet: bool = False
 
 
 @attrs.frozen

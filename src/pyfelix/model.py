@@ -140,6 +140,17 @@ class HostIPKey:
 
 
 @attrs.frozen(cache_hash=True)
+class HostNetworkKey:
+    """A node's IPv4 address with its prefix length (its BGP ipv4Address): Felix's node info
+    V4CIDR, which tells whether another node shares this one's subnet (CrossSubnet)."""
+
+    hostname: str
+
+    def __str__(self) -> str:
+        return f"/calico/v1/host/{self.hostname}/network_v4"
+
+
+@attrs.frozen(cache_hash=True)
 class HostConfigKey:
     hostname: str
     name: str
@@ -390,6 +401,7 @@ ModelKey = (
     | IPPoolKey
     | BlockKey
     | HostIPKey
+    | HostNetworkKey
     | HostConfigKey
     | GlobalConfigKey
     | ReadyFlagKey

@@ -61,6 +61,7 @@ class L3RouteResolver:
         self._pools: dict[str, model.IPPool] = {}
         self._blocks: dict[str, model.AllocationBlock] = {}
         self._host_ips: dict[str, str] = {}
+        self._networks: dict[str, str] = {}
         self._tunnels: dict[str, str] = {}
         self._workloads: dict[model.WorkloadEndpointKey, model.WorkloadEndpoint] = {}
         self._sent: dict[str, m.RouteUpdate] = {}
@@ -70,6 +71,7 @@ class L3RouteResolver:
         updates.register(model.IPPoolKey, self._on_pool_update)
         updates.register(model.BlockKey, self._on_block_update)
         updates.register(model.HostIPKey, self._on_host_ip_update)
+        updates.register(model.HostNetworkKey, self._on_host_network_update)
         updates.register(model.HostConfigKey, self._on_host_config_update)
         local_updates.register(model.WorkloadEndpointKey, self._on_local_workload_update)
 
@@ -83,6 +85,11 @@ class L3RouteResolver:
 
     def _on_host_ip_update(self, update: Update) -> None:
         self.on_host_ip(*host_ip_of(update))
+
+    def _on_host_network_update(self, update: Update) -> None:
+        assert isinstance(update.key, model.HostNetworkKey)
+        value = value_of(update, model.ConfigValue)
+        self._store(self._networks, update.key.hostname, value.value if value else None)
 
     def _on_host_config_update(self, update: Update) -> None:
         self.on_host_config(*host_config_of(update))
@@ -126,6 +133,17 @@ class L3RouteResolver:
 
     def _has_vtep(self, node: str) -> bool:
         return bool(self._host_ips.get(node) and self._tunnels.get(node))
+
+    def _in_our_subnet(self, node: str) -> bool:
+        """Whether ``node``'s IP is in this node's subnet (both known; Felix's
+        nodeInOurSubnet)."""
+        ours, theirs = self._networks.get(self._hostname), self._host_ips.get(node)
+        if not ours or not theirs:
+            return False
+        try:
+            return ipaddress.ip_address(theirs) in ipaddress.ip_network(ours)
+        except ValueError:
+            return False
 
     def routes(self) -> dict[str, m.RouteUpdate]:
         wanted: dict[str, dict[str, object]] = {}
@@ -189,7 +207,15 @@ class L3RouteResolver:
             if not remote and "CIDR_INFO" not in types:
                 tunnel = "none"
             node = str(entry.get("dst_node", ""))
-            if remote and tunnel == "vxlan" and node != self._hostname and not self._has_vtep(node):
+            cross_subnet = pool is not None and pool.vxlan_mode == "cross-subnet"
+            same_subnet = bool(node) and cross_subnet and self._in_our_subnet(node)
+            if (
+                remote
+                and tunnel == "vxlan"
+                and not same_subnet
+                and node != self._hostname
+                and not self._has_vtep(node)
+            ):
                 # Felix cannot route over VXLAN to a node whose VTEP it does not know yet.
                 continue
             out[dst] = m.RouteUpdate(
@@ -202,6 +228,7 @@ class L3RouteResolver:
                 nat_outgoing=bool(pool is not None and pool.masquerade),
                 local_workload_interface=str(entry.get("local_workload_interface", "")),
                 borrowed=bool(entry.get("borrowed")),
+                same_subnet=same_subnet,
             )
         return out
 

@@ -502,6 +502,16 @@ def _ipam_block(block: IPAMBlock) -> list[KV]:
     return [(model.BlockKey(spec.cidr), value)]
 
 
+def _host_network(address: str) -> str:
+    """The subnet of "10.0.0.1/24" ("10.0.0.0/24"; "" without a prefix length or if invalid)."""
+    if "/" not in address:
+        return ""
+    try:
+        return str(ipaddress.ip_interface(address).network)
+    except ValueError:
+        return ""
+
+
 def _host_ip(address: str) -> str:
     """The address part of "10.0.0.1/24" or "10.0.0.1" ("" if neither)."""
     try:
@@ -537,6 +547,10 @@ def _node(node: Node) -> list[KV]:
     host_ip = _host_ip(bgp.ipv4_address) if bgp else ""
     kvs.append(
         (model.HostIPKey(name), model.ConfigValue(host_ip, origin=node) if host_ip else None)
+    )
+    network = _host_network(bgp.ipv4_address) if bgp else ""
+    kvs.append(
+        (model.HostNetworkKey(name), model.ConfigValue(network, origin=node) if network else None)
     )
     status = node.status
     wireguard = model.Wireguard(

@@ -49,10 +49,11 @@ class RoutesManager:
             if "REMOTE_WORKLOAD" not in route.types or route.dst_node == self.hostname:
                 continue
             vtep = self.state.vteps.get(route.dst_node)
-            if route.tunnel == "vxlan" and vtep is not None and vtep.ipv4_addr:
-                routes[route.dst] = RouteTarget(VXLAN_DEVICE, gateway=vtep.ipv4_addr)
-            elif route.tunnel == "none" and route.dst_node_ip:
+            direct = route.tunnel == "none" or route.same_subnet
+            if direct and route.dst_node_ip:
                 routes[route.dst] = RouteTarget("", gateway=route.dst_node_ip)
+            elif route.tunnel == "vxlan" and vtep is not None and vtep.ipv4_addr:
+                routes[route.dst] = RouteTarget(VXLAN_DEVICE, gateway=vtep.ipv4_addr)
         return routes
 
     async def apply(self, vxlan_on: bool) -> None:
