@@ -683,3 +683,20 @@ def test_network_pools_set_leaves_out_load_balancer_only_pools() -> None:
     assert "203.0.113.0/24" not in pools
     assert pools, "the example's workload pools are there"
     assert "cali40all-ipam-pools" not in sets
+
+
+def test_external_nodes_may_send_vxlan_and_are_hosts() -> None:
+    """ExternalNodesCIDRList: as Felix, the CIDRs join the VXLAN sources set (the INPUT rule
+    accepting VXLAN from them) and, with NATOutgoingExclusions IPPoolsAndHostIPs, the hosts
+    set NAT outgoing leaves alone."""
+    resources = with_felix_config(
+        example_resources(),
+        externalNodesList=["198.51.100.0/24"],
+        natOutgoingExclusions="IPPoolsAndHostIPs",
+    )
+    _, dataplane = compute(resources, "node-a")
+    sets = render(dataplane, versions=(4,)).ipsets
+    assert "198.51.100.0/24" in sets["cali40all-vxlan-net"][1]
+    assert "198.51.100.0/24" in sets["cali40all-hosts-net"][1]
+    _, plain = compute(example_resources(), "node-a")
+    assert "198.51.100.0/24" not in render(plain, versions=(4,)).ipsets["cali40all-vxlan-net"][1]

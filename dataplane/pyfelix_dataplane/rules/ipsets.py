@@ -74,8 +74,13 @@ def special_ipsets(dp: NodeState) -> dict[str, tuple[str, set[str]]]:
         ),
         ALL_POOLS: ("hash:net", {p.pool.cidr for p in pools if not _load_balancer_only(p.pool)}),
     }
+    # ExternalNodesCIDRList: non-Calico nodes that may send tunnel traffic, as Felix adds them
+    # to both sets (IPv4, as pyfelix's overlays are).
+    external = {net for net in dp.config.external_nodes_cidr_list if ":" not in net}
     if dp.encapsulation is not None and dp.encapsulation.vxlan_enabled:
-        sets[VXLAN_HOSTS] = ("hash:net", {f"{h.ipv4_addr}/32" for h in hosts if h.ipv4_addr})
+        vteps = {f"{h.ipv4_addr}/32" for h in hosts if h.ipv4_addr}
+        sets[VXLAN_HOSTS] = ("hash:net", vteps | external)
     if dp.config.nat_outgoing_exclusions == "IPPoolsAndHostIPs":
-        sets[ALL_HOSTS] = ("hash:net", {f"{h.ipv4_addr}/32" for h in hosts if h.ipv4_addr})
+        addresses = {f"{h.ipv4_addr}/32" for h in hosts if h.ipv4_addr}
+        sets[ALL_HOSTS] = ("hash:net", addresses | external)
     return sets
