@@ -17,12 +17,14 @@ import pytest
 from pyfelix import messages as m
 from pyfelix import model
 from pyfelix.calc.active_rules import DENY_ALL, ActiveRulesCalculator
+from pyfelix.calc.config_batcher import startup_config
 from pyfelix.calc.dispatcher import Dispatcher
 from pyfelix.calc.encapsulation import EncapsulationResolver
 from pyfelix.calc.passthru import DataplanePassthru
 from pyfelix.calc.policy_resolver import PolicyResolver, policy_id
 from pyfelix.calc.profile_decoder import ProfileDecoder
 from pyfelix.calc.routes import L3RouteResolver
+from pyfelix.resources import FelixConfiguration
 from pyfelix.syncer.api import SyncStatus, Update
 from pyfelix.values import FrozenMap
 
@@ -547,3 +549,50 @@ def test_dispatcher_fans_out_in_order_and_a_filter_stops_the_rest() -> None:
     dispatcher.on_updates([Update(model.TierKey("t"), None)])
     dispatcher.on_status(SyncStatus.IN_SYNC)
     assert seen == ["first", "filter", "tier", "IN_SYNC"]
+
+
+def test_route_source_workload_ips_routes_every_workload_not_blocks() -> None:
+    """RouteSource WorkloadIPs, as Felix: each workload's addresses route to its node (remote
+    ones through the tunnel once the VTEP is known), IPAM blocks are ignored."""
+    out = Recorder()
+    updates, local_updates = Dispatcher(), Dispatcher()
+    resolver = L3RouteResolver("node-a", out, route_source="WorkloadIPs")
+    resolver.register_with(updates, local_updates)
+    remote = Update(
+        model.WorkloadEndpointKey("node-b", "k8s", "ns/web", "eth0"), wep("caliweb", "10.70.0.9/32")
+    )
+    for update in (VXLAN_POOL, REMOTE_BLOCK, NODE_B_IP, NODE_B_TUNNEL, remote):
+        updates.on_update(update)
+    resolver.flush()
+    local_updates.on_update(LOCAL_WORKLOAD)  # the local dispatcher is not listened to
+    resolver.flush()
+    assert "10.65.1.0/26" not in out.routes, "blocks are not a route source"
+    web = out.routes["10.70.0.9/32"]
+    assert web.types == frozenset({"REMOTE_WORKLOAD"})
+    assert (web.dst_node, web.dst_node_ip) == ("node-b", "192.0.2.2")
+    assert "10.65.0.5/32" not in out.routes
+    updates.on_update(LOCAL_WORKLOAD)
+    resolver.flush()
+    local = out.routes["10.65.0.5/32"]
+    assert (local.types, local.local_workload_interface) == (
+        frozenset({"LOCAL_WORKLOAD"}),
+        "calipod",
+    )
+
+
+def test_the_graph_starts_with_the_route_source_of_the_startup_configuration() -> None:
+    """The global FelixConfiguration, this node's, then FELIX_ROUTESOURCE, as the batcher
+    merges them."""
+
+    def felix(name: str, **spec: object) -> FelixConfiguration:
+        doc = {"apiVersion": "projectcalico.org/v3", "kind": "FelixConfiguration"}
+        return FelixConfiguration.from_manifest({**doc, "metadata": {"name": name}, "spec": spec})
+
+    default = felix("default", routeSource="WorkloadIPs")
+    node = felix("node.node-a", routeSource="CalicoIPAM")
+    assert startup_config([], "node-a", {}).route_source == "CalicoIPAM"
+    assert startup_config([default], "node-a", {}).route_source == "WorkloadIPs"
+    assert startup_config([default, node], "node-a", {}).route_source == "CalicoIPAM"
+    assert startup_config([default, node], "node-b", {}).route_source == "WorkloadIPs"
+    environ = {"FELIX_ROUTESOURCE": "WorkloadIPs"}
+    assert startup_config([node], "node-a", environ).route_source == "WorkloadIPs"

@@ -700,3 +700,18 @@ def test_external_nodes_may_send_vxlan_and_are_hosts() -> None:
     assert "198.51.100.0/24" in sets["cali40all-hosts-net"][1]
     _, plain = compute(example_resources(), "node-a")
     assert "198.51.100.0/24" not in render(plain, versions=(4,)).ipsets["cali40all-vxlan-net"][1]
+
+
+def test_dry_run_with_route_source_workload_ips() -> None:
+    """routeSource WorkloadIPs in the FelixConfiguration: the dry-run's graph routes the other
+    node's workloads by address instead of its IPAM block."""
+    resources = with_felix_config(example_resources(), routeSource="WorkloadIPs")
+    view, _ = compute(resources, "node-a")
+    ipam_view, _ = compute(example_resources(), "node-a")
+    by_dst = {r["dst"]: r for r in view["routes"]}
+    blocks = {r["dst"] for r in ipam_view["routes"] if r["dst"].endswith("/26")}
+    assert blocks
+    assert not blocks & set(by_dst)
+    remote = [r for r in view["routes"] if r["types"] == ["REMOTE_WORKLOAD"]]
+    assert remote
+    assert all(r["dst"].endswith("/32") and r["dst_node"] == "node-b" for r in remote)

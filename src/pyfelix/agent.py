@@ -28,6 +28,7 @@ import trio
 
 from pyfelix import messages as m
 from pyfelix.calc.async_loop import CalcLoop
+from pyfelix.calc.config_batcher import startup_config
 from pyfelix.calc.decoupler import Decoupler
 from pyfelix.config import FelixConfig
 from pyfelix.connector import SHUTDOWN_PAUSE, DataplaneConnector, RestartRequired, Shutdown
@@ -44,7 +45,7 @@ from pyfelix.resources.loader import load_text, manifest_files, read_manifest
 from pyfelix.status import EtcdNodeStore, EtcdStatusReporter, WireguardKeyUpdater
 from pyfelix.syncer.etcd import EtcdSyncer
 from pyfelix.syncer.files import FileSyncer
-from pyfelix.validation import ValidationContext, context_from
+from pyfelix.validation import context_from
 from pyfelix_dataplane.linux.driver import LinuxDriver
 from pyfelix_dataplane.printing import PrintingDriver
 
@@ -77,23 +78,27 @@ async def _stop_on_signal(scope: trio.CancelScope) -> None:
             return
 
 
-async def initial_context(datastore: str, client: EtcdClient | None) -> ValidationContext:
-    """What validation needs from the configuration before the first update is checked
-    (WorkloadSourceSpoofing), read first as Felix loads its configuration before its calculation
-    graph starts; a change later restarts the agent (it is not a live setting)."""
+async def startup_configurations(
+    datastore: str, client: EtcdClient | None, hostname: str
+) -> list[Resource]:
+    """The FelixConfigurations the calculation graph starts with: what validation needs
+    (WorkloadSourceSpoofing) and what the graph is built with (RouteSource), read first as Felix
+    loads its configuration before its calculation graph starts; a change later restarts the
+    agent (they are not live settings)."""
+    if client is None:
+        return await trio.to_thread.run_sync(_felix_configurations, Path(datastore))
     resources: list[Resource] = []
-    if client is not None:
-        key = "/calico/resources/v3/projectcalico.org/felixconfigurations/default"
+    for name in ("default", f"node.{hostname}"):
+        key = f"/calico/resources/v3/projectcalico.org/felixconfigurations/{name}"
         try:
             kv = await client.get(key)
             found = decode(kv.key, kv.value) if kv is not None else None
         except (EtcdError, ManifestError) as exc:
             log.warning("cannot read %s before starting (%s); assuming Felix's defaults", key, exc)
             found = None
-        resources = [found] if found is not None else []
-    else:
-        resources = await trio.to_thread.run_sync(_felix_configurations, Path(datastore))
-    return context_from(resources)
+        if found is not None:
+            resources.append(found)
+    return resources
 
 
 def _felix_configurations(root: Path) -> list[Resource]:
@@ -202,8 +207,15 @@ async def run_agent(options: AgentOptions, out: TextIO = sys.stdout) -> int:
                 await nursery.start(updater.run)
             else:
                 syncer = FileSyncer(Path(options.datastore), decoupler)
-            context = await initial_context(options.datastore, client)
-            calc = CalcLoop(options.hostname, decoupler, to_send, context=context, health=health)
+            startup = await startup_configurations(options.datastore, client, options.hostname)
+            calc = CalcLoop(
+                options.hostname,
+                decoupler,
+                to_send,
+                context=context_from(startup),
+                route_source=startup_config(startup, options.hostname).route_source,
+                health=health,
+            )
             await nursery.start(calc.run)
             connector = DataplaneConnector(
                 to_receive,

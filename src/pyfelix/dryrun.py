@@ -12,6 +12,7 @@ import socket
 from collections.abc import Iterable
 from typing import Any, cast
 
+from pyfelix.calc.config_batcher import startup_config
 from pyfelix.calc.pipeline import build_pipeline
 from pyfelix.config import parse_config
 from pyfelix.resources import Resource
@@ -44,7 +45,10 @@ def compute(
     resources = list(resources)
     dataplane = NodeState()
     context = context_from(resources)
-    pipeline = build_pipeline(hostname, dataplane.apply, context, validated=validated)
+    route_source = startup_config(resources, hostname).route_source
+    pipeline = build_pipeline(
+        hostname, dataplane.apply, context, validated=validated, route_source=route_source
+    )
     pipeline.load(resources, ((d.key, cast(KV, d.value)) for d in direct))
 
     def describe(set_id: str) -> dict[str, str]:

@@ -47,6 +47,8 @@ class CalcLoop:
     source: Decoupler
     output: trio.MemorySendChannel[m.ToDataplane]
     context: ValidationContext = attrs.Factory(ValidationContext)
+    #: The start-up configuration's RouteSource (the graph is built with it).
+    route_source: str = "CalicoIPAM"
     pipeline: Pipeline = attrs.field(init=False)
     bucket: LeakyBucket = attrs.Factory(lambda: LeakyBucket(FLUSH_INTERVAL, BUCKET_SIZE))
     health: HealthAggregator = attrs.Factory(HealthAggregator)
@@ -65,7 +67,9 @@ class CalcLoop:
     _in_sync_sent: bool = False
 
     def __attrs_post_init__(self) -> None:
-        self.pipeline = build_pipeline(self.hostname, self._pending.append, self.context)
+        self.pipeline = build_pipeline(
+            self.hostname, self._pending.append, self.context, route_source=self.route_source
+        )
         self.health.register(CALC_GRAPH, timeout=CALC_GRAPH_TIMEOUT)
 
     def _report_health(self) -> None:

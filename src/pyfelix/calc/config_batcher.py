@@ -8,13 +8,16 @@ sent. A ready flag of false means the datastore is not ready and the agent must 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from pyfelix import model
 from pyfelix.calc.dispatcher import Dispatcher, host_config_of, value_of
 from pyfelix.calc.outputs import ConfigOutput
+from pyfelix.config import FelixConfig, parse_config
 from pyfelix.config.params import BY_FELIX_NAME
+from pyfelix.resources import FelixConfiguration, Resource
 from pyfelix.syncer.api import SyncStatus, Update
+from pyfelix.syncer.processors import convert
 
 
 def environment_config(environ: Mapping[str, str]) -> dict[str, str]:
@@ -26,6 +29,25 @@ def environment_config(environ: Mapping[str, str]) -> dict[str, str]:
             if param is not None:
                 out[param.felix] = value
     return out
+
+
+def startup_config(
+    resources: Iterable[Resource], hostname: str, environ: Mapping[str, str] | None = None
+) -> FelixConfig:
+    """The configuration the calculation graph is built with (RouteSource), from the
+    FelixConfigurations at start-up: the global one, this node's, then the environment, merged
+    as the batcher merges them (a later change restarts the agent, so this one holds)."""
+    found = [r for r in resources if isinstance(r, FelixConfiguration)]
+    text: dict[str, str] = {}
+    for scope in ("default", f"node.{hostname}"):
+        for config in (r for r in found if r.name == scope):
+            for key, value in convert(config):
+                if not isinstance(key, model.GlobalConfigKey | model.HostConfigKey):
+                    continue
+                if isinstance(value, model.ConfigValue) and value.value:
+                    text[key.name] = value.value
+    text.update(environment_config(os.environ if environ is None else environ))
+    return parse_config(text)
 
 
 class ConfigBatcher:

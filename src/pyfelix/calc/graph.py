@@ -31,7 +31,9 @@ from pyfelix.syncer.api import SyncStatus, Update
 class CalcGraph:
     """Feed it datastore updates; flush it to get dataplane messages in a consistent order."""
 
-    def __init__(self, hostname: str, sequencer: EventSequencer) -> None:
+    def __init__(
+        self, hostname: str, sequencer: EventSequencer, *, route_source: str = "CalicoIPAM"
+    ) -> None:
         self.hostname = hostname
         self.sequencer = seq = sequencer
         self.in_sync = False
@@ -117,7 +119,7 @@ class CalcGraph:
         passthru.register_with(all_updates)
 
         #   pools, blocks, host IPs, tunnels, local workloads --> L3RouteResolver --> routes
-        self.routes = routes = L3RouteResolver(hostname, seq)
+        self.routes = routes = L3RouteResolver(hostname, seq, route_source)
         routes.register_with(all_updates, local_updates)
 
         #   host IPs, tunnel addresses and MACs --> VXLANResolver --> VTEPs

@@ -80,10 +80,12 @@ def build_pipeline(
     context: ValidationContext | None = None,
     *,
     validated: bool = False,
+    route_source: str = "CalicoIPAM",
 ) -> Pipeline:
     """The pipeline for ``hostname``, sending each message to ``emit``. With ``validated``, the
-    caller has validated every resource it will load (each is validated once, not twice)."""
-    graph = CalcGraph(hostname, EventSequencer(emit))
+    caller has validated every resource it will load (each is validated once, not twice);
+    ``route_source`` is the start-up configuration's RouteSource (a change restarts)."""
+    graph = CalcGraph(hostname, EventSequencer(emit), route_source=route_source)
     if validated:
         return Pipeline(graph, graph)
     return Pipeline(graph, ValidationFilter(graph, context or ValidationContext()))

@@ -55,9 +55,16 @@ def _non_affine_allocations(block: model.AllocationBlock) -> list[tuple[str, str
 
 
 class L3RouteResolver:
-    def __init__(self, hostname: str, output: RouteOutput) -> None:
+    """``route_source``: Felix's RouteSource. CalicoIPAM (the default) routes IPAM blocks and
+    this node's workloads; WorkloadIPs routes every workload's addresses to its node instead,
+    blocks ignored (for clusters whose IPAM is not Calico's)."""
+
+    def __init__(
+        self, hostname: str, output: RouteOutput, route_source: str = "CalicoIPAM"
+    ) -> None:
         self._hostname = hostname
         self._out = output
+        self._workload_ips = route_source == "WorkloadIPs"
         self._pools: dict[str, model.IPPool] = {}
         self._blocks: dict[str, model.AllocationBlock] = {}
         self._host_ips: dict[str, str] = {}
@@ -69,11 +76,14 @@ class L3RouteResolver:
 
     def register_with(self, updates: Dispatcher, local_updates: Dispatcher) -> None:
         updates.register(model.IPPoolKey, self._on_pool_update)
-        updates.register(model.BlockKey, self._on_block_update)
+        if self._workload_ips:
+            updates.register(model.WorkloadEndpointKey, self._on_local_workload_update)
+        else:
+            updates.register(model.BlockKey, self._on_block_update)
+            local_updates.register(model.WorkloadEndpointKey, self._on_local_workload_update)
         updates.register(model.HostIPKey, self._on_host_ip_update)
         updates.register(model.HostNetworkKey, self._on_host_network_update)
         updates.register(model.HostConfigKey, self._on_host_config_update)
-        local_updates.register(model.WorkloadEndpointKey, self._on_local_workload_update)
 
     def _on_pool_update(self, update: Update) -> None:
         assert isinstance(update.key, model.IPPoolKey)
@@ -188,13 +198,15 @@ class L3RouteResolver:
                 dst_node=node,
                 dst_node_ip=self._host_ips.get(node, ""),
             )
-        for endpoint in self._workloads.values():
+        for key, endpoint in self._workloads.items():
+            local = key.hostname == self._hostname
             for net in endpoint.ipv4_nets + endpoint.ipv6_nets:
                 add(
                     net,
-                    "LOCAL_WORKLOAD",
-                    dst_node=self._hostname,
-                    local_workload_interface=endpoint.name,
+                    "LOCAL_WORKLOAD" if local else "REMOTE_WORKLOAD",
+                    dst_node=key.hostname,
+                    dst_node_ip=self._host_ips.get(key.hostname, ""),
+                    local_workload_interface=endpoint.name if local else "",
                 )
         self._inherit_block_types(wanted)
         out = {}

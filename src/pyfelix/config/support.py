@@ -94,6 +94,8 @@ ACTED_ON: dict[str, str] = {
     "PrometheusProcessMetricsEnabled": "adds the process collector (CPU, memory, open files)",
     "ServiceLoopPrevention": "Drop or Reject: cali-cidr-block drops (rejects) forwarded "
     "traffic to the default BGPConfiguration's service CIDRs; Disabled: no rules",
+    "RouteSource": "CalicoIPAM routes IPAM blocks and local workloads; WorkloadIPs every "
+    "workload's addresses to its node, blocks ignored (read at start; a change restarts)",
     "RouteSyncDisabled": "no route is added or removed (network policy only); workload "
     "interfaces are still configured",
     "RemoveExternalRoutes": "true: every route on a workload interface is Felix's (others' "
