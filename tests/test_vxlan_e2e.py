@@ -12,11 +12,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+import attrs
 import pytest
 
+from pyfelix.demo import DemoNode
 from pyfelix.pods import connects
 from tests.netns import eventually
 from tests.two_nodes import block_and_pod, node_resource, pyfelix_pods, two_nodes
@@ -71,15 +74,30 @@ def vxlan_tx_packets(ns: str) -> int:
     return int(stats)
 
 
-def test_pods_on_two_nodes_talk_through_the_agents_vxlan(tmp_path: Path) -> None:
-    """Also the Vagrant cluster's recipe: `pyfelix pods up` on each node, `pods check`."""
-    (tmp_path / "cluster.yaml").write_text(MANIFESTS + node(1) + node(2))
-    prefix = f"pfv{os.getpid()}-"
+@attrs.frozen
+class Running:
+    nodes: list[DemoNode]
+    #: Node 1's pod namespace.
+    client: str
+    prefix: str
+
+
+@contextmanager
+def agents_on_two_nodes(tmp_path: Path, manifests: str, tag: str) -> Iterator[Running]:
+    """``manifests`` in ``tmp_path``, the two nodes with their pods, an agent on each."""
+    (tmp_path / "cluster.yaml").write_text(manifests)
+    prefix = f"pf{tag}{os.getpid()}-"
     with ExitStack() as stack:
-        nodes = two_nodes(stack, tmp_path, prefix, "vx")
+        nodes = two_nodes(stack, tmp_path, prefix, tag)
         for index, demo in enumerate(nodes, start=1):
             demo.start_agent(tmp_path, f"node-{index}")
-        client = f"{prefix}app.pod1"
+        yield Running(nodes, f"{prefix}app.pod1", prefix)
+
+
+def test_pods_on_two_nodes_talk_through_the_agents_vxlan(tmp_path: Path) -> None:
+    """Also the Vagrant cluster's recipe: `pyfelix pods up` on each node, `pods check`."""
+    with agents_on_two_nodes(tmp_path, MANIFESTS + node(1) + node(2), "vx") as running:
+        nodes, client, prefix = running.nodes, running.client, running.prefix
 
         assert eventually(lambda: connects(client, "10.65.2.2", 8080), timeout=15), run(
             nodes[0].node, "ip", "route", "show", "proto", "boot"
@@ -142,13 +160,8 @@ def borrowing_cluster() -> str:
 def test_a_borrowed_address_is_routed_to_the_node_that_has_it(tmp_path: Path) -> None:
     """As Felix: an address of node-1's block allocated to node-2 gets its own /32 route to
     node-2 (node-1 would otherwise keep it for its own block), so pod1 reaches pod2."""
-    (tmp_path / "cluster.yaml").write_text(borrowing_cluster())
-    prefix = f"pfb{os.getpid()}-"
-    with ExitStack() as stack:
-        nodes = two_nodes(stack, tmp_path, prefix, "vb")
-        for index, demo in enumerate(nodes, start=1):
-            demo.start_agent(tmp_path, f"node-{index}")
-        client = f"{prefix}app.pod1"
+    with agents_on_two_nodes(tmp_path, borrowing_cluster(), "vb") as running:
+        nodes, client = running.nodes, running.client
         assert eventually(lambda: connects(client, "10.65.2.2", 8080), timeout=15), run(
             nodes[0].node, "ip", "route", "show", "proto", "boot"
         )
@@ -164,13 +177,8 @@ def test_cross_subnet_pool_routes_same_subnet_nodes_without_the_tunnel(tmp_path:
     addresses in 10.99.0.0/24) is routed to directly via its address, not through
     vxlan.calico, and the pods still talk."""
     manifests = MANIFESTS.replace("vxlanMode: Always", "vxlanMode: CrossSubnet")
-    (tmp_path / "cluster.yaml").write_text(manifests + node(1) + node(2))
-    prefix = f"pfc{os.getpid()}-"
-    with ExitStack() as stack:
-        nodes = two_nodes(stack, tmp_path, prefix, "vc")
-        for index, demo in enumerate(nodes, start=1):
-            demo.start_agent(tmp_path, f"node-{index}")
-        client = f"{prefix}app.pod1"
+    with agents_on_two_nodes(tmp_path, manifests + node(1) + node(2), "vc") as running:
+        nodes, client = running.nodes, running.client
 
         def direct() -> bool:
             return "via 10.99.0.2 dev ul0" in run(
