@@ -222,7 +222,6 @@ def sync_routes(
     names: dict[int, str | None] = {}
     with _filtering_iproute() as ipr:
         existing: dict[str, tuple[int | None, str | None, int]] = {}
-        scopes: dict[str, int] = {}
         sources: dict[str, str] = {}
         #: Every route of ours per destination by metric (one dst may have several metrics).
         metrics: dict[str, dict[int, tuple[int, int]]] = {}
@@ -240,7 +239,6 @@ def sync_routes(
                 metrics.setdefault(key, {})[priority] = (route["proto"], route["scope"])
                 existing[key] = (index, via, route["proto"])
                 sources[key] = route.get_attr("RTA_PREFSRC") or ""
-                scopes[key] = route["scope"]
         configured: set[str] = set()
         rp_filter = default_rp_filter()
         batch: list[Any] = []

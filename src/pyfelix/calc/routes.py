@@ -178,7 +178,6 @@ class L3RouteResolver:
                     dst_node=block.host,
                     dst_node_ip=self._host_ips.get(block.host, ""),
                 )
-        for block in self._blocks.values():
             for address, node in _non_affine_allocations(block):
                 add(
                     address,

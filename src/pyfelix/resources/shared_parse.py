@@ -40,14 +40,16 @@ MIN_YAML_BYTES = 8 << 20
 _LENGTH = 8
 
 
-def _cores() -> int:
+def available_cores() -> int:
+    """The cores this process may run on (a worker beside it is worth it from two)."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover (not Linux)
         return os.cpu_count() or 1
 
 
-def _size(path: Path) -> int:
+def file_size(path: Path) -> int:
+    """``path``'s size, 0 if it cannot be read (its load reports why)."""
     try:
         return path.stat().st_size
     except OSError:
@@ -69,9 +71,9 @@ class SharedParse:
         self._theirs: set[Path] = set()
         self._pid = 0
         self._spool: BinaryIO | None = None
-        sizes = [_size(f) if f.suffix != ".json" else 0 for f in self._files]
+        sizes = [file_size(f) if f.suffix != ".json" else 0 for f in self._files]
         total = sum(sizes)
-        if total < MIN_YAML_BYTES or _cores() < 2:
+        if total < MIN_YAML_BYTES or available_cores() < 2:
             return
         mine = 0
         for file, size in zip(self._files, sizes, strict=True):

@@ -24,12 +24,14 @@ from pathlib import Path
 from pyfelix.errors import Problem
 from pyfelix.resources import FelixConfiguration, LoadResult, Located, WorkloadEndpoint
 from pyfelix.resources.loader import (
+    Direct,
     DirectDecoder,
     duplicate_problem,
     load_file,
     load_paths,
     manifest_sources,
 )
+from pyfelix.resources.shared_parse import available_cores, file_size
 from pyfelix.validation import context_from, validate_loaded, validate_located
 from pyfelix.validation.kinds import PERMISSIVE, context_problems
 
@@ -39,23 +41,8 @@ log = logging.getLogger(__name__)
 PARALLEL_MIN_BYTES = 8 << 20
 
 
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover (not Linux)
-        return os.cpu_count() or 1
-
-
 def _worth_a_worker(files: list[Path]) -> bool:
-    if _cores() < 2:
-        return False
-    total = 0
-    for file in files:
-        try:
-            total += file.stat().st_size
-        except OSError:
-            continue
-    return total >= PARALLEL_MIN_BYTES
+    return available_cores() >= 2 and sum(map(file_size, files)) >= PARALLEL_MIN_BYTES
 
 
 def validate_paths(
@@ -75,18 +62,15 @@ def validate_paths(
     for file in files:
         result = load_file(file, direct)
         load_problems.extend(result.problems)
-        for taken in result.direct:
-            earlier = first.get(taken.key)
-            if earlier is not None:
-                duplicates.append(duplicate_problem(taken, *earlier))
-            else:
-                first[taken.key] = (taken.source, taken.line)
-        for item in result.resources:
+        entries: tuple[Direct | Located, ...] = (*result.direct, *result.resources)
+        for item in entries:
             earlier = first.get(item.key)
             if earlier is not None:
                 duplicates.append(duplicate_problem(item, *earlier))
                 continue
             first[item.key] = (item.source, item.line)
+            if not isinstance(item, Located):
+                continue  # a direct decoder takes valid documents only
             if isinstance(item.resource, FelixConfiguration):
                 configurations.append(item.resource)
             found = validate_located(item, PERMISSIVE)
