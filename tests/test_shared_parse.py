@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from pyfelix import cli
 from pyfelix.resources import load_paths, shared_parse
 from pyfelix.resources.loader import load_file
+from pyfelix.syncer.files import _read_all
 from pyfelix.syncer.plain_workloads import plain_workload_entry
 from tests.test_background_validation import WEP
 
@@ -117,3 +119,50 @@ def test_dry_run_of_big_yaml_refuses_and_prints_as_before(
     assert shared[2] == 1
     assert json.loads(shared[1])["workload_endpoints"]
     assert "10.0.0.300/32" in shared[3]
+
+
+def _child_done(prefetch: shared_parse.ParsePrefetch) -> None:
+    """Wait until the prefetching child has exited, leaving it to be reaped by the prefetch."""
+    os.waitid(os.P_PID, prefetch._pid, os.WEXITED | os.WNOWAIT)
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_the_agents_first_read_is_the_plain_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, broken: bool
+) -> None:
+    """Whoever parsed a file, the syncer's first read finds what reading every file here
+    finds, a file that does not parse included."""
+    monkeypatch.setattr(shared_parse, "MIN_PREFETCH_BYTES", 0)
+    directory = tmp_path / "cluster"
+    paths = _cluster(directory, broken=broken)
+    expected = _read_all(paths)
+    for wait in (False, True):
+        prefetch = shared_parse.ParsePrefetch(directory)
+        assert prefetch._pid
+        if wait:  # the child parsed everything before the first read began
+            _child_done(prefetch)
+        assert _read_all(paths, prefetch) == expected
+        prefetch.close()
+
+
+def test_a_file_changed_after_the_child_parsed_it_is_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(shared_parse, "MIN_PREFETCH_BYTES", 0)
+    directory = tmp_path / "cluster"
+    paths = _cluster(directory)
+    prefetch = shared_parse.ParsePrefetch(directory)
+    _child_done(prefetch)
+    (directory / "m5.yaml").write_text(POLICY.format(i="changed"))
+    reads = _read_all(paths, prefetch)
+    names = {name for _, _, name in reads[paths.index(directory / "m5.yaml")].resources or ()}
+    assert names == {"pchanged"}
+
+
+def test_a_small_or_json_datastore_is_read_without_a_child(tmp_path: Path) -> None:
+    directory = tmp_path / "cluster"
+    _cluster(directory)
+    prefetch = shared_parse.ParsePrefetch(directory)
+    assert not prefetch._pid
+    assert prefetch.claim(directory / "m0.yaml")
+    prefetch.close()

@@ -42,6 +42,7 @@ from pyfelix.logs import configure_logging
 from pyfelix.metrics import FelixCollector, metrics_routes, registry, tls_context
 from pyfelix.resources import Resource
 from pyfelix.resources.loader import load_text, manifest_files, read_manifest
+from pyfelix.resources.shared_parse import ParsePrefetch
 from pyfelix.status import EtcdNodeStore, EtcdStatusReporter, WireguardKeyUpdater
 from pyfelix.syncer.etcd import EtcdSyncer
 from pyfelix.syncer.files import FileSyncer
@@ -64,6 +65,8 @@ class AgentOptions:
     datastore: str
     dry_run: bool = True
     status_interval: float = 30.0
+    #: The file datastore's first read, started by the CLI before the agent's imports.
+    prefetch: ParsePrefetch | None = None
 
 
 async def _stop_on_signal(scope: trio.CancelScope) -> None:
@@ -206,7 +209,7 @@ async def run_agent(options: AgentOptions, out: TextIO = sys.stdout) -> int:
                 updater = WireguardKeyUpdater(EtcdNodeStore(client), options.hostname)
                 await nursery.start(updater.run)
             else:
-                syncer = FileSyncer(Path(options.datastore), decoupler)
+                syncer = FileSyncer(Path(options.datastore), decoupler, prefetch=options.prefetch)
             startup = await startup_configurations(options.datastore, client, options.hostname)
             calc = CalcLoop(
                 options.hostname,

@@ -1,5 +1,6 @@
 """Big YAML loads parsed on two cores: a forked child parses the later half of the files and
-hands their documents back.
+hands their documents back (``SharedParse`` for the dry-run's load, ``ParsePrefetch`` for the
+agent's first read of its datastore, which starts before the agent's imports).
 
 Parsing is most of a YAML load (libyaml composes a node tree that Python then walks: some
 80 us a document against 4 us for JSON), and validation on the second core
@@ -15,7 +16,9 @@ from __future__ import annotations
 
 import logging
 import marshal
+import mmap
 import os
+import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +30,7 @@ from pyfelix.resources.loader import (
     Parsed,
     load_file,
     load_parsed,
+    manifest_files_and_links,
     manifest_sources,
     merge,
     parse_text,
@@ -54,6 +58,18 @@ def file_size(path: Path) -> int:
         return path.stat().st_size
     except OSError:
         return 0
+
+
+Stat = tuple[int, int, int]
+
+
+def file_stat(path: Path) -> Stat | None:
+    """What says a file is the one parsed: (inode, mtime in ns, size); None if gone."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return (stat.st_ino, stat.st_mtime_ns, stat.st_size)
 
 
 def _spool() -> BinaryIO:
@@ -136,9 +152,10 @@ class SharedParse:
                 yield source, parsed
 
 
-def _parse_into(spool: BinaryIO, files: list[Path]) -> None:
-    """Each file's documents as a length-prefixed marshal record; a file that cannot be read,
-    parsed or marshalled is left out (the parent loads it, and reports its problem)."""
+def _parse_into(spool: BinaryIO, files: list[Path], stat: Stat | None = None) -> None:
+    """Each file's documents as a length-prefixed marshal record (with ``stat`` when given);
+    a file that cannot be read, parsed or marshalled is left out (the parent loads it, and
+    reports its problem)."""
     for file in files:
         try:
             text = read_manifest(file)
@@ -148,9 +165,104 @@ def _parse_into(spool: BinaryIO, files: list[Path]) -> None:
         if isinstance(parsed, LoadResult):
             continue
         try:
-            record = marshal.dumps((str(file), parsed))
+            fields = (str(file), parsed) if stat is None else (str(file), stat, parsed)
+            record = marshal.dumps(fields)
         except ValueError:
             continue
         spool.write(len(record).to_bytes(_LENGTH, "little"))
         spool.write(record)
     spool.flush()
+
+
+#: A parent's claim on a file, and the prefetching child's.
+_PARENT, _CHILD = 1, 2
+#: Below this many bytes of YAML the agent parses its first read alone.
+MIN_PREFETCH_BYTES = 1 << 20
+
+
+class ParsePrefetch:
+    """The agent's first read of a manifest directory, parsed from both ends at once.
+
+    Started before the agent imports its pipeline (a third of a second), a forked child
+    parses the files from the last one backwards while this process imports and then parses
+    from the first one forwards; they meet in the middle. Each side claims a file (one byte of
+    shared memory) before parsing it and stops at the first file the other side claimed; a
+    file both claimed at once is parsed twice, and this process keeps its own. The child's
+    documents come back as marshal records with the file's stat as the child read it: a file
+    changed since, or one the child could not parse, is read again here. What this leaves to
+    the caller: reading, decoding and reporting its own files (``claim``).
+    """
+
+    def __init__(self, root: Path) -> None:
+        self._pid = 0
+        self._spool: BinaryIO | None = None
+        self._index: dict[Path, int] = {}
+        files = manifest_files_and_links(root)[0] if root.is_dir() else []
+        yaml_bytes = sum(file_size(f) for f in files if f.suffix != ".json")
+        if yaml_bytes < MIN_PREFETCH_BYTES or available_cores() < 2:
+            return
+        self._claims = mmap.mmap(-1, len(files))  # anonymous and shared with the child
+        spool = _spool()
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            log.info("no parsing worker (%s): parsing here", exc)
+            spool.close()
+            return
+        if pid == 0:
+            status = 1
+            try:
+                self._parse_backwards(spool, files)
+                status = 0
+            finally:
+                os._exit(status)
+        self._pid, self._spool = pid, spool
+        self._index = {file: n for n, file in enumerate(files)}
+
+    def _parse_backwards(self, spool: BinaryIO, files: list[Path]) -> None:
+        claims = self._claims
+        for n in range(len(files) - 1, -1, -1):
+            if claims[n] == _PARENT:
+                break
+            claims[n] = _CHILD
+            stat = file_stat(files[n])
+            _parse_into(spool, [files[n]], stat)
+
+    def claim(self, path: Path) -> bool:
+        """Whether this process should read ``path`` itself: False once the child has
+        claimed it (its documents are then in ``delivered``)."""
+        n = self._index.get(path)
+        if n is None:
+            return True
+        if self._claims[n] == _CHILD:
+            return False
+        self._claims[n] = _PARENT
+        return True
+
+    def delivered(self) -> dict[Path, tuple[Stat, Parsed]]:
+        """The child's documents by file, once it has exited (none if it failed); each
+        with the stat the file had when the child read it."""
+        if not self._pid:
+            return {}
+        assert self._spool is not None
+        _, status = os.waitpid(self._pid, 0)
+        self._pid = 0
+        found: dict[Path, tuple[Stat, Parsed]] = {}
+        with self._spool as spool:
+            if status != 0:
+                log.warning("parsing worker failed (status %d): parsing here", status)
+                return found
+            spool.seek(0)
+            while header := spool.read(_LENGTH):
+                source, stat, parsed = marshal.loads(spool.read(int.from_bytes(header, "little")))
+                found[Path(source)] = (tuple(stat), parsed)
+        return found
+
+    def close(self) -> None:
+        """Stop and reap the child, if its documents were never taken."""
+        if self._pid:
+            os.kill(self._pid, signal.SIGKILL)
+            os.waitpid(self._pid, 0)
+            self._pid = 0
+        if self._spool is not None:
+            self._spool.close()

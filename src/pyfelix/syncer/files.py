@@ -41,12 +41,15 @@ from pyfelix.resources.loader import (
     MANIFEST_SUFFIXES,
     Direct,
     Located,
+    Parsed,
     escapes,
+    load_parsed,
     load_text,
     manifest_files,
     read_manifest,
 )
 from pyfelix.resources.meta import Resource
+from pyfelix.resources.shared_parse import ParsePrefetch, Stat
 from pyfelix.syncer.api import SyncerCallbacks, SyncStatus, Update
 from pyfelix.syncer.inotify import Event, Inotify, InotifyUnavailable
 from pyfelix.syncer.plain_workloads import plain_workload_entry
@@ -65,20 +68,28 @@ class _Read:
     stat: tuple[int, int] = (0, 0)
 
 
-def _read_one(path: Path) -> _Read:
+def _read_one(path: Path, prefetched: tuple[Stat, Parsed] | None = None) -> _Read:
+    """``path``'s resources; ``prefetched`` documents stand for its text while the file is
+    still the one they were parsed from."""
     if path.is_dir():
         # A file replaced by a directory: its resources go (the manifests inside are read as
         # files of their own).
         return _Read(gone=True)
     try:
         stat = path.stat()
-        text = read_manifest(path)
+        if prefetched is not None and prefetched[0] == (
+            stat.st_ino,
+            stat.st_mtime_ns,
+            stat.st_size,
+        ):
+            result = load_parsed(prefetched[1], str(path), plain_workload_entry)
+        else:
+            result = load_text(read_manifest(path), str(path), direct=plain_workload_entry)
     except FileNotFoundError:
         return _Read(gone=True)
     except (OSError, UnicodeDecodeError) as exc:
         log.warning("%s: cannot read (%s); keeping its last resources", path, exc)
         return _Read()
-    result = load_text(text, str(path), direct=plain_workload_entry)
     for problem in result.problems:
         log.warning("%s", problem)
     if result.unparsable:
@@ -89,8 +100,19 @@ def _read_one(path: Path) -> _Read:
     return _Read(resources=resources, stat=(stat.st_mtime_ns, stat.st_size))
 
 
-def _read_all(paths: list[Path]) -> list[_Read]:
-    return [_read_one(path) for path in paths]
+def _read_all(paths: list[Path], prefetch: ParsePrefetch | None = None) -> list[_Read]:
+    """Every path read; with ``prefetch``, from the first one until the files its child has
+    parsed (from the last one backwards), whose documents are then taken from it."""
+    if prefetch is None:
+        return [_read_one(path) for path in paths]
+    reads: list[_Read] = []
+    for path in paths:
+        if not prefetch.claim(path):
+            break
+        reads.append(_read_one(path))
+    delivered = prefetch.delivered()
+    reads.extend(_read_one(path, delivered.get(path)) for path in paths[len(reads) :])
+    return reads
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -115,6 +137,8 @@ class FileSyncer:
     poll_interval: float = 2.0
     use_inotify: bool = True
     missing_report: float = 10.0
+    #: The first read's files, parsed ahead by a worker (``ParsePrefetch``); used once.
+    prefetch: ParsePrefetch | None = None
     _files: dict[Path, dict[Identity, Located | Direct]] = attrs.Factory(dict)
     #: What each identity stands for now: its resource, or (for a plain endpoint, which goes
     #: straight to the model) its model key and value.
@@ -161,7 +185,8 @@ class FileSyncer:
         watcher = self._open_watcher()
         try:
             self.callbacks.on_status(SyncStatus.RESYNC_IN_PROGRESS)
-            await self._refresh(self._all_manifests())
+            prefetch, self.prefetch = self.prefetch, None
+            await self._refresh(self._all_manifests(), prefetch)
             self.callbacks.on_status(SyncStatus.IN_SYNC)
             task_status.started()
             if watcher is not None:
@@ -293,7 +318,7 @@ class FileSyncer:
             return None
         return (stat.st_mtime_ns, stat.st_size)
 
-    async def _refresh(self, paths: Iterable[Path]) -> None:
+    async def _refresh(self, paths: Iterable[Path], prefetch: ParsePrefetch | None = None) -> None:
         """Re-read ``paths`` and emit the Updates of the resources that changed.
 
         Reading and parsing run in a worker thread (a 50 MB file must not stop the Trio loop,
@@ -302,7 +327,7 @@ class FileSyncer:
         what the edited file holds, not what the whole directory holds.
         """
         ordered = sorted(set(paths))
-        reads = await trio.to_thread.run_sync(_read_all, ordered)
+        reads = await trio.to_thread.run_sync(_read_all, ordered, prefetch)
         affected: set[Identity] = set()
         for path, read in zip(ordered, reads, strict=True):
             before = set(self._files.get(path, {}))
