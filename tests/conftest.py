@@ -7,6 +7,7 @@ Tests marked ``netns`` need root. Outside CI they are skipped for a non-root dev
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +19,9 @@ from tests.netns import temporary_netns
 REPO = Path(__file__).resolve().parent.parent
 IS_ROOT = os.geteuid() == 0
 IN_CI = bool(os.environ.get("CI"))
+# Agents started by the tests (and every process they start) write the pods' MTU here, never
+# in this machine's /var/lib/calico.
+os.environ["PYFELIX_STATE_DIR"] = tempfile.mkdtemp(prefix="pyfelix-state-")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -41,6 +45,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     if reporter.stats.get("skipped") or not reporter.stats.get("passed"):
         session.exitstatus = 1
+
+
+@pytest.fixture(autouse=True)
+def _state_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test's own state directory (the agents' mtu file), so that no test sees what an
+    earlier one's agent wrote."""
+    directory = tmp_path_factory.mktemp("state")
+    monkeypatch.setenv("PYFELIX_STATE_DIR", str(directory))
+    return directory
 
 
 @pytest.fixture

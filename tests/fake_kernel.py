@@ -50,6 +50,8 @@ class FakeNode:
     routes: dict[str, RouteTarget] = attrs.Factory(dict)
     vxlan: tuple[VtepDevice | None, tuple[RemoteVtep, ...]] = (None, ())
     wireguard: WireguardDevice | None = None
+    #: (name, MTU, running) of its interfaces: what MTU detection sees.
+    links: list[tuple[str, int, bool]] = attrs.Factory(lambda: [("eth0", 1500, True)])
     log: list[str] = attrs.Factory(list)
     #: Errors the next writes of a kind ("ipsets", "tables", "routes") raise, first first.
     fail: dict[str, list[DataplaneWriteError]] = attrs.Factory(dict)
@@ -238,6 +240,7 @@ class FakeDevices:
 @attrs.define
 class FakeInterfaces:
     addresses_by_name: dict[str, frozenset[str]] = attrs.Factory(dict)
+    node: FakeNode = attrs.Factory(FakeNode)
 
     async def addresses(
         self, named: tuple[str, ...], workload_prefixes: tuple[str, ...]
@@ -248,6 +251,9 @@ class FakeInterfaces:
         if name not in self.addresses_by_name:
             return None
         return (1, IFF_UP | IFF_RUNNING)
+
+    async def links(self) -> list[tuple[str, int, bool]]:
+        return list(self.node.links)
 
 
 async def _no_events(on_change: Any) -> None:
@@ -260,7 +266,7 @@ def fake_kernel(node: FakeNode, versions: tuple[int, ...] = (4, 6)) -> Kernel:
         tables={v: FakeTables(node, v) for v in versions},
         routes=FakeRoutes(node),
         devices=FakeDevices(node),
-        interfaces=FakeInterfaces(),
+        interfaces=FakeInterfaces(node=node),
         watch=_no_events,
         description="a fake kernel",
     )

@@ -91,6 +91,10 @@ def test_text_as_felix_carries_it() -> None:
         ("HealthPort", "70000"),
         ("IptablesBackend", "iptables"),
         ("Ipv6Support", "maybe"),
+        ("MTUIfacePattern", "^(eth"),
+        ("RouteTableRange", "1-300"),
+        ("RouteTableRanges", "0-10"),
+        ("RouteTableRanges", "1-70000"),
     ],
 )
 def test_a_bad_value_is_named_and_its_default_used(

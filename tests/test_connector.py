@@ -7,7 +7,8 @@ import trio
 import trio.testing
 
 from pyfelix import messages as m
-from pyfelix.connector import DataplaneConnector, FatalShutdown, RestartRequired
+from pyfelix.connector import DataplaneConnector
+from pyfelix.errors import FatalShutdown, RestartRequired
 from pyfelix.values import FrozenMap
 
 

@@ -6,16 +6,18 @@ from __future__ import annotations
 import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
 import trio
 import trio.testing
 
 from pyfelix import messages as m
 from pyfelix import model
 from pyfelix.calc.pipeline import build_pipeline
-from pyfelix.errors import DataplaneWriteError
+from pyfelix.errors import DataplaneWriteError, FatalShutdown, RestartRequired
 from pyfelix.resources import Resource
 from pyfelix.validation import ValidationContext
 from pyfelix.values import FrozenMap
@@ -80,7 +82,9 @@ class Running:
 
 
 @asynccontextmanager
-async def running(node: FakeNode | None = None) -> AsyncIterator[Running]:
+async def running(
+    node: FakeNode | None = None, state_dir: Path | None = None
+) -> AsyncIterator[Running]:
     node = node or FakeNode()
     send, receive = trio.open_memory_channel[Any](1000)
 
@@ -88,6 +92,8 @@ async def running(node: FakeNode | None = None) -> AsyncIterator[Running]:
         return fake_kernel(node)
 
     driver = LinuxDriver(send, "node-a", open_kernel=open_kernel)
+    if state_dir is not None:
+        driver.state_dir = state_dir
     async with trio.open_nursery() as nursery:
         await nursery.start(driver.run)
         yield Running(driver, node, receive)
@@ -337,3 +343,86 @@ def test_rules_generation_ignores_members_and_local_labels() -> None:
         m.WorkloadEndpointUpdate(key, attrs.evolve(relabelled, profile_ids=("kns.ns",)), ())
     )
     assert state.rules_generation == generation + 1
+
+
+async def _first_apply(r: Running, messages: list[Any]) -> None:
+    await r.send(messages)
+    with trio.fail_after(30):
+        while not any(isinstance(x, m.DataplaneInSync) for x in received(r.to_calc)):
+            await trio.sleep(0.1)
+
+
+def _without_pools() -> list[Any]:
+    """The example node with no IP pool and no FelixConfiguration (the example's turn VXLAN
+    on), so no tunnel."""
+    state = {
+        key: value
+        for key, value in example_state().items()
+        if key[0] not in ("IPPool", "FelixConfiguration")
+    }
+    return messages_for(state)
+
+
+async def test_the_pods_mtu_is_the_smallest_tunnels_of_the_host_mtu(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    """As Felix: the host MTU is the smallest of the running interfaces MTUIfacePattern
+    matches (not cali*, not a down one); VXLAN's MTU is it less 50; the pods' MTU (the mtu
+    file, for the CNI plugin) is the smallest MTU of the tunnels that are on."""
+    node = FakeNode(
+        links=[("eth0", 9001, True), ("ens5", 8000, False), ("cali1", 1400, True), ("lo", 0, True)]
+    )
+    async with running(node, state_dir=tmp_path) as r:
+        await _first_apply(r, _without_pools())
+        assert (tmp_path / "mtu").read_text() == "9001"
+    async with running(node, state_dir=tmp_path) as r:
+        await _first_apply(r, messages_for(example_state()))
+        assert (tmp_path / "mtu").read_text() == "8951"
+        device = node.vxlan[0]
+        assert device is not None
+        assert device.mtu == 8951
+
+
+async def test_a_configured_tunnel_mtu_and_an_unmatched_host(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    """VXLANMTU set is the pods' MTU; with no interface matching, the host MTU is 1460."""
+    node = FakeNode(links=[("weird0", 9000, True)])
+    config = m.ConfigUpdate(FrozenMap({"VXLANMTU": "1300"}))
+    async with running(node, state_dir=tmp_path) as r:
+        await _first_apply(r, [config, *messages_for(example_state())[1:]])
+        assert (tmp_path / "mtu").read_text() == "1300"
+    async with running(node, state_dir=tmp_path) as r:
+        await _first_apply(r, _without_pools())
+        assert (tmp_path / "mtu").read_text() == "1460"
+
+
+async def test_require_mtu_file_makes_an_unwritable_state_dir_fatal(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    config = m.ConfigUpdate(FrozenMap({"RequireMTUFile": "true"}))
+    with pytest.RaisesGroup(
+        pytest.RaisesExc(FatalShutdown, match="RequireMTUFile"), flatten_subgroups=True
+    ):
+        async with running(state_dir=blocked / "state") as r:
+            await r.send([config, *messages_for(example_state())[1:]])
+            await trio.sleep(60)
+    # Without it, the agent goes on (and says why pods may get a wrong MTU).
+    async with running(state_dir=blocked / "state") as r:
+        await _first_apply(r, messages_for(example_state()))
+
+
+async def test_a_changed_host_mtu_restarts_the_agent(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    node = FakeNode()
+    with pytest.RaisesGroup(
+        pytest.RaisesExc(RestartRequired, match="1500 to 1450"), flatten_subgroups=True
+    ):
+        async with running(node, state_dir=tmp_path) as r:
+            await _first_apply(r, messages_for(example_state()))
+            await trio.sleep(45)  # one check later: unchanged, still running
+            node.links = [("eth0", 1450, True)]
+            await trio.sleep(60)

@@ -6,10 +6,9 @@ import pytest
 from pyroute2.netlink.exceptions import NetlinkError
 
 from pyfelix.config import ParamError
-from pyfelix.connector import RestartRequired
 from pyfelix.datastore.commands import CommandError
 from pyfelix.datastore.etcd import EtcdCompacted, EtcdError, EtcdUnavailable
-from pyfelix.errors import DataplaneWriteError, ManifestError, PyfelixError
+from pyfelix.errors import DataplaneWriteError, ManifestError, PyfelixError, RestartRequired
 from pyfelix.resources.schema import TooDeep
 from pyfelix.selector import SelectorError
 from pyfelix.syncer.inotify import InotifyUnavailable

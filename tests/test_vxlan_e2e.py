@@ -112,6 +112,10 @@ def test_pods_on_two_nodes_talk_through_the_agents_vxlan(tmp_path: Path) -> None
         assert "local 10.99.0.1 dev ul0" in device
         assert "dstport 4789" in device
         assert "nolearning" in device
+        # The host MTU is the node's eth0 (MTUIfacePattern; ul0 does not match), less VXLAN's
+        # 50, for the device and, in the mtu file, for the pods.
+        assert " mtu 1450 " in device
+        assert (Path(os.environ["PYFELIX_STATE_DIR"]) / "mtu").read_text() == "1450"
         assert "10.65.2.0/26 via 10.65.2.0 dev vxlan.calico onlink" in run(
             nodes[0].node, "ip", "route", "show", "proto", "boot"
         )

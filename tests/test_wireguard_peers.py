@@ -1,9 +1,23 @@
-"""Which WireGuard peers a node wants (a pure function) and the device's firewall mark."""
+"""Which WireGuard peers a node wants (a pure function), the device's firewall mark and its
+routing table."""
 
 from __future__ import annotations
 
+from itertools import islice
+
+import pytest
+
+from pyfelix import messages as m
+from pyfelix.config import parse_config
+from pyfelix.values import FrozenMap
+from pyfelix_dataplane.linux.managers.wireguard import (
+    WireguardManager,
+    route_tables,
+    wireguard_table,
+)
 from pyfelix_dataplane.linux.wireguard import Peer, peers_from
 from pyfelix_dataplane.rules.marks import wireguard_mark
+from pyfelix_dataplane.state import NodeState
 
 
 def test_peers_are_remote_nodes_with_a_key_and_an_address() -> None:
@@ -26,3 +40,36 @@ def test_mark_is_the_first_bit_the_rules_leave_free() -> None:
     assert wireguard_mark() == 0x200000
     assert wireguard_mark(0x3F000) == 0x20000
     assert wireguard_mark(0x1F000) == 0, "five bits: all taken by the rules"
+
+
+@pytest.mark.parametrize(
+    ("settings", "first"),
+    [
+        ({}, [1, 2, 3]),
+        ({"RouteTableRanges": "250-260"}, [250, 251, 252, 256, 257]),
+        ({"RouteTableRanges": "300-400,1-2"}, [1, 2, 300, 301]),
+        ({"RouteTableRanges": "10-20,15-30"}, [10, 11]),
+        ({"RouteTableRange": "7-9"}, [7, 8, 9]),
+        ({"RouteTableRange": "7-9", "RouteTableRanges": "100-101"}, [100, 101]),
+    ],
+)
+def test_route_tables_are_handed_out_lowest_first_as_felix(
+    settings: dict[str, str], first: list[int]
+) -> None:
+    """RouteTableRanges, else the deprecated RouteTableRange, else 1-250; never 253-255.
+    IPv4 WireGuard's table is the first."""
+    config = parse_config(settings)
+    assert list(islice(route_tables(config), len(first))) == first
+    assert wireguard_table(config) == first[0]
+    tables = list(route_tables(config))
+    assert len(tables) == len(set(tables))
+
+
+def test_the_wireguard_device_uses_the_first_table_of_the_range() -> None:
+    state = NodeState()
+    state.apply(
+        m.ConfigUpdate(FrozenMap({"WireguardEnabled": "true", "RouteTableRanges": "42-50"}))
+    )
+    device = WireguardManager(state, writer=None, hostname="node-a", to_calc=None).desired()  # type: ignore[arg-type]
+    assert device is not None
+    assert device.table == 42

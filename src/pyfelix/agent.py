@@ -31,11 +31,11 @@ from pyfelix.calc.async_loop import CalcLoop
 from pyfelix.calc.config_batcher import startup_config
 from pyfelix.calc.decoupler import Decoupler
 from pyfelix.config import FelixConfig
-from pyfelix.connector import SHUTDOWN_PAUSE, DataplaneConnector, RestartRequired, Shutdown
+from pyfelix.connector import SHUTDOWN_PAUSE, DataplaneConnector
 from pyfelix.datastore import is_etcd
 from pyfelix.datastore.etcd import EtcdClient, EtcdConfig, EtcdError
 from pyfelix.datastore.layout import decode
-from pyfelix.errors import ManifestError
+from pyfelix.errors import ManifestError, RestartRequired, Shutdown
 from pyfelix.health import DATAPLANE, HEALTH_INTERVAL, HealthAggregator, health_routes
 from pyfelix.httpserver import HttpServer
 from pyfelix.logs import configure_logging

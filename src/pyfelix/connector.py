@@ -22,34 +22,16 @@ import trio
 from pyfelix import messages as m
 from pyfelix.config import FelixConfig
 from pyfelix.config.support import NO_EFFECT, no_effect
-from pyfelix.errors import PyfelixError
+from pyfelix.errors import FatalShutdown, RestartRequired
 
 log = logging.getLogger(__name__)
 
-RESTART_EXIT_CODE = 129
 #: Felix sleeps this long before exiting for a restart or a failure, "to avoid a tight restart
 #: loop" (daemon.go); a signal (other than SIGHUP) exits at once.
 SHUTDOWN_PAUSE = 2.0
 # Felix applies only these without a restart (the health timeouts live; the others are
 # informational and come from ClusterInformation).
 LIVE_CONFIG = frozenset({"HealthTimeoutOverrides", "ClusterGUID", "ClusterType", "CalicoVersion"})
-
-
-class Shutdown(PyfelixError):
-    """The agent must stop, with ``exit_code``: after Felix's pause against a tight restart
-    loop (SHUTDOWN_PAUSE), for its supervisor to start it again."""
-
-    exit_code = 1
-
-
-class RestartRequired(Shutdown):
-    """The agent must stop and be restarted with new settings (exit code 129)."""
-
-    exit_code = RESTART_EXIT_CODE
-
-
-class FatalShutdown(Shutdown):
-    """Felix's fatal exit (code 1): the agent cannot go on (the datastore is not ready)."""
 
 
 class StatusSink(Protocol):

@@ -88,6 +88,27 @@ class PyfelixError(Exception):
     """Base of pyfelix's own exceptions."""
 
 
+#: What systemd (or any supervisor) is told when the agent must start again (Felix's code).
+RESTART_EXIT_CODE = 129
+
+
+class Shutdown(PyfelixError):
+    """The agent must stop, with ``exit_code``: after Felix's pause against a tight restart
+    loop (SHUTDOWN_PAUSE), for its supervisor to start it again."""
+
+    exit_code = 1
+
+
+class RestartRequired(Shutdown):
+    """The agent must stop and be restarted with new settings (exit code 129)."""
+
+    exit_code = RESTART_EXIT_CODE
+
+
+class FatalShutdown(Shutdown):
+    """Felix's fatal exit (code 1): the agent cannot go on (the datastore is not ready)."""
+
+
 class DataplaneWriteError(PyfelixError):
     """A kernel write failed; ``line`` is the input line the tool rejected, when it says."""
 

@@ -23,6 +23,7 @@ from typing import TextIO
 import attrs
 
 from pyfelix.resources import Resource, WorkloadEndpoint
+from pyfelix_dataplane.linux.mtu import read_mtu_file
 
 GATEWAY = "169.254.1.1"
 DEFAULT_PORT = 8080
@@ -59,13 +60,22 @@ def run_in(ns: str | None, *argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*prefix, *argv], capture_output=True, text=True, check=False)
 
 
-def wire_pod(host: str | None, pod: str, interface: str, address: str, mac: str = "") -> None:
+def wire_pod(
+    host: str | None,
+    pod: str,
+    interface: str,
+    address: str,
+    mac: str = "",
+    *,
+    mtu: int | None = None,
+) -> None:
     """A veth pair from namespace ``host`` (None: the current one) into namespace ``pod``,
-    configured as the CNI plugin configures a pod's."""
+    configured as the CNI plugin configures a pod's (``mtu`` on both ends, when given)."""
+    sized = ("mtu", str(mtu)) if mtu else ()
     here = ["netns", host] if host else []
-    peer = ("peer", "name", "eth0", "netns", pod)
+    peer = ("peer", "name", "eth0", *sized, "netns", pod)
     subprocess.run(
-        ["ip", "link", "add", interface, *here, "type", "veth", *peer],
+        ["ip", "link", "add", interface, *here, *sized, "type", "veth", *peer],
         check=True,
         capture_output=True,
     )
@@ -143,8 +153,11 @@ def _existing_namespaces() -> set[str]:
 
 
 def pods_up(resources: Sequence[Resource], hostname: str, prefix: str, out: TextIO) -> int:
-    """Create this node's pods (those already there are left as they are)."""
+    """Create this node's pods (those already there are left as they are), with the MTU the
+    agent wrote for the CNI plugin, as Calico's plugin takes it (the kernel's default if the
+    agent has not written one)."""
     existing = _existing_namespaces()
+    mtu = read_mtu_file()
     for pod in cluster_pods(resources):
         if pod.node != hostname:
             continue
@@ -154,10 +167,13 @@ def pods_up(resources: Sequence[Resource], hostname: str, prefix: str, out: Text
             continue
         subprocess.run(["ip", "netns", "add", netns], check=True)
         run_in(netns, "ip", "link", "set", "lo", "up")
-        wire_pod(None, netns, pod.interface, pod.address, pod.mac)
+        wire_pod(None, netns, pod.interface, pod.address, pod.mac, mtu=mtu)
         start_responder(netns, pod.ports, detach=True)
         ports = ",".join(map(str, pod.ports))
-        print(f"{pod.name}: {netns}, {pod.interface} -> {pod.address}, tcp/{ports}", file=out)
+        sized = f", mtu {mtu}" if mtu else ""
+        print(
+            f"{pod.name}: {netns}, {pod.interface} -> {pod.address}, tcp/{ports}{sized}", file=out
+        )
     return 0
 
 

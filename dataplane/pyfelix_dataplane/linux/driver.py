@@ -23,6 +23,7 @@ import math
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -30,7 +31,7 @@ import trio
 
 from pyfelix import messages as m
 from pyfelix.config import FelixConfig
-from pyfelix.errors import DataplaneWriteError
+from pyfelix.errors import DataplaneWriteError, FatalShutdown, RestartRequired
 from pyfelix.stats import DataplaneStats
 from pyfelix.throttle import LeakyBucket
 from pyfelix_dataplane.linux.kernel import Kernel, linux_kernel
@@ -41,6 +42,14 @@ from pyfelix_dataplane.linux.managers.routes import RoutesManager
 from pyfelix_dataplane.linux.managers.tables import TablesManager
 from pyfelix_dataplane.linux.managers.vxlan import VxlanManager
 from pyfelix_dataplane.linux.managers.wireguard import WireguardManager
+from pyfelix_dataplane.linux.mtu import (
+    MONITOR_INTERVAL,
+    MTU_FILE,
+    TunnelMTUs,
+    host_mtu,
+    state_dir,
+    write_mtu_file,
+)
 from pyfelix_dataplane.state import NodeState
 
 log = logging.getLogger(__name__)
@@ -131,6 +140,9 @@ class LinuxDriver:
     #: Counts and timings for Felix's metrics.
     stats: DataplaneStats = attrs.Factory(DataplaneStats)
     managers: Managers | None = None
+    #: Where the pods' MTU is written (Felix's /var/lib/calico; PYFELIX_STATE_DIR moves it).
+    state_dir: Path = attrs.Factory(state_dir)
+    mtu_interval: float = MONITOR_INTERVAL
     throttle: LeakyBucket = attrs.Factory(lambda: LeakyBucket(APPLY_REFILL_INTERVAL, APPLY_BURST))
     _wake: trio.Event = attrs.Factory(trio.Event)
     _received: int = 0
@@ -190,7 +202,44 @@ class LinuxDriver:
                 self.state, kernel, self.hostname, self.to_calc
             )
             log.info("programming with %s", kernel.description)
+            host = await self._configure_mtus(kernel, managers)
+            nursery.start_soon(self._watch_host_mtu, kernel, host)
             await self._loop(managers)
+
+    async def _configure_mtus(self, kernel: Kernel, managers: Managers) -> int:
+        """Felix's start-of-day MTUs: the host's detected, the tunnels' defaulted from it, the
+        pods' written for the CNI plugin (a failure is fatal with RequireMTUFile, as Felix).
+        Returns the host MTU."""
+        config = self.state.config
+        host = host_mtu(await kernel.interfaces.links(), config.mtu_iface_pattern)
+        tunnels = TunnelMTUs.of(config, host)
+        managers.vxlan.mtu = tunnels.vxlan
+        managers.wireguard.mtu = tunnels.wireguard
+        encapsulation = self.state.encapsulation or m.Encapsulation(False, False)
+        pod = tunnels.pod_mtu(vxlan=encapsulation.vxlan_enabled, wireguard=config.wireguard_enabled)
+        target = self.state_dir / MTU_FILE
+        try:
+            write_mtu_file(pod, self.state_dir)
+        except OSError as exc:
+            if config.require_mtu_file:
+                raise FatalShutdown(
+                    f"cannot write the pods' MTU to {target} ({exc}) and RequireMTUFile is set"
+                ) from exc
+            log.error(
+                "cannot write the pods' MTU to %s (%s): pods may get a wrong MTU", target, exc
+            )
+        else:
+            log.info("host MTU %d, pod MTU %d (in %s)", host, pod, target)
+        return host
+
+    async def _watch_host_mtu(self, kernel: Kernel, host: int) -> None:
+        """Felix re-detects the host MTU periodically and restarts when it has changed."""
+        while True:
+            await trio.sleep(self.mtu_interval)
+            links = await kernel.interfaces.links()
+            now = host_mtu(links, self.state.config.mtu_iface_pattern)
+            if now != host:
+                raise RestartRequired(f"host MTU changed from {host} to {now}")
 
     async def _loop(self, managers: Managers) -> None:
         self._wake.set()

@@ -23,6 +23,7 @@ from pyfelix_dataplane.linux.host_endpoints import interface_addresses
 from pyfelix_dataplane.linux.ipsets import DesiredSets, IpsetWriter
 from pyfelix_dataplane.linux.iptables import Desired, IptablesWriter, Script, detect_backend
 from pyfelix_dataplane.linux.monitor import watch_interfaces
+from pyfelix_dataplane.linux.mtu import Link, read_links
 from pyfelix_dataplane.linux.routes import (
     RouteOwnership,
     RouteTarget,
@@ -79,6 +80,10 @@ class InterfaceReading(Protocol):
 
     def flags(self, name: str) -> tuple[int, int] | None: ...
 
+    async def links(self) -> list[Link]:
+        """(name, MTU, running) of every interface, for MTU detection."""
+        ...
+
 
 @attrs.define
 class LinuxDevices:
@@ -98,6 +103,9 @@ class LinuxInterfaces:
 
     def flags(self, name: str) -> tuple[int, int] | None:
         return link_flags(name)
+
+    async def links(self) -> list[Link]:
+        return await trio.to_thread.run_sync(read_links)
 
 
 @attrs.define(eq=False)

@@ -19,8 +19,9 @@ from pyfelix.config.text import (
     parse_pairs,
     parse_port_range,
     parse_port_ranges,
-    parse_range,
-    parse_ranges,
+    parse_regex,
+    parse_route_table_range,
+    parse_route_table_ranges,
     parse_timeouts,
 )
 
@@ -84,8 +85,17 @@ def _enum_default(param: Param) -> str:
 
 _OBJECT_PARSERS: dict[str, tuple[str, str, Callable[[str], object]]] = {
     "HealthTimeoutOverrides": ("tuple[tuple[str, float], ...]", "parse_timeouts", parse_timeouts),
-    "RouteTableRange": ("tuple[int, int] | None", "parse_range", parse_range),
-    "RouteTableRanges": ("tuple[tuple[int, int], ...]", "parse_ranges", parse_ranges),
+    "RouteTableRange": (
+        "tuple[int, int] | None",
+        "parse_route_table_range",
+        parse_route_table_range,
+    ),
+    "RouteTableRanges": (
+        "tuple[tuple[int, int], ...]",
+        "parse_route_table_ranges",
+        parse_route_table_ranges,
+    ),
+    "MTUIfacePattern": ("str", "parse_regex", parse_regex),
     "BPFConntrackTimeouts": ("tuple[tuple[str, str], ...]", "parse_pairs", parse_pairs),
     "KubeNodePortRanges": ("tuple[tuple[int, int], ...]", "parse_port_ranges", parse_port_ranges),
     "NATPortRange": ("tuple[int, int] | None", "parse_port_range", parse_port_range),
@@ -97,6 +107,8 @@ _OBJECT_PARSERS: dict[str, tuple[str, str, Callable[[str], object]]] = {
 def field(param: Param) -> tuple[str, str, str]:
     """(annotation, default expression, parser expression) for one parameter."""
     kind, default = param.kind, param.default
+    if kind == "string" and param.felix in _OBJECT_PARSERS:
+        return "str", repr(str(default or "")), _OBJECT_PARSERS[param.felix][1]
     if kind == "bool":
         if default is None:
             return "bool | None", "None", "parse_bool"
@@ -154,8 +166,9 @@ def render() -> str:
         "    parse_pairs,",
         "    parse_port_range,",
         "    parse_port_ranges,",
-        "    parse_range,",
-        "    parse_ranges,",
+        "    parse_regex,",
+        "    parse_route_table_range,",
+        "    parse_route_table_ranges,",
         "    parse_seconds,",
         "    parse_timeouts,",
         ")",

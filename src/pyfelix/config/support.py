@@ -105,15 +105,24 @@ ACTED_ON: dict[str, str] = {
     "after the agent stops reporting)",
     "RouteRefreshInterval": "how often routes, VXLAN and WireGuard are re-read and repaired",
     "VXLANEnabled": "overrides the IP pools' VXLAN mode in the encapsulation (restart check)",
-    "VXLANMTU": "the VXLAN device's MTU (0: the parent's less 50)",
+    "VXLANMTU": "the VXLAN device's MTU (0: the host MTU less 50); the pods' MTU when on",
     "VXLANPort": "the VXLAN device's port, admitted in cali-INPUT, dropped from workloads",
     "VXLANVNI": "the VXLAN device's VNI",
     "WireguardEnabled": "the WireGuard device, peers, routing table and rule",
     "WireguardInterfaceName": "the WireGuard device's name",
     "WireguardListeningPort": "the WireGuard port (admitted in cali-INPUT)",
-    "WireguardMTU": "the WireGuard device's MTU (0: detected)",
+    "WireguardMTU": "the WireGuard device's MTU (0: the host MTU less 60); the pods' MTU "
+    "when on and smaller",
     "WireguardRoutingRulePriority": "the priority of WireGuard's routing rule",
     "WorkloadSourceSpoofing": "Any allows endpoints' allowSpoofedSourcePrefixes (validation)",
+    "MTUIfacePattern": "the interfaces whose smallest MTU (running ones) is the host MTU, re-read "
+    "every 30 s (a change restarts the agent, as Felix)",
+    "RequireMTUFile": "an mtu file that cannot be written (PYFELIX_STATE_DIR, /var/lib/calico) "
+    "stops the agent, as Felix",
+    "RouteTableRange": "(deprecated) the routing tables pyfelix may own when RouteTableRanges is "
+    "unset: WireGuard takes the first",
+    "RouteTableRanges": "the routing tables pyfelix may own (253-255 never): WireGuard takes the "
+    "first, as Felix's allocator",
 }
 
 #: Set by the datastore (ClusterInformation), not by an operator: informational, no warning.

@@ -160,6 +160,39 @@ def parse_ranges(text: str, separator: str = "-") -> tuple[tuple[int, int], ...]
     return tuple(parse_range(item, separator) for item in parse_list(text))
 
 
+#: Linux's largest routing table number, and Felix's cap on how many a pyfelix may own.
+ROUTE_TABLE_MAX = 0xFFFFFFFF
+ROUTE_TABLES_MAX = 0xFFFF
+
+
+def parse_route_table_range(text: str) -> tuple[int, int]:
+    """RouteTableRange (deprecated): ``min-max`` within 1-250, as Felix."""
+    low, high = parse_range(text)
+    if not 1 <= low <= high <= 250:
+        raise ParamError(f"{text!r} must be a range of route table indices within 1-250")
+    return low, high
+
+
+def parse_route_table_ranges(text: str) -> tuple[tuple[int, int], ...]:
+    """RouteTableRanges: ``min-max,...``, each from 1, at most 65535 tables in all."""
+    ranges = parse_ranges(text)
+    for low, high in ranges:
+        if low < 1 or high > ROUTE_TABLE_MAX:
+            raise ParamError(f"{low}-{high}: route tables run from 1 to {ROUTE_TABLE_MAX}")
+    if sum(high - low + 1 for low, high in ranges) > ROUTE_TABLES_MAX:
+        raise ParamError(f"{text!r} targets too many tables (more than {ROUTE_TABLES_MAX})")
+    return ranges
+
+
+def parse_regex(text: str) -> str:
+    """A regular expression (MTUIfacePattern), checked once here rather than on every use."""
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise ParamError(f"invalid regular expression {text!r}: {exc}") from None
+    return text
+
+
 def parse_port_range(text: str) -> tuple[int, int]:
     return parse_range(text, ":")
 

@@ -17,6 +17,8 @@ class VxlanManager:
     writer: DeviceWriting
     hostname: str
     area: str = "routes"
+    #: The device's MTU (VXLANMTU, or the host MTU less 50: see linux/mtu.py).
+    mtu: int = 0
     _written: Vxlan | None = None
 
     def invalidate(self) -> None:
@@ -35,7 +37,7 @@ class VxlanManager:
             mac=local.mac,
             tunnel_ip=local.ipv4_addr,
             parent_ip=local.parent_device_ip,
-            mtu=config.vxlan_mtu,
+            mtu=self.mtu,
         )
         remotes = tuple(
             RemoteVtep(vtep.ipv4_addr, vtep.mac, vtep.parent_device_ip)
