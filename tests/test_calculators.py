@@ -170,14 +170,17 @@ ROUTE_STATES: list[tuple[str, list[Update], dict[str, Route]]] = [
 ]
 
 
-def resolve_routes(order: Sequence[Update]) -> Recorder:
+def resolve_routes(order: Sequence[Update], route_source: str = "CalicoIPAM") -> Recorder:
     """The routes node-a's resolver sent for ``order``, flushed after each update."""
     out = Recorder()
     updates, local_updates = Dispatcher(), Dispatcher()
-    resolver = L3RouteResolver("node-a", out)
+    resolver = L3RouteResolver("node-a", out, route_source=route_source)
     resolver.register_with(updates, local_updates)
+    # With WorkloadIPs the resolver takes every workload from the main dispatcher.
+    every = route_source == "WorkloadIPs"
     for update in order:
-        target = local_updates if isinstance(update.key, model.WorkloadEndpointKey) else updates
+        workload = isinstance(update.key, model.WorkloadEndpointKey)
+        target = local_updates if workload and not every else updates
         target.on_update(update)
         resolver.flush()
     return out
@@ -549,6 +552,81 @@ def test_dispatcher_fans_out_in_order_and_a_filter_stops_the_rest() -> None:
     dispatcher.on_updates([Update(model.TierKey("t"), None)])
     dispatcher.on_status(SyncStatus.IN_SYNC)
     assert seen == ["first", "filter", "tier", "IN_SYNC"]
+
+
+def workload_on(node: str, name: str, ip: str) -> Update:
+    return Update(model.WorkloadEndpointKey(node, "k8s", f"ns/{name}", "eth0"), wep(name, ip))
+
+
+def gone(update: Update) -> Update:
+    return Update(update.key, None)
+
+
+# (types, destination node, local interface) of one address's route.
+Claimed = tuple[frozenset[str], str, str]
+CLAIM_STATES: list[tuple[str, list[Update], dict[str, Claimed]]] = [
+    (
+        "two local workloads on one address: the first interface by name",
+        [workload_on("node-a", "calib", "10.70.0.5/32"),
+         workload_on("node-a", "calia", "10.70.0.5/32")],
+        {"10.70.0.5/32": (frozenset({"LOCAL_WORKLOAD"}), "node-a", "calia")},
+    ),
+    (
+        "ours and node-b's on one address: the first node by name (ours), local only",
+        [workload_on("node-b", "calib", "10.70.0.5/32"),
+         workload_on("node-a", "calia", "10.70.0.5/32"), NODE_B_IP],
+        {"10.70.0.5/32": (frozenset({"LOCAL_WORKLOAD"}), "node-a", "calia")},
+    ),
+    (
+        "ours and node-0's on one address: node-0's, remote only",
+        [workload_on("node-0", "cali0", "10.70.0.5/32"),
+         workload_on("node-a", "calia", "10.70.0.5/32")],
+        {"10.70.0.5/32": (frozenset({"REMOTE_WORKLOAD"}), "node-0", "")},
+    ),
+    (
+        "a workload on node-b's tunnel address: on one node the workload comes first",
+        [workload_on("node-b", "calib", "10.65.1.0/32"), NODE_B_TUNNEL, NODE_B_IP],
+        {"10.65.1.0/32": (frozenset({"REMOTE_WORKLOAD"}), "node-b", "")},
+    ),
+    (
+        "the other workload goes: the remaining claim decides",
+        [workload_on("node-0", "cali0", "10.70.0.5/32"),
+         workload_on("node-a", "calia", "10.70.0.5/32"),
+         gone(workload_on("node-0", "cali0", "10.70.0.5/32"))],
+        {"10.70.0.5/32": (frozenset({"LOCAL_WORKLOAD"}), "node-a", "calia")},
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("inputs", "expected"), [c[1:] for c in CLAIM_STATES], ids=[c[0] for c in CLAIM_STATES]
+)
+def test_an_address_claimed_twice_resolves_as_felix_in_every_order(
+    inputs: list[Update], expected: dict[str, Claimed]
+) -> None:
+    """Felix's route trie keeps every claim (ref) and routes by the first: node name, then a
+    workload before a tunnel. Orders keep a removal after what it removes."""
+    removals = [u for u in inputs if u.value is None]
+    for order in orders([u for u in inputs if u.value is not None]):
+        out = resolve_routes([*order, *removals], route_source="WorkloadIPs")
+        got = {
+            dst: (r.types, r.dst_node, r.local_workload_interface)
+            for dst, r in out.routes.items()
+            if dst in expected
+        }
+        assert got == expected, [str(u.key) for u in order]
+
+
+def test_a_node_that_loses_its_tunnel_address_loses_its_tunnelled_routes() -> None:
+    """Its tunnel route goes, and so do the routes through the tunnel to it (Felix's VXLAN
+    resolver no longer has its VTEP); they come back with the address."""
+    base = [VXLAN_POOL, REMOTE_BLOCK, NODE_B_IP, NODE_B_TUNNEL]
+    out = resolve_routes([*base, gone(NODE_B_TUNNEL)])
+    assert "10.65.1.0/32" not in out.routes
+    assert "10.65.1.0/26" not in out.routes
+    assert out.routes["192.0.2.2/32"].types == frozenset({"REMOTE_HOST"})
+    out = resolve_routes([*base, gone(NODE_B_TUNNEL), NODE_B_TUNNEL])
+    assert out.routes["10.65.1.0/26"].tunnel == "vxlan"
 
 
 def test_route_source_workload_ips_routes_every_workload_not_blocks() -> None:

@@ -22,6 +22,8 @@ from pyfelix.calc.outputs import RouteOutput
 from pyfelix.ipnet import IPNetwork
 from pyfelix.syncer.api import Update
 
+#: Felix's RefTypeWEP and its tunnel ref types: a workload's claim sorts first on a node.
+_WORKLOAD_CLAIM, _TUNNEL_CLAIM = 0, 3
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
@@ -189,24 +191,16 @@ class L3RouteResolver:
             add(
                 f"{ip}/32", "LOCAL_HOST" if node == self._hostname else "REMOTE_HOST", dst_node=node
             )
-        for node, ip in self._tunnels.items():
+        for dst, (node, kind, interface) in self._first_claims().items():
             local = node == self._hostname
-            add(
-                f"{ip}/32",
-                "LOCAL_TUNNEL" if local else "REMOTE_TUNNEL",
-                dst_node=node,
-                dst_node_ip=self._host_ips.get(node, ""),
-            )
-        for key, endpoint in self._workloads.items():
-            local = key.hostname == self._hostname
-            for net in endpoint.ipv4_nets + endpoint.ipv6_nets:
-                add(
-                    net,
-                    "LOCAL_WORKLOAD" if local else "REMOTE_WORKLOAD",
-                    dst_node=key.hostname,
-                    dst_node_ip=self._host_ips.get(key.hostname, ""),
-                    local_workload_interface=endpoint.name if local else "",
-                )
+            if kind == _WORKLOAD_CLAIM:
+                add(dst, "LOCAL_WORKLOAD" if local else "REMOTE_WORKLOAD")
+            else:
+                add(dst, "LOCAL_TUNNEL" if local else "REMOTE_TUNNEL")
+            # The claim, not a block at the same CIDR, says where the address is.
+            wanted[dst].update(dst_node=node, dst_node_ip=self._host_ips.get(node, ""))
+            if interface:
+                wanted[dst]["local_workload_interface"] = interface
         self._inherit_block_types(wanted)
         out = {}
         for dst, entry in wanted.items():
@@ -242,6 +236,21 @@ class L3RouteResolver:
                 same_subnet=same_subnet,
             )
         return out
+
+    def _first_claims(self) -> dict[str, tuple[str, int, str]]:
+        """For each address a workload or a tunnel claims, the claim that decides its route:
+        as Felix's route trie, the first by node name, then workload before tunnel, so that
+        two workloads on one address (bad data, or a pod replaced on another node before the
+        old one is gone) resolve the same whatever order their updates came in. (Two local
+        workloads on one address: the first interface by name.)"""
+        claims: dict[str, list[tuple[str, int, str]]] = {}
+        for node, ip in self._tunnels.items():
+            claims.setdefault(f"{ip}/32", []).append((node, _TUNNEL_CLAIM, ""))
+        for key, endpoint in self._workloads.items():
+            interface = endpoint.name if key.hostname == self._hostname else ""
+            for net in endpoint.ipv4_nets + endpoint.ipv6_nets:
+                claims.setdefault(net, []).append((key.hostname, _WORKLOAD_CLAIM, interface))
+        return {dst: min(found) for dst, found in claims.items()}
 
     def _inherit_block_types(self, wanted: dict[str, dict[str, object]]) -> None:
         """As Felix's walk of its route trie: a route inside blocks with an affinity takes
