@@ -6,17 +6,20 @@ small writes rewrite only what changed, without the listing."""
 
 from __future__ import annotations
 
+import fcntl
 import re
 import shlex
 
 import pytest
 import trio
 
+from pyfelix.errors import DataplaneWriteError
 from pyfelix_dataplane.linux.iptables import IptablesWriter, TableState
 from pyfelix_dataplane.rules.model import Chain, Rule
 from tests.netns import in_netns, run_in
 
 Spec = list[tuple[str, list[list[str]]]]
+XTABLES_LOCK = "/run/xtables.lock"
 HOOKS = [("INPUT", "cali-INPUT"), ("FORWARD", "cali-FORWARD"), ("OUTPUT", "cali-OUTPUT")]
 
 
@@ -200,3 +203,47 @@ def test_a_jump_inserted_by_an_older_version_moves_to_the_end() -> None:
     assert script.splitlines()[1:] == ["-D POSTROUTING 1", *jump.lines(), "COMMIT"]
     settled = TableState({**ours, "POSTROUTING": ("", jump.hashes[0])}, frozenset())
     assert not IptablesWriter(backend="nft").plan("nat", settled, chains, [], [jump])
+
+
+def _write_legacy_while_locked(hold: float, action: str) -> tuple[float, str]:
+    """A legacy write (cali-INPUT with one rule of ``action``) while another program holds the
+    xtables lock for ``hold`` seconds: how long the write took, and its error ("" if it
+    wrote). Runs inside the namespace (the lock file is the machine's, /run/xtables.lock)."""
+
+    async def main() -> tuple[float, str]:
+        writer = IptablesWriter(version=4, backend="legacy", lock_probe_interval=0.01)
+        chains = [Chain("cali-INPUT", (Rule(action=action),))]
+        error = ""
+
+        async def attempt() -> None:
+            nonlocal error
+            try:
+                await writer.apply({"filter": (chains, HOOKS[:1], ())})
+            except DataplaneWriteError as exc:
+                error = str(exc)
+
+        with open(XTABLES_LOCK, "a") as lock:  # noqa: ASYNC230 (a lock file, held briefly)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            started = trio.current_time()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(attempt)
+                await trio.sleep(hold)
+                fcntl.flock(lock, fcntl.LOCK_UN)
+            return trio.current_time() - started, error
+
+    return trio.run(main)
+
+
+@pytest.mark.netns
+def test_a_write_waits_for_another_programs_xtables_lock_for_ten_seconds(netns: str) -> None:
+    """As Felix (--wait 10): a legacy restore while another program holds the lock waits
+    for it and then writes; after 10 s it gives up with the tool's reason (without the
+    option the tool would wait for ever). iptables 1.8.8 and later ignore the probe
+    interval (IptablesLockProbeIntervalMillis), which is passed as Felix passes it."""
+    took, error = in_netns(netns, _write_legacy_while_locked, 0.5, "--jump RETURN")
+    assert (took >= 0.5, error) == (True, "")
+    listed = run_in(netns, "iptables-legacy-save", "-t", "filter").stdout
+    assert rules_in(listed, "cali-INPUT")[0].endswith("-j RETURN")
+    took, error = in_netns(netns, _write_legacy_while_locked, 12.0, "--jump ACCEPT")
+    assert "xtables lock" in error
+    assert took >= 12.0

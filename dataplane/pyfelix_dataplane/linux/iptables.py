@@ -103,6 +103,10 @@ class Script:
         return "".join(self.chunks())
 
 
+#: Felix's xtables lock timeout for iptables-restore, in seconds (its lock timeout of 0 means 10).
+LOCK_TIMEOUT = 10
+
+
 @attrs.define
 class IptablesWriter:
     """Writes the tables of one IP version with one backend ("legacy" or "nft")."""
@@ -110,6 +114,9 @@ class IptablesWriter:
     version: int = 4
     backend: str = "nft"
     insert_mode: str = "insert"
+    #: IptablesLockProbeIntervalMillis, in seconds: how often a restore retries the xtables
+    #: lock while another program holds it.
+    lock_probe_interval: float = 0.05
 
     @property
     def _tool(self) -> str:
@@ -229,8 +236,11 @@ class IptablesWriter:
         argv = [f"{self._tool}-restore", "--noflush"]
         if script.listing:
             argv.append("--counters")
-        if self.backend == "legacy":
-            argv += ["-w", "10"]
+        # As Felix: wait up to 10 s for the xtables lock (legacy takes it; nft accepts the
+        # options), probing every IptablesLockProbeIntervalMillis (iptables 1.8.8 and later
+        # ignore the interval and say so on stderr).
+        probe = max(1, round(self.lock_probe_interval * 1_000_000))
+        argv += ["--wait", str(LOCK_TIMEOUT), "--wait-interval", str(probe)]
         await run(argv, script.chunks())
 
     async def apply(self, desired: Mapping[str, Desired]) -> str:

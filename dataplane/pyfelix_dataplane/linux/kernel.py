@@ -147,7 +147,10 @@ async def linux_kernel(config: FelixConfig) -> Kernel:
     mode = "append" if config.chain_insert_mode is ChainInsertMode.APPEND else "insert"
     return Kernel(
         ipsets=IpsetWriter(config.max_ipset_size),
-        tables={v: IptablesWriter(v, backend, mode) for v in versions},
+        tables={
+            v: IptablesWriter(v, backend, mode, config.iptables_lock_probe_interval)
+            for v in versions
+        },
         routes=RouteWriter(),
         devices=LinuxDevices(),
         interfaces=LinuxInterfaces(),

@@ -123,6 +123,8 @@ ACTED_ON: dict[str, str] = {
     "unset: WireGuard takes the first",
     "RouteTableRanges": "the routing tables pyfelix may own (253-255 never): WireGuard takes the "
     "first, as Felix's allocator",
+    "IptablesLockProbeIntervalMillis": "passed to iptables-restore as --wait-interval, with "
+    "--wait 10, as Felix (iptables 1.8.8 and later ignore the interval)",
 }
 
 #: Set by the datastore (ClusterInformation), not by an operator: informational, no warning.
