@@ -715,3 +715,37 @@ def test_dry_run_with_route_source_workload_ips() -> None:
     remote = [r for r in view["routes"] if r["types"] == ["REMOTE_WORKLOAD"]]
     assert remote
     assert all(r["dst"].endswith("/32") and r["dst_node"] == "node-b" for r in remote)
+
+
+def _chain_rules(rendered: str, chain: str) -> list[str]:
+    """``chain``'s rules without their ids: ``-A chain [match] --jump target``."""
+    return [
+        line.split('" ', 1)[1] if '" ' in line else line
+        for line in rendered.split("\n")
+        if line.startswith(f"-A {chain} ")
+    ]
+
+
+def test_openstack_special_cases() -> None:
+    """Felix's OpenStack special cases, on when ClusterType says openstack (or MetadataAddr is
+    set): workloads may reach the metadata service, the host's DHCP and DNS before their
+    egress policy, and 169.254.169.254:80 is DNATed to MetadataAddr:MetadataPort."""
+    plain = rendered_filter_with("logSeverityScreen: Info")
+    assert not any("udp" in rule for rule in _chain_rules(plain, "cali-wl-to-host"))
+    assert "169.254.169.254" not in rendered_with("logSeverityScreen: Info", "nat")
+    config = "metadataAddr: 10.0.0.9\nmetadataPort: 8775"
+    assert _chain_rules(rendered_filter_with(config), "cali-wl-to-host")[:3] == [
+        "-p tcp -m multiport --destination-ports 8775 --destination 10.0.0.9 --jump ACCEPT",
+        "-p udp -m multiport --source-ports 68 -m multiport --destination-ports 67 --jump ACCEPT",
+        "-p udp -m multiport --destination-ports 53 --jump ACCEPT",
+    ]
+    assert (
+        "-p tcp -m multiport --destination-ports 80 --destination 169.254.169.254/32"
+        " --jump DNAT --to-destination 10.0.0.9:8775"
+    ) in _chain_rules(rendered_with(config, "nat"), "cali-PREROUTING")
+    # A tap interface prefix (Felix's other sign of OpenStack) with a metadata host name: DHCP
+    # and DNS, no metadata rules.
+    named = rendered_filter_with("interfacePrefix: tap\nmetadataAddr: metadata.internal")
+    rules = _chain_rules(named, "cali-wl-to-host")
+    assert rules[0].startswith("-p udp -m multiport --source-ports 68")
+    assert not any("8775" in rule for rule in rules)

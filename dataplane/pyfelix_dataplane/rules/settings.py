@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+
 import attrs
 
 from pyfelix.config import FelixConfig, ProtoPort
@@ -18,6 +20,27 @@ def _feature(config: FelixConfig, name: str) -> bool:
         if key.strip() == name:
             return value.strip().lower() != "false"
     return True
+
+
+def openstack_active(config: FelixConfig) -> bool:
+    """Felix's OpenstackActive: ClusterType says openstack, or (older OpenStack plugins)
+    MetadataAddr or MetadataPort is off its default, or an interface prefix is "tap"."""
+    return (
+        "openstack" in config.cluster_type.lower()
+        or config.metadata_addr not in ("", _DEFAULTS.metadata_addr)
+        or config.metadata_port not in (0, _DEFAULTS.metadata_port)
+        or "tap" in interface_prefixes(config)
+    )
+
+
+def metadata_service(config: FelixConfig) -> tuple[str, int] | None:
+    """MetadataAddr:MetadataPort when MetadataAddr is an IPv4 address (Felix parses it as an
+    IP; a host name gives no metadata rules)."""
+    try:
+        address = ipaddress.IPv4Address(config.metadata_addr)
+    except ValueError:
+        return None
+    return str(address), config.metadata_port
 
 
 def interface_prefixes(config: FelixConfig) -> tuple[str, ...]:
@@ -63,6 +86,10 @@ class Settings:
     service_loop_action: str = "DROP"
     #: FloatingIPs Enabled: the workloads' ipNATs get cali-fip-dnat/cali-fip-snat rules.
     floating_ips: bool = False
+    #: OpenStack's special cases (``openstack_active``): workloads may reach the host's DHCP
+    #: and DNS and the metadata service (``metadata``), and 169.254.169.254:80 is DNATed to it.
+    openstack: bool = False
+    metadata: tuple[str, int] | None = None
 
     @classmethod
     def from_config(cls, config: FelixConfig) -> Settings:
@@ -89,6 +116,8 @@ class Settings:
             masq_random_fully=_feature(config, "MASQFullyRandom"),
             snat_random_fully=_feature(config, "SNATFullyRandom"),
             floating_ips=str(config.floating_ips) == "Enabled",
+            openstack=openstack_active(config),
+            metadata=metadata_service(config),
             service_loop_action={"Drop": "DROP", "Reject": "REJECT"}.get(
                 str(config.service_loop_prevention), ""
             ),

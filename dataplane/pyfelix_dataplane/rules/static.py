@@ -144,6 +144,7 @@ def filter_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain
                     )
                     for icmp_type in ((130, 131, 132, 133, 135, 136) if version == 6 else ())
                 ),
+                *openstack_to_host(settings, version),
                 Rule(action="--jump cali-from-wl-dispatch"),
                 Rule(
                     action=f"--jump {settings.endpoint_to_host_action}",
@@ -389,12 +390,40 @@ def nat_chains(
         postrouting.append(Rule(local, _masquerade(settings)))
     dnat = (Rule(action="--jump cali-fip-dnat"),)
     return [
-        Chain("cali-PREROUTING", dnat),
+        Chain("cali-PREROUTING", dnat + openstack_metadata_dnat(settings, version)),
         Chain("cali-OUTPUT", dnat),
         Chain("cali-POSTROUTING", tuple(postrouting)),
         Chain("cali-nat-outgoing", tuple(nat_outgoing_rules(settings, version, active))),
         *floating_ip_chains(dp, settings, version),
     ]
+
+
+def openstack_to_host(settings: Settings, version: int) -> tuple[Rule, ...]:
+    """Felix's OpenStack special cases in cali-wl-to-host, before the workload's egress
+    policy: the metadata service (IPv4), DHCP and DNS."""
+    if not settings.openstack:
+        return ()
+    allow = f"--jump {settings.allow}"
+    rules = []
+    if version == 4 and settings.metadata:
+        address, port = settings.metadata
+        rules.append(
+            Rule(f"-p tcp -m multiport --destination-ports {port} --destination {address}", allow)
+        )
+    client, server = (68, 67) if version == 4 else (546, 547)
+    ports = f"-m multiport --source-ports {client} -m multiport --destination-ports {server}"
+    rules.append(Rule(f"-p udp {ports}", allow))
+    rules.append(Rule("-p udp -m multiport --destination-ports 53", allow))
+    return tuple(rules)
+
+
+def openstack_metadata_dnat(settings: Settings, version: int) -> tuple[Rule, ...]:
+    """OpenStack: the well-known metadata address DNATed to MetadataAddr:MetadataPort."""
+    if not (settings.openstack and settings.metadata and version == 4):
+        return ()
+    address, port = settings.metadata
+    match = "-p tcp -m multiport --destination-ports 80 --destination 169.254.169.254/32"
+    return (Rule(match, f"--jump DNAT --to-destination {address}:{port}"),)
 
 
 def floating_ip_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain]:

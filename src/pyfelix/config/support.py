@@ -125,6 +125,12 @@ ACTED_ON: dict[str, str] = {
     "first, as Felix's allocator",
     "IptablesLockProbeIntervalMillis": "passed to iptables-restore as --wait-interval, with "
     "--wait 10, as Felix (iptables 1.8.8 and later ignore the interval)",
+    "MetadataAddr": "OpenStack (Felix's OpenstackActive: ClusterType openstack, this or "
+    "MetadataPort off its default, or a tap prefix): workloads may reach it, and "
+    "169.254.169.254:80 is DNATed to it; DHCP and DNS to the host allowed",
+    "MetadataPort": "the OpenStack metadata service's port (see MetadataAddr)",
+    # ClusterInformation's, not a FelixConfiguration field (so not in docs/CONFIG.md's table).
+    "ClusterType": "openstack in it turns on Felix's OpenStack special cases (MetadataAddr)",
 }
 
 #: Set by the datastore (ClusterInformation), not by an operator: informational, no warning.
