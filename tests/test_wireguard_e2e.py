@@ -32,7 +32,11 @@ CLUSTER = (
 apiVersion: projectcalico.org/v3
 kind: FelixConfiguration
 metadata: {name: default}
-spec: {wireguardEnabled: true, routeRefreshInterval: 1s}
+spec:
+  wireguardEnabled: true
+  routeRefreshInterval: 1s
+  wireguardKeepAlive: 25s
+  routeTableRanges: [{min: 42, max: 50}]
 ---
 apiVersion: projectcalico.org/v3
 kind: IPPool
@@ -119,12 +123,17 @@ def test_pods_on_two_nodes_talk_through_wireguard(tmp_path: Path, datastore: str
         assert "endpoint: 10.99.0.2:51820" in shown
         assert "latest handshake" in shown
         assert "10.65.2.0/26" in shown
+        assert "persistent keepalive: every 25 seconds" in shown
+        # The first table of RouteTableRanges, as Felix's allocator hands it to WireGuard.
         rules = run_in(nodes[0].node, "ip", "rule").stdout
-        assert "99:\tnot from all fwmark 0x200000/0x200000 lookup 1" in rules
+        assert "99:\tnot from all fwmark 0x200000/0x200000 lookup 42" in rules
         assert (
             f"10.65.2.0/26 dev {device(1)}"
-            in run_in(nodes[0].node, "ip", "route", "show", "table", "1").stdout
+            in run_in(nodes[0].node, "ip", "route", "show", "table", "42").stdout
         )
+        # The node's eth0 (1500) less WireGuard's 60, for the device and the pods.
+        assert " mtu 1440 " in run_in(nodes[0].node, "ip", "link", "show", device(1)).stdout
+        assert (Path(os.environ["PYFELIX_STATE_DIR"]) / "mtu").read_text() == "1440"
 
         # An agent restart keeps the node's key (the device holds it) and the tunnel.
         agents[0].terminate()

@@ -58,6 +58,8 @@ class WireguardDevice:
     address: str = ""
     mtu: int = 0
     peers: tuple[Peer, ...] = ()
+    #: WireguardPersistentKeepAlive in seconds, on every peer (0: off).
+    keepalive: int = 0
 
 
 def _wg(*args: str, stdin: str = "") -> str:
@@ -140,6 +142,7 @@ def _sync_peers(device: WireguardDevice) -> None:
     for peer in device.peers:
         args = ["peer", peer.public_key, "endpoint", peer.endpoint]
         args += ["allowed-ips", ",".join(peer.allowed_ips)]
+        args += ["persistent-keepalive", str(device.keepalive) if device.keepalive else "off"]
         _wg("set", device.name, *args)
 
 

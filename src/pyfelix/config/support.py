@@ -129,6 +129,7 @@ ACTED_ON: dict[str, str] = {
     "MetadataPort off its default, or a tap prefix): workloads may reach it, and "
     "169.254.169.254:80 is DNATed to it; DHCP and DNS to the host allowed",
     "MetadataPort": "the OpenStack metadata service's port (see MetadataAddr)",
+    "WireguardPersistentKeepAlive": "every WireGuard peer's persistent keepalive (0: off)",
     # ClusterInformation's, not a FelixConfiguration field (so not in docs/CONFIG.md's table).
     "ClusterType": "openstack in it turns on Felix's OpenStack special cases (MetadataAddr)",
 }

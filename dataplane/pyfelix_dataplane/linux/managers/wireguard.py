@@ -90,6 +90,7 @@ class WireguardManager:
             rule_priority=config.wireguard_routing_rule_priority,
             address=keys.get(self.hostname, ("", ""))[1],
             mtu=self.mtu,
+            keepalive=round(config.wireguard_persistent_keep_alive),
             peers=peers_from(keys, blocks, addresses, port, self.hostname),
         )
 
