@@ -163,11 +163,19 @@ async def test_a_failed_write_is_retried_and_the_other_areas_still_written(
         assert any(isinstance(x, m.DataplaneInSync) for x in received(r.to_calc))
 
 
+def _with_config(messages: list[Any], **settings: str) -> list[Any]:
+    """``messages`` with ``settings`` added to their configuration (the first message)."""
+    config = m.ConfigUpdate(FrozenMap({**messages[0].config, **settings}))
+    return [config, *messages[1:]]
+
+
 async def test_tampering_is_repaired_on_the_refresh_period(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
+    # No post-write check within the test: only the refresh periods repair.
+    settings = {"IptablesPostWriteCheckIntervalSecs": "1000"}
     async with running() as r:
-        await r.send(messages_for(example_state()))
+        await r.send(_with_config(messages_for(example_state()), **settings))
         await r.settle()
         filter_table = r.node.tables[4]["filter"]
         policy_chain = next(name for name in filter_table if name.startswith("cali-pi-"))
@@ -426,3 +434,25 @@ async def test_a_changed_host_mtu_restarts_the_agent(
             await trio.sleep(45)  # one check later: unchanged, still running
             node.links = [("eth0", 1450, True)]
             await trio.sleep(60)
+
+
+async def test_a_table_clobbered_after_a_write_is_repaired_on_felixs_post_write_checks(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """IptablesPostWriteCheckIntervalSecs (5 s) after a write, then 10 s, 20 s, ... after it:
+    another program flushing a chain just written is found long before the 180 s refresh."""
+    async with running() as r:
+        await r.send(messages_for(example_state()))
+        await r.settle(0.5)
+        filter_table = r.node.tables[4]["filter"]
+        policy_chain = next(name for name in filter_table if name.startswith("cali-pi-"))
+        wanted = list(filter_table[policy_chain])
+        filter_table[policy_chain].clear()
+        await r.settle(5)  # the 5 s check
+        assert r.node.tables[4]["filter"][policy_chain] == wanted
+        filter_table = r.node.tables[4]["filter"]
+        filter_table[policy_chain].clear()
+        await r.settle(3)  # before the 10 s check
+        assert r.node.tables[4]["filter"][policy_chain] == []
+        await r.settle(3)
+        assert r.node.tables[4]["filter"][policy_chain] == wanted

@@ -78,24 +78,47 @@ REFRESH_INTERVALS: dict[str, Callable[[FelixConfig], float]] = {
 }
 
 
+#: Felix's post-write checks of the iptables tables: IptablesPostWriteCheckIntervalSecs after
+#: a write (at least 50 ms), then twice as long each time, until the interval reaches an hour.
+MIN_POST_WRITE = 0.05
+MAX_POST_WRITE = 3600.0
+
+
 @attrs.define
 class RefreshSchedule:
     """When each area (iptables, ipsets, routes) is next due to be re-read from the kernel.
 
     Every area is due on the first apply; an interval of 0 disables that area's refresh.
+    After a write the iptables area is also due on Felix's post-write checks (another
+    program clobbering what was just written is found within seconds, not at the refresh).
     """
 
     _due_at: dict[str, float] = attrs.Factory(lambda: dict.fromkeys(REFRESH_INTERVALS, 0.0))
+    _last_write: float = 0.0
+    _post_write: float = MAX_POST_WRITE
 
     def next_due(self) -> float:
-        return min(self._due_at.values())
+        return min(*self._due_at.values(), self._post_write_at())
+
+    def _post_write_at(self) -> float:
+        if self._post_write >= MAX_POST_WRITE:
+            return math.inf
+        return self._last_write + self._post_write
+
+    def wrote_tables(self, now: float, config: FelixConfig) -> None:
+        self._last_write = now
+        self._post_write = max(config.iptables_post_write_check_interval, MIN_POST_WRITE)
 
     def take_due(self, now: float, config: FelixConfig) -> frozenset[str]:
-        due = frozenset(area for area, when in self._due_at.items() if when <= now)
+        due = {area for area, when in self._due_at.items() if when <= now}
         for area in due:
             interval = REFRESH_INTERVALS[area](config)
             self._due_at[area] = now + interval if interval > 0 else math.inf
-        return due
+        if self._post_write_at() <= now:
+            due.add("iptables")
+            while self._post_write_at() <= now:
+                self._post_write *= 2
+        return frozenset(due)
 
     def make_all_due(self, now: float) -> None:
         for area in self._due_at:
@@ -262,7 +285,7 @@ class LinuxDriver:
             await self._gather()
             self._wake = trio.Event()
             try:
-                await self._apply_all(managers)
+                wrote_tables = await self._apply_all(managers)
             except DataplaneWriteError as exc:
                 log.warning("dataplane apply failed (retrying in %.1fs): %s", retry, exc)
                 self.stats.failures += 1
@@ -271,11 +294,13 @@ class LinuxDriver:
                 refresh.make_all_due(trio.current_time())
                 continue
             retry = RETRY_START
+            if wrote_tables:
+                refresh.wrote_tables(trio.current_time(), self.state.config)
             if not self._reported_in_sync:
                 self._reported_in_sync = True
                 await self.to_calc.send(m.DataplaneInSync())
 
-    async def _apply_all(self, managers: Managers) -> None:
+    async def _apply_all(self, managers: Managers) -> bool:
         """Write what changed since the last apply, in Felix's order.
 
         IP sets are created before the tables (rules refer to them) and deleted after (once no
@@ -284,11 +309,13 @@ class LinuxDriver:
         parsing overlaps, and when one nft transaction commits while the other is being
         built, the tool notices (generation id) and rebuilds its batch, which costs little.
         Devices and routes are written beside the tables, once every version is planned:
-        before that their thread would take the GIL from rendering and planning.
+        before that their thread would take the GIL from rendering and planning. Returns
+        whether any table was written.
         """
         started = trio.current_time()
         timeline: dict[str, float] = {}
         failed: list[DataplaneWriteError] = []
+        wrote_tables = False
 
         def mark(event: str) -> None:
             timeline[event] = trio.current_time() - started
@@ -322,6 +349,7 @@ class LinuxDriver:
                     failed.append(exc)
                     continue
                 mark(f"IPv{version} planned")
+                wrote_tables = wrote_tables or bool(script)
                 write = partial(managers.tables.write, version, script, tables)
                 nursery.start_soon(area, write, f"IPv{version} written")
             mark("routes started")
@@ -341,6 +369,7 @@ class LinuxDriver:
             trio.current_time() - started,
         )
         await managers.endpoints.report(managers.routes.results)
+        return wrote_tables
 
     @staticmethod
     async def _apply_routing(managers: Managers) -> None:

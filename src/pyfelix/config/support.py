@@ -130,6 +130,9 @@ ACTED_ON: dict[str, str] = {
     "169.254.169.254:80 is DNATed to it; DHCP and DNS to the host allowed",
     "MetadataPort": "the OpenStack metadata service's port (see MetadataAddr)",
     "WireguardPersistentKeepAlive": "every WireGuard peer's persistent keepalive (0: off)",
+    "IptablesPostWriteCheckIntervalSecs": "the tables are re-read this long after a write, "
+    "then twice as long each time up to an hour, as Felix (another program's clobbering "
+    "repaired within seconds)",
     # ClusterInformation's, not a FelixConfiguration field (so not in docs/CONFIG.md's table).
     "ClusterType": "openstack in it turns on Felix's OpenStack special cases (MetadataAddr)",
 }
