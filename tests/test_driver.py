@@ -456,3 +456,21 @@ async def test_a_table_clobbered_after_a_write_is_repaired_on_felixs_post_write_
         assert r.node.tables[4]["filter"][policy_chain] == []
         await r.settle(3)
         assert r.node.tables[4]["filter"][policy_chain] == wanted
+
+
+async def test_interfaces_are_rescanned_on_interface_refresh_interval(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A workload route lost without a netlink event is put back at the next rescan of the
+    interfaces (InterfaceRefreshInterval), long before the route refresh; 0 turns it off."""
+    for interval, repaired in (("10", True), ("0", False)):
+        settings = {"InterfaceRefreshInterval": interval, "RouteRefreshInterval": "1000"}
+        node = FakeNode()
+        async with running(node) as r:
+            await _first_apply(r, _with_config(messages_for(example_state()), **settings))
+            workload = next(u.endpoint.name for u in r.driver.state.workloads.values())
+            node.links.append((workload, 1500, True))
+            lost = next(d for d, t in node.routes.items() if t.interface == workload)
+            del node.routes[lost]
+            await r.settle(12)
+            assert (lost in node.routes) == repaired

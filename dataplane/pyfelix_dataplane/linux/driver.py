@@ -227,6 +227,7 @@ class LinuxDriver:
             log.info("programming with %s", kernel.description)
             host = await self._configure_mtus(kernel, managers)
             nursery.start_soon(self._watch_host_mtu, kernel, host)
+            nursery.start_soon(self._rescan_interfaces, kernel)
             await self._loop(managers)
 
     async def _configure_mtus(self, kernel: Kernel, managers: Managers) -> int:
@@ -254,6 +255,18 @@ class LinuxDriver:
         else:
             log.info("host MTU %d, pod MTU %d (in %s)", host, pod, target)
         return host
+
+    async def _rescan_interfaces(self, kernel: Kernel) -> None:
+        """Felix's interface monitor resync: every InterfaceRefreshInterval (0: never) every
+        interface is treated as changed, so a netlink event the monitor missed costs at most
+        that long."""
+        while True:
+            interval = self.state.config.interface_refresh_interval
+            if interval <= 0:
+                await trio.sleep_forever()  # a change of the setting restarts the agent
+            await trio.sleep(interval)
+            for name, _, _ in await kernel.interfaces.links():
+                self._on_interface(name)
 
     async def _watch_host_mtu(self, kernel: Kernel, host: int) -> None:
         """Felix re-detects the host MTU periodically and restarts when it has changed."""

@@ -133,6 +133,8 @@ ACTED_ON: dict[str, str] = {
     "IptablesPostWriteCheckIntervalSecs": "the tables are re-read this long after a write, "
     "then twice as long each time up to an hour, as Felix (another program's clobbering "
     "repaired within seconds)",
+    "InterfaceRefreshInterval": "every interface rescanned as if changed (0: never), as "
+    "Felix's interface monitor resync: a missed netlink event costs at most this long",
     # ClusterInformation's, not a FelixConfiguration field (so not in docs/CONFIG.md's table).
     "ClusterType": "openstack in it turns on Felix's OpenStack special cases (MetadataAddr)",
 }
