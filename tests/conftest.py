@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import vm
 from tests.etcd_server import EtcdServer, running_etcd
 from tests.netns import temporary_netns
 
@@ -25,6 +26,12 @@ os.environ["PYFELIX_STATE_DIR"] = tempfile.mkdtemp(prefix="pyfelix-state-")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not vm.in_guest():
+        # Not a skip: they run, inside the VM, as part of tests/test_in_vm.py.
+        guest_only = [item for item in items if item.get_closest_marker("stock_kernel")]
+        if guest_only:
+            config.hook.pytest_deselected(items=guest_only)
+            items[:] = [item for item in items if not item.get_closest_marker("stock_kernel")]
     if IS_ROOT:
         return
     for item in items:

@@ -2,7 +2,8 @@
 
 As in tests/test_vxlan_e2e.py, each node is a network namespace with one pod and an underlay
 link joins them, but the pool has no encapsulation: what crosses the underlay must be
-WireGuard. The kernel here has no WireGuard module, so the agents run wireguard-go; its
+WireGuard. This machine's kernel has no WireGuard module, so here the agents run wireguard-go
+(in the VM of tests/test_in_vm.py the same test runs the kernel's device); wireguard-go's
 control sockets are not per-namespace, so each node names its device differently (a
 node-specific FelixConfiguration). With the file datastore nobody publishes the nodes' public
 keys, so there the test does what the etcd status updater would: it copies each agent's key
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from pyfelix.pods import connects, stop_processes
+from tests import vm
 from tests.etcd_server import EtcdServer
 from tests.netns import eventually, run_in
 from tests.two_nodes import block_and_pod, node_resource, two_nodes
@@ -124,6 +126,10 @@ def test_pods_on_two_nodes_talk_through_wireguard(tmp_path: Path, datastore: str
         assert "latest handshake" in shown
         assert "10.65.2.0/26" in shown
         assert "persistent keepalive: every 25 seconds" in shown
+        # The kernel's device where the module exists (in the VM, tests/test_in_vm.py), else
+        # wireguard-go's.
+        details = run_in(nodes[0].node, "ip", "-d", "link", "show", device(1)).stdout
+        assert (" wireguard " in details) == vm.kernel_has("wireguard"), details
         # The first table of RouteTableRanges, as Felix's allocator hands it to WireGuard.
         rules = run_in(nodes[0].node, "ip", "rule").stdout
         assert "99:\tnot from all fwmark 0x200000/0x200000 lookup 42" in rules

@@ -1,0 +1,51 @@
+"""The WireGuard writer against the real kernel, in a namespace: the kernel's device where the
+module exists (Debian's stock kernel, in the VM of tests/test_in_vm.py), wireguard-go's on
+this machine; the same device, peers, routing table and rule either way."""
+
+from __future__ import annotations
+
+import pytest
+
+from pyfelix_dataplane.linux.wireguard import Peer, WireguardDevice, sync_wireguard
+from tests import vm
+from tests.netns import in_netns, run_in
+
+PEER_KEY = "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg="
+
+
+def _device(name: str) -> WireguardDevice:
+    peer = Peer(PEER_KEY, "10.99.0.2:51820", ("10.65.2.0/26", "10.66.2.1/32"))
+    return WireguardDevice(
+        name=name,
+        port=51820,
+        fwmark=0x200000,
+        table=42,
+        rule_priority=99,
+        address="10.66.1.1",
+        mtu=1400,
+        peers=(peer,),
+        keepalive=25,
+    )
+
+
+@pytest.mark.netns
+def test_the_device_its_peer_table_and_rule(netns: str) -> None:
+    name = f"wg-lw{abs(hash(netns)) % 10000}"
+    key = in_netns(netns, sync_wireguard, _device(name))
+    try:
+        assert len(key) == 44
+        assert in_netns(netns, sync_wireguard, _device(name), name) == key  # kept
+        details = run_in(netns, "ip", "-d", "link", "show", name).stdout
+        assert (" wireguard " in details) == vm.kernel_has("wireguard"), details
+        assert " mtu 1400 " in details
+        shown = run_in(netns, "wg", "show", name).stdout
+        assert f"peer: {PEER_KEY}" in shown
+        assert "allowed ips: 10.65.2.0/26, 10.66.2.1/32" in shown
+        assert "persistent keepalive: every 25 seconds" in shown
+        assert "fwmark: 0x200000" in shown
+        assert "10.65.2.0/26 dev" in run_in(netns, "ip", "route", "show", "table", "42").stdout
+        rules = run_in(netns, "ip", "rule").stdout
+        assert "99:\tnot from all fwmark 0x200000/0x200000 lookup 42" in rules
+    finally:
+        in_netns(netns, sync_wireguard, None, name)
+    assert name not in run_in(netns, "ip", "link").stdout
