@@ -320,6 +320,27 @@ def test_cross_subnet_routes_to_nodes_in_our_subnet_go_direct() -> None:
     assert routes["10.65.1.0/26"].same_subnet is False
 
 
+IPIP_POOL = Update(
+    model.IPPoolKey("10.65.0.0/16"), model.IPPool("10.65.0.0/16", "always", "", True, False)
+)
+NODE_B_IPIP = Update(model.HostConfigKey("node-b", "IpInIpTunnelAddr"), config("10.65.1.1"))
+
+
+def test_ipip_pools_route_remote_blocks_through_ipip_without_a_vtep() -> None:
+    """An IPIP pool's remote block is tunnelled IPIP to the node's IP (no VTEP to wait for);
+    the node's IPIP address is its tunnel route, in every order."""
+    for order in orders([IPIP_POOL, REMOTE_BLOCK, NODE_B_IP, NODE_B_IPIP]):
+        routes = resolve_routes(order).routes
+        block = routes["10.65.1.0/26"]
+        assert (block.types, block.tunnel, block.dst_node_ip) == (
+            frozenset({"REMOTE_WORKLOAD"}),
+            "ipip",
+            "192.0.2.2",
+        )
+        assert routes["10.65.1.1/32"].types == frozenset({"REMOTE_TUNNEL"})
+        assert routes["10.65.0.0/16"].tunnel == "ipip"
+
+
 def test_route_resolver_removes_what_goes() -> None:
     out = Recorder()
     updates, local_updates = Dispatcher(), Dispatcher()

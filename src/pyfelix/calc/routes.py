@@ -4,7 +4,7 @@ Sources: IP pools (CIDR_INFO, carrying NAT-outgoing and the tunnel type), IPAM b
 node (REMOTE_WORKLOAD, or LOCAL_WORKLOAD for our own) and, as Felix, a /32 (/128) of its own for
 each address a block allocated to another node than its affinity's (borrowed: traffic to it
 must go to the node that has it, not to the block's), nodes' host IPs (REMOTE_HOST/LOCAL_HOST),
-their VXLAN tunnel addresses (REMOTE_TUNNEL/LOCAL_TUNNEL) and our local workloads' addresses
+their VXLAN and IPIP tunnel addresses (REMOTE_TUNNEL/LOCAL_TUNNEL) and our local workloads' addresses
 (LOCAL_WORKLOAD with the interface). Routes are recomputed as a whole when a source changes and
 only the differences are sent.
 """
@@ -22,10 +22,20 @@ from pyfelix.calc.outputs import RouteOutput
 from pyfelix.ipnet import IPNetwork
 from pyfelix.syncer.api import Update
 
-#: Felix's RefTypeWEP and its tunnel ref types: a workload's claim sorts first on a node.
-_WORKLOAD_CLAIM, _TUNNEL_CLAIM = 0, 3
+#: Felix's ref types (RefTypeWEP, RefTypeIPIP, RefTypeVXLAN): a workload's claim sorts first
+#: on a node, then IPIP's tunnel address, then VXLAN's.
+_WORKLOAD_CLAIM, _IPIP_CLAIM, _TUNNEL_CLAIM = 0, 2, 3
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+
+
+def _pool_tunnel(pool: model.IPPool | None) -> str:
+    """The pool's encapsulation (Felix's IpPoolType): VXLAN's when both are set, as Felix."""
+    if pool is None:
+        return "none"
+    if pool.vxlan_mode:
+        return "vxlan"
+    return "ipip" if pool.ipip_mode else "none"
 
 
 def _within(network: IPNetwork, pool: IPNetwork) -> bool:
@@ -72,6 +82,7 @@ class L3RouteResolver:
         self._host_ips: dict[str, str] = {}
         self._networks: dict[str, str] = {}
         self._tunnels: dict[str, str] = {}
+        self._ipip_tunnels: dict[str, str] = {}
         self._workloads: dict[model.WorkloadEndpointKey, model.WorkloadEndpoint] = {}
         self._sent: dict[str, m.RouteUpdate] = {}
         self._dirty = False
@@ -122,6 +133,8 @@ class L3RouteResolver:
     def on_host_config(self, node: str, name: str, value: model.ConfigValue | None) -> None:
         if name == "IPv4VXLANTunnelAddr":
             self._store(self._tunnels, node, value.value if value else None)
+        elif name == "IpInIpTunnelAddr":
+            self._store(self._ipip_tunnels, node, value.value if value else None)
 
     def on_local_workload(
         self, key: model.WorkloadEndpointKey, endpoint: model.WorkloadEndpoint | None
@@ -207,12 +220,12 @@ class L3RouteResolver:
             pool = self._pool_for(dst)
             types = entry["types"]
             assert isinstance(types, set)
-            tunnel = "vxlan" if pool is not None and pool.vxlan_mode else "none"
+            tunnel = _pool_tunnel(pool)
             remote = types & {"REMOTE_WORKLOAD", "REMOTE_TUNNEL"}
             if not remote and "CIDR_INFO" not in types:
                 tunnel = "none"
             node = str(entry.get("dst_node", ""))
-            cross_subnet = pool is not None and pool.vxlan_mode == "cross-subnet"
+            cross_subnet = pool is not None and "cross-subnet" in (pool.vxlan_mode, pool.ipip_mode)
             same_subnet = bool(node) and cross_subnet and self._in_our_subnet(node)
             if (
                 remote
@@ -246,6 +259,8 @@ class L3RouteResolver:
         claims: dict[str, list[tuple[str, int, str]]] = {}
         for node, ip in self._tunnels.items():
             claims.setdefault(f"{ip}/32", []).append((node, _TUNNEL_CLAIM, ""))
+        for node, ip in self._ipip_tunnels.items():
+            claims.setdefault(f"{ip}/32", []).append((node, _IPIP_CLAIM, ""))
         for key, endpoint in self._workloads.items():
             interface = endpoint.name if key.hostname == self._hostname else ""
             for net in endpoint.ipv4_nets + endpoint.ipv6_nets:
