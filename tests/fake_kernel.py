@@ -18,6 +18,7 @@ import attrs
 import trio
 
 from pyfelix.errors import DataplaneWriteError
+from pyfelix_dataplane.linux.ipip import IpipDevice
 from pyfelix_dataplane.linux.ipsets import DesiredSets
 from pyfelix_dataplane.linux.iptables import Desired, IptablesWriter, Script, parse_save
 from pyfelix_dataplane.linux.kernel import Kernel
@@ -50,6 +51,7 @@ class FakeNode:
     routes: dict[str, RouteTarget] = attrs.Factory(dict)
     vxlan: tuple[VtepDevice | None, tuple[RemoteVtep, ...]] = (None, ())
     wireguard: WireguardDevice | None = None
+    ipip: IpipDevice | None = None
     #: (name, MTU, running) of its interfaces: what MTU detection sees.
     links: list[tuple[str, int, bool]] = attrs.Factory(lambda: [("eth0", 1500, True)])
     log: list[str] = attrs.Factory(list)
@@ -230,6 +232,10 @@ class FakeDevices:
 
     async def vxlan(self, device: VtepDevice | None, remotes: Collection[RemoteVtep]) -> str:
         self.node.vxlan = (device, tuple(remotes))
+        return "absent" if device is None else "ready"
+
+    async def ipip(self, device: IpipDevice | None) -> str:
+        self.node.ipip = device
         return "absent" if device is None else "ready"
 
     async def wireguard(self, device: WireguardDevice | None, previous: str) -> str:

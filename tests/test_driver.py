@@ -22,12 +22,15 @@ from pyfelix.resources import Resource
 from pyfelix.validation import ValidationContext
 from pyfelix.values import FrozenMap
 from pyfelix_dataplane.linux.driver import LinuxDriver
+from pyfelix_dataplane.linux.ipip import IpipDevice
 from pyfelix_dataplane.linux.kernel import Kernel
 from pyfelix_dataplane.linux.managers.endpoints import EndpointManager
+from pyfelix_dataplane.linux.routes import RouteTarget
 from pyfelix_dataplane.rules.render import kernel_ipsets
 from pyfelix_dataplane.state import NodeState
 from tests.calc_harness import Identity, example_state, load_manifest
 from tests.fake_kernel import FakeInterfaces, FakeNode, fake_kernel
+from tests.test_render_rules import ipip_cluster
 
 
 @attrs.define
@@ -474,3 +477,24 @@ async def test_interfaces_are_rescanned_on_interface_refresh_interval(
             del node.routes[lost]
             await r.settle(12)
             assert (lost in node.routes) == repaired
+
+
+async def test_ipip_device_routes_and_mtu(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    """An IPIP pool: tunl0 up with the node's IPIP address and the host MTU less 20 (also the
+    pods' MTU); remote blocks onlink via their node's address out of tunl0, unless
+    ProgramClusterRoutes leaves cluster routes to BIRD."""
+    resources = ipip_cluster(tmp_path / "cluster")
+    state = {(r.KIND, r.namespace, r.name): r for r in resources}
+    for settings, routed in (({}, True), ({"ProgramClusterRoutes": "Disabled"}, False)):
+        node = FakeNode()
+        async with running(node, state_dir=tmp_path) as r:
+            await _first_apply(r, _with_config(messages_for(state), **settings))
+            assert node.ipip == IpipDevice(address="10.65.0.1", mtu=1480)
+            assert (tmp_path / "mtu").read_text() == "1480"
+            block = node.routes.get("10.65.1.0/26")
+            if routed:
+                assert block == RouteTarget("tunl0", gateway="192.168.56.12")
+            else:
+                assert block is None

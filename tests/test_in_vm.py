@@ -1,6 +1,7 @@
-"""One boot of Debian's stock kernel (tests/vm.py) runs what this machine's kernel cannot: the
-kernel's WireGuard device through pyfelix's writer (here it is wireguard-go's), and the
-kernel writers again on a second kernel (6.1): VXLAN, MTU detection.
+"""One boot of Debian's stock kernel (tests/vm.py) runs what this machine's kernel cannot: IPIP
+(tunl0 and its routes, with a ping across the tunnel) and the kernel's WireGuard device
+through pyfelix's writers (here WireGuard is wireguard-go's), and the kernel writers again on
+a second kernel (6.1): VXLAN, MTU detection.
 
 Each guest test's outcome is read back from the guest's JUnit report: every one must pass,
 none may be skipped, and the report must hold the tests asked for. Agent-level tests are not
@@ -22,6 +23,7 @@ pytestmark = [pytest.mark.netns, pytest.mark.vm]
 
 REPO = Path(__file__).resolve().parent.parent
 GUEST_TESTS = (
+    "tests/test_linux_ipip.py",
     "tests/test_linux_wireguard.py",
     "tests/test_linux_vxlan.py",
     "tests/test_linux_mtu.py",

@@ -4,6 +4,8 @@ accept 0x10000, pass 0x20000, drop 0x40000, scratch0 0x80000, scratch1 0x100000)
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -16,7 +18,7 @@ from pyfelix.calc.rule_scanner import IPSetData, parse_rule
 from pyfelix.dryrun import compute
 from pyfelix.resources import FelixConfiguration
 from pyfelix.resources.cluster import FelixConfigurationSpec
-from pyfelix.resources.loader import load_text
+from pyfelix.resources.loader import load_paths, load_text
 from pyfelix.values import FrozenMap, Port
 from pyfelix_dataplane.rules.endpoints import dispatch_chains, endpoint_chain
 from pyfelix_dataplane.rules.groups import group_chain, group_policies, group_targets, tier_groups
@@ -32,6 +34,8 @@ from pyfelix_dataplane.rules.policy import (
 )
 from pyfelix_dataplane.rules.render import render
 from tests.test_render_kernel import example_resources
+
+REPO = Path(__file__).resolve().parent.parent
 
 MARKS = MarkBits.from_mask()
 V4 = RuleContext(4, MARKS)
@@ -749,3 +753,63 @@ def test_openstack_special_cases() -> None:
     rules = _chain_rules(named, "cali-wl-to-host")
     assert rules[0].startswith("-p udp -m multiport --source-ports 68")
     assert not any("8775" in rule for rule in rules)
+
+
+def ipip_cluster(directory: Path) -> list[Any]:
+    """examples/ with its pool on IPIP (Always) instead of VXLAN, and the nodes' IPIP
+    addresses."""
+    shutil.copytree(REPO / "examples" / "cluster", directory)
+    cluster = directory / "00-cluster.yaml"
+    cluster.write_text(
+        cluster.read_text()
+        .replace("vxlanEnabled: true", "vxlanEnabled: false")
+        .replace("vxlanMode: Always\n  ipipMode: Never", "vxlanMode: Never\n  ipipMode: Always")
+    )
+    nodes = directory / "10-nodes.yaml"
+    text = nodes.read_text()
+    node_a, node_b = text.split("kind: Node", 2)[1:]
+    text = (
+        text.split("kind: Node", 1)[0]
+        + "kind: Node"
+        + node_a.replace(
+            "    ipv4Address: 192.168.56.11/24",
+            "    ipv4Address: 192.168.56.11/24\n    ipv4IPIPTunnelAddr: 10.65.0.1",
+            1,
+        )
+        + "kind: Node"
+        + node_b.replace(
+            "    ipv4Address: 192.168.56.12/24",
+            "    ipv4Address: 192.168.56.12/24\n    ipv4IPIPTunnelAddr: 10.65.1.1",
+            1,
+        )
+    )
+    nodes.write_text(text)
+    result = load_paths([directory])
+    assert result.ok, result.problems
+    return [item.resource for item in result.resources]
+
+
+def test_ipip_rules_as_felix(tmp_path: Path) -> None:
+    """With an IPIP pool: cali-INPUT admits IPIP only from the Calico hosts (all-hosts-net)
+    and drops the rest, cali-OUTPUT lets the node's IPIP to them through before host endpoint
+    policy, host traffic into tunl0 is masqueraded from the tunnel address; VXLAN's are gone."""
+    view, _ = compute(ipip_cluster(tmp_path / "cluster"), "node-a")
+    filter_text = str(view["iptables"]["ipv4"]["filter"])
+    assert _chain_rules(filter_text, "cali-INPUT")[:2] == [
+        '-m comment --comment "Allow IPIP packets from Calico hosts" -p 4 -m set --match-set'
+        " cali40all-hosts-net src -m addrtype --dst-type LOCAL --jump ACCEPT",
+        '-m comment --comment "DROP IPIP packets from non-Calico hosts" -p 4 --jump DROP',
+    ]
+    assert (
+        '-m comment --comment "Allow IPIP packets to other Calico hosts" -p 4 -m set'
+        " --match-set cali40all-hosts-net dst -m addrtype --src-type LOCAL --jump ACCEPT"
+    ) in _chain_rules(filter_text, "cali-OUTPUT")
+    assert "all-vxlan-net" not in filter_text
+    nat = _chain_rules(str(view["iptables"]["ipv4"]["nat"]), "cali-POSTROUTING")
+    assert (
+        "--out-interface tunl0 -m addrtype ! --src-type LOCAL --limit-iface-out"
+        " -m addrtype --src-type LOCAL --jump MASQUERADE --random-fully"
+    ) in nat
+    restore = view["ipset_restore"].splitlines()
+    assert "add cali40all-hosts-net 192.168.56.11/32" in restore
+    assert "add cali40all-hosts-net 192.168.56.12/32" in restore

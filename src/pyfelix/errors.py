@@ -115,7 +115,11 @@ class DataplaneWriteError(PyfelixError):
     def __init__(self, command: str, stderr: str, line: str = "") -> None:
         detail = f" (failing line: {line})" if line else ""
         super().__init__(f"{command} failed: {stderr.strip()}{detail}")
-        self.line = line
+        self.command, self.stderr, self.line = command, stderr, line
+
+    def __reduce__(self) -> tuple[type[DataplaneWriteError], tuple[str, str, str]]:
+        # Picklable with its arguments, so a writer's failure in another process reads as one.
+        return (type(self), (self.command, self.stderr, self.line))
 
 
 class ManifestError(PyfelixError):

@@ -37,6 +37,7 @@ from pyfelix.throttle import LeakyBucket
 from pyfelix_dataplane.linux.kernel import Kernel, linux_kernel
 from pyfelix_dataplane.linux.managers import Manager
 from pyfelix_dataplane.linux.managers.endpoints import EndpointManager
+from pyfelix_dataplane.linux.managers.ipip import IpipManager
 from pyfelix_dataplane.linux.managers.ipsets import IpsetsManager
 from pyfelix_dataplane.linux.managers.routes import RoutesManager
 from pyfelix_dataplane.linux.managers.tables import TablesManager
@@ -133,6 +134,7 @@ class Managers:
     ipsets: IpsetsManager
     tables: TablesManager
     vxlan: VxlanManager
+    ipip: IpipManager
     wireguard: WireguardManager
     routes: RoutesManager
 
@@ -143,12 +145,21 @@ class Managers:
             ipsets=IpsetsManager(state, kernel.ipsets, tuple(kernel.tables)),
             tables=TablesManager(kernel.tables),
             vxlan=VxlanManager(state, kernel.devices, hostname),
+            ipip=IpipManager(state, kernel.devices),
             wireguard=WireguardManager(state, kernel.devices, hostname, to_calc),
             routes=RoutesManager(state, kernel.routes, hostname),
         )
 
     def all(self) -> tuple[Manager, ...]:
-        return (self.endpoints, self.ipsets, self.tables, self.vxlan, self.wireguard, self.routes)
+        return (
+            self.endpoints,
+            self.ipsets,
+            self.tables,
+            self.vxlan,
+            self.ipip,
+            self.wireguard,
+            self.routes,
+        )
 
 
 @attrs.define(eq=False)
@@ -238,9 +249,14 @@ class LinuxDriver:
         host = host_mtu(await kernel.interfaces.links(), config.mtu_iface_pattern)
         tunnels = TunnelMTUs.of(config, host)
         managers.vxlan.mtu = tunnels.vxlan
+        managers.ipip.mtu = tunnels.ipip
         managers.wireguard.mtu = tunnels.wireguard
         encapsulation = self.state.encapsulation or m.Encapsulation(False, False)
-        pod = tunnels.pod_mtu(vxlan=encapsulation.vxlan_enabled, wireguard=config.wireguard_enabled)
+        pod = tunnels.pod_mtu(
+            ipip=encapsulation.ipip_enabled,
+            vxlan=encapsulation.vxlan_enabled,
+            wireguard=config.wireguard_enabled,
+        )
         target = self.state_dir / MTU_FILE
         try:
             write_mtu_file(pod, self.state_dir)
@@ -386,11 +402,12 @@ class LinuxDriver:
 
     @staticmethod
     async def _apply_routing(managers: Managers) -> None:
-        """The VXLAN device and its neighbours first (routes go through it), the WireGuard
-        device, peers and routing, then routes."""
+        """The tunnel devices first (VXLAN with its neighbours, IPIP: routes go through them),
+        the WireGuard device, peers and routing, then routes."""
         vxlan_on = await managers.vxlan.apply()
+        ipip_on = await managers.ipip.apply()
         await managers.wireguard.apply()
-        await managers.routes.apply(vxlan_on)
+        await managers.routes.apply(vxlan_on, ipip_on)
 
     async def _report_status(self) -> None:
         """ProcessStatusUpdate every ReportingIntervalSecs (0: never, as Felix). The first goes

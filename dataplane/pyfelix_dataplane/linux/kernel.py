@@ -20,6 +20,7 @@ from pyfelix.config import FelixConfig
 from pyfelix.config.felix_config import ChainInsertMode, IPForwarding
 from pyfelix_dataplane.linux.commands import available
 from pyfelix_dataplane.linux.host_endpoints import interface_addresses
+from pyfelix_dataplane.linux.ipip import IpipDevice, sync_ipip
 from pyfelix_dataplane.linux.ipsets import DesiredSets, IpsetWriter
 from pyfelix_dataplane.linux.iptables import Desired, IptablesWriter, Script, detect_backend
 from pyfelix_dataplane.linux.monitor import watch_interfaces
@@ -66,9 +67,12 @@ class RouteWriting(Protocol):
 
 
 class DeviceWriting(Protocol):
-    """The tunnel devices: VXLAN (returns absent/ready/waiting) and WireGuard (its key)."""
+    """The tunnel devices: VXLAN (returns absent/ready/waiting), IPIP (absent/ready) and
+    WireGuard (its key)."""
 
     async def vxlan(self, device: VtepDevice | None, remotes: Collection[RemoteVtep]) -> str: ...
+
+    async def ipip(self, device: IpipDevice | None) -> str: ...
 
     async def wireguard(self, device: WireguardDevice | None, previous: str) -> str: ...
 
@@ -89,6 +93,9 @@ class InterfaceReading(Protocol):
 class LinuxDevices:
     async def vxlan(self, device: VtepDevice | None, remotes: Collection[RemoteVtep]) -> str:
         return await trio.to_thread.run_sync(sync_vxlan, device, remotes)
+
+    async def ipip(self, device: IpipDevice | None) -> str:
+        return await trio.to_thread.run_sync(sync_ipip, device)
 
     async def wireguard(self, device: WireguardDevice | None, previous: str) -> str:
         return await trio.to_thread.run_sync(sync_wireguard, device, previous)

@@ -22,6 +22,7 @@ import attrs
 from pyroute2 import IPRoute
 
 from pyfelix.config import FelixConfig
+from pyfelix_dataplane.linux.ipip import IPIP_OVERHEAD
 from pyfelix_dataplane.linux.vxlan import VXLAN_OVERHEAD
 from pyfelix_dataplane.linux.wireguard import OVERHEAD as WIREGUARD_OVERHEAD
 
@@ -59,9 +60,10 @@ def host_mtu(links: Iterable[Link], pattern: str) -> int:
 @attrs.frozen
 class TunnelMTUs:
     """Each tunnel's MTU: configured, or the host MTU less its overhead. The tunnels pyfelix
-    builds (IPv4 VXLAN and WireGuard); IPIP's and IPv6's MTUs come with their devices."""
+    builds (IPIP, IPv4 VXLAN and WireGuard); IPv6's MTUs come with their devices."""
 
     host: int
+    ipip: int
     vxlan: int
     wireguard: int
 
@@ -69,13 +71,15 @@ class TunnelMTUs:
     def of(cls, config: FelixConfig, host: int) -> TunnelMTUs:
         return cls(
             host=host,
+            ipip=config.ipip_mtu or host - IPIP_OVERHEAD,
             vxlan=config.vxlan_mtu or host - VXLAN_OVERHEAD,
             wireguard=config.wireguard_mtu or host - WIREGUARD_OVERHEAD,
         )
 
-    def pod_mtu(self, *, vxlan: bool, wireguard: bool) -> int:
+    def pod_mtu(self, *, ipip: bool, vxlan: bool, wireguard: bool) -> int:
         """The smallest MTU of the tunnels that are on; the host MTU when none is."""
-        on = [mtu for mtu, enabled in ((self.vxlan, vxlan), (self.wireguard, wireguard)) if enabled]
+        tunnels = ((self.ipip, ipip), (self.vxlan, vxlan), (self.wireguard, wireguard))
+        on = [mtu for mtu, enabled in tunnels if enabled]
         if not on:
             return self.host
         smallest = min(on)

@@ -63,6 +63,10 @@ def _load_balancer_only(pool: model.IPPool) -> bool:
     return pool.allowed_uses == ("LoadBalancer",)
 
 
+def _ipip(dp: NodeState) -> bool:
+    return dp.encapsulation is not None and dp.encapsulation.ipip_enabled
+
+
 def special_ipsets(dp: NodeState) -> dict[str, tuple[str, set[str]]]:
     """The fixed sets Felix keeps: NAT-outgoing pools, all pools, VXLAN-capable hosts."""
     pools = [v for (kind, _), v in dp.others.items() if kind == "pool"]
@@ -80,7 +84,8 @@ def special_ipsets(dp: NodeState) -> dict[str, tuple[str, set[str]]]:
     if dp.encapsulation is not None and dp.encapsulation.vxlan_enabled:
         vteps = {f"{h.ipv4_addr}/32" for h in hosts if h.ipv4_addr}
         sets[VXLAN_HOSTS] = ("hash:net", vteps | external)
-    if dp.config.nat_outgoing_exclusions == "IPPoolsAndHostIPs":
+    if dp.config.nat_outgoing_exclusions == "IPPoolsAndHostIPs" or _ipip(dp):
+        # Felix keeps the hosts' set for IPIP (whose packets only hosts may send) too.
         addresses = {f"{h.ipv4_addr}/32" for h in hosts if h.ipv4_addr}
         sets[ALL_HOSTS] = ("hash:net", addresses | external)
     return sets

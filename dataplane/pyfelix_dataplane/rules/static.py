@@ -39,6 +39,10 @@ def failsafe(
     return Chain(name, tuple(rules))
 
 
+def _ipip(dp: NodeState, version: int) -> bool:
+    return dp.encapsulation is not None and dp.encapsulation.ipip_enabled and version == 4
+
+
 def _vxlan(dp: NodeState, version: int) -> bool:
     return dp.encapsulation is not None and dp.encapsulation.vxlan_enabled and version == 4
 
@@ -73,6 +77,20 @@ def filter_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain
 
     vxlan = _vxlan(dp, version)
     input_rules = []
+    if _ipip(dp, version):
+        hosts = ipset_rendering.ipset_name(ALL_HOSTS, version)
+        input_rules += [
+            Rule(
+                f"-p 4 -m set --match-set {hosts} src -m addrtype --dst-type LOCAL",
+                f"--jump {settings.allow}",
+                ("Allow IPIP packets from Calico hosts",),
+            ),
+            Rule(
+                "-p 4",
+                f"--jump {settings.deny}",
+                (f"{settings.deny} IPIP packets from non-Calico hosts",),
+            ),
+        ]
     if vxlan:
         hosts = ipset_rendering.ipset_name(VXLAN_HOSTS, version)
         input_rules += [
@@ -176,6 +194,15 @@ def output_tunnel_allows(dp: NodeState, settings: Settings, version: int) -> lis
     """cali-OUTPUT's allows for the overlays, as Felix's: the node's own VXLAN packets to the
     other VXLAN hosts and its WireGuard packets, before host endpoint policy could cut them."""
     rules = []
+    if _ipip(dp, version):
+        hosts = ipset_rendering.ipset_name(ALL_HOSTS, version)
+        rules.append(
+            Rule(
+                f"-p 4 -m set --match-set {hosts} dst -m addrtype --src-type LOCAL",
+                f"--jump {settings.allow}",
+                ("Allow IPIP packets to other Calico hosts",),
+            )
+        )
     if _vxlan(dp, version):
         hosts = ipset_rendering.ipset_name(VXLAN_HOSTS, version)
         rules.append(
@@ -374,6 +401,8 @@ def nat_chains(
     masq = special_sets.get(MASQ_POOLS, ("", set()))[1]
     active = any((":" in cidr) == (version == 6) for cidr in masq)
     tunnels = []
+    if _ipip(dp, version) and (dp.config_text or {}).get("IpInIpTunnelAddr"):
+        tunnels.append("tunl0")
     if _vxlan(dp, version):
         tunnels.append("vxlan.calico")
     if version == 4 and dp.config.wireguard_enabled and dp.config.wireguard_interface_name:

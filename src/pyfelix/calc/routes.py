@@ -4,9 +4,9 @@ Sources: IP pools (CIDR_INFO, carrying NAT-outgoing and the tunnel type), IPAM b
 node (REMOTE_WORKLOAD, or LOCAL_WORKLOAD for our own) and, as Felix, a /32 (/128) of its own for
 each address a block allocated to another node than its affinity's (borrowed: traffic to it
 must go to the node that has it, not to the block's), nodes' host IPs (REMOTE_HOST/LOCAL_HOST),
-their VXLAN and IPIP tunnel addresses (REMOTE_TUNNEL/LOCAL_TUNNEL) and our local workloads' addresses
-(LOCAL_WORKLOAD with the interface). Routes are recomputed as a whole when a source changes and
-only the differences are sent.
+their VXLAN and IPIP tunnel addresses (REMOTE_TUNNEL/LOCAL_TUNNEL) and our local workloads'
+addresses (LOCAL_WORKLOAD with the interface). Routes are recomputed as a whole when a source
+changes and only the differences are sent.
 """
 
 from __future__ import annotations

@@ -135,6 +135,11 @@ ACTED_ON: dict[str, str] = {
     "repaired within seconds)",
     "InterfaceRefreshInterval": "every interface rescanned as if changed (0: never), as "
     "Felix's interface monitor resync: a missed netlink event costs at most this long",
+    "IpInIpMtu": "tunl0's MTU (0: the host MTU less 20); the pods' MTU when IPIP is on "
+    "and it is the smallest",
+    "ProgramClusterRoutes": "Enabled or EnabledIPIPOnly (Felix's default): remote IPIP blocks "
+    "routed onlink via their node out of tunl0; Disabled or EnabledNoEncapOnly leave them to "
+    "BIRD (which pyfelix does not run)",
     # ClusterInformation's, not a FelixConfiguration field (so not in docs/CONFIG.md's table).
     "ClusterType": "openstack in it turns on Felix's OpenStack special cases (MetadataAddr)",
 }

@@ -20,7 +20,7 @@ import mmap
 import os
 import signal
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -78,6 +78,26 @@ def _spool() -> BinaryIO:
     return tempfile.TemporaryFile(dir=shm if os.path.isdir(shm) else None)
 
 
+def _fork_worker(work: Callable[[BinaryIO], None]) -> tuple[int, BinaryIO] | None:
+    """A forked child running ``work`` into a spool and leaving without any cleanup (exit
+    status 0 when it finished); its pid and the spool, or None if there is no fork."""
+    spool = _spool()
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        log.info("no parsing worker (%s): parsing here", exc)
+        spool.close()
+        return None
+    if pid == 0:
+        status = 1
+        try:
+            work(spool)
+            status = 0
+        finally:
+            os._exit(status)
+    return pid, spool
+
+
 class SharedParse:
     """``load_paths(paths, direct)`` with the later half of the YAML parsed by a child, which
     starts at once when the YAML is worth it (``active``)."""
@@ -96,22 +116,12 @@ class SharedParse:
             if mine >= total / 2 and size:
                 self._theirs.add(file)
             mine += size
-        spool = _spool()
-        try:
-            pid = os.fork()
-        except OSError as exc:
-            log.info("no parsing worker (%s): parsing here", exc)
-            spool.close()
+        theirs = [f for f in self._files if f in self._theirs]
+        worker = _fork_worker(lambda spool: _parse_into(spool, theirs))
+        if worker is None:
             self._theirs = set()
             return
-        if pid == 0:  # the child: parse, write, leave without running any cleanup
-            status = 1
-            try:
-                _parse_into(spool, [f for f in self._files if f in self._theirs])
-                status = 0
-            finally:
-                os._exit(status)
-        self._pid, self._spool = pid, spool
+        self._pid, self._spool = worker
 
     @property
     def active(self) -> bool:
@@ -202,21 +212,10 @@ class ParsePrefetch:
         if yaml_bytes < MIN_PREFETCH_BYTES or available_cores() < 2:
             return
         self._claims = mmap.mmap(-1, len(files))  # anonymous and shared with the child
-        spool = _spool()
-        try:
-            pid = os.fork()
-        except OSError as exc:
-            log.info("no parsing worker (%s): parsing here", exc)
-            spool.close()
+        worker = _fork_worker(lambda spool: self._parse_backwards(spool, files))
+        if worker is None:
             return
-        if pid == 0:
-            status = 1
-            try:
-                self._parse_backwards(spool, files)
-                status = 0
-            finally:
-                os._exit(status)
-        self._pid, self._spool = pid, spool
+        self._pid, self._spool = worker
         self._index = {file: n for n, file in enumerate(files)}
 
     def _parse_backwards(self, spool: BinaryIO, files: list[Path]) -> None:

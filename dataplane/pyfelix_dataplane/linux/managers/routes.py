@@ -1,11 +1,14 @@
 """Routes: each local workload through its interface (with its interface settings and pinned
 MAC); with VXLAN, each remote block through the remote node's tunnel address, or straight to
-the node where the pool is CrossSubnet and the node shares our subnet."""
+the node where the pool is CrossSubnet and the node shares our subnet; with IPIP (and
+ProgramClusterRoutes Enabled or EnabledIPIPOnly, Felix's default), each remote block via the
+node's address, onlink out of tunl0."""
 
 from __future__ import annotations
 
 import attrs
 
+from pyfelix_dataplane.linux.ipip import DEVICE as IPIP_DEVICE
 from pyfelix_dataplane.linux.kernel import RouteWriting
 from pyfelix_dataplane.linux.routes import RouteOwnership, RouteTarget
 from pyfelix_dataplane.linux.vxlan import DEVICE as VXLAN_DEVICE
@@ -26,7 +29,7 @@ class RoutesManager:
     def invalidate(self) -> None:
         self._written = None
 
-    def desired(self, vxlan_on: bool) -> dict[str, RouteTarget]:
+    def desired(self, vxlan_on: bool, ipip_on: bool = False) -> dict[str, RouteTarget]:
         routes = {}
         config = self.state.config
         v4, v6 = config.ipv4_normal_route_priority, config.ipv6_normal_route_priority
@@ -43,7 +46,12 @@ class RoutesManager:
                 routes[net] = RouteTarget(
                     endpoint.name, endpoint.mac, spoofing=spoofing, priority=priority
                 )
-        if not vxlan_on:
+        # IPIP cluster routes are Felix's unless ProgramClusterRoutes leaves them to BIRD.
+        ipip_routes = ipip_on and str(self.state.config.program_cluster_routes) in (
+            "Enabled",
+            "EnabledIPIPOnly",
+        )
+        if not (vxlan_on or ipip_routes):
             return routes
         for route in self.state.routes.values():
             if "REMOTE_WORKLOAD" not in route.types or route.dst_node == self.hostname:
@@ -52,12 +60,15 @@ class RoutesManager:
             direct = route.tunnel == "none" or route.same_subnet
             if direct and route.dst_node_ip:
                 routes[route.dst] = RouteTarget("", gateway=route.dst_node_ip)
-            elif route.tunnel == "vxlan" and vtep is not None and vtep.ipv4_addr:
+            elif route.tunnel == "vxlan" and vxlan_on and vtep is not None and vtep.ipv4_addr:
                 routes[route.dst] = RouteTarget(VXLAN_DEVICE, gateway=vtep.ipv4_addr)
+            elif route.tunnel == "ipip" and ipip_routes and route.dst_node_ip:
+                # As Felix's IPIP manager: onlink via the node's own address, out of tunl0.
+                routes[route.dst] = RouteTarget(IPIP_DEVICE, gateway=route.dst_node_ip)
         return routes
 
-    async def apply(self, vxlan_on: bool) -> None:
-        desired = self.desired(vxlan_on)
+    async def apply(self, vxlan_on: bool, ipip_on: bool = False) -> None:
+        desired = self.desired(vxlan_on, ipip_on)
         if self._written == desired:
             return
         config = self.state.config
@@ -65,7 +76,7 @@ class RoutesManager:
             device_proto=config.device_route_protocol,
             workload_prefixes=interface_prefixes(config),
             remove_external=config.remove_external_routes,
-            special_interfaces=(VXLAN_DEVICE,),
+            special_interfaces=(VXLAN_DEVICE, IPIP_DEVICE),
             source_v4=config.device_route_source_address,
             source_v6=config.device_route_source_address_ipv6,
             sync=not config.route_sync_disabled,
