@@ -52,9 +52,15 @@ def run_in(
     )
 
 
+#: How much slower than this machine the tests run: the VM of tests/test_in_vm.py (TCG, where
+#: a Python start takes 12-27 s) sets it, and every wait for an outcome stretches by it.
+SLOWDOWN = float(os.environ.get("PYFELIX_TEST_SLOWDOWN") or 1)
+
+
 def eventually(check: Callable[[], bool], timeout: float = 10.0, every: float = 0.1) -> bool:
-    """Whether ``check`` passes within ``timeout`` seconds (tried every ``every`` seconds)."""
-    deadline = time.monotonic() + timeout
+    """Whether ``check`` passes within ``timeout`` seconds (times SLOWDOWN; tried every
+    ``every`` seconds)."""
+    deadline = time.monotonic() + timeout * SLOWDOWN
     while time.monotonic() < deadline:
         if check():
             return True

@@ -19,6 +19,8 @@ from pathlib import Path
 #: Set inside the guest: tests that need the stock kernel run only there.
 GUEST_ENV = "PYFELIX_VM_GUEST"
 PACKAGES = ("qemu-system-x86", "linux-image-amd64", "busybox-static")
+#: The guest's pace against this machine's, for the tests' waits (tests.netns.SLOWDOWN).
+GUEST_SLOWDOWN = 20
 #: A boot takes 25-45 s here, guest code runs several times slower than on the host.
 BOOT_TIMEOUT = 1500
 
@@ -86,7 +88,7 @@ def run(
         "--rwdir",
         str(writable),
         "--exec",
-        f"export {GUEST_ENV}=1; {command}",
+        f"export {GUEST_ENV}=1 PYFELIX_TEST_SLOWDOWN={GUEST_SLOWDOWN}; {command}",
     ]
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}"}
     return subprocess.run(
