@@ -498,3 +498,15 @@ async def test_ipip_device_routes_and_mtu(
                 assert block == RouteTarget("tunl0", gateway="192.168.56.12")
             else:
                 assert block is None
+
+
+async def test_kube_proxy_in_ipvs_mode_is_named_as_not_supported(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Felix renders extra chains when kube-proxy runs in IPVS mode (kube-ipvs0 exists);
+    pyfelix does not, and says so instead of leaving the difference silent."""
+    for links, warned in (([("eth0", 1500, True), ("kube-ipvs0", 1500, False)], True), ([], False)):
+        caplog.clear()
+        async with running(FakeNode(links=links)) as r:
+            await _first_apply(r, messages_for(example_state()))
+        assert ("kube-proxy runs in IPVS mode" in caplog.text) == warned

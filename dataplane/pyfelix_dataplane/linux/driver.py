@@ -79,6 +79,8 @@ REFRESH_INTERVALS: dict[str, Callable[[FelixConfig], float]] = {
 }
 
 
+#: kube-proxy's IPVS mode holds every service address on this device (Felix's sign of IPVS).
+KUBE_IPVS_DEVICE = "kube-ipvs0"
 #: Felix's post-write checks of the iptables tables: IptablesPostWriteCheckIntervalSecs after
 #: a write (at least 50 ms), then twice as long each time, until the interval reaches an hour.
 MIN_POST_WRITE = 0.05
@@ -246,7 +248,16 @@ class LinuxDriver:
         pods' written for the CNI plugin (a failure is fatal with RequireMTUFile, as Felix).
         Returns the host MTU."""
         config = self.state.config
-        host = host_mtu(await kernel.interfaces.links(), config.mtu_iface_pattern)
+        links = await kernel.interfaces.links()
+        if any(name == KUBE_IPVS_DEVICE for name, _, _ in links):
+            # Felix switches its IPVS support on here; pyfelix has none: say so, once.
+            log.warning(
+                "%s found: kube-proxy runs in IPVS mode, and pyfelix does not render Felix's"
+                " IPVS chains (cali-forward-check, the endpoint marks), so NodePort traffic"
+                " to local workloads is not policed as Felix polices it",
+                KUBE_IPVS_DEVICE,
+            )
+        host = host_mtu(links, config.mtu_iface_pattern)
         tunnels = TunnelMTUs.of(config, host)
         managers.vxlan.mtu = tunnels.vxlan
         managers.ipip.mtu = tunnels.ipip
