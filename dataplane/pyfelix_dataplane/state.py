@@ -43,6 +43,12 @@ class NodeState:
     #: The IP sets whose type or members changed (or that went) since ``take_changed_ipsets``.
     changed_ipsets: set[str] = attrs.Factory(set)
 
+    @property
+    def ipip_tunnel_addr(self) -> str:
+        """This node's IPIP address: IpInIpTunnelAddr, which comes with its host configuration
+        (as in Felix), "" if it has none."""
+        return (self.config_text or {}).get("IpInIpTunnelAddr", "")
+
     def apply(self, msg: m.ToDataplane) -> None:
         msg_type = type(msg)
         if isinstance(msg, m.IPSetUpdate | m.IPSetDeltaUpdate | m.IPSetRemove):

@@ -45,9 +45,10 @@ from pyfelix_dataplane.linux.managers.vxlan import VxlanManager
 from pyfelix_dataplane.linux.managers.wireguard import WireguardManager
 from pyfelix_dataplane.linux.mtu import (
     MONITOR_INTERVAL,
-    MTU_FILE,
+    Link,
     TunnelMTUs,
     host_mtu,
+    mtu_file,
     state_dir,
     write_mtu_file,
 )
@@ -85,6 +86,17 @@ KUBE_IPVS_DEVICE = "kube-ipvs0"
 #: a write (at least 50 ms), then twice as long each time, until the interval reaches an hour.
 MIN_POST_WRITE = 0.05
 MAX_POST_WRITE = 3600.0
+
+
+def _warn_unsupported(links: list[Link]) -> None:
+    """What Felix would switch on for this node and pyfelix cannot: said once, at start."""
+    if any(name == KUBE_IPVS_DEVICE for name, _, _ in links):
+        log.warning(
+            "%s found: kube-proxy runs in IPVS mode, and pyfelix does not render Felix's IPVS"
+            " chains (cali-forward-check, the endpoint marks), so NodePort traffic to local"
+            " workloads is not policed as Felix polices it",
+            KUBE_IPVS_DEVICE,
+        )
 
 
 @attrs.define
@@ -238,25 +250,18 @@ class LinuxDriver:
                 self.state, kernel, self.hostname, self.to_calc
             )
             log.info("programming with %s", kernel.description)
-            host = await self._configure_mtus(kernel, managers)
+            links = await kernel.interfaces.links()
+            _warn_unsupported(links)
+            host = self._configure_mtus(links, managers)
             nursery.start_soon(self._watch_host_mtu, kernel, host)
             nursery.start_soon(self._rescan_interfaces, kernel)
             await self._loop(managers)
 
-    async def _configure_mtus(self, kernel: Kernel, managers: Managers) -> int:
+    def _configure_mtus(self, links: list[Link], managers: Managers) -> int:
         """Felix's start-of-day MTUs: the host's detected, the tunnels' defaulted from it, the
         pods' written for the CNI plugin (a failure is fatal with RequireMTUFile, as Felix).
         Returns the host MTU."""
         config = self.state.config
-        links = await kernel.interfaces.links()
-        if any(name == KUBE_IPVS_DEVICE for name, _, _ in links):
-            # Felix switches its IPVS support on here; pyfelix has none: say so, once.
-            log.warning(
-                "%s found: kube-proxy runs in IPVS mode, and pyfelix does not render Felix's"
-                " IPVS chains (cali-forward-check, the endpoint marks), so NodePort traffic"
-                " to local workloads is not policed as Felix polices it",
-                KUBE_IPVS_DEVICE,
-            )
         host = host_mtu(links, config.mtu_iface_pattern)
         tunnels = TunnelMTUs.of(config, host)
         managers.vxlan.mtu = tunnels.vxlan
@@ -268,7 +273,7 @@ class LinuxDriver:
             vxlan=encapsulation.vxlan_enabled,
             wireguard=config.wireguard_enabled,
         )
-        target = self.state_dir / MTU_FILE
+        target = mtu_file(self.state_dir)
         try:
             write_mtu_file(pod, self.state_dir)
         except OSError as exc:

@@ -94,9 +94,14 @@ def state_dir() -> Path:
     return Path(os.environ.get("PYFELIX_STATE_DIR") or STATE_DIR)
 
 
+def mtu_file(directory: Path | None = None) -> Path:
+    """Where the pods' MTU is kept (in ``directory``, else the state directory)."""
+    return (directory or state_dir()) / MTU_FILE
+
+
 def write_mtu_file(mtu: int, directory: Path | None = None) -> Path:
     """Write the pods' MTU where the CNI plugin reads it; raises OSError."""
-    path = (directory or state_dir()) / MTU_FILE
+    path = mtu_file(directory)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(str(mtu))
     return path
@@ -105,7 +110,7 @@ def write_mtu_file(mtu: int, directory: Path | None = None) -> Path:
 def read_mtu_file(directory: Path | None = None) -> int | None:
     """The pods' MTU as the agent wrote it, None if it has not (or it is not a number)."""
     try:
-        return int((directory or state_dir()).joinpath(MTU_FILE).read_text().strip())
+        return int(mtu_file(directory).read_text().strip())
     except (OSError, ValueError):
         return None
 

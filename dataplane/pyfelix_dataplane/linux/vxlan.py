@@ -31,7 +31,8 @@ VXLAN_OVERHEAD = 50
 
 @attrs.frozen
 class VtepDevice:
-    """This node's VTEP, as the device must be; ``mtu`` 0 means the parent's minus overhead."""
+    """This node's VTEP, as the device must be; ``mtu`` 0 leaves the kernel's (the parent's
+    less the overhead); the driver gives it Felix's (linux/mtu.py)."""
 
     vni: int
     port: int
@@ -48,13 +49,11 @@ class RemoteVtep:
     parent_ip: str
 
 
-def _parent(ipr: IPRoute, address: str) -> tuple[int, int] | None:
-    """(ifindex, mtu) of the interface holding ``address``."""
+def _parent(ipr: IPRoute, address: str) -> int | None:
+    """The index of the interface holding ``address``."""
     for entry in ipr.get_addr(family=socket.AF_INET):
         if entry.get_attr("IFA_ADDRESS") == address:
-            index = entry["index"]
-            (link,) = ipr.get_links(index)
-            return index, link.get_attr("IFLA_MTU")
+            return int(entry["index"])
     return None
 
 
@@ -84,11 +83,10 @@ def sync_vxlan(device: VtepDevice | None, remotes: Collection[RemoteVtep]) -> st
                 log.info("VXLAN disabled: deleting %s", DEVICE)
                 ipr.link("del", index=found[0])
             return "absent"
-        parent = _parent(ipr, device.parent_ip)
-        if parent is None:
+        parent_index = _parent(ipr, device.parent_ip)
+        if parent_index is None:
             log.warning("no interface holds %s (VXLAN parent); waiting", device.parent_ip)
             return "waiting"
-        parent_index, parent_mtu = parent
         if found and not _matches(ipr.get_links(found[0])[0], device, parent_index):
             log.info("%s has other VXLAN settings: recreating it", DEVICE)
             ipr.link("del", index=found[0])
@@ -106,8 +104,8 @@ def sync_vxlan(device: VtepDevice | None, remotes: Collection[RemoteVtep]) -> st
             )
             found = ipr.link_lookup(ifname=DEVICE)
         index = found[0]
-        mtu = device.mtu or parent_mtu - VXLAN_OVERHEAD
-        ipr.link("set", index=index, address=device.mac, mtu=mtu, state="up")
+        sized = {"mtu": device.mtu} if device.mtu else {}
+        ipr.link("set", index=index, address=device.mac, state="up", **sized)
         sync_only_address(ipr, index, device.tunnel_ip)
         _sync_neighbours(ipr, index, {r.tunnel_ip: r.mac.lower() for r in remotes})
         _sync_fdb(ipr, index, {r.mac.lower(): r.parent_ip for r in remotes})

@@ -48,7 +48,8 @@ class Peer:
 
 @attrs.frozen
 class WireguardDevice:
-    """The device as it must be; ``mtu`` 0 means the underlay's minus the overhead."""
+    """The device as it must be; ``mtu`` 0 leaves the device's own; the driver gives it
+    Felix's (linux/mtu.py)."""
 
     name: str
     port: int
@@ -126,8 +127,8 @@ def sync_wireguard(device: WireguardDevice | None, previous: str = "") -> str:
         _wg("set", device.name, "listen-port", str(device.port), "fwmark", hex(device.fwmark))
         _sync_peers(device)
         index = ipr.link_lookup(ifname=device.name)[0]
-        mtu = device.mtu or _underlay_mtu(ipr) - OVERHEAD
-        ipr.link("set", index=index, mtu=mtu, state="up")
+        sized = {"mtu": device.mtu} if device.mtu else {}
+        ipr.link("set", index=index, state="up", **sized)
         sync_only_address(ipr, index, device.address)
         _sync_routes(ipr, index, device)
         _sync_rule(ipr, device)
@@ -144,16 +145,6 @@ def _sync_peers(device: WireguardDevice) -> None:
         args += ["allowed-ips", ",".join(peer.allowed_ips)]
         args += ["persistent-keepalive", str(device.keepalive) if device.keepalive else "off"]
         _wg("set", device.name, *args)
-
-
-def _underlay_mtu(ipr: IPRoute) -> int:
-    """The MTU of the interface the default route (else any IPv4 route) leaves by."""
-    for route in ipr.get_routes(family=2, table=254):
-        oif = route.get_attr("RTA_OIF")
-        if oif is not None and route.get_attr("RTA_DST") is None:
-            (link,) = ipr.get_links(oif)
-            return int(link.get_attr("IFLA_MTU"))
-    return 1500
 
 
 def _sync_routes(ipr: IPRoute, index: int, device: WireguardDevice) -> None:

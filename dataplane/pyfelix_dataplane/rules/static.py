@@ -401,7 +401,7 @@ def nat_chains(
     masq = special_sets.get(MASQ_POOLS, ("", set()))[1]
     active = any((":" in cidr) == (version == 6) for cidr in masq)
     tunnels = []
-    if _ipip(dp, version) and (dp.config_text or {}).get("IpInIpTunnelAddr"):
+    if _ipip(dp, version) and dp.ipip_tunnel_addr:
         tunnels.append("tunl0")
     if _vxlan(dp, version):
         tunnels.append("vxlan.calico")

@@ -63,13 +63,17 @@ def file_size(path: Path) -> int:
 Stat = tuple[int, int, int]
 
 
+def stat_key(stat: os.stat_result) -> Stat:
+    """What says a file is the one parsed: (inode, mtime in ns, size)."""
+    return (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+
+
 def file_stat(path: Path) -> Stat | None:
-    """What says a file is the one parsed: (inode, mtime in ns, size); None if gone."""
+    """``stat_key`` of ``path``; None if it is gone."""
     try:
-        stat = path.stat()
+        return stat_key(path.stat())
     except OSError:
         return None
-    return (stat.st_ino, stat.st_mtime_ns, stat.st_size)
 
 
 def _spool() -> BinaryIO:

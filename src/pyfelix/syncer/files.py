@@ -49,7 +49,7 @@ from pyfelix.resources.loader import (
     read_manifest,
 )
 from pyfelix.resources.meta import Resource
-from pyfelix.resources.shared_parse import ParsePrefetch, Stat
+from pyfelix.resources.shared_parse import ParsePrefetch, Stat, stat_key
 from pyfelix.syncer.api import SyncerCallbacks, SyncStatus, Update
 from pyfelix.syncer.inotify import Event, Inotify, InotifyUnavailable
 from pyfelix.syncer.plain_workloads import plain_workload_entry
@@ -77,11 +77,7 @@ def _read_one(path: Path, prefetched: tuple[Stat, Parsed] | None = None) -> _Rea
         return _Read(gone=True)
     try:
         stat = path.stat()
-        if prefetched is not None and prefetched[0] == (
-            stat.st_ino,
-            stat.st_mtime_ns,
-            stat.st_size,
-        ):
+        if prefetched is not None and prefetched[0] == stat_key(stat):
             result = load_parsed(prefetched[1], str(path), plain_workload_entry)
         else:
             result = load_text(read_manifest(path), str(path), direct=plain_workload_entry)

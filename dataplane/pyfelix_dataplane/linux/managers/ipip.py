@@ -17,16 +17,17 @@ class IpipManager:
     area: str = "routes"
     #: tunl0's MTU (IpInIpMtu, or the host MTU less 20: see linux/mtu.py).
     mtu: int = 0
-    _written: IpipDevice | str | None = "never"
+    _written: IpipDevice | None = None
+    #: Whether ``_written`` is what the kernel was given (a refresh forgets it).
+    _synced: bool = False
 
     def invalidate(self) -> None:
-        self._written = "never"
+        self._synced = False
 
     def desired(self) -> IpipDevice | None:
         """tunl0 when IPIP is on and this node's IPIP address is known."""
         encapsulation = self.state.encapsulation
-        # The node's IpInIpTunnelAddr comes with its host configuration, as in Felix.
-        address = (self.state.config_text or {}).get("IpInIpTunnelAddr", "")
+        address = self.state.ipip_tunnel_addr
         if encapsulation is None or not encapsulation.ipip_enabled or not address:
             return None
         return IpipDevice(address=address, mtu=self.mtu)
@@ -34,7 +35,7 @@ class IpipManager:
     async def apply(self) -> bool:
         """Write the device if it changed; whether IPIP is on (routes go through it then)."""
         device = self.desired()
-        if self._written != device:
+        if not self._synced or self._written != device:
             await self.writer.ipip(device)
-            self._written = device
+            self._written, self._synced = device, True
         return device is not None
