@@ -50,6 +50,7 @@ class FakeNode:
     tables: dict[int, dict[str, dict[str, list[str]]]] = attrs.Factory(dict)
     routes: dict[str, RouteTarget] = attrs.Factory(dict)
     vxlan: tuple[VtepDevice | None, tuple[RemoteVtep, ...]] = (None, ())
+    vxlan_v6: tuple[VtepDevice | None, tuple[RemoteVtep, ...]] = (None, ())
     wireguard: WireguardDevice | None = None
     ipip: IpipDevice | None = None
     #: (name, MTU, running) of its interfaces: what MTU detection sees.
@@ -230,8 +231,13 @@ class FakeRoutes:
 class FakeDevices:
     node: FakeNode
 
-    async def vxlan(self, device: VtepDevice | None, remotes: Collection[RemoteVtep]) -> str:
-        self.node.vxlan = (device, tuple(remotes))
+    async def vxlan(
+        self, device: VtepDevice | None, remotes: Collection[RemoteVtep], version: int = 4
+    ) -> str:
+        if version == 6:
+            self.node.vxlan_v6 = (device, tuple(remotes))
+        else:
+            self.node.vxlan = (device, tuple(remotes))
         return "absent" if device is None else "ready"
 
     async def ipip(self, device: IpipDevice | None) -> str:

@@ -24,6 +24,7 @@ from pyfelix.calc.passthru import DataplanePassthru
 from pyfelix.calc.policy_resolver import PolicyResolver, policy_id
 from pyfelix.calc.profile_decoder import ProfileDecoder
 from pyfelix.calc.routes import L3RouteResolver
+from pyfelix.calc.vxlan import VXLANResolver, derived_vtep_mac
 from pyfelix.resources import FelixConfiguration
 from pyfelix.syncer.api import SyncStatus, Update
 from pyfelix.values import FrozenMap
@@ -55,7 +56,10 @@ class Recorder:
         self.encapsulation = encapsulation
 
     def on_host_metadata_update(self, update: m.HostMetadataUpdate) -> None:
-        self.passthru[("host", update.hostname)] = update.ipv4_addr
+        address = update.ipv4_addr
+        self.passthru[("host", update.hostname)] = (
+            f"{address} {update.ipv6_addr}" if update.ipv6_addr else address
+        )
 
     def on_host_metadata_remove(self, hostname: str) -> None:
         self.passthru.pop(("host", hostname))
@@ -320,6 +324,94 @@ def test_cross_subnet_routes_to_nodes_in_our_subnet_go_direct() -> None:
     assert routes["10.65.1.0/26"].same_subnet is False
 
 
+V6_POOL = Update(model.IPPoolKey("fd65::/48"), pool("fd65::/48", "Always"))
+V6_REMOTE_BLOCK = Update(
+    model.BlockKey("fd65:0:0:1::/122"), model.AllocationBlock("fd65:0:0:1::/122", "host:node-b")
+)
+NODE_B_IP6 = Update(model.HostIPv6Key("node-b"), config("fd99::2"))
+NODE_B_TUNNEL6 = Update(
+    model.HostConfigKey("node-b", "IPv6VXLANTunnelAddr"), config("fd65:0:0:1::")
+)
+
+
+def test_ipv6_vxlan_routes_wait_for_the_nodes_ipv6_vtep() -> None:
+    """As Felix: an IPv6 block goes through the tunnel once its node has an IPv6 address and
+    an IPv6 VXLAN address (its IPv4 VTEP is not enough); its routes carry the node's IPv6
+    address, and the node's IPv6 address and tunnel address get /128 routes."""
+    dual = [VXLAN_POOL, REMOTE_BLOCK, NODE_B_IP, NODE_B_TUNNEL, V6_POOL, V6_REMOTE_BLOCK]
+    for order in orders([*dual, NODE_B_IP6]):
+        routes = resolve_routes(order).routes
+        assert "fd65:0:0:1::/122" not in routes
+        assert routes["fd99::2/128"].types == frozenset({"REMOTE_HOST"})
+        assert routes["10.65.1.0/26"].dst_node_ip == "192.0.2.2"
+    for order in orders([V6_POOL, V6_REMOTE_BLOCK, NODE_B_IP6, NODE_B_TUNNEL6, NODE_B_IP]):
+        routes = resolve_routes(order).routes
+        block = routes["fd65:0:0:1::/122"]
+        assert (block.types, block.tunnel, block.dst_node_ip) == (
+            frozenset({"REMOTE_WORKLOAD"}),
+            "vxlan",
+            "fd99::2",
+        )
+        tunnel = routes["fd65:0:0:1::/128"]
+        assert (tunnel.types, tunnel.dst_node_ip) == (frozenset({"REMOTE_TUNNEL"}), "fd99::2")
+
+
+def test_ipv6_cross_subnet_uses_the_nodes_ipv6_subnet() -> None:
+    """CrossSubnet in IPv6 compares the nodes' IPv6 addresses with our IPv6 subnet, not the
+    IPv4 ones."""
+    cross6 = Update(model.IPPoolKey("fd65::/48"), pool("fd65::/48", "cross-subnet"))
+    ours4 = Update(model.HostNetworkKey("node-a"), config("192.0.2.0/24"))
+    ours6 = Update(model.HostNetworkV6Key("node-a"), config("fd99::/64"))
+    base = [cross6, V6_REMOTE_BLOCK, NODE_B_IP, NODE_B_IP6, ours4]
+    assert "fd65:0:0:1::/122" not in resolve_routes(base).routes, "not same-subnet: needs a VTEP"
+    for order in orders([*base, ours6]):
+        block = resolve_routes(order).routes["fd65:0:0:1::/122"]
+        assert (block.same_subnet, block.dst_node_ip) == (True, "fd99::2")
+
+
+@attrs.define
+class VtepRecorder:
+    vteps: dict[str, m.VXLANTunnelEndpointUpdate] = attrs.Factory(dict)
+
+    def on_vtep_update(self, update: m.VXLANTunnelEndpointUpdate) -> None:
+        self.vteps[update.node] = update
+
+    def on_vtep_remove(self, node: str) -> None:
+        self.vteps.pop(node, None)
+
+
+def test_vteps_have_an_ipv4_half_an_ipv6_half_or_both() -> None:
+    """As Felix's VXLAN resolver: a half needs the node's address and tunnel address of its
+    version; either alone is a VTEP; the IPv6 MAC is derived from the name with "-v6"."""
+    mac_v6 = Update(
+        model.HostConfigKey("node-b", "VXLANTunnelMACAddrV6"), config("66:AA:00:00:00:06")
+    )
+    for order in orders([NODE_B_IP6, NODE_B_TUNNEL6, NODE_B_IP]):
+        out = VtepRecorder()
+        updates = Dispatcher()
+        VXLANResolver(out).register_with(updates)
+        for update in order:
+            updates.on_update(update)
+        assert out.vteps == {
+            "node-b": m.VXLANTunnelEndpointUpdate(
+                "node-b", "", "", "", derived_vtep_mac("node-b", 6), "fd65:0:0:1::", "fd99::2"
+            )
+        }
+        for update in (NODE_B_TUNNEL, mac_v6):
+            updates.on_update(update)
+        vtep = out.vteps["node-b"]
+        assert (vtep.mac, vtep.ipv4_addr, vtep.parent_device_ip) == (
+            derived_vtep_mac("node-b"),
+            "10.65.1.0",
+            "192.0.2.2",
+        )
+        assert vtep.mac_v6 == "66:aa:00:00:00:06"
+        for update in (NODE_B_TUNNEL6, NODE_B_TUNNEL):
+            updates.on_update(Update(update.key, None))
+        assert out.vteps == {}
+    assert derived_vtep_mac("node-b", 6) != derived_vtep_mac("node-b")
+
+
 IPIP_POOL = Update(
     model.IPPoolKey("10.65.0.0/16"), model.IPPool("10.65.0.0/16", "always", "", True, False)
 )
@@ -454,6 +546,16 @@ def test_nothing_resolved_before_in_sync_and_a_relabel_moves_policies() -> None:
 
 PASSTHRU_STATES: list[tuple[str, list[Update], dict[tuple[str, Any], Any]]] = [
     ("host IP", [NODE_B_IP], {("host", "node-b"): "192.0.2.2"}),
+    (
+        "host IPv4 and IPv6 addresses, one message",
+        [NODE_B_IP, Update(model.HostIPv6Key("node-b"), config("fd99::2"))],
+        {("host", "node-b"): "192.0.2.2 fd99::2"},
+    ),
+    (
+        "host IPv6 address alone",
+        [Update(model.HostIPv6Key("node-b"), config("fd99::2"))],
+        {("host", "node-b"): " fd99::2"},
+    ),
     ("pool", [VXLAN_POOL], {("pool", "10.65.0.0/16"): True}),
     (
         "WireGuard key",

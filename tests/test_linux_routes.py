@@ -193,7 +193,7 @@ def test_floating_ips_are_routed_to_their_workload() -> None:
     key = model.WorkloadEndpointKey("node", "k8s", "ns/pod", "eth0")
     state.apply(m.WorkloadEndpointUpdate(key, endpoint, ()))
     manager = RoutesManager(state, RouteWriter(), "node")
-    assert manager.desired(vxlan_on=False) == {
+    assert manager.desired() == {
         "10.65.0.5/32": RouteTarget("cali1", priority=1024),
         "172.16.0.9/32": RouteTarget("cali1", priority=1024),
     }

@@ -60,3 +60,41 @@ def test_vxlan_device_and_remote_vteps(netns: str) -> None:
 
     assert sync(netns, 0) == "absent"
     assert "vxlan.calico" not in show(netns, "ip", "link")
+
+
+def write_vxlan_v6(remotes: tuple[int, ...], enabled: bool = True) -> str:
+    device = VtepDevice(4096, 4789, "66:00:00:00:06:01", "fd65:1::", "fd99::1", mtu=1430, version=6)
+    peers = [RemoteVtep(f"fd65:{n}::", f"66:00:00:00:06:{n:02x}", f"fd99::{n}") for n in remotes]
+    return sync_vxlan(device if enabled else None, peers, 6)
+
+
+def test_ipv6_vxlan_device_beside_the_ipv4_one(netns: str) -> None:
+    """As Felix's IPv6 VXLAN manager: vxlan-v6.calico over the node's IPv6 underlay address,
+    the VTEP's /128, NDP and FDB entries per remote VTEP; the IPv4 device is another one."""
+    run_in(netns, "sysctl", "-qw", "net.ipv6.conf.default.accept_dad=0")
+    run_in(netns, "ip", "link", "add", "ul0", "type", "veth", "peer", "name", "ul1")
+    run_in(netns, "ip", "addr", "add", "10.99.0.1/24", "dev", "ul0")
+    run_in(netns, "ip", "addr", "add", "fd99::1/64", "dev", "ul0", "nodad")
+    run_in(netns, "ip", "link", "set", "ul0", "up")
+    assert sync(netns, 4096, 2) == "ready"
+
+    assert in_netns(netns, write_vxlan_v6, (2, 3)) == "ready"
+    device = show(netns, "ip", "-d", "link", "show", "vxlan-v6.calico")
+    assert "mtu 1430" in device
+    assert "vxlan id 4096 local fd99::1 dev ul0" in device
+    assert "inet6 fd65:1::/128" in show(netns, "ip", "addr", "show", "vxlan-v6.calico")
+    neighbours = show(netns, "ip", "-6", "neigh", "show", "dev", "vxlan-v6.calico")
+    assert "fd65:2:: lladdr 66:00:00:00:06:02 PERMANENT" in neighbours
+    assert "fd65:3:: lladdr 66:00:00:00:06:03 PERMANENT" in neighbours
+    fdb = show(netns, "bridge", "fdb", "show", "dev", "vxlan-v6.calico")
+    assert "66:00:00:00:06:02 dst fd99::2 self permanent" in fdb
+
+    assert in_netns(netns, write_vxlan_v6, (2,)) == "ready"
+    assert "fd65:3::" not in show(netns, "ip", "-6", "neigh", "show", "dev", "vxlan-v6.calico")
+    assert "fd99::3" not in show(netns, "bridge", "fdb", "show", "dev", "vxlan-v6.calico")
+    assert "10.99.0.2" in show(netns, "bridge", "fdb", "show", "dev", "vxlan.calico")
+
+    assert in_netns(netns, write_vxlan_v6, (), False) == "absent"
+    links = show(netns, "ip", "link")
+    assert "vxlan-v6.calico" not in links
+    assert "vxlan.calico" in links

@@ -813,3 +813,69 @@ def test_ipip_rules_as_felix(tmp_path: Path) -> None:
     restore = view["ipset_restore"].splitlines()
     assert "add cali40all-hosts-net 192.168.56.11/32" in restore
     assert "add cali40all-hosts-net 192.168.56.12/32" in restore
+
+
+DUAL_STACK_VXLAN = """
+apiVersion: projectcalico.org/v3
+kind: IPPool
+metadata: {name: default-ipv6-ippool}
+spec: {cidr: 'fd65::/48', blockSize: 122, vxlanMode: Always, natOutgoing: true}
+---
+apiVersion: projectcalico.org/v3
+kind: IPAMBlock
+metadata: {name: fd65-0-0-1---122}
+spec: {cidr: 'fd65:0:0:1::/122', affinity: 'host:node-b'}
+"""
+
+
+def dual_stack_cluster(directory: Path) -> list[Any]:
+    """The example with an IPv6 VXLAN pool and IPv6 node and tunnel addresses."""
+    shutil.copytree(REPO / "examples" / "cluster", directory)
+    (directory / "05-ipv6.yaml").write_text(DUAL_STACK_VXLAN)
+    nodes = directory / "10-nodes.yaml"
+    text = nodes.read_text()
+    for index, name in ((11, "a"), (12, "b")):
+        text = text.replace(
+            f"    ipv4Address: 192.168.56.{index}/24\n",
+            f"    ipv4Address: 192.168.56.{index}/24\n    ipv6Address: fd56::{index}/64\n"
+            f"  ipv6VXLANTunnelAddr: 'fd65:0:0:{index - 11}::'\n",
+            1,
+        )
+        assert f"fd56::{index}" in text, name
+    nodes.write_text(text)
+    result = load_paths([directory])
+    assert result.ok, result.problems
+    return [item.resource for item in result.resources]
+
+
+def test_dual_stack_vxlan_rules_sets_and_routes(tmp_path: Path) -> None:
+    """An IPv6 VXLAN pool beside the IPv4 one: the IPv6 tables get Felix's IPv6 VXLAN rules
+    (the other hosts' IPv6 addresses in cali60all-vxlan-net, the rest dropped with the deny
+    action), VXLAN is untracked in both families, host traffic into vxlan-v6.calico is
+    masqueraded, and the IPv6 block is routed through the remote VTEP's IPv6 half."""
+    view, dataplane = compute(dual_stack_cluster(tmp_path / "cluster"), "node-a")
+    assert dataplane.encapsulation == m.Encapsulation(False, True, True)
+    filter6 = str(view["iptables"]["ipv6"]["filter"])
+    assert _chain_rules(filter6, "cali-INPUT")[:2] == [
+        '-m comment --comment "Allow IPv6 VXLAN packets from allowed hosts" -p 17 -m multiport'
+        " --destination-ports 4789 -m set --match-set cali60all-vxlan-net src"
+        " -m addrtype --dst-type LOCAL --jump ACCEPT",
+        '-m comment --comment "DROP IPv6 VXLAN packets from non-allowed hosts" -p 17'
+        " -m multiport --destination-ports 4789 -m addrtype --dst-type LOCAL --jump DROP",
+    ]
+    assert (
+        '"Allow IPv6 VXLAN packets to other allowed hosts" -p 17 -m multiport'
+        " --destination-ports 4789 -m addrtype --src-type LOCAL -m set --match-set"
+        " cali60all-vxlan-net dst --jump ACCEPT"
+    ) in filter6
+    assert "-p udp --dport 4789 --jump NOTRACK" in str(view["iptables"]["ipv6"]["raw"])
+    assert "--out-interface vxlan-v6.calico -m addrtype ! --src-type LOCAL" in str(
+        view["iptables"]["ipv6"]["nat"]
+    )
+    restore = view["ipset_restore"].splitlines()
+    assert "add cali60all-vxlan-net fd56::12/128" in restore
+    assert "add cali40all-vxlan-net 192.168.56.12/32" in restore
+    vtep = dataplane.vteps["node-b"]
+    assert (vtep.ipv6_addr, vtep.parent_device_ipv6) == ("fd65:0:0:1::", "fd56::12")
+    route = dataplane.routes["fd65:0:0:1::/122"]
+    assert (route.tunnel, route.dst_node_ip) == ("vxlan", "fd56::12")

@@ -195,3 +195,87 @@ def test_cross_subnet_pool_routes_same_subnet_nodes_without_the_tunnel(tmp_path:
         before = vxlan_tx_packets(nodes[0].node)
         assert connects(client, "10.65.2.2", 8080)
         assert vxlan_tx_packets(nodes[0].node) == before, "the packets took the tunnel"
+
+
+IPV6_POOL = """
+---
+apiVersion: projectcalico.org/v3
+kind: IPPool
+metadata: {name: pods-v6}
+spec: {cidr: 'fd65::/48', blockSize: 122, vxlanMode: Always, natOutgoing: false}
+"""
+
+
+def dual_stack_node(index: int, *, ipv4: bool = True) -> str:
+    """Node ``index`` with IPv6 underlay and VXLAN addresses, its IPv6 block and a pod with an
+    IPv6 address (fd65:0:0:<index>::2) after its IPv4 one (only the IPv6 one unless
+    ``ipv4``)."""
+    tunnel = f"ipv6VXLANTunnelAddr: 'fd65:0:0:{index}::'"
+    if ipv4:
+        tunnel += f"\n  ipv4VXLANTunnelAddr: 10.65.{index}.0"
+    resource = node_resource(index, tunnel).replace(
+        f"ipv4Address: 10.99.0.{index}/24",
+        f"ipv4Address: 10.99.0.{index}/24, ipv6Address: 'fd99::{index}/64'",
+    )
+    pod = block_and_pod(index, block=ipv4)
+    v6 = f"'fd65:0:0:{index}::2/128'"
+    pod = pod.replace(
+        f"ipNetworks: [10.65.{index}.2/32]",
+        f"ipNetworks: [10.65.{index}.2/32, {v6}]" if ipv4 else f"ipNetworks: [{v6}]",
+    )
+    block = f"""
+---
+apiVersion: projectcalico.org/v3
+kind: IPAMBlock
+metadata: {{name: fd65-0-0-{index}---122}}
+spec: {{cidr: 'fd65:0:0:{index}::/122', affinity: "host:node-{index}"}}"""
+    return resource + block + pod
+
+
+def test_dual_stack_pods_talk_over_both_vxlan_devices(tmp_path: Path) -> None:
+    """An IPv4 and an IPv6 VXLAN pool: each agent builds vxlan.calico and vxlan-v6.calico
+    (over the node's IPv6 underlay address, MTU the host's less 70), the IPv6 block goes
+    through the other node's IPv6 VTEP, and both families cross with the policy applied on
+    the far side."""
+    manifests = MANIFESTS + IPV6_POOL + dual_stack_node(1) + dual_stack_node(2)
+    with agents_on_two_nodes(tmp_path, manifests, "vd") as running:
+        nodes, client = running.nodes, running.client
+        assert eventually(lambda: connects(client, "fd65:0:0:2::2", 8080), timeout=15), run(
+            nodes[0].node, "ip", "-6", "route"
+        )
+        assert connects(client, "10.65.2.2", 8080)
+        assert not connects(client, "fd65:0:0:2::2", 9090), "policy in IPv6 too"
+        device = run(nodes[0].node, "ip", "-d", "link", "show", "vxlan-v6.calico")
+        assert "vxlan id 4096 local fd99::1 dev ul0" in device
+        assert " mtu 1430 " in device
+        # The pods get the smaller MTU of the two tunnels that are on.
+        assert (Path(os.environ["PYFELIX_STATE_DIR"]) / "mtu").read_text() == "1430"
+        routes = run(nodes[0].node, "ip", "-6", "route", "show", "proto", "boot")
+        assert "fd65:0:0:2::/122 via fd65:0:0:2:: dev vxlan-v6.calico" in routes
+        before = int(
+            run(nodes[0].node, "cat", "/sys/class/net/vxlan-v6.calico/statistics/tx_packets")
+        )
+        assert connects(client, "fd65:0:0:2::2", 8080)
+        after = int(
+            run(nodes[0].node, "cat", "/sys/class/net/vxlan-v6.calico/statistics/tx_packets")
+        )
+        assert after > before
+        check = pyfelix_pods(nodes[0].node, "check", "node-1", tmp_path, running.prefix)
+        assert "app/pod2 fd65:0:0:2::2   node-2     tcp/8080  allowed" in check
+
+
+def test_ipv6_only_pods_talk_over_ipv6_vxlan(tmp_path: Path) -> None:
+    """IPv6 alone (no IPv4 VXLAN address, pods with only an IPv6 address): there is no
+    vxlan.calico, and the pods reach each other through vxlan-v6.calico."""
+    manifests = MANIFESTS.replace(
+        "spec: {cidr: 10.65.0.0/16, vxlanMode: Always",
+        "spec: {cidr: 10.65.0.0/16, vxlanMode: Never",
+    ).replace("vxlanEnabled: true, ", "")
+    manifests += IPV6_POOL + dual_stack_node(1, ipv4=False) + dual_stack_node(2, ipv4=False)
+    with agents_on_two_nodes(tmp_path, manifests, "v6") as running:
+        nodes, client = running.nodes, running.client
+        assert eventually(lambda: connects(client, "fd65:0:0:2::2", 8080), timeout=15), run(
+            nodes[0].node, "ip", "-6", "route"
+        )
+        assert "vxlan.calico" not in run(nodes[0].node, "ip", "link", "show")
+        assert not connects(client, "fd65:0:0:2::2", 9090)

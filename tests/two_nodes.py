@@ -1,6 +1,7 @@
 """Two simulated nodes for multi-node tests: node namespaces (pyfelix.demo's DemoNode) joined by
-an underlay link (10.99.0.1 and 10.99.0.2 on ``ul0``), each with one pod wired by
-`pyfelix pods up` from the shared manifest directory, and the manifests for those pods."""
+an underlay link (10.99.0.1 and 10.99.0.2 on ``ul0``, and fd99::1 and fd99::2 for IPv6), each
+with one pod wired by `pyfelix pods up` from the shared manifest directory, and the manifests
+for those pods."""
 
 from __future__ import annotations
 
@@ -77,18 +78,20 @@ def remove_namespaces(prefix: str) -> None:
 
 def two_nodes(stack: ExitStack, manifests: Path, prefix: str, tag: str) -> list[DemoNode]:
     """The two nodes with their pods up (``pods up`` output checked); torn down with
-    ``stack``. Agents are the caller's to start."""
+    ``stack``. Agents are the caller's to start. The underlay has its IPv6 addresses too
+    (without duplicate detection, so they work at once)."""
     nodes = [DemoNode(stack, tag=f"{tag}{i}-{os.getpid()}") for i in (1, 2)]
     underlay = ("ul0", "netns", nodes[0].node, "type", "veth", "peer", "name", "ul0")
     subprocess.run(["ip", "link", "add", *underlay, "netns", nodes[1].node], check=True)
     for index, demo in enumerate(nodes, start=1):
         for command in (
             ("addr", "add", f"10.99.0.{index}/24", "dev", "ul0"),
+            ("-6", "addr", "add", f"fd99::{index}/64", "dev", "ul0", "nodad"),
             ("link", "set", "ul0", "up"),
         ):
             subprocess.run(["ip", "-n", demo.node, *command], check=True)
         stack.callback(remove_namespaces, prefix)
         stack.callback(pyfelix_pods, demo.node, "down", f"node-{index}", manifests, prefix)
         up = pyfelix_pods(demo.node, "up", f"node-{index}", manifests, prefix)
-        assert f"cali{index} -> 10.65.{index}.2" in up
+        assert f"cali{index} -> " in up, up
     return nodes

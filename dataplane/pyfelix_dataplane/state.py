@@ -49,6 +49,12 @@ class NodeState:
         (as in Felix), "" if it has none."""
         return (self.config_text or {}).get("IpInIpTunnelAddr", "")
 
+    def vxlan_tunnel_addr(self, version: int) -> str:
+        """This node's VXLAN address of IP ``version`` (IPv4VXLANTunnelAddr,
+        IPv6VXLANTunnelAddr), "" if it has none."""
+        name = "IPv6VXLANTunnelAddr" if version == 6 else "IPv4VXLANTunnelAddr"
+        return (self.config_text or {}).get(name, "")
+
     def apply(self, msg: m.ToDataplane) -> None:
         msg_type = type(msg)
         if isinstance(msg, m.IPSetUpdate | m.IPSetDeltaUpdate | m.IPSetRemove):

@@ -167,8 +167,12 @@ class HostEndpointRemove:
 
 @attrs.frozen
 class HostMetadataUpdate:
+    """A node's addresses (Felix sends HostMetadataV6Update for the IPv6 one; one message
+    here, either address may be empty)."""
+
     hostname: str
     ipv4_addr: str
+    ipv6_addr: str = ""
 
 
 @attrs.frozen
@@ -241,10 +245,16 @@ class RouteRemove:
 
 @attrs.frozen
 class VXLANTunnelEndpointUpdate:
+    """A node's VTEP: its IPv4 half (tunnel address, MAC, underlay address), its IPv6 half, or
+    both; a half without its tunnel address is empty, as Felix sends it."""
+
     node: str
     mac: str
     ipv4_addr: str
     parent_device_ip: str
+    mac_v6: str = ""
+    ipv6_addr: str = ""
+    parent_device_ipv6: str = ""
 
 
 @attrs.frozen

@@ -140,6 +140,17 @@ class HostIPKey:
 
 
 @attrs.frozen(cache_hash=True)
+class HostIPv6Key:
+    """A node's IPv6 address (its BGP ipv6Address): Felix reads it from the Node (V6Addr), for
+    IPv6 VTEPs, host routes and the hosts' sets."""
+
+    hostname: str
+
+    def __str__(self) -> str:
+        return f"/calico/v1/host/{self.hostname}/bird_ip6"
+
+
+@attrs.frozen(cache_hash=True)
 class HostNetworkKey:
     """A node's IPv4 address with its prefix length (its BGP ipv4Address): Felix's node info
     V4CIDR, which tells whether another node shares this one's subnet (CrossSubnet)."""
@@ -148,6 +159,16 @@ class HostNetworkKey:
 
     def __str__(self) -> str:
         return f"/calico/v1/host/{self.hostname}/network_v4"
+
+
+@attrs.frozen(cache_hash=True)
+class HostNetworkV6Key:
+    """The IPv6 sibling of HostNetworkKey (Felix's V6CIDR): CrossSubnet for IPv6 pools."""
+
+    hostname: str
+
+    def __str__(self) -> str:
+        return f"/calico/v1/host/{self.hostname}/network_v6"
 
 
 @attrs.frozen(cache_hash=True)
@@ -401,7 +422,9 @@ ModelKey = (
     | IPPoolKey
     | BlockKey
     | HostIPKey
+    | HostIPv6Key
     | HostNetworkKey
+    | HostNetworkV6Key
     | HostConfigKey
     | GlobalConfigKey
     | ReadyFlagKey

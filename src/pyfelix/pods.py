@@ -2,10 +2,12 @@
 
 ``pyfelix pods up`` gives each WorkloadEndpoint of this node a namespace: a veth pair named as
 the endpoint says (the host end in the current namespace, ``eth0`` in the pod), the endpoint's
-address and MAC, a default route through the link-local gateway 169.254.1.1 (answered by proxy
-ARP on the host end, which the agent turns on), and a TCP responder on each of its ports
-(8080 when it declares none). ``pods check`` tries, from every pod of this node, every
-endpoint of the cluster on each of those ports; ``pods down`` removes it all. With two nodes
+addresses and MAC, a default route through the link-local gateway 169.254.1.1 (answered by
+proxy ARP on the host end, which the agent turns on) and, for IPv6, through the host end's
+link-local address (the host end's MAC is ee:ee:ee:ee:ee:ee, as Calico's plugin sets it),
+and a TCP responder on each of its ports (8080 when it declares none). ``pods check`` tries,
+from every pod of this node, every endpoint of the cluster on each of those ports; ``pods
+down`` removes it all. With two nodes
 (the Vagrant cluster in vagrant/) that is how an operator sees the agents' overlay and policy
 at work. ``pyfelix demo`` builds its node with the same wiring.
 """
@@ -26,6 +28,9 @@ from pyfelix.resources import Resource, WorkloadEndpoint
 from pyfelix_dataplane.linux.mtu import read_mtu_file
 
 GATEWAY = "169.254.1.1"
+#: The host end's MAC as Calico's CNI plugin sets it, and the IPv6 link-local address it gives.
+HOST_END_MAC = "ee:ee:ee:ee:ee:ee"
+GATEWAY_V6 = "fe80::ecee:eeff:feee:eeee"
 DEFAULT_PORT = 8080
 SERVER = """
 import socket, sys, threading
@@ -68,9 +73,11 @@ def wire_pod(
     mac: str = "",
     *,
     mtu: int | None = None,
+    more: Sequence[str] = (),
 ) -> None:
     """A veth pair from namespace ``host`` (None: the current one) into namespace ``pod``,
-    configured as the CNI plugin configures a pod's (``mtu`` on both ends, when given)."""
+    configured as the CNI plugin configures a pod's (``mtu`` on both ends, when given) with
+    ``address`` and the ``more`` addresses (IPv4 or IPv6)."""
     sized = ("mtu", str(mtu)) if mtu else ()
     here = ["netns", host] if host else []
     peer = ("peer", "name", "eth0", *sized, "netns", pod)
@@ -82,13 +89,24 @@ def wire_pod(
     if mac:
         # The endpoint's MAC is what Felix pins in the node's ARP table.
         run_in(pod, "ip", "link", "set", "eth0", "address", mac)
-    for command in (
-        ("addr", "add", f"{address}/32", "dev", "eth0"),
-        ("link", "set", "eth0", "up"),
-        ("route", "add", GATEWAY, "dev", "eth0", "scope", "link"),
-        ("route", "add", "default", "via", GATEWAY, "dev", "eth0"),
-    ):
+    addresses = (address, *more)
+    v4 = [a for a in addresses if ":" not in a]
+    v6 = [a for a in addresses if ":" in a]
+    commands: list[tuple[str, ...]] = [("addr", "add", f"{a}/32", "dev", "eth0") for a in v4]
+    commands += [("-6", "addr", "add", f"{a}/128", "dev", "eth0", "nodad") for a in v6]
+    commands.append(("link", "set", "eth0", "up"))
+    if v4:
+        commands += [
+            ("route", "add", GATEWAY, "dev", "eth0", "scope", "link"),
+            ("route", "add", "default", "via", GATEWAY, "dev", "eth0"),
+        ]
+    if v6:
+        commands.append(("-6", "route", "add", "default", "via", GATEWAY_V6, "dev", "eth0"))
+    for command in commands:
         run_in(pod, "ip", *command)
+    # The host end answers for its link-local address at once (no duplicate detection).
+    run_in(host, "sysctl", "-qw", f"net.ipv6.conf.{interface}.accept_dad=0")
+    run_in(host, "ip", "link", "set", interface, "address", HOST_END_MAC)
     run_in(host, "ip", "link", "set", interface, "up")
 
 
@@ -122,6 +140,8 @@ class Pod:
     address: str
     mac: str
     ports: tuple[int, ...]
+    #: Its other addresses (a dual-stack pod's IPv6 one).
+    more: tuple[str, ...] = ()
 
     def netns(self, prefix: str) -> str:
         return f"{prefix}{self.name.replace('/', '.')}"[:200]
@@ -142,6 +162,7 @@ def cluster_pods(resources: Sequence[Resource]) -> list[Pod]:
                 address=wep.spec.ip_networks[0].split("/")[0],
                 mac=wep.spec.mac,
                 ports=ports,
+                more=tuple(net.split("/")[0] for net in wep.spec.ip_networks[1:]),
             )
         )
     return sorted(pods, key=lambda p: p.name)
@@ -167,13 +188,12 @@ def pods_up(resources: Sequence[Resource], hostname: str, prefix: str, out: Text
             continue
         subprocess.run(["ip", "netns", "add", netns], check=True)
         run_in(netns, "ip", "link", "set", "lo", "up")
-        wire_pod(None, netns, pod.interface, pod.address, pod.mac, mtu=mtu)
+        wire_pod(None, netns, pod.interface, pod.address, pod.mac, mtu=mtu, more=pod.more)
         start_responder(netns, pod.ports, detach=True)
         ports = ",".join(map(str, pod.ports))
         sized = f", mtu {mtu}" if mtu else ""
-        print(
-            f"{pod.name}: {netns}, {pod.interface} -> {pod.address}, tcp/{ports}{sized}", file=out
-        )
+        addresses = " ".join((pod.address, *pod.more))
+        print(f"{pod.name}: {netns}, {pod.interface} -> {addresses}, tcp/{ports}{sized}", file=out)
     return 0
 
 
@@ -201,8 +221,9 @@ def pods_down(resources: Sequence[Resource], hostname: str, prefix: str, out: Te
 
 
 def pods_check(resources: Sequence[Resource], hostname: str, prefix: str, out: TextIO) -> int:
-    """From each pod of this node, every pod of the cluster on each of its ports; exit 1 if
-    this node has no pods up."""
+    """From each pod of this node, every pod of the cluster on each of its ports (at each of
+    its addresses: after the first, the address follows the pod's name); exit 1 if this node
+    has no pods up."""
     pods = cluster_pods(resources)
     existing = _existing_namespaces()
     local = [p for p in pods if p.node == hostname and p.netns(prefix) in existing]
@@ -214,12 +235,14 @@ def pods_check(resources: Sequence[Resource], hostname: str, prefix: str, out: T
         for destination in pods:
             if destination is source:
                 continue
-            for port in destination.ports:
-                seen = connects(source.netns(prefix), destination.address, port)
-                result = "allowed" if seen else "denied"
-                print(
-                    f"{source.name:<24} {destination.name:<24} {destination.node:<10} "
-                    f"tcp/{port:<5} {result}",
-                    file=out,
-                )
+            for address in (destination.address, *destination.more):
+                to = destination.name
+                to = to if address == destination.address else f"{to} {address}"
+                for port in destination.ports:
+                    seen = connects(source.netns(prefix), address, port)
+                    result = "allowed" if seen else "denied"
+                    print(
+                        f"{source.name:<24} {to:<24} {destination.node:<10} tcp/{port:<5} {result}",
+                        file=out,
+                    )
     return 0

@@ -265,6 +265,7 @@ class LinuxDriver:
         host = host_mtu(links, config.mtu_iface_pattern)
         tunnels = TunnelMTUs.of(config, host)
         managers.vxlan.mtu = tunnels.vxlan
+        managers.vxlan.mtu_v6 = tunnels.vxlan_v6
         managers.ipip.mtu = tunnels.ipip
         managers.wireguard.mtu = tunnels.wireguard
         encapsulation = self.state.encapsulation or m.Encapsulation(False, False)
@@ -272,6 +273,7 @@ class LinuxDriver:
             ipip=encapsulation.ipip_enabled,
             vxlan=encapsulation.vxlan_enabled,
             wireguard=config.wireguard_enabled,
+            vxlan_v6=encapsulation.vxlan_enabled_v6,
         )
         target = mtu_file(self.state_dir)
         try:
@@ -418,8 +420,8 @@ class LinuxDriver:
 
     @staticmethod
     async def _apply_routing(managers: Managers) -> None:
-        """The tunnel devices first (VXLAN with its neighbours, IPIP: routes go through them),
-        the WireGuard device, peers and routing, then routes."""
+        """The tunnel devices first (VXLAN's two with their neighbours, IPIP: routes go through
+        them), the WireGuard device, peers and routing, then routes."""
         vxlan_on = await managers.vxlan.apply()
         ipip_on = await managers.ipip.apply()
         await managers.wireguard.apply()

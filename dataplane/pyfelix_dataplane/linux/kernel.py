@@ -70,7 +70,9 @@ class DeviceWriting(Protocol):
     """The tunnel devices: VXLAN (returns absent/ready/waiting), IPIP (absent/ready) and
     WireGuard (its key)."""
 
-    async def vxlan(self, device: VtepDevice | None, remotes: Collection[RemoteVtep]) -> str: ...
+    async def vxlan(
+        self, device: VtepDevice | None, remotes: Collection[RemoteVtep], version: int = 4
+    ) -> str: ...
 
     async def ipip(self, device: IpipDevice | None) -> str: ...
 
@@ -91,8 +93,10 @@ class InterfaceReading(Protocol):
 
 @attrs.define
 class LinuxDevices:
-    async def vxlan(self, device: VtepDevice | None, remotes: Collection[RemoteVtep]) -> str:
-        return await trio.to_thread.run_sync(sync_vxlan, device, remotes)
+    async def vxlan(
+        self, device: VtepDevice | None, remotes: Collection[RemoteVtep], version: int = 4
+    ) -> str:
+        return await trio.to_thread.run_sync(sync_vxlan, device, remotes, version)
 
     async def ipip(self, device: IpipDevice | None) -> str:
         return await trio.to_thread.run_sync(sync_ipip, device)

@@ -390,12 +390,15 @@ def _permanent_neighbour(dst: str, mac: str, index: int) -> Any:
     return msg
 
 
-def sync_only_address(ipr: IPRoute, index: int, address: str) -> None:
-    """Interface ``index`` holds ``address``/32 as its only IPv4 address (none if "")."""
-    wanted = {(address, 32)} if address else set()
+def sync_only_address(ipr: IPRoute, index: int, address: str, version: int = 4) -> None:
+    """Interface ``index`` holds ``address`` (/32 or /128) as its only address of IP
+    ``version`` (none if ""); IPv6's link-local addresses are the kernel's and stay."""
+    family, length = (socket.AF_INET6, 128) if version == 6 else (socket.AF_INET, 32)
+    wanted = {(address, length)} if address else set()
     present = {
         (entry.get_attr("IFA_ADDRESS"), entry["prefixlen"])
-        for entry in ipr.get_addr(index=index, family=socket.AF_INET)
+        for entry in ipr.get_addr(index=index, family=family)
+        if not str(entry.get_attr("IFA_ADDRESS")).lower().startswith("fe80:")
     }
     for other, prefixlen in present - wanted:
         ipr.addr("del", index=index, address=other, prefixlen=prefixlen)

@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 SOCKETS = Path("/var/run/wireguard")
 #: What WireGuard adds to a packet over IPv4: outer IPv4 (20), UDP (8), WireGuard (32).
 OVERHEAD = 60
+#: The same over IPv6 (a 40-byte outer header).
+OVERHEAD_V6 = 80
 FIB_RULE_INVERT = 0x2
 EOPNOTSUPP = 95
 

@@ -79,10 +79,17 @@ def special_ipsets(dp: NodeState) -> dict[str, tuple[str, set[str]]]:
         ALL_POOLS: ("hash:net", {p.pool.cidr for p in pools if not _load_balancer_only(p.pool)}),
     }
     # ExternalNodesCIDRList: non-Calico nodes that may send tunnel traffic, as Felix adds them
-    # to both sets (IPv4, as pyfelix's overlays are).
-    external = {net for net in dp.config.external_nodes_cidr_list if ":" not in net}
-    if dp.encapsulation is not None and dp.encapsulation.vxlan_enabled:
-        vteps = {f"{h.ipv4_addr}/32" for h in hosts if h.ipv4_addr}
+    # to both sets.
+    external = set(dp.config.external_nodes_cidr_list)
+    encapsulation = dp.encapsulation
+    if encapsulation is not None and (
+        encapsulation.vxlan_enabled or encapsulation.vxlan_enabled_v6
+    ):
+        vteps = set()
+        if encapsulation.vxlan_enabled:
+            vteps |= {f"{h.ipv4_addr}/32" for h in hosts if h.ipv4_addr}
+        if encapsulation.vxlan_enabled_v6:
+            vteps |= {f"{h.ipv6_addr}/128" for h in hosts if h.ipv6_addr}
         sets[VXLAN_HOSTS] = ("hash:net", vteps | external)
     if dp.config.nat_outgoing_exclusions == "IPPoolsAndHostIPs" or _ipip(dp):
         # Felix keeps the hosts' set for IPIP (whose packets only hosts may send) too.

@@ -44,7 +44,10 @@ def _ipip(dp: NodeState, version: int) -> bool:
 
 
 def _vxlan(dp: NodeState, version: int) -> bool:
-    return dp.encapsulation is not None and dp.encapsulation.vxlan_enabled and version == 4
+    encapsulation = dp.encapsulation
+    if encapsulation is None:
+        return False
+    return encapsulation.vxlan_enabled_v6 if version == 6 else encapsulation.vxlan_enabled
 
 
 def kernel_appends(settings: Settings) -> dict[str, tuple[Chain, ...]]:
@@ -99,13 +102,18 @@ def filter_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain
                 f" -m set --match-set {hosts} src"
                 " -m addrtype --dst-type LOCAL",
                 f"--jump {settings.allow}",
-                ("Allow IPv4 VXLAN packets from allowed hosts",),
+                (f"Allow IPv{version} VXLAN packets from allowed hosts",),
             ),
             Rule(
                 f"-p 17 -m multiport --destination-ports {settings.vxlan_port}"
                 " -m addrtype --dst-type LOCAL",
-                "--jump DROP",
-                ("Drop IPv4 VXLAN packets from non-allowed hosts",),
+                # As Felix: IPv4's is always a drop, IPv6's the configured deny action.
+                "--jump DROP" if version == 4 else f"--jump {settings.deny}",
+                (
+                    "Drop IPv4 VXLAN packets from non-allowed hosts"
+                    if version == 4
+                    else f"{settings.deny} IPv6 VXLAN packets from non-allowed hosts",
+                ),
             ),
         ]
     if version == 4 and dp.config.wireguard_enabled:
@@ -210,7 +218,7 @@ def output_tunnel_allows(dp: NodeState, settings: Settings, version: int) -> lis
                 f"-p 17 -m multiport --destination-ports {settings.vxlan_port}"
                 f" -m addrtype --src-type LOCAL -m set --match-set {hosts} dst",
                 f"--jump {settings.allow}",
-                ("Allow IPv4 VXLAN packets to other allowed hosts",),
+                (f"Allow IPv{version} VXLAN packets to other allowed hosts",),
             )
         )
     if version == 4 and dp.config.wireguard_enabled:
@@ -403,8 +411,8 @@ def nat_chains(
     tunnels = []
     if _ipip(dp, version) and dp.ipip_tunnel_addr:
         tunnels.append("tunl0")
-    if _vxlan(dp, version):
-        tunnels.append("vxlan.calico")
+    if _vxlan(dp, version) and dp.vxlan_tunnel_addr(version):
+        tunnels.append("vxlan-v6.calico" if version == 6 else "vxlan.calico")
     if version == 4 and dp.config.wireguard_enabled and dp.config.wireguard_interface_name:
         tunnels.append(dp.config.wireguard_interface_name)
     to_ports = masq_port_range_excluding(settings.vxlan_port) if _vxlan(dp, version) else ""

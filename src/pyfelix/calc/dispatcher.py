@@ -33,10 +33,12 @@ def endpoint_of(update: Update) -> tuple[EndpointKey, Endpoint | None]:
     return key, value
 
 
-def host_ip_of(update: Update) -> tuple[str, model.ConfigValue | None]:
-    """A node's host IP update: (hostname, value or None)."""
-    assert isinstance(update.key, model.HostIPKey)
-    return update.key.hostname, value_of(update, model.ConfigValue)
+def host_ip_of(update: Update) -> tuple[str, model.ConfigValue | None, int]:
+    """A node's IPv4 or IPv6 address update: (hostname, value or None, IP version)."""
+    key = update.key
+    assert isinstance(key, model.HostIPKey | model.HostIPv6Key)
+    version = 6 if isinstance(key, model.HostIPv6Key) else 4
+    return key.hostname, value_of(update, model.ConfigValue), version
 
 
 def host_config_of(update: Update) -> tuple[str, str, model.ConfigValue | None]:

@@ -1,8 +1,9 @@
 """Pass-through components: facts that reach the dataplane with little or no calculation.
 
-Host IPs become host metadata, IP pools become IPAM pool updates, nodes' WireGuard keys become
-WireGuard endpoints, Kubernetes Services become service updates, and the default
-BGPConfiguration's service CIDRs the global BGP configuration update.
+Host IPs (IPv4 and IPv6, one message per node) become host metadata, IP pools become IPAM
+pool updates, nodes' WireGuard keys become WireGuard endpoints, Kubernetes Services become
+service updates, and the default BGPConfiguration's service CIDRs the global BGP
+configuration update.
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ from pyfelix.syncer.api import Update
 class DataplanePassthru:
     def __init__(self, output: PassthruOutput) -> None:
         self._out = output
+        #: node -> (IPv4 address, IPv6 address), either possibly "".
+        self._host_ips: dict[str, tuple[str, str]] = {}
 
     def register_with(self, updates: Dispatcher) -> None:
         updates.register(model.HostIPKey, self._on_host_ip_update)
+        updates.register(model.HostIPv6Key, self._on_host_ip_update)
         updates.register(model.IPPoolKey, self._on_pool_update)
         updates.register(model.WireguardKey, self._on_wireguard_update)
         updates.register(model.ResourceKey, self._on_resource_update)
@@ -58,11 +62,16 @@ class DataplanePassthru:
             )
         )
 
-    def on_host_ip(self, hostname: str, value: model.ConfigValue | None) -> None:
-        if value is None:
+    def on_host_ip(self, hostname: str, value: model.ConfigValue | None, version: int = 4) -> None:
+        v4, v6 = self._host_ips.get(hostname, ("", ""))
+        address = value.value if value is not None else ""
+        v4, v6 = (v4, address) if version == 6 else (address, v6)
+        if not v4 and not v6:
+            self._host_ips.pop(hostname, None)
             self._out.on_host_metadata_remove(hostname)
         else:
-            self._out.on_host_metadata_update(m.HostMetadataUpdate(hostname, value.value))
+            self._host_ips[hostname] = (v4, v6)
+            self._out.on_host_metadata_update(m.HostMetadataUpdate(hostname, v4, v6))
 
     def on_ip_pool(self, cidr: str, pool: model.IPPool | None) -> None:
         if pool is None:

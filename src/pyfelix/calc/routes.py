@@ -4,8 +4,9 @@ Sources: IP pools (CIDR_INFO, carrying NAT-outgoing and the tunnel type), IPAM b
 node (REMOTE_WORKLOAD, or LOCAL_WORKLOAD for our own) and, as Felix, a /32 (/128) of its own for
 each address a block allocated to another node than its affinity's (borrowed: traffic to it
 must go to the node that has it, not to the block's), nodes' host IPs (REMOTE_HOST/LOCAL_HOST),
-their VXLAN and IPIP tunnel addresses (REMOTE_TUNNEL/LOCAL_TUNNEL) and our local workloads'
-addresses (LOCAL_WORKLOAD with the interface). Routes are recomputed as a whole when a source
+their VXLAN (IPv4 and IPv6) and IPIP tunnel addresses (REMOTE_TUNNEL/LOCAL_TUNNEL) and our
+local workloads' addresses (LOCAL_WORKLOAD with the interface). A route to a node carries that
+node's address of the route's family. Routes are recomputed as a whole when a source
 changes and only the differences are sent.
 """
 
@@ -80,8 +81,11 @@ class L3RouteResolver:
         self._pools: dict[str, model.IPPool] = {}
         self._blocks: dict[str, model.AllocationBlock] = {}
         self._host_ips: dict[str, str] = {}
+        self._host_ips6: dict[str, str] = {}
         self._networks: dict[str, str] = {}
+        self._networks6: dict[str, str] = {}
         self._tunnels: dict[str, str] = {}
+        self._tunnels6: dict[str, str] = {}
         self._ipip_tunnels: dict[str, str] = {}
         self._workloads: dict[model.WorkloadEndpointKey, model.WorkloadEndpoint] = {}
         self._sent: dict[str, m.RouteUpdate] = {}
@@ -95,7 +99,9 @@ class L3RouteResolver:
             updates.register(model.BlockKey, self._on_block_update)
             local_updates.register(model.WorkloadEndpointKey, self._on_local_workload_update)
         updates.register(model.HostIPKey, self._on_host_ip_update)
+        updates.register(model.HostIPv6Key, self._on_host_ip_update)
         updates.register(model.HostNetworkKey, self._on_host_network_update)
+        updates.register(model.HostNetworkV6Key, self._on_host_network_update)
         updates.register(model.HostConfigKey, self._on_host_config_update)
 
     def _on_pool_update(self, update: Update) -> None:
@@ -110,9 +116,11 @@ class L3RouteResolver:
         self.on_host_ip(*host_ip_of(update))
 
     def _on_host_network_update(self, update: Update) -> None:
-        assert isinstance(update.key, model.HostNetworkKey)
+        key = update.key
+        assert isinstance(key, model.HostNetworkKey | model.HostNetworkV6Key)
         value = value_of(update, model.ConfigValue)
-        self._store(self._networks, update.key.hostname, value.value if value else None)
+        target = self._networks6 if isinstance(key, model.HostNetworkV6Key) else self._networks
+        self._store(target, key.hostname, value.value if value else None)
 
     def _on_host_config_update(self, update: Update) -> None:
         self.on_host_config(*host_config_of(update))
@@ -127,12 +135,15 @@ class L3RouteResolver:
     def on_block(self, cidr: str, block: model.AllocationBlock | None) -> None:
         self._store(self._blocks, cidr, block)
 
-    def on_host_ip(self, node: str, value: model.ConfigValue | None) -> None:
-        self._store(self._host_ips, node, value.value if value else None)
+    def on_host_ip(self, node: str, value: model.ConfigValue | None, version: int = 4) -> None:
+        target = self._host_ips6 if version == 6 else self._host_ips
+        self._store(target, node, value.value if value else None)
 
     def on_host_config(self, node: str, name: str, value: model.ConfigValue | None) -> None:
         if name == "IPv4VXLANTunnelAddr":
             self._store(self._tunnels, node, value.value if value else None)
+        elif name == "IPv6VXLANTunnelAddr":
+            self._store(self._tunnels6, node, value.value if value else None)
         elif name == "IpInIpTunnelAddr":
             self._store(self._ipip_tunnels, node, value.value if value else None)
 
@@ -156,13 +167,19 @@ class L3RouteResolver:
                 return pool
         return None
 
-    def _has_vtep(self, node: str) -> bool:
-        return bool(self._host_ips.get(node) and self._tunnels.get(node))
+    def _node_ip(self, node: str, dst: str) -> str:
+        """``node``'s address of ``dst``'s family ("" if unknown)."""
+        return (self._host_ips6 if ":" in dst else self._host_ips).get(node, "")
 
-    def _in_our_subnet(self, node: str) -> bool:
-        """Whether ``node``'s IP is in this node's subnet (both known; Felix's
-        nodeInOurSubnet)."""
-        ours, theirs = self._networks.get(self._hostname), self._host_ips.get(node)
+    def _has_vtep(self, node: str, dst: str) -> bool:
+        tunnels = self._tunnels6 if ":" in dst else self._tunnels
+        return bool(self._node_ip(node, dst) and tunnels.get(node))
+
+    def _in_our_subnet(self, node: str, dst: str) -> bool:
+        """Whether ``node``'s IP of ``dst``'s family is in this node's subnet of that family
+        (both known; Felix's nodeInOurSubnet)."""
+        networks = self._networks6 if ":" in dst else self._networks
+        ours, theirs = networks.get(self._hostname), self._node_ip(node, dst)
         if not ours or not theirs:
             return False
         try:
@@ -191,19 +208,19 @@ class L3RouteResolver:
                     cidr,
                     "LOCAL_WORKLOAD" if local else "REMOTE_WORKLOAD",
                     dst_node=block.host,
-                    dst_node_ip=self._host_ips.get(block.host, ""),
+                    dst_node_ip=self._node_ip(block.host, cidr),
                 )
             for address, node in _non_affine_allocations(block):
                 add(
                     address,
                     "LOCAL_WORKLOAD" if node == self._hostname else "REMOTE_WORKLOAD",
                     dst_node=node,
-                    dst_node_ip=self._host_ips.get(node, ""),
+                    dst_node_ip=self._node_ip(node, address),
                 )
-        for node, ip in self._host_ips.items():
-            add(
-                f"{ip}/32", "LOCAL_HOST" if node == self._hostname else "REMOTE_HOST", dst_node=node
-            )
+        for hosts, length in ((self._host_ips, 32), (self._host_ips6, 128)):
+            for node, ip in hosts.items():
+                host_type = "LOCAL_HOST" if node == self._hostname else "REMOTE_HOST"
+                add(f"{ip}/{length}", host_type, dst_node=node)
         for dst, (node, kind, interface) in self._first_claims().items():
             local = node == self._hostname
             if kind == _WORKLOAD_CLAIM:
@@ -211,7 +228,7 @@ class L3RouteResolver:
             else:
                 add(dst, "LOCAL_TUNNEL" if local else "REMOTE_TUNNEL")
             # The claim, not a block at the same CIDR, says where the address is.
-            wanted[dst].update(dst_node=node, dst_node_ip=self._host_ips.get(node, ""))
+            wanted[dst].update(dst_node=node, dst_node_ip=self._node_ip(node, dst))
             if interface:
                 wanted[dst]["local_workload_interface"] = interface
         self._inherit_block_types(wanted)
@@ -226,13 +243,13 @@ class L3RouteResolver:
                 tunnel = "none"
             node = str(entry.get("dst_node", ""))
             cross_subnet = pool is not None and "cross-subnet" in (pool.vxlan_mode, pool.ipip_mode)
-            same_subnet = bool(node) and cross_subnet and self._in_our_subnet(node)
+            same_subnet = bool(node) and cross_subnet and self._in_our_subnet(node, dst)
             if (
                 remote
                 and tunnel == "vxlan"
                 and not same_subnet
                 and node != self._hostname
-                and not self._has_vtep(node)
+                and not self._has_vtep(node, dst)
             ):
                 # Felix cannot route over VXLAN to a node whose VTEP it does not know yet.
                 continue
@@ -241,7 +258,7 @@ class L3RouteResolver:
                 types=frozenset(types),
                 dst_node=node,
                 # As Felix: every route to a node carries that node's IP (host routes too).
-                dst_node_ip=str(entry.get("dst_node_ip", "")) or self._host_ips.get(node, ""),
+                dst_node_ip=str(entry.get("dst_node_ip", "")) or self._node_ip(node, dst),
                 tunnel=tunnel,
                 nat_outgoing=bool(pool is not None and pool.masquerade),
                 local_workload_interface=str(entry.get("local_workload_interface", "")),
@@ -259,6 +276,8 @@ class L3RouteResolver:
         claims: dict[str, list[tuple[str, int, str]]] = {}
         for node, ip in self._tunnels.items():
             claims.setdefault(f"{ip}/32", []).append((node, _TUNNEL_CLAIM, ""))
+        for node, ip in self._tunnels6.items():
+            claims.setdefault(f"{ip}/128", []).append((node, _TUNNEL_CLAIM, ""))
         for node, ip in self._ipip_tunnels.items():
             claims.setdefault(f"{ip}/32", []).append((node, _IPIP_CLAIM, ""))
         for key, endpoint in self._workloads.items():

@@ -106,6 +106,7 @@ ACTED_ON: dict[str, str] = {
     "RouteRefreshInterval": "how often routes, VXLAN and WireGuard are re-read and repaired",
     "VXLANEnabled": "overrides the IP pools' VXLAN mode in the encapsulation (restart check)",
     "VXLANMTU": "the VXLAN device's MTU (0: the host MTU less 50); the pods' MTU when on",
+    "VXLANMTUV6": "vxlan-v6.calico's MTU (0: the host MTU less 70); the pods' MTU when on",
     "VXLANPort": "the VXLAN device's port, admitted in cali-INPUT, dropped from workloads",
     "VXLANVNI": "the VXLAN device's VNI",
     "WireguardEnabled": "the WireGuard device, peers, routing table and rule",

@@ -544,14 +544,14 @@ def _node(node: Node) -> list[KV]:
         (model.HostConfigKey(name, field), model.ConfigValue(v, origin=node) if v else None)
         for field, v in values.items()
     ]
-    host_ip = _host_ip(bgp.ipv4_address) if bgp else ""
-    kvs.append(
-        (model.HostIPKey(name), model.ConfigValue(host_ip, origin=node) if host_ip else None)
+    v4, v6 = (bgp.ipv4_address, bgp.ipv6_address) if bgp else ("", "")
+    addresses: tuple[tuple[model.ModelKey, str], ...] = (
+        (model.HostIPKey(name), _host_ip(v4)),
+        (model.HostIPv6Key(name), _host_ip(v6)),
+        (model.HostNetworkKey(name), _host_network(v4)),
+        (model.HostNetworkV6Key(name), _host_network(v6)),
     )
-    network = _host_network(bgp.ipv4_address) if bgp else ""
-    kvs.append(
-        (model.HostNetworkKey(name), model.ConfigValue(network, origin=node) if network else None)
-    )
+    kvs.extend((key, model.ConfigValue(v, origin=node) if v else None) for key, v in addresses)
     status = node.status
     wireguard = model.Wireguard(
         public_key=status.wireguard_public_key if status else "",

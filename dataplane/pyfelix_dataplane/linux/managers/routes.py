@@ -1,6 +1,7 @@
 """Routes: each local workload through its interface (with its interface settings and pinned
-MAC); with VXLAN, each remote block through the remote node's tunnel address, or straight to
-the node where the pool is CrossSubnet and the node shares our subnet; with IPIP (and
+MAC); with VXLAN, each remote block through the remote node's tunnel address of the block's
+IP version (vxlan.calico or vxlan-v6.calico), or straight to the node where the pool is
+CrossSubnet and the node shares our subnet; with IPIP (and
 ProgramClusterRoutes Enabled or EnabledIPIPOnly, Felix's default), each remote block via the
 node's address, onlink out of tunl0."""
 
@@ -10,8 +11,11 @@ import attrs
 
 from pyfelix_dataplane.linux.ipip import DEVICE as IPIP_DEVICE
 from pyfelix_dataplane.linux.kernel import RouteWriting
+from pyfelix_dataplane.linux.managers.vxlan import vtep_half
 from pyfelix_dataplane.linux.routes import RouteOwnership, RouteTarget
 from pyfelix_dataplane.linux.vxlan import DEVICE as VXLAN_DEVICE
+from pyfelix_dataplane.linux.vxlan import DEVICE_V6 as VXLAN_V6_DEVICE
+from pyfelix_dataplane.linux.vxlan import device_name
 from pyfelix_dataplane.rules.settings import interface_prefixes
 from pyfelix_dataplane.state import NodeState
 
@@ -29,7 +33,10 @@ class RoutesManager:
     def invalidate(self) -> None:
         self._written = None
 
-    def desired(self, vxlan_on: bool, ipip_on: bool = False) -> dict[str, RouteTarget]:
+    def desired(
+        self, vxlan_on: frozenset[int] = frozenset(), ipip_on: bool = False
+    ) -> dict[str, RouteTarget]:
+        """``vxlan_on``: the IP versions whose VXLAN device is up."""
         routes = {}
         config = self.state.config
         v4, v6 = config.ipv4_normal_route_priority, config.ipv6_normal_route_priority
@@ -57,17 +64,19 @@ class RoutesManager:
             if "REMOTE_WORKLOAD" not in route.types or route.dst_node == self.hostname:
                 continue
             vtep = self.state.vteps.get(route.dst_node)
+            version = 6 if ":" in route.dst else 4
+            tunnel_ip = vtep_half(vtep, version)[1] if vtep is not None else ""
             direct = route.tunnel == "none" or route.same_subnet
             if direct and route.dst_node_ip:
                 routes[route.dst] = RouteTarget("", gateway=route.dst_node_ip)
-            elif route.tunnel == "vxlan" and vxlan_on and vtep is not None and vtep.ipv4_addr:
-                routes[route.dst] = RouteTarget(VXLAN_DEVICE, gateway=vtep.ipv4_addr)
+            elif route.tunnel == "vxlan" and version in vxlan_on and tunnel_ip:
+                routes[route.dst] = RouteTarget(device_name(version), gateway=tunnel_ip)
             elif route.tunnel == "ipip" and ipip_routes and route.dst_node_ip:
                 # As Felix's IPIP manager: onlink via the node's own address, out of tunl0.
                 routes[route.dst] = RouteTarget(IPIP_DEVICE, gateway=route.dst_node_ip)
         return routes
 
-    async def apply(self, vxlan_on: bool, ipip_on: bool = False) -> None:
+    async def apply(self, vxlan_on: frozenset[int] = frozenset(), ipip_on: bool = False) -> None:
         desired = self.desired(vxlan_on, ipip_on)
         if self._written == desired:
             return
@@ -76,7 +85,7 @@ class RoutesManager:
             device_proto=config.device_route_protocol,
             workload_prefixes=interface_prefixes(config),
             remove_external=config.remove_external_routes,
-            special_interfaces=(VXLAN_DEVICE, IPIP_DEVICE),
+            special_interfaces=(VXLAN_DEVICE, VXLAN_V6_DEVICE, IPIP_DEVICE),
             source_v4=config.device_route_source_address,
             source_v6=config.device_route_source_address_ipv6,
             sync=not config.route_sync_disabled,

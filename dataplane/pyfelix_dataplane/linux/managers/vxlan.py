@@ -1,14 +1,24 @@
-"""VXLAN: this node's VTEP device (vxlan.calico) and a neighbour and FDB entry per remote VTEP."""
+"""VXLAN: this node's VTEP devices (vxlan.calico for IPv4, vxlan-v6.calico for IPv6) and a
+neighbour and FDB entry per remote VTEP of the same IP version."""
 
 from __future__ import annotations
 
 import attrs
 
+from pyfelix import messages as m
 from pyfelix_dataplane.linux.kernel import DeviceWriting
 from pyfelix_dataplane.linux.vxlan import RemoteVtep, VtepDevice
 from pyfelix_dataplane.state import NodeState
 
 Vxlan = tuple[VtepDevice | None, tuple[RemoteVtep, ...]]
+VERSIONS = (4, 6)
+
+
+def vtep_half(vtep: m.VXLANTunnelEndpointUpdate, version: int) -> tuple[str, str, str]:
+    """(MAC, tunnel address, underlay address) of one IP version's half of a VTEP."""
+    if version == 6:
+        return vtep.mac_v6, vtep.ipv6_addr, vtep.parent_device_ipv6
+    return vtep.mac, vtep.ipv4_addr, vtep.parent_device_ip
 
 
 @attrs.define(eq=False)
@@ -17,39 +27,55 @@ class VxlanManager:
     writer: DeviceWriting
     hostname: str
     area: str = "routes"
-    #: The device's MTU (VXLANMTU, or the host MTU less 50: see linux/mtu.py).
+    #: The devices' MTUs (VXLANMTU / VXLANMTUV6, or the host MTU less 50 / 70: linux/mtu.py).
     mtu: int = 0
-    _written: Vxlan | None = None
+    mtu_v6: int = 0
+    _written: dict[int, Vxlan] = attrs.Factory(dict)
 
     def invalidate(self) -> None:
-        self._written = None
+        self._written = {}
 
-    def desired(self) -> Vxlan:
-        """This node's VTEP device and the remote VTEPs, when VXLAN is on and ours is known."""
+    def enabled(self, version: int) -> bool:
         encapsulation = self.state.encapsulation
+        if encapsulation is None:
+            return False
+        return encapsulation.vxlan_enabled_v6 if version == 6 else encapsulation.vxlan_enabled
+
+    def desired(self, version: int = 4) -> Vxlan:
+        """This node's VTEP device of IP ``version`` and the remote VTEPs of that version,
+        when VXLAN is on for it and our VTEP has that half."""
         local = self.state.vteps.get(self.hostname)
-        if encapsulation is None or not encapsulation.vxlan_enabled or local is None:
+        if not self.enabled(version) or local is None:
+            return None, ()
+        mac, tunnel, parent = vtep_half(local, version)
+        if not tunnel or not parent:
             return None, ()
         config = self.state.config
         device = VtepDevice(
             vni=config.vxlan_vni,
             port=config.vxlan_port,
-            mac=local.mac,
-            tunnel_ip=local.ipv4_addr,
-            parent_ip=local.parent_device_ip,
-            mtu=self.mtu,
+            mac=mac,
+            tunnel_ip=tunnel,
+            parent_ip=parent,
+            mtu=self.mtu_v6 if version == 6 else self.mtu,
+            version=version,
         )
-        remotes = tuple(
-            RemoteVtep(vtep.ipv4_addr, vtep.mac, vtep.parent_device_ip)
-            for node, vtep in sorted(self.state.vteps.items())
-            if node != self.hostname and vtep.ipv4_addr and vtep.parent_device_ip
-        )
-        return device, remotes
+        remotes = []
+        for node, vtep in sorted(self.state.vteps.items()):
+            mac, tunnel, parent = vtep_half(vtep, version)
+            if node != self.hostname and tunnel and parent:
+                remotes.append(RemoteVtep(tunnel, mac, parent))
+        return device, tuple(remotes)
 
-    async def apply(self) -> bool:
-        """Write the device and its neighbours if they changed; whether VXLAN is on (routes go
-        through the device then)."""
-        vxlan = self.desired()
-        if self._written != vxlan and await self.writer.vxlan(*vxlan) != "waiting":
-            self._written = vxlan
-        return vxlan[0] is not None
+    async def apply(self) -> frozenset[int]:
+        """Write each device and its neighbours if they changed; the IP versions whose device
+        is up (their routes go through it)."""
+        on = set()
+        for version in VERSIONS:
+            vxlan = self.desired(version)
+            changed = self._written.get(version) != vxlan
+            if changed and await self.writer.vxlan(*vxlan, version) != "waiting":
+                self._written[version] = vxlan
+            if vxlan[0] is not None:
+                on.add(version)
+        return frozenset(on)
