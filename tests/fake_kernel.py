@@ -52,6 +52,7 @@ class FakeNode:
     vxlan: tuple[VtepDevice | None, tuple[RemoteVtep, ...]] = (None, ())
     vxlan_v6: tuple[VtepDevice | None, tuple[RemoteVtep, ...]] = (None, ())
     wireguard: WireguardDevice | None = None
+    wireguard_v6: WireguardDevice | None = None
     ipip: IpipDevice | None = None
     #: (name, MTU, running) of its interfaces: what MTU detection sees.
     links: list[tuple[str, int, bool]] = attrs.Factory(lambda: [("eth0", 1500, True)])
@@ -244,7 +245,12 @@ class FakeDevices:
         self.node.ipip = device
         return "absent" if device is None else "ready"
 
-    async def wireguard(self, device: WireguardDevice | None, previous: str) -> str:
+    async def wireguard(
+        self, device: WireguardDevice | None, previous: str, version: int = 4
+    ) -> str:
+        if version == 6:
+            self.node.wireguard_v6 = device
+            return "" if device is None else "ZmFrZS12Ni1rZXktZmFrZS12Ni1rZXktZmFrZS12NiE="
         self.node.wireguard = device
         return "" if device is None else "ZmFrZS1rZXktZmFrZS1rZXktZmFrZS1rZXktZmFrZSE="
 

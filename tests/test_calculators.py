@@ -797,3 +797,20 @@ def test_the_graph_starts_with_the_route_source_of_the_startup_configuration() -
     assert startup_config([default, node], "node-b", {}).route_source == "WorkloadIPs"
     environ = {"FELIX_ROUTESOURCE": "WorkloadIPs"}
     assert startup_config([node], "node-a", environ).route_source == "WorkloadIPs"
+
+
+def test_wireguard_interface_addresses_are_tunnel_routes() -> None:
+    """As Felix (RefTypeWireguard): a node's WireGuard interface addresses, IPv4 and IPv6,
+    are REMOTE_TUNNEL routes to it, carrying its address of their family."""
+    wireguard = Update(
+        model.WireguardKey("node-b"),
+        model.Wireguard("a2V5", "10.66.1.1", "a2V5Ng==", "fd66::1"),
+    )
+    for order in orders([wireguard, NODE_B_IP, NODE_B_IP6]):
+        routes = resolve_routes(order).routes
+        assert (routes["10.66.1.1/32"].types, routes["10.66.1.1/32"].dst_node_ip) == (
+            frozenset({"REMOTE_TUNNEL"}),
+            "192.0.2.2",
+        )
+        assert routes["fd66::1/128"].dst_node_ip == "fd99::2"
+    assert "10.66.1.1/32" not in resolve_routes([wireguard, Update(wireguard.key, None)]).routes

@@ -62,7 +62,7 @@ async def test_forwards_and_routes_status_back() -> None:
     to_send, to_receive = trio.open_memory_channel[m.ToDataplane](10)
     from_send, from_receive = trio.open_memory_channel[m.FromDataplane](10)
     delivered: list[m.ToDataplane] = []
-    keys: list[str] = []
+    keys: list[tuple[str, int]] = []
     reports: list[object] = []
 
     class Sink:
@@ -75,18 +75,21 @@ async def test_forwards_and_routes_status_back() -> None:
     async def deliver(message: m.ToDataplane) -> None:
         delivered.append(message)
 
-    c = DataplaneConnector(to_receive, deliver, from_receive, Sink(), keys.append)
+    c = DataplaneConnector(
+        to_receive, deliver, from_receive, Sink(), lambda key, version: keys.append((key, version))
+    )
     async with trio.open_nursery() as nursery:
         await nursery.start(c.run)
         await to_send.send(m.IPSetRemove("s:x"))
         await to_send.send(m.InSync())
         await from_send.send(m.ProcessStatusUpdate("2026-01-01T00:00:00+00:00", 5.0))
         await from_send.send(m.WireguardStatusUpdate("key"))
+        await from_send.send(m.WireguardStatusUpdate("key6", 6))
         await from_send.send(m.DataplaneInSync())
         await trio.testing.wait_all_tasks_blocked()
         nursery.cancel_scope.cancel()
     assert delivered == [m.IPSetRemove("s:x"), m.InSync()]
-    assert keys == ["key"]
+    assert keys == [("key", 4), ("key6", 6)]
     assert reports == [m.ProcessStatusUpdate("2026-01-01T00:00:00+00:00", 5.0)]
     assert c.ready
     assert c.dataplane_in_sync

@@ -49,3 +49,41 @@ def test_the_device_its_peer_table_and_rule(netns: str) -> None:
     finally:
         in_netns(netns, sync_wireguard, None, name)
     assert name not in run_in(netns, "ip", "link").stdout
+
+
+@pytest.mark.netns
+def test_an_ipv6_device_beside_the_ipv4_one(netns: str) -> None:
+    """The IPv6 device has its own address, IPv6 peer endpoint and allowed IPs, IPv6 table
+    and IPv6 rule; removing it leaves the IPv4 device and its rule."""
+    name, name6 = f"wg-l4{abs(hash(netns)) % 10000}", f"wg-l6{abs(hash(netns)) % 10000}"
+    peer6 = Peer(PEER_KEY, "[fd99::2]:51821", ("fd65:0:0:2::/122", "fd66::2/128"))
+    device6 = WireguardDevice(
+        name=name6,
+        port=51821,
+        fwmark=0x200000,
+        table=43,
+        rule_priority=99,
+        address="fd66::1",
+        mtu=1380,
+        peers=(peer6,),
+        version=6,
+    )
+    in_netns(netns, sync_wireguard, _device(name))
+    try:
+        assert len(in_netns(netns, sync_wireguard, device6, "", 6)) == 44
+        shown = run_in(netns, "wg", "show", name6).stdout
+        assert "endpoint: [fd99::2]:51821" in shown
+        assert "allowed ips: fd65:0:0:2::/122, fd66::2/128" in shown
+        assert "inet6 fd66::1/128" in run_in(netns, "ip", "addr", "show", name6).stdout
+        table = run_in(netns, "ip", "-6", "route", "show", "table", "43").stdout
+        assert "fd65:0:0:2::/122 dev" in table
+        rules6 = run_in(netns, "ip", "-6", "rule").stdout
+        assert "99:\tnot from all fwmark 0x200000/0x200000 lookup 43" in rules6
+        assert "lookup 43" not in run_in(netns, "ip", "rule").stdout
+        in_netns(netns, sync_wireguard, None, name6, 6)
+        assert name6 not in run_in(netns, "ip", "link").stdout
+        assert "lookup 43" not in run_in(netns, "ip", "-6", "rule").stdout
+        assert "lookup 42" in run_in(netns, "ip", "rule").stdout
+    finally:
+        in_netns(netns, sync_wireguard, None, name6, 6)
+        in_netns(netns, sync_wireguard, None, name)

@@ -20,6 +20,7 @@ from tests.etcd_server import EtcdServer
 from tests.test_resources import document
 
 KEY = "jNk0RzNeOq28ohw4imhoBVUC+qbExJZ6nsLdRP0SwWI="
+KEY_V6 = "oK2aYp8Z7vA6cH0r1m2n3b4v5c6x7z8l9k0j1h2g3f4="
 
 
 async def test_process_status_has_a_ttl(etcd: EtcdServer) -> None:
@@ -88,12 +89,18 @@ async def test_wireguard_key_written_to_node(etcd: EtcdServer) -> None:
                     await trio.sleep(0.05)
             updater.on_key(KEY)
             await trio.sleep(0.2)
+            assert updater.writes == 1
+            # The IPv6 device's key goes beside it, the IPv4 one kept.
+            updater.on_key(KEY_V6, 6)
+            with trio.fail_after(5):
+                while updater.writes == 1:
+                    await trio.sleep(0.05)
             nursery.cancel_scope.cancel()
         stored, _ = await EtcdNodeStore(client).get_node("node-a")
         assert stored is not None
         assert stored.status is not None
         assert stored.status.wireguard_public_key == KEY
-        assert updater.writes == 1
+        assert stored.status.wireguard_public_key_v6 == KEY_V6
 
 
 @attrs.define

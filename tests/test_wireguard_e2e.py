@@ -20,49 +20,20 @@ from pathlib import Path
 
 import pytest
 
-from pyfelix.pods import connects, stop_processes
+from pyfelix.pods import connects
 from tests import vm
 from tests.etcd_server import EtcdServer
 from tests.netns import eventually, run_in
-from tests.two_nodes import block_and_pod, node_resource, two_nodes
-from tests.workloads import OPEN_PROFILE
-
-pytestmark = pytest.mark.netns
-
-CLUSTER = (
-    """
-apiVersion: projectcalico.org/v3
-kind: FelixConfiguration
-metadata: {name: default}
-spec:
-  wireguardEnabled: true
-  routeRefreshInterval: 1s
-  wireguardKeepAlive: 25s
-  routeTableRanges: [{min: 42, max: 50}]
----
-apiVersion: projectcalico.org/v3
-kind: IPPool
-metadata: {name: pods}
-spec: {cidr: 10.65.0.0/16, vxlanMode: Never, ipipMode: Never, natOutgoing: false}
----"""
-    + OPEN_PROFILE
+from tests.two_nodes import ipv6_pool, two_nodes
+from tests.wireguard_nodes import (
+    CLUSTER,
+    device,
+    dual_stack_node,
+    node,
+    stop_agents_and_wireguard_go,
 )
 
-
-def node(index: int, public_key: str = "") -> str:
-    status = f"\nstatus: {{wireguardPublicKey: '{public_key}'}}" if public_key else ""
-    config = f"""
----
-apiVersion: projectcalico.org/v3
-kind: FelixConfiguration
-metadata: {{name: node.node-{index}}}
-spec: {{wireguardInterfaceName: {device(index)}}}"""
-    wireguard = f"wireguard: {{interfaceIPv4Address: 10.66.{index}.1}}{status}\n"
-    return config + node_resource(index, wireguard) + block_and_pod(index)
-
-
-def device(index: int) -> str:
-    return f"wg-pft{index}-{os.getpid() % 10000}"
+pytestmark = pytest.mark.netns
 
 
 @pytest.mark.parametrize("datastore", ["files", "etcd"])
@@ -89,17 +60,7 @@ def test_pods_on_two_nodes_talk_through_wireguard(tmp_path: Path, datastore: str
             log = tmp_path / f"a{index}.log"
             agents.append(demo.start_agent(source, f"node-{index}", log))
 
-        def stop_everything() -> None:
-            """Agents first (one mid-refresh would recreate a device it saw vanish), then what
-            they leave running on purpose: wireguard-go, which keeps the node's key."""
-            for demo in nodes:
-                for process in demo.processes:
-                    process.terminate()
-                    process.wait(timeout=10)
-            for demo in nodes:
-                stop_processes(demo.node)
-
-        stack.callback(stop_everything)
+        stack.callback(stop_agents_and_wireguard_go, nodes)
 
         def public_key(index: int) -> str:
             """The device's key once it has one (`wg` prints "(none)" before)."""
@@ -148,3 +109,67 @@ def test_pods_on_two_nodes_talk_through_wireguard(tmp_path: Path, datastore: str
         assert eventually(lambda: "apply 1:" in (tmp_path / "a1-again.log").read_text()), logs()
         assert public_key(1) == keys[0]
         assert connects(client, "10.65.2.2", 8080)
+
+
+def test_dual_stack_pods_talk_through_both_wireguard_devices(tmp_path: Path) -> None:
+    """WireguardEnabledV6: a second device for IPv6 (its own port, 51821, and the second
+    table of RouteTableRanges) with the other node as peer at its IPv6 address; both
+    agents publish both keys into their Nodes (etcd); IPv4 and IPv6 pod traffic cross,
+    each through its own device."""
+    cluster = CLUSTER.replace(
+        "wireguardEnabled: true", "wireguardEnabled: true\n  wireguardEnabledV6: true"
+    )
+    manifests = tmp_path / "cluster.yaml"
+    manifests.write_text(cluster + ipv6_pool() + dual_stack_node(1) + dual_stack_node(2))
+    prefix = f"pfw6{os.getpid()}-"
+    with ExitStack() as stack:
+        nodes = two_nodes(stack, tmp_path, prefix, "w6")
+        (tmp_path / "etcd").mkdir()
+        etcd = EtcdServer(str(tmp_path / "etcd"), netns=nodes[0].node, host="10.99.0.1")
+        etcd.start()
+        stack.callback(etcd.stop)
+        apply = ("-m", "pyfelix", "datastore", "--datastore", etcd.etcd_url, "apply", "-f")
+        loaded = run_in(nodes[0].node, sys.executable, *apply, str(manifests))
+        assert loaded.returncode == 0, loaded.stderr
+        for index, demo in enumerate(nodes, start=1):
+            demo.start_agent(etcd.etcd_url, f"node-{index}", tmp_path / f"a{index}.log")
+        stack.callback(stop_agents_and_wireguard_go, nodes)
+
+        def logs() -> str:
+            return "\n".join(p.read_text() for p in sorted(tmp_path.glob("a*.log")))
+
+        client = f"{prefix}app.pod1"
+        assert eventually(lambda: connects(client, "fd65:0:0:2::2", 8080), timeout=20), (
+            logs() + run_in(nodes[0].node, "wg", "show").stdout
+        )
+        assert connects(client, "10.65.2.2", 8080)
+        shown = run_in(nodes[0].node, "wg", "show", device(1, 6)).stdout
+        assert "listening port: 51821" in shown
+        assert "endpoint: [fd99::2]:51821" in shown
+        assert "allowed ips: fd65:0:0:2::/122, fd66::2/128" in shown
+        assert "10.65.2.0/26" not in shown, "IPv4 blocks belong to the IPv4 device"
+        assert "fd65" not in run_in(nodes[0].node, "wg", "show", device(1)).stdout
+        rules = run_in(nodes[0].node, "ip", "-6", "rule").stdout
+        assert "99:\tnot from all fwmark 0x200000/0x200000 lookup 43" in rules
+        table = run_in(nodes[0].node, "ip", "-6", "route", "show", "table", "43").stdout
+        assert f"fd65:0:0:2::/122 dev {device(1, 6)}" in table
+        # The node's eth0 (1500) less IPv6 WireGuard's 80; the pods get the smaller MTU.
+        assert " mtu 1420 " in run_in(nodes[0].node, "ip", "link", "show", device(1, 6)).stdout
+        assert (Path(os.environ["PYFELIX_STATE_DIR"]) / "mtu").read_text() == "1420"
+        dumped = run_in(
+            nodes[0].node,
+            sys.executable,
+            "-m",
+            "pyfelix",
+            "datastore",
+            "--datastore",
+            etcd.etcd_url,
+            "get",
+            "Node",
+            "node-2",
+            "-o",
+            "json",
+        )
+        key6 = run_in(nodes[1].node, "wg", "show", device(2, 6), "public-key").stdout.strip()
+        assert key6
+        assert key6 in dumped.stdout, dumped.stdout + dumped.stderr

@@ -27,19 +27,23 @@ spec:
   {spec}"""
 
 
-def block_and_pod(index: int, extra: str = "", *, block: bool = True) -> str:
-    """Node ``index``'s IPAM block (10.65.<index>.0/26; unless not ``block``) and its pod
-    (10.65.<index>.2 on cali<index>, labelled client on node 1 and server on node 2);
-    ``extra`` goes into the endpoint's spec."""
-    app = "client" if index == 1 else "server"
-    ipam = f"""
+def ipam_block(index: int) -> str:
+    """Node ``index``'s IPAM block, 10.65.<index>.0/26."""
+    return f"""
 ---
 apiVersion: projectcalico.org/v3
 kind: IPAMBlock
 metadata: {{name: 10-65-{index}-0-26}}
 spec: {{cidr: 10.65.{index}.0/26, affinity: "host:node-{index}"}}"""
+
+
+def block_and_pod(index: int, extra: str = "", *, block: bool = True) -> str:
+    """Node ``index``'s IPAM block (10.65.<index>.0/26; unless not ``block``) and its pod
+    (10.65.<index>.2 on cali<index>, labelled client on node 1 and server on node 2);
+    ``extra`` goes into the endpoint's spec."""
+    app = "client" if index == 1 else "server"
     return (
-        (ipam if block else "")
+        (ipam_block(index) if block else "")
         + f"""
 ---
 apiVersion: projectcalico.org/v3
@@ -51,6 +55,41 @@ metadata:
 spec:
   {{orchestrator: k8s, node: node-{index}, pod: pod{index}, endpoint: eth0,
    interfaceName: cali{index}, ipNetworks: [10.65.{index}.2/32], profiles: [open]{extra}}}
+"""
+    )
+
+
+def ipv6_pool(vxlan_mode: str = "Never") -> str:
+    """The pods' IPv6 pool, fd65::/48 in /122 blocks."""
+    return f"""
+---
+apiVersion: projectcalico.org/v3
+kind: IPPool
+metadata: {{name: pods-v6}}
+spec: {{cidr: 'fd65::/48', blockSize: 122, vxlanMode: {vxlan_mode}, natOutgoing: false}}
+"""
+
+
+def with_ipv6(index: int, manifests: str, *, ipv4: bool = True) -> str:
+    """Node ``index``'s ``manifests`` (its Node, pod and blocks) made dual-stack: the Node's
+    IPv6 underlay address fd99::<index>/64, its IPv6 block fd65:0:0:<index>::/122, and the
+    pod's fd65:0:0:<index>::2 after its IPv4 address (instead of it unless ``ipv4``)."""
+    v6 = f"'fd65:0:0:{index}::2/128'"
+    text = manifests.replace(
+        f"ipv4Address: 10.99.0.{index}/24",
+        f"ipv4Address: 10.99.0.{index}/24, ipv6Address: 'fd99::{index}/64'",
+    ).replace(
+        f"ipNetworks: [10.65.{index}.2/32]",
+        f"ipNetworks: [10.65.{index}.2/32, {v6}]" if ipv4 else f"ipNetworks: [{v6}]",
+    )
+    return (
+        text
+        + f"""
+---
+apiVersion: projectcalico.org/v3
+kind: IPAMBlock
+metadata: {{name: fd65-0-0-{index}---122}}
+spec: {{cidr: 'fd65:0:0:{index}::/122', affinity: "host:node-{index}"}}
 """
     )
 

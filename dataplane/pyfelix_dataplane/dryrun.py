@@ -107,6 +107,15 @@ def snapshot(
                 "mac": vtep.mac,
                 "ipv4_addr": vtep.ipv4_addr,
                 "parent_device_ip": vtep.parent_device_ip,
+                **(
+                    {
+                        "mac_v6": vtep.mac_v6,
+                        "ipv6_addr": vtep.ipv6_addr,
+                        "parent_device_ipv6": vtep.parent_device_ipv6,
+                    }
+                    if vtep.ipv6_addr
+                    else {}
+                ),
             }
             for node, vtep in sorted(dp.vteps.items())
         ],
@@ -115,6 +124,14 @@ def snapshot(
                 "hostname": peer.hostname,
                 "public_key": peer.public_key,
                 "interface_ipv4_addr": peer.interface_ipv4_addr,
+                **(
+                    {
+                        "public_key_v6": peer.public_key_v6,
+                        "interface_ipv6_addr": peer.interface_ipv6_addr,
+                    }
+                    if peer.public_key_v6
+                    else {}
+                ),
             }
             for (kind, _), peer in sorted(dp.others.items(), key=lambda kv: str(kv[0]))
             if kind == "wireguard" and peer.hostname != hostname

@@ -50,7 +50,7 @@ class DataplaneConnector:
     send_to_driver: Callable[[m.ToDataplane], Awaitable[None]]
     from_driver: trio.MemoryReceiveChannel[m.FromDataplane]
     status: StatusSink | None = None
-    on_wireguard_key: Callable[[str], None] | None = None
+    on_wireguard_key: Callable[[str, int], None] | None = None
     #: Every configuration the agent runs with (the first, and each live change).
     on_config: Callable[[FelixConfig], None] | None = None
     #: The configuration as Felix's text (to tell what changed) and typed (to use).
@@ -114,4 +114,4 @@ class DataplaneConnector:
                 if self.status is not None:
                     await self.status.report_endpoint(message.id, None)
             elif isinstance(message, m.WireguardStatusUpdate) and self.on_wireguard_key:
-                self.on_wireguard_key(message.public_key)
+                self.on_wireguard_key(message.public_key, message.ip_version)

@@ -105,24 +105,37 @@ def render_text(view: dict[str, Any]) -> str:
         nat = " nat-outgoing" if route["nat_outgoing"] else ""
         lines.append(f"  {route['dst']} {'+'.join(route['types'])}{via}{tunnel}{nat}")
     lines.append(f"VXLAN tunnel endpoints ({len(view['vteps'])}):")
+    # Each VTEP's halves: (device, encapsulation flag, address, MAC, underlay address).
+    halves = (
+        ("vxlan.calico", "vxlan", "ipv4_addr", "mac", "parent_device_ip"),
+        ("vxlan-v6.calico", "vxlan_v6", "ipv6_addr", "mac_v6", "parent_device_ipv6"),
+    )
     for vtep in view["vteps"]:
-        lines.append(
-            f"  {vtep['node']} {vtep['ipv4_addr']} mac {vtep['mac']} on {vtep['parent_device_ip']}"
-        )
+        for _, _, address, mac, parent in halves:
+            if vtep.get(address):
+                lines.append(f"  {vtep['node']} {vtep[address]} mac {vtep[mac]} on {vtep[parent]}")
     encapsulation = view.get("encapsulation") or {}
     local = [v for v in view["vteps"] if v["node"] == view["hostname"]]
-    if encapsulation.get("vxlan") and local:
-        config = parse_config(view.get("config", {}))
-        lines.append(
-            f"VXLAN device vxlan.calico: VNI {config.vxlan_vni}, "
-            f"port {config.vxlan_port}, address {local[0]['ipv4_addr']}, "
-            f"MAC {local[0]['mac']}, parent {local[0]['parent_device_ip']}"
-        )
+    config = parse_config(view.get("config", {}))
+    for device, on, address, mac, parent in halves:
+        if encapsulation.get(on) and local and local[0].get(address):
+            vtep = local[0]
+            lines.append(
+                f"VXLAN device {device}: VNI {config.vxlan_vni}, port {config.vxlan_port}, "
+                f"address {vtep[address]}, MAC {vtep[mac]}, parent {vtep[parent]}"
+            )
     lines.append(f"WireGuard peers ({len(view['wireguard_peers'])}):")
     for peer in view["wireguard_peers"]:
-        lines.append(
-            f"  {peer['hostname']} key {peer['public_key']} {peer['interface_ipv4_addr']}".rstrip()
-        )
+        if peer["public_key"]:
+            lines.append(
+                f"  {peer['hostname']} key {peer['public_key']}"
+                f" {peer['interface_ipv4_addr']}".rstrip()
+            )
+        if peer.get("public_key_v6"):
+            lines.append(
+                f"  {peer['hostname']} key {peer['public_key_v6']}"
+                f" {peer['interface_ipv6_addr']}".rstrip()
+            )
     lines += ["", "# ipset restore", view["ipset_restore"].rstrip("\n")]
     for family, tables in view["iptables"].items():
         for table in TABLES:

@@ -264,9 +264,14 @@ class VXLANTunnelEndpointRemove:
 
 @attrs.frozen
 class WireguardEndpointUpdate:
+    """A node's WireGuard keys and interface addresses (Felix sends WireguardEndpointV6Update
+    for IPv6's; one message here, either half may be empty)."""
+
     hostname: str
     public_key: str
     interface_ipv4_addr: str = ""
+    public_key_v6: str = ""
+    interface_ipv6_addr: str = ""
 
 
 @attrs.frozen
@@ -339,7 +344,10 @@ class HostEndpointStatusRemove:
 
 @attrs.frozen
 class WireguardStatusUpdate:
+    """This node's public key of one IP version's device ("" when it has none)."""
+
     public_key: str
+    ip_version: int = 4
 
 
 @attrs.frozen

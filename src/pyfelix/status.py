@@ -148,16 +148,18 @@ RETRY_MAX = 4.0
 
 @attrs.define(eq=False)
 class WireguardKeyUpdater:
-    """Keeps this node's WireGuard public key in its Node resource."""
+    """Keeps this node's WireGuard public keys (IPv4's device, IPv6's) in its Node resource's
+    status, as Felix does: wireguardPublicKey and wireguardPublicKeyV6."""
 
     store: NodeStore
     hostname: str
     writes: int = 0
-    _wanted: str | None = None
+    #: IP version -> the key its device has ("": none).
+    _wanted: dict[int, str] = attrs.Factory(dict)
     _wake: trio.Event = attrs.Factory(trio.Event)
 
-    def on_key(self, public_key: str) -> None:
-        self._wanted = public_key
+    def on_key(self, public_key: str, ip_version: int = 4) -> None:
+        self._wanted[ip_version] = public_key
         self._wake.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -171,11 +173,11 @@ class WireguardKeyUpdater:
                 self._wake = trio.Event()
 
     async def _try_update(self) -> bool:
-        """Write the wanted key; True when done (or nothing to do)."""
+        """Write the wanted keys; True when done (or nothing to do)."""
         for _ in range(1 + IMMEDIATE_RETRIES):
-            wanted = self._wanted
-            if wanted is None:
+            if not self._wanted:
                 return True
+            wanted = dict(self._wanted)
             try:
                 node, revision = await self.store.get_node(self.hostname)
             except EtcdError as exc:
@@ -185,9 +187,14 @@ class WireguardKeyUpdater:
                 log.warning("Node %s does not exist; cannot store its WireGuard key", self.hostname)
                 return False
             status = node.status or NodeStatus()
-            if status.wireguard_public_key == wanted:
+            updated_status = attrs.evolve(
+                status,
+                wireguard_public_key=wanted.get(4, status.wireguard_public_key),
+                wireguard_public_key_v6=wanted.get(6, status.wireguard_public_key_v6),
+            )
+            if updated_status == status:
                 return True
-            updated = attrs.evolve(node, status=attrs.evolve(status, wireguard_public_key=wanted))
+            updated = attrs.evolve(node, status=updated_status)
             try:
                 if await self.store.put_node(updated, revision):
                     self.writes += 1

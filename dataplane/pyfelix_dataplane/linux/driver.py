@@ -268,12 +268,14 @@ class LinuxDriver:
         managers.vxlan.mtu_v6 = tunnels.vxlan_v6
         managers.ipip.mtu = tunnels.ipip
         managers.wireguard.mtu = tunnels.wireguard
+        managers.wireguard.mtu_v6 = tunnels.wireguard_v6
         encapsulation = self.state.encapsulation or m.Encapsulation(False, False)
         pod = tunnels.pod_mtu(
             ipip=encapsulation.ipip_enabled,
             vxlan=encapsulation.vxlan_enabled,
             wireguard=config.wireguard_enabled,
             vxlan_v6=encapsulation.vxlan_enabled_v6,
+            wireguard_v6=config.wireguard_enabled_v6,
         )
         target = mtu_file(self.state_dir)
         try:

@@ -76,7 +76,9 @@ class DeviceWriting(Protocol):
 
     async def ipip(self, device: IpipDevice | None) -> str: ...
 
-    async def wireguard(self, device: WireguardDevice | None, previous: str) -> str: ...
+    async def wireguard(
+        self, device: WireguardDevice | None, previous: str, version: int = 4
+    ) -> str: ...
 
 
 class InterfaceReading(Protocol):
@@ -101,8 +103,10 @@ class LinuxDevices:
     async def ipip(self, device: IpipDevice | None) -> str:
         return await trio.to_thread.run_sync(sync_ipip, device)
 
-    async def wireguard(self, device: WireguardDevice | None, previous: str) -> str:
-        return await trio.to_thread.run_sync(sync_wireguard, device, previous)
+    async def wireguard(
+        self, device: WireguardDevice | None, previous: str, version: int = 4
+    ) -> str:
+        return await trio.to_thread.run_sync(sync_wireguard, device, previous, version)
 
 
 @attrs.define

@@ -25,6 +25,7 @@ from pyfelix.config import FelixConfig
 from pyfelix_dataplane.linux.ipip import IPIP_OVERHEAD
 from pyfelix_dataplane.linux.vxlan import VXLAN_OVERHEAD, VXLAN_V6_OVERHEAD
 from pyfelix_dataplane.linux.wireguard import OVERHEAD as WIREGUARD_OVERHEAD
+from pyfelix_dataplane.linux.wireguard import OVERHEAD_V6 as WIREGUARD_V6_OVERHEAD
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ class TunnelMTUs:
     vxlan: int
     wireguard: int
     vxlan_v6: int = 0
+    wireguard_v6: int = 0
 
     @classmethod
     def of(cls, config: FelixConfig, host: int) -> TunnelMTUs:
@@ -76,6 +78,7 @@ class TunnelMTUs:
             vxlan=config.vxlan_mtu or host - VXLAN_OVERHEAD,
             wireguard=config.wireguard_mtu or host - WIREGUARD_OVERHEAD,
             vxlan_v6=config.vxlan_mtu_v6 or host - VXLAN_V6_OVERHEAD,
+            wireguard_v6=config.wireguard_mtu_v6 or host - WIREGUARD_V6_OVERHEAD,
         )
 
     def pod_mtu(
@@ -85,6 +88,7 @@ class TunnelMTUs:
         vxlan: bool,
         wireguard: bool,
         vxlan_v6: bool = False,
+        wireguard_v6: bool = False,
     ) -> int:
         """The smallest MTU of the tunnels that are on; the host MTU when none is."""
         tunnels = (
@@ -92,6 +96,7 @@ class TunnelMTUs:
             (self.vxlan, vxlan),
             (self.wireguard, wireguard),
             (self.vxlan_v6, vxlan_v6),
+            (self.wireguard_v6, wireguard_v6),
         )
         on = [mtu for mtu, enabled in tunnels if enabled]
         if not on:

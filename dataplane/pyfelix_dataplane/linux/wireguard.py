@@ -8,9 +8,10 @@ goes back to the datastore, where the other nodes read it. Each remote node with
 is a peer: its underlay address as endpoint, its IPAM blocks and WireGuard address as allowed
 IPs. Those destinations are routed through the device in a routing table of their own, which
 a rule (WireguardRoutingRulePriority) consults for every packet not carrying the device's own
-firewall mark, so encrypted packets leave by the normal routes. Devices and peers are
-configured with the `wg` tool, which speaks to both kinds of device. Blocking; run in a worker
-thread.
+firewall mark, so encrypted packets leave by the normal routes. With WireguardEnabledV6 a
+second device (``wg-v6.cali``) does the same for IPv6, over the nodes' IPv6 addresses, with
+its own port and table. Devices and peers are configured with the `wg` tool, which speaks to
+both kinds of device. Blocking; run in a worker thread.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import socket
 import subprocess
 import time
 from collections.abc import Mapping
@@ -63,6 +65,15 @@ class WireguardDevice:
     peers: tuple[Peer, ...] = ()
     #: WireguardPersistentKeepAlive in seconds, on every peer (0: off).
     keepalive: int = 0
+    version: int = 4
+
+
+#: The device Felix names for each IP version unless configured otherwise.
+DEFAULT_NAMES = {4: "wireguard.cali", 6: "wg-v6.cali"}
+
+
+def _family(version: int) -> int:
+    return socket.AF_INET6 if version == 6 else socket.AF_INET
 
 
 def _wg(*args: str, stdin: str = "") -> str:
@@ -113,14 +124,15 @@ def _remove(ipr: IPRoute, name: str) -> None:
 
 
 @writing("WireGuard device")
-def sync_wireguard(device: WireguardDevice | None, previous: str = "") -> str:
-    """Make the kernel match ``device`` (None: no device); returns the device's public key
-    ("" without a device). ``previous`` is the device name last configured."""
+def sync_wireguard(device: WireguardDevice | None, previous: str = "", version: int = 4) -> str:
+    """Make the kernel's device of IP ``version`` match ``device`` (None: no device); returns
+    the device's public key ("" without a device). ``previous`` is the device name last
+    configured."""
     with IPRoute() as ipr:
         if device is None or (previous and previous != device.name):
-            _remove(ipr, previous or "wireguard.cali")
+            _remove(ipr, previous or DEFAULT_NAMES[version])
         if device is None:
-            _sync_rule(ipr, None)
+            _sync_rule(ipr, None, version)
             return ""
         if not ipr.link_lookup(ifname=device.name):
             _create(ipr, device.name)
@@ -131,9 +143,9 @@ def sync_wireguard(device: WireguardDevice | None, previous: str = "") -> str:
         index = ipr.link_lookup(ifname=device.name)[0]
         sized = {"mtu": device.mtu} if device.mtu else {}
         ipr.link("set", index=index, state="up", **sized)
-        sync_only_address(ipr, index, device.address)
+        sync_only_address(ipr, index, device.address, version)
         _sync_routes(ipr, index, device)
-        _sync_rule(ipr, device)
+        _sync_rule(ipr, device, version)
         return _wg("show", device.name, "public-key")
 
 
@@ -152,23 +164,26 @@ def _sync_peers(device: WireguardDevice) -> None:
 def _sync_routes(ipr: IPRoute, index: int, device: WireguardDevice) -> None:
     wanted = {net for peer in device.peers for net in peer.allowed_ips}
     present: dict[str, int] = {}
-    for route in table_routes(ipr, 2, device.table):
+    for route in table_routes(ipr, _family(device.version), device.table):
         dst = route.get_attr("RTA_DST")
         if dst is not None:
             present[f"{dst}/{route['dst_len']}"] = route["scope"]
     for dst, scope in present.items():
         if dst not in wanted:
-            ipr.route("del", dst=dst, table=device.table, scope=scope)
+            ipr.route(
+                "del", dst=dst, table=device.table, scope=scope, family=_family(device.version)
+            )
     missing = sorted(wanted - present.keys())
     if missing:
         ipr.nlm_request_batch([direct_route(dst, index, device.table) for dst in missing])
 
 
-def _sync_rule(ipr: IPRoute, device: WireguardDevice | None) -> None:
-    """One rule: packets without the device's mark look up its table (as Felix's
-    "not from all fwmark M/M lookup T")."""
+def _sync_rule(ipr: IPRoute, device: WireguardDevice | None, version: int) -> None:
+    """One rule of the device's IP version: packets without the device's mark look up its
+    table (as Felix's "not from all fwmark M/M lookup T")."""
     wanted = (device.rule_priority, device.table, device.fwmark) if device is not None else None
-    for rule in ipr.get_rules(family=2):
+    family = _family(version)
+    for rule in ipr.get_rules(family=family):
         table = rule.get_attr("FRA_TABLE") or rule["table"]
         mark = rule.get_attr("FRA_FWMARK")
         if not rule["flags"] & FIB_RULE_INVERT or mark is None or table in (253, 254, 255):
@@ -178,11 +193,11 @@ def _sync_rule(ipr: IPRoute, device: WireguardDevice | None) -> None:
             wanted = None
             continue
         priority, table, mark = current
-        inverted = {"flags": FIB_RULE_INVERT, "fwmask": mark}
+        inverted = {"flags": FIB_RULE_INVERT, "fwmask": mark, "family": family}
         ipr.rule("del", priority=priority, table=table, fwmark=mark, **inverted)
     if wanted is not None:
         priority, table, mark = wanted
-        inverted = {"flags": FIB_RULE_INVERT, "fwmask": mark}
+        inverted = {"flags": FIB_RULE_INVERT, "fwmask": mark, "family": family}
         ipr.rule("add", priority=priority, table=table, fwmark=mark, **inverted)
 
 
@@ -194,12 +209,15 @@ def peers_from(
     hostname: str,
 ) -> tuple[Peer, ...]:
     """Peers for every remote node with a public key and an address: ``wireguard`` maps node
-    -> (public key, WireGuard address), ``blocks`` node -> its destinations."""
+    -> (public key, WireGuard address), ``blocks`` node -> its destinations (all of one IP
+    version, the addresses' own)."""
     peers = []
     for node, (public_key, address) in sorted(wireguard.items()):
         endpoint = node_addresses.get(node, "")
         if node == hostname or not public_key or not endpoint:
             continue
-        allowed = sorted(set(blocks.get(node, [])) | ({f"{address}/32"} if address else set()))
-        peers.append(Peer(public_key, f"{endpoint}:{port}", tuple(allowed)))
+        own = {f"{address}/{128 if ':' in address else 32}"} if address else set()
+        allowed = sorted(set(blocks.get(node, [])) | own)
+        where = f"[{endpoint}]" if ":" in endpoint else endpoint
+        peers.append(Peer(public_key, f"{where}:{port}", tuple(allowed)))
     return tuple(peers)

@@ -50,6 +50,21 @@ def _vxlan(dp: NodeState, version: int) -> bool:
     return encapsulation.vxlan_enabled_v6 if version == 6 else encapsulation.vxlan_enabled
 
 
+def _wireguard(dp: NodeState, version: int) -> bool:
+    config = dp.config
+    return config.wireguard_enabled_v6 if version == 6 else config.wireguard_enabled
+
+
+def _wireguard_port(dp: NodeState, version: int) -> int:
+    config = dp.config
+    return config.wireguard_listening_port_v6 if version == 6 else config.wireguard_listening_port
+
+
+def _wireguard_device(dp: NodeState, version: int) -> str:
+    config = dp.config
+    return config.wireguard_interface_name_v6 if version == 6 else config.wireguard_interface_name
+
+
 def kernel_appends(settings: Settings) -> dict[str, tuple[Chain, ...]]:
     """The rules Felix keeps at the end of the kernel's own chains, whatever ChainInsertMode
     says: FORWARD accepts what policy accepted only after every other tool's FORWARD rules
@@ -116,14 +131,14 @@ def filter_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain
                 ),
             ),
         ]
-    if version == 4 and dp.config.wireguard_enabled:
+    if _wireguard(dp, version):
         # As Felix: a host endpoint policy must not be able to cut the nodes' tunnels.
-        port = dp.config.wireguard_listening_port
+        port = _wireguard_port(dp, version)
         input_rules.append(
             Rule(
                 f"-p 17 -m multiport --destination-ports {port} -m addrtype --dst-type LOCAL",
                 f"--jump {settings.allow}",
-                ("Allow incoming IPv4 Wireguard packets",),
+                (f"Allow incoming IPv{version} Wireguard packets",),
             )
         )
     input_rules += [
@@ -221,13 +236,13 @@ def output_tunnel_allows(dp: NodeState, settings: Settings, version: int) -> lis
                 (f"Allow IPv{version} VXLAN packets to other allowed hosts",),
             )
         )
-    if version == 4 and dp.config.wireguard_enabled:
-        port = dp.config.wireguard_listening_port
+    if _wireguard(dp, version):
+        port = _wireguard_port(dp, version)
         rules.append(
             Rule(
                 f"-p 17 -m multiport --destination-ports {port} -m addrtype --src-type LOCAL",
                 f"--jump {settings.allow}",
-                ("Allow outgoing IPv4 Wireguard packets",),
+                (f"Allow outgoing IPv{version} Wireguard packets",),
             )
         )
     return rules
@@ -413,8 +428,8 @@ def nat_chains(
         tunnels.append("tunl0")
     if _vxlan(dp, version) and dp.vxlan_tunnel_addr(version):
         tunnels.append("vxlan-v6.calico" if version == 6 else "vxlan.calico")
-    if version == 4 and dp.config.wireguard_enabled and dp.config.wireguard_interface_name:
-        tunnels.append(dp.config.wireguard_interface_name)
+    if _wireguard(dp, version) and _wireguard_device(dp, version):
+        tunnels.append(_wireguard_device(dp, version))
     to_ports = masq_port_range_excluding(settings.vxlan_port) if _vxlan(dp, version) else ""
     postrouting = [Rule(action="--jump cali-fip-snat"), Rule(action="--jump cali-nat-outgoing")]
     for tunnel in tunnels:

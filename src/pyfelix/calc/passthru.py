@@ -80,11 +80,15 @@ class DataplanePassthru:
             self._out.on_pool_update(m.IPAMPoolUpdate(cidr, pool))
 
     def on_wireguard(self, hostname: str, value: model.Wireguard | None) -> None:
-        if value is None or not value.public_key:
+        if value is None or not (value.public_key or value.public_key_v6):
             self._out.on_wireguard_remove(hostname)
         else:
             message = m.WireguardEndpointUpdate(
-                hostname, value.public_key, value.interface_ipv4_addr
+                hostname,
+                value.public_key,
+                value.interface_ipv4_addr if value.public_key else "",
+                value.public_key_v6,
+                value.interface_ipv6_addr if value.public_key_v6 else "",
             )
             self._out.on_wireguard_update(message)
 

@@ -4,7 +4,8 @@ Sources: IP pools (CIDR_INFO, carrying NAT-outgoing and the tunnel type), IPAM b
 node (REMOTE_WORKLOAD, or LOCAL_WORKLOAD for our own) and, as Felix, a /32 (/128) of its own for
 each address a block allocated to another node than its affinity's (borrowed: traffic to it
 must go to the node that has it, not to the block's), nodes' host IPs (REMOTE_HOST/LOCAL_HOST),
-their VXLAN (IPv4 and IPv6) and IPIP tunnel addresses (REMOTE_TUNNEL/LOCAL_TUNNEL) and our
+their VXLAN (IPv4 and IPv6), IPIP and WireGuard interface addresses
+(REMOTE_TUNNEL/LOCAL_TUNNEL) and our
 local workloads' addresses (LOCAL_WORKLOAD with the interface). A route to a node carries that
 node's address of the route's family. Routes are recomputed as a whole when a source
 changes and only the differences are sent.
@@ -23,9 +24,9 @@ from pyfelix.calc.outputs import RouteOutput
 from pyfelix.ipnet import IPNetwork
 from pyfelix.syncer.api import Update
 
-#: Felix's ref types (RefTypeWEP, RefTypeIPIP, RefTypeVXLAN): a workload's claim sorts first
-#: on a node, then IPIP's tunnel address, then VXLAN's.
-_WORKLOAD_CLAIM, _IPIP_CLAIM, _TUNNEL_CLAIM = 0, 2, 3
+#: Felix's ref types (RefTypeWEP, RefTypeWireguard, RefTypeIPIP, RefTypeVXLAN): a workload's
+#: claim sorts first on a node, then WireGuard's interface address, IPIP's, then VXLAN's.
+_WORKLOAD_CLAIM, _WIREGUARD_CLAIM, _IPIP_CLAIM, _TUNNEL_CLAIM = 0, 1, 2, 3
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
@@ -87,6 +88,8 @@ class L3RouteResolver:
         self._tunnels: dict[str, str] = {}
         self._tunnels6: dict[str, str] = {}
         self._ipip_tunnels: dict[str, str] = {}
+        #: node -> its WireGuard interface addresses (IPv4, IPv6; either may be "").
+        self._wireguard: dict[str, tuple[str, str]] = {}
         self._workloads: dict[model.WorkloadEndpointKey, model.WorkloadEndpoint] = {}
         self._sent: dict[str, m.RouteUpdate] = {}
         self._dirty = False
@@ -103,6 +106,7 @@ class L3RouteResolver:
         updates.register(model.HostNetworkKey, self._on_host_network_update)
         updates.register(model.HostNetworkV6Key, self._on_host_network_update)
         updates.register(model.HostConfigKey, self._on_host_config_update)
+        updates.register(model.WireguardKey, self._on_wireguard_update)
 
     def _on_pool_update(self, update: Update) -> None:
         assert isinstance(update.key, model.IPPoolKey)
@@ -124,6 +128,14 @@ class L3RouteResolver:
 
     def _on_host_config_update(self, update: Update) -> None:
         self.on_host_config(*host_config_of(update))
+
+    def _on_wireguard_update(self, update: Update) -> None:
+        assert isinstance(update.key, model.WireguardKey)
+        value = value_of(update, model.Wireguard)
+        addresses = (value.interface_ipv4_addr, value.interface_ipv6_addr) if value else None
+        self._store(
+            self._wireguard, update.key.hostname, addresses if any(addresses or ()) else None
+        )
 
     def _on_local_workload_update(self, update: Update) -> None:
         assert isinstance(update.key, model.WorkloadEndpointKey)
@@ -280,6 +292,10 @@ class L3RouteResolver:
             claims.setdefault(f"{ip}/128", []).append((node, _TUNNEL_CLAIM, ""))
         for node, ip in self._ipip_tunnels.items():
             claims.setdefault(f"{ip}/32", []).append((node, _IPIP_CLAIM, ""))
+        for node, (ipv4, ipv6) in self._wireguard.items():
+            for ip, length in ((ipv4, 32), (ipv6, 128)):
+                if ip:
+                    claims.setdefault(f"{ip}/{length}", []).append((node, _WIREGUARD_CLAIM, ""))
         for key, endpoint in self._workloads.items():
             interface = endpoint.name if key.hostname == self._hostname else ""
             for net in endpoint.ipv4_nets + endpoint.ipv6_nets:

@@ -114,7 +114,13 @@ ACTED_ON: dict[str, str] = {
     "WireguardListeningPort": "the WireGuard port (admitted in cali-INPUT)",
     "WireguardMTU": "the WireGuard device's MTU (0: the host MTU less 60); the pods' MTU "
     "when on and smaller",
-    "WireguardRoutingRulePriority": "the priority of WireGuard's routing rule",
+    "WireguardRoutingRulePriority": "the priority of WireGuard's routing rules",
+    "WireguardEnabledV6": "the IPv6 WireGuard device, peers (over the nodes' IPv6 addresses), "
+    "routing table (the second one handed out) and rule",
+    "WireguardInterfaceNameV6": "the IPv6 WireGuard device's name",
+    "WireguardListeningPortV6": "the IPv6 WireGuard port (admitted in cali-INPUT)",
+    "WireguardMTUV6": "the IPv6 WireGuard device's MTU (0: the host MTU less 80); the pods' "
+    "MTU when on and smaller",
     "WorkloadSourceSpoofing": "Any allows endpoints' allowSpoofedSourcePrefixes (validation)",
     "MTUIfacePattern": "the interfaces whose smallest MTU (running ones) is the host MTU, re-read "
     "every 30 s (a change restarts the agent, as Felix)",

@@ -39,71 +39,97 @@ def route_tables(config: FelixConfig) -> Iterator[int]:
         given = max(given, high)
 
 
-def wireguard_table(config: FelixConfig) -> int | None:
-    """IPv4 WireGuard's table: the first one handed out (the next is IPv6's), as Felix
-    allocates it whether or not WireGuard is on."""
-    return next(route_tables(config), None)
+def wireguard_tables(config: FelixConfig) -> tuple[int | None, int | None]:
+    """IPv4 and IPv6 WireGuard's tables: the first two handed out, as Felix allocates them
+    whether or not WireGuard is on."""
+    tables = route_tables(config)
+    return next(tables, None), next(tables, None)
+
+
+def wireguard_table(config: FelixConfig, version: int = 4) -> int | None:
+    return wireguard_tables(config)[0 if version == 4 else 1]
 
 
 @attrs.define(eq=False)
 class WireguardManager:
+    """Both devices: IPv4's (WireguardEnabled) and IPv6's (WireguardEnabledV6)."""
+
     state: NodeState
     writer: DeviceWriting
     hostname: str
     to_calc: Any
     area: str = "routes"
-    public_key: str = ""
-    #: The device's MTU (WireguardMTU, or the host MTU less 60: see linux/mtu.py).
+    #: IP version -> the device's public key as last reported.
+    public_keys: dict[int, str] = attrs.Factory(dict)
+    #: The devices' MTUs (WireguardMTU / WireguardMTUV6, or the host MTU less 60 / 80).
     mtu: int = 0
-    # The device as last written (None: none, or never enabled), and whether the route
-    # refresh asks for it to be re-read.
-    _written: WireguardDevice | None = None
+    mtu_v6: int = 0
+    # Per IP version, the device as last written (absent: never enabled), and whether the
+    # route refresh asks for them to be re-read.
+    _written: dict[int, WireguardDevice | None] = attrs.Factory(dict)
     _stale: bool = False
+
+    @property
+    def public_key(self) -> str:
+        return self.public_keys.get(4, "")
 
     def invalidate(self) -> None:
         self._stale = True
 
-    def desired(self) -> WireguardDevice | None:
+    def desired(self, version: int = 4) -> WireguardDevice | None:
         config = self.state.config
-        if not config.wireguard_enabled:
+        v6 = version == 6
+        if not (config.wireguard_enabled_v6 if v6 else config.wireguard_enabled):
             return None
-        table = wireguard_table(config)
+        table = wireguard_table(config, version)
         if table is None:
-            log.warning("no routing table left in RouteTableRanges for WireGuard: it stays off")
+            log.warning(
+                "no routing table left in RouteTableRanges for IPv%d WireGuard: it stays off",
+                version,
+            )
             return None
-        port = config.wireguard_listening_port
+        port = config.wireguard_listening_port_v6 if v6 else config.wireguard_listening_port
         keys, addresses = {}, {}
         for (kind, host), update in self.state.others.items():
             if kind == "wireguard":
-                keys[host] = (update.public_key, update.interface_ipv4_addr)
+                keys[host] = (
+                    (update.public_key_v6, update.interface_ipv6_addr)
+                    if v6
+                    else (update.public_key, update.interface_ipv4_addr)
+                )
             elif kind == "host":
-                addresses[host] = update.ipv4_addr
+                addresses[host] = update.ipv6_addr if v6 else update.ipv4_addr
         blocks: dict[str, list[str]] = {}
         for route in self.state.routes.values():
-            if "REMOTE_WORKLOAD" in route.types and route.dst_node:
+            if "REMOTE_WORKLOAD" in route.types and route.dst_node and (":" in route.dst) == v6:
                 blocks.setdefault(route.dst_node, []).append(route.dst)
         return WireguardDevice(
-            name=config.wireguard_interface_name,
+            name=config.wireguard_interface_name_v6 if v6 else config.wireguard_interface_name,
             port=port,
             fwmark=wireguard_mark(config.iptables_mark_mask),
             table=table,
             rule_priority=config.wireguard_routing_rule_priority,
             address=keys.get(self.hostname, ("", ""))[1],
-            mtu=self.mtu,
+            mtu=self.mtu_v6 if v6 else self.mtu,
             keepalive=round(config.wireguard_persistent_keep_alive),
             peers=peers_from(keys, blocks, addresses, port, self.hostname),
+            version=version,
         )
 
     async def apply(self) -> None:
         """Never enabled: the kernel is left alone. Disabled: the device goes."""
-        wireguard = self.desired()
-        written = self._written
-        if wireguard == written and not (wireguard is not None and self._stale):
-            return
-        previous = written.name if written is not None else ""
-        key = await self.writer.wireguard(wireguard, previous)
-        self._written, self._stale = wireguard, False
-        if key != self.public_key:
-            self.public_key = key
-            log.info("WireGuard public key: %s", key or "(none)")
-            await self.to_calc.send(m.WireguardStatusUpdate(key))
+        stale, self._stale = self._stale, False
+        for version in (4, 6):
+            wireguard = self.desired(version)
+            if version not in self._written and wireguard is None:
+                continue
+            written = self._written.get(version)
+            if wireguard == written and not (wireguard is not None and stale):
+                continue
+            previous = written.name if written is not None else ""
+            key = await self.writer.wireguard(wireguard, previous, version)
+            self._written[version] = wireguard
+            if key != self.public_keys.get(version, ""):
+                self.public_keys[version] = key
+                log.info("IPv%d WireGuard public key: %s", version, key or "(none)")
+                await self.to_calc.send(m.WireguardStatusUpdate(key, version))
