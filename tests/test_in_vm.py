@@ -1,12 +1,15 @@
 """One boot of Debian's stock kernel (tests/vm.py) runs what this machine's kernel cannot: IPIP
 (tunl0 and its routes, with a ping across the tunnel) and the kernel's WireGuard device
-through pyfelix's writers (here WireGuard is wireguard-go's), and the kernel writers again on
-a second kernel (6.1): VXLAN, MTU detection.
+through pyfelix's writers (here WireGuard is wireguard-go's), two agents over IPIP, IPIP
+CrossSubnet and the kernel's WireGuard in both families, with an encapsulation change
+(tests/test_overlays_in_vm.py), and the kernel writers again on a second kernel (6.1):
+VXLAN, MTU detection.
 
 Each guest test's outcome is read back from the guest's JUnit report: every one must pass,
-none may be skipped, and the report must hold the tests asked for. Agent-level tests are not
-run in the guest yet: under TCG a Python start takes 12-27 s there (bench/RESULTS.md), so the
-cross-node end-to-end tests would need their timeouts scaled first.
+none may be skipped, and the report must hold the tests asked for. The guest imports this
+checkout's code (PYTHONPATH), whichever checkout the venv was installed from. Under TCG a
+Python start takes 12-27 s in the guest (bench/RESULTS.md); the guest stretches the tests'
+waits (PYFELIX_TEST_SLOWDOWN).
 """
 
 from __future__ import annotations
@@ -27,13 +30,15 @@ GUEST_TESTS = (
     "tests/test_linux_wireguard.py",
     "tests/test_linux_vxlan.py",
     "tests/test_linux_mtu.py",
+    "tests/test_overlays_in_vm.py",
 )
 
 
 def test_the_stock_kernel_runs_the_kernel_writers(tmp_path: Path) -> None:
     report = tmp_path / "junit.xml"
     command = (
-        f"cd {REPO} && {sys.executable} -m pytest -p no:cacheprovider -q -x"
+        f"cd {REPO} && PYTHONPATH={REPO}/src:{REPO}/dataplane"
+        f" {sys.executable} -m pytest -p no:cacheprovider -q -x"
         f" --junitxml={report} {' '.join(GUEST_TESTS)} > {tmp_path}/guest.log 2>&1"
     )
     booted = vm.run(command, tmp_path)

@@ -20,9 +20,18 @@ import attrs
 import pytest
 
 from pyfelix.demo import DemoNode
+from pyfelix.errors import RESTART_EXIT_CODE
 from pyfelix.pods import connects
 from tests.netns import SLOWDOWN, eventually
-from tests.two_nodes import block_and_pod, node_resource, pyfelix_pods, two_nodes
+from tests.two_nodes import (
+    block_and_pod,
+    ipam_block,
+    ipv6_pool,
+    node_resource,
+    pyfelix_pods,
+    two_nodes,
+    with_ipv6,
+)
 from tests.workloads import OPEN_PROFILE
 
 pytestmark = pytest.mark.netns
@@ -90,7 +99,7 @@ def agents_on_two_nodes(tmp_path: Path, manifests: str, tag: str) -> Iterator[Ru
     with ExitStack() as stack:
         nodes = two_nodes(stack, tmp_path, prefix, tag)
         for index, demo in enumerate(nodes, start=1):
-            demo.start_agent(tmp_path, f"node-{index}")
+            demo.start_agent(tmp_path, f"node-{index}", tmp_path / f"agent-{index}.log")
         yield Running(nodes, f"{prefix}app.pod1", prefix)
 
 
@@ -197,15 +206,6 @@ def test_cross_subnet_pool_routes_same_subnet_nodes_without_the_tunnel(tmp_path:
         assert vxlan_tx_packets(nodes[0].node) == before, "the packets took the tunnel"
 
 
-IPV6_POOL = """
----
-apiVersion: projectcalico.org/v3
-kind: IPPool
-metadata: {name: pods-v6}
-spec: {cidr: 'fd65::/48', blockSize: 122, vxlanMode: Always, natOutgoing: false}
-"""
-
-
 def dual_stack_node(index: int, *, ipv4: bool = True) -> str:
     """Node ``index`` with IPv6 underlay and VXLAN addresses, its IPv6 block and a pod with an
     IPv6 address (fd65:0:0:<index>::2) after its IPv4 one (only the IPv6 one unless
@@ -213,23 +213,8 @@ def dual_stack_node(index: int, *, ipv4: bool = True) -> str:
     tunnel = f"ipv6VXLANTunnelAddr: 'fd65:0:0:{index}::'"
     if ipv4:
         tunnel += f"\n  ipv4VXLANTunnelAddr: 10.65.{index}.0"
-    resource = node_resource(index, tunnel).replace(
-        f"ipv4Address: 10.99.0.{index}/24",
-        f"ipv4Address: 10.99.0.{index}/24, ipv6Address: 'fd99::{index}/64'",
-    )
-    pod = block_and_pod(index, block=ipv4)
-    v6 = f"'fd65:0:0:{index}::2/128'"
-    pod = pod.replace(
-        f"ipNetworks: [10.65.{index}.2/32]",
-        f"ipNetworks: [10.65.{index}.2/32, {v6}]" if ipv4 else f"ipNetworks: [{v6}]",
-    )
-    block = f"""
----
-apiVersion: projectcalico.org/v3
-kind: IPAMBlock
-metadata: {{name: fd65-0-0-{index}---122}}
-spec: {{cidr: 'fd65:0:0:{index}::/122', affinity: "host:node-{index}"}}"""
-    return resource + block + pod
+    node = node_resource(index, tunnel) + block_and_pod(index, block=ipv4)
+    return with_ipv6(index, node, ipv4=ipv4)
 
 
 def test_dual_stack_pods_talk_over_both_vxlan_devices(tmp_path: Path) -> None:
@@ -237,7 +222,7 @@ def test_dual_stack_pods_talk_over_both_vxlan_devices(tmp_path: Path) -> None:
     (over the node's IPv6 underlay address, MTU the host's less 70), the IPv6 block goes
     through the other node's IPv6 VTEP, and both families cross with the policy applied on
     the far side."""
-    manifests = MANIFESTS + IPV6_POOL + dual_stack_node(1) + dual_stack_node(2)
+    manifests = MANIFESTS + ipv6_pool("Always") + dual_stack_node(1) + dual_stack_node(2)
     with agents_on_two_nodes(tmp_path, manifests, "vd") as running:
         nodes, client = running.nodes, running.client
         assert eventually(lambda: connects(client, "fd65:0:0:2::2", 8080), timeout=15), run(
@@ -271,7 +256,9 @@ def test_ipv6_only_pods_talk_over_ipv6_vxlan(tmp_path: Path) -> None:
         "spec: {cidr: 10.65.0.0/16, vxlanMode: Always",
         "spec: {cidr: 10.65.0.0/16, vxlanMode: Never",
     ).replace("vxlanEnabled: true, ", "")
-    manifests += IPV6_POOL + dual_stack_node(1, ipv4=False) + dual_stack_node(2, ipv4=False)
+    manifests += (
+        ipv6_pool("Always") + dual_stack_node(1, ipv4=False) + dual_stack_node(2, ipv4=False)
+    )
     with agents_on_two_nodes(tmp_path, manifests, "v6") as running:
         nodes, client = running.nodes, running.client
         assert eventually(lambda: connects(client, "fd65:0:0:2::2", 8080), timeout=15), run(
@@ -279,3 +266,40 @@ def test_ipv6_only_pods_talk_over_ipv6_vxlan(tmp_path: Path) -> None:
         )
         assert "vxlan.calico" not in run(nodes[0].node, "ip", "link", "show")
         assert not connects(client, "fd65:0:0:2::2", 9090)
+
+
+def test_a_node_joins_and_leaves(tmp_path: Path) -> None:
+    """Node 2's Node and block arrive after the agents started (a node joining): node 1 gets
+    its VTEP (ARP and FDB entries) and the route to its block, node 2's agent restarts for
+    its own new tunnel address, and the pods talk; when they go (the node leaving), node 1
+    removes all three and keeps nothing pointing at it."""
+    pods = block_and_pod(1) + block_and_pod(2, block=False)
+    node_1 = node_resource(1, "ipv4VXLANTunnelAddr: 10.65.1.0")
+    joining = node_resource(2, "ipv4VXLANTunnelAddr: 10.65.2.0") + ipam_block(2)
+    with agents_on_two_nodes(tmp_path, MANIFESTS + node_1 + pods, "vj") as running:
+        nodes, client = running.nodes, running.client
+        node1 = nodes[0].node
+
+        def overlay() -> str:
+            return (
+                run(node1, "ip", "route", "show", "proto", "boot")
+                + run(node1, "bridge", "fdb", "show", "dev", "vxlan.calico")
+                + run(node1, "ip", "neigh", "show", "dev", "vxlan.calico")
+            )
+
+        assert eventually(lambda: "vxlan.calico" in run(node1, "ip", "link"), timeout=15)
+        assert not connects(client, "10.65.2.2", 8080)
+        (tmp_path / "node-2.yaml").write_text(joining)
+        # As Felix: its own tunnel address arriving restarts node 2's agent (systemd starts
+        # it again; here the test does).
+        assert nodes[1].processes[-1].wait(timeout=30 * SLOWDOWN) == RESTART_EXIT_CODE
+        nodes[1].start_agent(tmp_path, "node-2")
+        assert eventually(lambda: connects(client, "10.65.2.2", 8080), timeout=15), overlay()
+        shown = overlay()
+        assert "10.65.2.0/26 via 10.65.2.0 dev vxlan.calico onlink" in shown
+        assert "dst 10.99.0.2" in shown
+        assert "10.65.2.0 lladdr" in shown
+        (tmp_path / "node-2.yaml").unlink()
+        assert eventually(lambda: "10.65.2.0" not in overlay(), timeout=15), overlay()
+        assert "10.99.0.2" not in overlay()
+        assert not connects(client, "10.65.2.2", 8080)
