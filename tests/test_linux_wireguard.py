@@ -4,6 +4,7 @@ this machine; the same device, peers, routing table and rule either way."""
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from pyfelix_dataplane.linux.wireguard import Peer, WireguardDevice, sync_wireguard
@@ -46,6 +47,14 @@ def test_the_device_its_peer_table_and_rule(netns: str) -> None:
         assert "10.65.2.0/26 dev" in run_in(netns, "ip", "route", "show", "table", "42").stdout
         rules = run_in(netns, "ip", "rule").stdout
         assert "99:\tnot from all fwmark 0x200000/0x200000 lookup 42" in rules
+        # A node that is no peer: its destinations thrown back to the main table.
+        mixed = attrs.evolve(_device(name), throw=("10.65.3.0/26", "10.65.2.0/26"))
+        in_netns(netns, sync_wireguard, mixed, name)
+        table = run_in(netns, "ip", "route", "show", "table", "42").stdout
+        assert "throw 10.65.3.0/26" in table
+        assert "10.65.2.0/26 dev" in table, "a peer's destination is never thrown"
+        in_netns(netns, sync_wireguard, _device(name), name)
+        assert "throw" not in run_in(netns, "ip", "route", "show", "table", "42").stdout
     finally:
         in_netns(netns, sync_wireguard, None, name)
     assert name not in run_in(netns, "ip", "link").stdout

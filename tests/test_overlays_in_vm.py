@@ -12,7 +12,6 @@ new overlay when started again, as systemd would start them.
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -22,10 +21,16 @@ import pytest
 from pyfelix.demo import DemoNode
 from pyfelix.errors import RESTART_EXIT_CODE
 from pyfelix.pods import connects
+from tests.capture import captured, packets
 from tests.netns import SLOWDOWN, eventually, run_in
 from tests.two_nodes import block_and_pod, ipv6_pool, node_resource, two_nodes
 from tests.wireguard_nodes import CLUSTER as WIREGUARD_CLUSTER
-from tests.wireguard_nodes import device, dual_stack_node, stop_agents_and_wireguard_go
+from tests.wireguard_nodes import (
+    device,
+    dual_stack_node,
+    public_key,
+    stop_agents_and_wireguard_go,
+)
 from tests.workloads import OPEN_PROFILE
 
 pytestmark = [pytest.mark.netns, pytest.mark.stock_kernel]
@@ -55,32 +60,6 @@ def ipip_node(index: int) -> str:
 
 def vxlan_node(index: int) -> str:
     return node_resource(index, f"ipv4VXLANTunnelAddr: 10.65.{index}.0") + block_and_pod(index)
-
-
-@contextmanager
-def captured(ns: str, path: Path) -> Iterator[None]:
-    """tcpdump on the node's underlay (ul0) into ``path`` while the block runs."""
-    dump = subprocess.Popen(
-        ["ip", "netns", "exec", ns, "tcpdump", "-i", "ul0", "-nn", "-U", "-w", str(path)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert dump.stderr is not None
-    assert "listening on" in dump.stderr.readline()
-    try:
-        yield
-    finally:
-        dump.terminate()
-        dump.wait(timeout=30)
-
-
-def packets(path: Path, expression: str) -> list[str]:
-    """The captured packets matching the tcpdump filter ``expression``."""
-    read = subprocess.run(
-        ["tcpdump", "-nn", "-r", str(path), expression], capture_output=True, text=True, check=True
-    )
-    return read.stdout.splitlines()
 
 
 @contextmanager
@@ -166,14 +145,13 @@ def test_kernel_wireguard_in_both_families_shows_only_its_udp(tmp_path: Path) ->
         node1, pod = nodes[0].node, client("wk")
 
         def keys() -> list[str]:
-            found = []
-            for index, node in enumerate(nodes, start=1):
-                for version in (4, 6):
-                    shown = run_in(node.node, "wg", "show", device(index, version), "public-key")
-                    found.append(shown.stdout.strip() if shown.returncode == 0 else "")
-            return found
+            return [
+                public_key(node.node, device(index, version))
+                for index, node in enumerate(nodes, start=1)
+                for version in (4, 6)
+            ]
 
-        assert eventually(lambda: all(k and k != "(none)" for k in keys()), timeout=15)
+        assert eventually(lambda: all(keys()), timeout=15)
         k1, k1v6, k2, k2v6 = keys()
         # What the etcd status updater does: each node's keys into its Node.
         published = config + ipv6_pool()

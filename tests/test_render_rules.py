@@ -879,3 +879,25 @@ def test_dual_stack_vxlan_rules_sets_and_routes(tmp_path: Path) -> None:
     assert (vtep.ipv6_addr, vtep.parent_device_ipv6) == ("fd65:0:0:1::", "fd56::12")
     route = dataplane.routes["fd65:0:0:1::/122"]
     assert (route.tunnel, route.dst_node_ip) == ("vxlan", "fd56::12")
+
+
+def test_wireguard_host_encryption_marks_what_arrives_from_outside_the_tunnels() -> None:
+    """cali-wireguard-incoming-mark is always there, as Felix renders it; with
+    wireguardHostEncryptionEnabled raw cali-PREROUTING jumps to it right after clearing the
+    marks, so the reverse-path check of encrypted packets skips WireGuard's table."""
+    plain = rendered_with("wireguardEnabled: true", "raw")
+    assert _chain_rules(plain, "cali-wireguard-incoming-mark") == [
+        "--in-interface lo --jump RETURN",
+        "--in-interface wireguard.cali --jump RETURN",
+        "--in-interface wg-v6.cali --jump RETURN",
+        "--in-interface cali+ --jump RETURN",
+        "--jump MARK --set-mark 0x200000/0x200000",
+    ]
+    assert "--jump cali-wireguard-incoming-mark" not in plain
+    encrypting = rendered_with(
+        "wireguardEnabled: true\nwireguardHostEncryptionEnabled: true", "raw"
+    )
+    assert _chain_rules(encrypting, "cali-PREROUTING")[:2] == [
+        "--jump MARK --set-mark 0/0x1b0000",
+        "--jump cali-wireguard-incoming-mark",
+    ]

@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from pyfelix.pods import connects
+from pyfelix.pods import connects, start_responder
 from tests import vm
+from tests.capture import captured, packets
 from tests.etcd_server import EtcdServer
 from tests.netns import eventually, run_in
 from tests.two_nodes import ipv6_pool, two_nodes
@@ -30,6 +31,7 @@ from tests.wireguard_nodes import (
     device,
     dual_stack_node,
     node,
+    public_key,
     stop_agents_and_wireguard_go,
 )
 
@@ -62,17 +64,14 @@ def test_pods_on_two_nodes_talk_through_wireguard(tmp_path: Path, datastore: str
 
         stack.callback(stop_agents_and_wireguard_go, nodes)
 
-        def public_key(index: int) -> str:
-            """The device's key once it has one (`wg` prints "(none)" before)."""
-            shown = run_in(nodes[index - 1].node, "wg", "show", device(index), "public-key")
-            key = shown.stdout.strip() if shown.returncode == 0 else ""
-            return "" if key == "(none)" else key
+        def key(index: int) -> str:
+            return public_key(nodes[index - 1].node, device(index))
 
         def logs() -> str:
             return "\n".join(p.read_text() for p in sorted(tmp_path.glob("a*.log")))
 
-        assert eventually(lambda: bool(public_key(1) and public_key(2)), timeout=15), logs()
-        keys = [public_key(1), public_key(2)]
+        assert eventually(lambda: bool(key(1) and key(2)), timeout=15), logs()
+        keys = [key(1), key(2)]
         if datastore == "files":
             # What the status updater does with etcd: each node's key into its Node resource.
             manifests.write_text(CLUSTER + node(1, keys[0]) + node(2, keys[1]))
@@ -107,7 +106,7 @@ def test_pods_on_two_nodes_talk_through_wireguard(tmp_path: Path, datastore: str
         assert agents[0].wait(timeout=10) == 0
         nodes[0].start_agent(source, "node-1", tmp_path / "a1-again.log")
         assert eventually(lambda: "apply 1:" in (tmp_path / "a1-again.log").read_text()), logs()
-        assert public_key(1) == keys[0]
+        assert key(1) == keys[0]
         assert connects(client, "10.65.2.2", 8080)
 
 
@@ -173,3 +172,49 @@ def test_dual_stack_pods_talk_through_both_wireguard_devices(tmp_path: Path) -> 
         key6 = run_in(nodes[1].node, "wg", "show", device(2, 6), "public-key").stdout.strip()
         assert key6
         assert key6 in dumped.stdout, dumped.stdout + dumped.stderr
+
+
+def test_host_encryption_carries_the_nodes_own_traffic_through_wireguard(tmp_path: Path) -> None:
+    """WireguardHostEncryptionEnabled: the other node's own address is routed through the
+    device and allowed on its peer, so traffic between the nodes themselves crosses the
+    underlay as WireGuard's UDP only; with strict reverse-path filtering on the nodes, the
+    raw table's incoming mark (and src_valid_mark) keep the encrypted packets from failing
+    the check against WireGuard's table."""
+    cluster = CLUSTER.replace(
+        "wireguardEnabled: true", "wireguardEnabled: true\n  wireguardHostEncryptionEnabled: true"
+    )
+    manifests = tmp_path / "cluster.yaml"
+    manifests.write_text(cluster + node(1) + node(2))
+    with ExitStack() as stack:
+        nodes = two_nodes(stack, tmp_path, f"pfwh{os.getpid()}-", "wh")
+        for demo in nodes:
+            for sysctl in ("all", "ul0"):
+                run_in(demo.node, "sysctl", "-qw", f"net.ipv4.conf.{sysctl}.rp_filter=1")
+        for index, demo in enumerate(nodes, start=1):
+            demo.start_agent(tmp_path, f"node-{index}", tmp_path / f"a{index}.log")
+        stack.callback(stop_agents_and_wireguard_go, nodes)
+
+        def key(index: int) -> str:
+            return public_key(nodes[index - 1].node, device(index))
+
+        assert eventually(lambda: bool(key(1) and key(2)), timeout=15)
+        manifests.write_text(cluster + node(1, key(1)) + node(2, key(2)))
+        client = f"pfwh{os.getpid()}-app.pod1"
+        assert eventually(lambda: connects(client, "10.65.2.2", 8080), timeout=15)
+        server = start_responder(nodes[1].node, [7777])
+        stack.callback(server.terminate)
+        node1 = nodes[0].node
+        shown = run_in(node1, "wg", "show", device(1)).stdout
+        assert "allowed ips: 10.65.2.0/26, 10.66.2.1/32, 10.99.0.2/32" in shown
+        table = run_in(node1, "ip", "route", "show", "table", "42").stdout
+        assert f"10.99.0.2 dev {device(1)}" in table
+        assert run_in(node1, "cat", "/proc/sys/net/ipv4/conf/all/src_valid_mark").stdout == "1\n"
+        with captured(node1, tmp_path / "hosts.pcap"):
+            assert eventually(lambda: connects(node1, "10.99.0.2", 7777))
+        assert packets(tmp_path / "hosts.pcap", "udp port 51820"), (
+            run_in(node1, "ip", "route", "get", "10.99.0.2").stdout
+            + run_in(node1, "ip", "-s", "link").stdout
+            + run_in(node1, "wg", "show").stdout
+            + run_in(node1, "ip", "rule").stdout
+        )
+        assert not packets(tmp_path / "hosts.pcap", "tcp port 7777"), "host TCP in the clear"

@@ -31,9 +31,17 @@ def test_peers_are_remote_nodes_with_a_key_and_an_address() -> None:
     blocks = {"node-2": ["10.65.2.0/26", "10.65.2.64/26"], "node-3": ["10.65.3.0/26"]}
     addresses = {"node-1": "10.99.0.1", "node-2": "10.99.0.2", "node-3": "10.99.0.3"}
     assert peers_from(keys, blocks, addresses, 51820, "node-1") == (
-        Peer("KEY2", "10.99.0.2:51820", ("10.65.2.0/26", "10.65.2.64/26", "10.66.2.1/32")),
-        Peer("KEY3", "10.99.0.3:51820", ("10.65.3.0/26",)),
+        Peer(
+            "KEY2", "10.99.0.2:51820", ("10.65.2.0/26", "10.65.2.64/26", "10.66.2.1/32"), "node-2"
+        ),
+        Peer("KEY3", "10.99.0.3:51820", ("10.65.3.0/26",), "node-3"),
     )
+    # As Felix: a key two nodes claim makes neither a peer.
+    keys["node-5"] = ("KEY2", "10.66.5.1")
+    addresses["node-5"] = "10.99.0.5"
+    assert [peer.node for peer in peers_from(keys, blocks, addresses, 51820, "node-1")] == [
+        "node-3"
+    ]
 
 
 def test_mark_is_the_first_bit_the_rules_leave_free() -> None:
@@ -73,3 +81,48 @@ def test_the_wireguard_device_uses_the_first_table_of_the_range() -> None:
     device = WireguardManager(state, writer=None, hostname="node-a", to_calc=None).desired()  # type: ignore[arg-type]
     assert device is not None
     assert device.table == 42
+
+
+def route(dst: str, node: str, *types: str) -> m.RouteUpdate:
+    return m.RouteUpdate(dst=dst, types=frozenset(types), dst_node=node)
+
+
+def test_mixed_clusters_and_host_encryption() -> None:
+    """As Felix's WireGuard manager: a node without a key (WireGuard off there, or not yet
+    published) is no peer and its destinations are throw routes back to the main table; its
+    host address joins a peer's allowed IPs only with host encryption, which also gives this
+    node's device its host address when it has no WireGuard address and asks for
+    src_valid_mark."""
+    state = NodeState()
+    config = {"WireguardEnabled": "true", "RouteTableRanges": "42-50"}
+    state.apply(m.ConfigUpdate(FrozenMap(config)))
+    for node, address in (
+        ("node-a", "10.99.0.1"),
+        ("node-b", "10.99.0.2"),
+        ("node-c", "10.99.0.3"),
+    ):
+        state.apply(m.HostMetadataUpdate(node, address))
+    state.apply(m.WireguardEndpointUpdate("node-b", "KEYB", "10.66.2.1"))
+    for update in (
+        route("10.65.2.0/26", "node-b", "REMOTE_WORKLOAD"),
+        route("10.65.3.0/26", "node-c", "REMOTE_WORKLOAD"),
+        route("10.99.0.2/32", "node-b", "REMOTE_HOST"),
+        route("10.99.0.3/32", "node-c", "REMOTE_HOST"),
+        route("fd65:0:0:2::/122", "node-b", "REMOTE_WORKLOAD"),
+    ):
+        state.apply(update)
+    manager = WireguardManager(state, writer=None, hostname="node-a", to_calc=None)  # type: ignore[arg-type]
+    device = manager.desired()
+    assert device is not None
+    assert [(p.node, p.allowed_ips) for p in device.peers] == [
+        ("node-b", ("10.65.2.0/26", "10.66.2.1/32"))
+    ]
+    assert device.throw == ("10.65.3.0/26",)
+    assert (device.address, device.src_valid_mark) == ("", False)
+
+    state.apply(m.ConfigUpdate(FrozenMap({**config, "WireguardHostEncryptionEnabled": "true"})))
+    device = manager.desired()
+    assert device is not None
+    assert device.peers[0].allowed_ips == ("10.65.2.0/26", "10.66.2.1/32", "10.99.0.2/32")
+    assert device.throw == ("10.65.3.0/26", "10.99.0.3/32")
+    assert (device.address, device.src_valid_mark) == ("10.99.0.1", True)

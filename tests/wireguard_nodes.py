@@ -9,6 +9,7 @@ import os
 
 from pyfelix.demo import DemoNode
 from pyfelix.pods import stop_processes
+from tests.netns import run_in
 from tests.two_nodes import block_and_pod, node_resource, with_ipv6
 from tests.workloads import OPEN_PROFILE
 
@@ -74,3 +75,11 @@ def stop_agents_and_wireguard_go(nodes: list[DemoNode]) -> None:
             process.wait(timeout=10)
     for demo in nodes:
         stop_processes(demo.node)
+
+
+def public_key(ns: str, name: str) -> str:
+    """Device ``name``'s key in namespace ``ns`` once it has one ("" before: `wg` prints
+    "(none)", or fails while there is no device)."""
+    shown = run_in(ns, "wg", "show", name, "public-key")
+    key = shown.stdout.strip() if shown.returncode == 0 else ""
+    return "" if key == "(none)" else key

@@ -22,6 +22,7 @@ import shutil
 import socket
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -30,7 +31,13 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from pyfelix_dataplane.linux.commands import writing
-from pyfelix_dataplane.linux.routes import direct_route, sync_only_address, table_routes
+from pyfelix_dataplane.linux.routes import (
+    RTN_UNICAST,
+    direct_route,
+    set_sysctl,
+    sync_only_address,
+    table_routes,
+)
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +47,7 @@ OVERHEAD = 60
 #: The same over IPv6 (a 40-byte outer header).
 OVERHEAD_V6 = 80
 FIB_RULE_INVERT = 0x2
+RTN_THROW = 9
 EOPNOTSUPP = 95
 
 
@@ -48,6 +56,7 @@ class Peer:
     public_key: str
     endpoint: str
     allowed_ips: tuple[str, ...]
+    node: str = ""
 
 
 @attrs.frozen
@@ -66,6 +75,13 @@ class WireguardDevice:
     #: WireguardPersistentKeepAlive in seconds, on every peer (0: off).
     keepalive: int = 0
     version: int = 4
+    #: The destinations of nodes that are not peers (no key yet, WireGuard off, a key another
+    #: node claims too): thrown back to the main table, as Felix's throw routes, so a wider
+    #: route of a peer never catches them.
+    throw: tuple[str, ...] = ()
+    #: WireguardHostEncryptionEnabled: IPv4's reverse-path check must honour the packets'
+    #: marks (src_valid_mark), as the raw table marks what arrives from outside the tunnel.
+    src_valid_mark: bool = False
 
 
 #: The device Felix names for each IP version unless configured otherwise.
@@ -134,6 +150,8 @@ def sync_wireguard(device: WireguardDevice | None, previous: str = "", version: 
         if device is None:
             _sync_rule(ipr, None, version)
             return ""
+        if device.src_valid_mark:
+            set_sysctl("net/ipv4/conf/all/src_valid_mark", "1")
         if not ipr.link_lookup(ifname=device.name):
             _create(ipr, device.name)
         if _wg("show", device.name, "private-key") in ("", "(none)"):
@@ -162,20 +180,26 @@ def _sync_peers(device: WireguardDevice) -> None:
 
 
 def _sync_routes(ipr: IPRoute, index: int, device: WireguardDevice) -> None:
-    wanted = {net for peer in device.peers for net in peer.allowed_ips}
-    present: dict[str, int] = {}
-    for route in table_routes(ipr, _family(device.version), device.table):
+    """The table: each peer's allowed IPs through the device, each thrown destination a throw
+    route."""
+    family = _family(device.version)
+    wanted = {net: RTN_UNICAST for peer in device.peers for net in peer.allowed_ips}
+    wanted.update({net: RTN_THROW for net in device.throw if net not in wanted})
+    present: dict[str, tuple[int, int]] = {}
+    for route in table_routes(ipr, family, device.table):
         dst = route.get_attr("RTA_DST")
         if dst is not None:
-            present[f"{dst}/{route['dst_len']}"] = route["scope"]
-    for dst, scope in present.items():
-        if dst not in wanted:
-            ipr.route(
-                "del", dst=dst, table=device.table, scope=scope, family=_family(device.version)
-            )
-    missing = sorted(wanted - present.keys())
-    if missing:
-        ipr.nlm_request_batch([direct_route(dst, index, device.table) for dst in missing])
+            present[f"{dst}/{route['dst_len']}"] = (route["type"], route["scope"])
+    for dst, (kind, scope) in present.items():
+        if wanted.get(dst) != kind:
+            ipr.route("del", dst=dst, table=device.table, scope=scope, type=kind, family=family)
+    missing = sorted(dst for dst, kind in wanted.items() if present.get(dst, (0, 0))[0] != kind)
+    through = [dst for dst in missing if wanted[dst] == RTN_UNICAST]
+    if through:
+        ipr.nlm_request_batch([direct_route(dst, index, device.table) for dst in through])
+    for dst in missing:
+        if wanted[dst] == RTN_THROW:
+            ipr.route("add", dst=dst, table=device.table, type=RTN_THROW, family=family)
 
 
 def _sync_rule(ipr: IPRoute, device: WireguardDevice | None, version: int) -> None:
@@ -208,16 +232,17 @@ def peers_from(
     port: int,
     hostname: str,
 ) -> tuple[Peer, ...]:
-    """Peers for every remote node with a public key and an address: ``wireguard`` maps node
-    -> (public key, WireGuard address), ``blocks`` node -> its destinations (all of one IP
-    version, the addresses' own)."""
+    """Peers for every remote node with a public key and an address (as Felix: not a key two
+    nodes claim): ``wireguard`` maps node -> (public key, WireGuard address), ``blocks`` node
+    -> its destinations (all of one IP version, the addresses' own)."""
+    claims = Counter(key for key, _ in wireguard.values() if key)
     peers = []
     for node, (public_key, address) in sorted(wireguard.items()):
         endpoint = node_addresses.get(node, "")
-        if node == hostname or not public_key or not endpoint:
+        if node == hostname or not public_key or not endpoint or claims[public_key] > 1:
             continue
         own = {f"{address}/{128 if ':' in address else 32}"} if address else set()
         allowed = sorted(set(blocks.get(node, [])) | own)
         where = f"[{endpoint}]" if ":" in endpoint else endpoint
-        peers.append(Peer(public_key, f"{where}:{port}", tuple(allowed)))
+        peers.append(Peer(public_key, f"{where}:{port}", tuple(allowed), node))
     return tuple(peers)

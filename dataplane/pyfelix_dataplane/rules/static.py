@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from pyfelix.config import ProtoPort
 from pyfelix_dataplane.rules import ipsets as ipset_rendering
 from pyfelix_dataplane.rules.ipsets import ALL_HOSTS, ALL_POOLS, MASQ_POOLS, VXLAN_HOSTS
+from pyfelix_dataplane.rules.marks import wireguard_mark
 from pyfelix_dataplane.rules.model import Chain, Rule
 from pyfelix_dataplane.rules.policy import match_mark, set_mark
 from pyfelix_dataplane.rules.settings import Settings
@@ -286,11 +287,20 @@ def raw_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain]:
         if _vxlan(dp, version)
         else []
     )
+    config = dp.config
+    # As Felix with host encryption: what arrives from outside the tunnels is marked, so the
+    # reverse-path check (src_valid_mark) does not look the sender up in WireGuard's table.
+    encrypt_hosts = config.wireguard_host_encryption_enabled and (
+        (config.wireguard_enabled and config.wireguard_interface_name)
+        or (config.wireguard_enabled_v6 and config.wireguard_interface_name_v6)
+    )
+    incoming_mark = [Rule(action="--jump cali-wireguard-incoming-mark")] if encrypt_hosts else []
     return [
         Chain(
             "cali-PREROUTING",
             (
                 Rule(action=set_mark(0, all_calico)),
+                *incoming_mark,
                 *untracked_vxlan,
                 *(
                     Rule(f"--in-interface {wildcard}", set_mark(marks.scratch0))
@@ -305,6 +315,7 @@ def raw_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain]:
             ),
         ),
         Chain("cali-rpf-skip", tuple(rpf_skip)),
+        wireguard_incoming_mark_chain(dp, settings),
         Chain(
             "cali-OUTPUT",
             (
@@ -317,6 +328,22 @@ def raw_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain]:
         failsafe("cali-failsafe-in", settings.failsafe_in, True, version, settings.failsafe_out),
         failsafe("cali-failsafe-out", settings.failsafe_out, False, version, settings.failsafe_in),
     ]
+
+
+def wireguard_incoming_mark_chain(dp: NodeState, settings: Settings) -> Chain:
+    """cali-wireguard-incoming-mark, which Felix renders whether or not it is used: packets
+    from anywhere but loopback, the WireGuard devices and the workloads get WireGuard's mark."""
+    config = dp.config
+    skipped = ["lo", config.wireguard_interface_name, config.wireguard_interface_name_v6]
+    skipped += [f"{prefix}+" for prefix in settings.interface_prefixes]
+    mark = wireguard_mark(config.iptables_mark_mask)
+    return Chain(
+        "cali-wireguard-incoming-mark",
+        (
+            *(Rule(f"--in-interface {name}", "--jump RETURN") for name in skipped),
+            Rule(action=set_mark(mark)),
+        ),
+    )
 
 
 def mangle_chains(settings: Settings, version: int) -> list[Chain]:

@@ -115,6 +115,9 @@ ACTED_ON: dict[str, str] = {
     "WireguardMTU": "the WireGuard device's MTU (0: the host MTU less 60); the pods' MTU "
     "when on and smaller",
     "WireguardRoutingRulePriority": "the priority of WireGuard's routing rules",
+    "WireguardHostEncryptionEnabled": "the nodes' own addresses through WireGuard (allowed "
+    "and routed), the device's address the node's when it has no WireGuard address, raw "
+    "PREROUTING marking what arrives from outside the tunnels, src_valid_mark",
     "WireguardEnabledV6": "the IPv6 WireGuard device, peers (over the nodes' IPv6 addresses), "
     "routing table (the second one handed out) and rule",
     "WireguardInterfaceNameV6": "the IPv6 WireGuard device's name",

@@ -99,22 +99,49 @@ class WireguardManager:
                 )
             elif kind == "host":
                 addresses[host] = update.ipv6_addr if v6 else update.ipv4_addr
-        blocks: dict[str, list[str]] = {}
-        for route in self.state.routes.values():
-            if "REMOTE_WORKLOAD" in route.types and route.dst_node and (":" in route.dst) == v6:
-                blocks.setdefault(route.dst_node, []).append(route.dst)
+        encrypt_hosts = config.wireguard_host_encryption_enabled
+        destinations = self._destinations(v6, encrypt_hosts)
+        peers = peers_from(keys, destinations, addresses, port, self.hostname)
+        peered = {peer.node for peer in peers}
+        # As Felix with host encryption and no WireGuard address: the node's own address.
+        address = keys.get(self.hostname, ("", ""))[1]
+        if not address and encrypt_hosts:
+            address = addresses.get(self.hostname, "")
         return WireguardDevice(
             name=config.wireguard_interface_name_v6 if v6 else config.wireguard_interface_name,
             port=port,
             fwmark=wireguard_mark(config.iptables_mark_mask),
             table=table,
             rule_priority=config.wireguard_routing_rule_priority,
-            address=keys.get(self.hostname, ("", ""))[1],
+            address=address,
             mtu=self.mtu_v6 if v6 else self.mtu,
             keepalive=round(config.wireguard_persistent_keep_alive),
-            peers=peers_from(keys, blocks, addresses, port, self.hostname),
+            peers=peers,
             version=version,
+            throw=tuple(
+                sorted(
+                    dst for node, dsts in destinations.items() if node not in peered for dst in dsts
+                )
+            ),
+            src_valid_mark=encrypt_hosts and not v6,
         )
+
+    def _destinations(self, v6: bool, encrypt_hosts: bool) -> dict[str, list[str]]:
+        """Per remote node, what WireGuard would carry to it (as Felix's WireGuard manager
+        takes routes): its workloads' and tunnels' addresses and, with host encryption, its
+        own address; of one IP version."""
+        found: dict[str, list[str]] = {}
+        for route in self.state.routes.values():
+            node, types = route.dst_node, route.types
+            if not node or node == self.hostname or (":" in route.dst) != v6:
+                continue
+            if "REMOTE_HOST" in types:
+                wanted = encrypt_hosts
+            else:
+                wanted = bool(types & {"REMOTE_WORKLOAD", "REMOTE_TUNNEL"})
+            if wanted:
+                found.setdefault(node, []).append(route.dst)
+        return found
 
     async def apply(self) -> None:
         """Never enabled: the kernel is left alone. Disabled: the device goes."""
