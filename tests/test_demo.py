@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tests.netns import SLOWDOWN
 
 pytestmark = pytest.mark.netns
 
@@ -27,7 +28,7 @@ def demo(source: str) -> list[str]:
         capture_output=True,
         text=True,
         cwd=REPO,
-        timeout=120,
+        timeout=120 * SLOWDOWN,
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
