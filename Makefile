@@ -5,7 +5,7 @@ PYTHON ?= /usr/bin/python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 DEB_PACKAGES := python3 python3-venv python3-dev gcc openssl iproute2 iptables ipset conntrack \
-	wireguard-tools wireguard-go etcd-server etcd-client tcpdump iputils-ping
+	wireguard-tools wireguard-go etcd-server etcd-client tcpdump iputils-ping nftables
 # Only the tests need these: ruby checks vagrant/Vagrantfile's syntax,
 # and qemu, Debian's stock kernel and a static busybox boot the VM of tests/test_in_vm.py.
 TEST_DEB_PACKAGES := ruby qemu-system-x86 linux-image-amd64 busybox-static

@@ -103,8 +103,13 @@ def agents_on_two_nodes(tmp_path: Path, manifests: str, tag: str) -> Iterator[Ru
         yield Running(nodes, f"{prefix}app.pod1", prefix)
 
 
-def test_pods_on_two_nodes_talk_through_the_agents_vxlan(tmp_path: Path) -> None:
-    """Also the Vagrant cluster's recipe: `pyfelix pods up` on each node, `pods check`."""
+@pytest.mark.parametrize("nftables_mode", ["Disabled", "Enabled"])
+def test_pods_on_two_nodes_talk_through_the_agents_vxlan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, nftables_mode: str
+) -> None:
+    """Also the Vagrant cluster's recipe: `pyfelix pods up` on each node, `pods check`; in
+    the iptables mode and the nftables mode."""
+    monkeypatch.setenv("FELIX_NFTABLESMODE", nftables_mode)
     with agents_on_two_nodes(tmp_path, MANIFESTS + node(1) + node(2), "vx") as running:
         nodes, client, prefix = running.nodes, running.client, running.prefix
 

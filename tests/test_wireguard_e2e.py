@@ -38,10 +38,17 @@ from tests.wireguard_nodes import (
 pytestmark = pytest.mark.netns
 
 
-@pytest.mark.parametrize("datastore", ["files", "etcd"])
-def test_pods_on_two_nodes_talk_through_wireguard(tmp_path: Path, datastore: str) -> None:
+@pytest.mark.parametrize(
+    ("datastore", "nftables_mode"),
+    [("files", "Disabled"), ("etcd", "Disabled"), ("files", "Enabled")],
+)
+def test_pods_on_two_nodes_talk_through_wireguard(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, datastore: str, nftables_mode: str
+) -> None:
     """With etcd (running on node 1, reached over the underlay) the agents publish their keys
-    into their Nodes themselves; with files the test copies them there."""
+    into their Nodes themselves; with files the test copies them there. Also in the
+    nftables mode."""
+    monkeypatch.setenv("FELIX_NFTABLESMODE", nftables_mode)
     manifests = tmp_path / "cluster.yaml"
     manifests.write_text(CLUSTER + node(1) + node(2))
     prefix = f"pfw{os.getpid()}-"

@@ -14,12 +14,13 @@ from typing import Any, cast
 
 from pyfelix.calc.config_batcher import startup_config
 from pyfelix.calc.pipeline import build_pipeline
-from pyfelix.config import parse_config
+from pyfelix.config import NFTablesMode, parse_config
 from pyfelix.resources import Resource
 from pyfelix.resources.loader import Direct
 from pyfelix.syncer.processors import KV
 from pyfelix.validation import context_from
 from pyfelix_dataplane.dryrun import snapshot
+from pyfelix_dataplane.rules.nft import render_nftables
 from pyfelix_dataplane.rules.render import TABLES, render
 from pyfelix_dataplane.state import NodeState
 
@@ -56,6 +57,13 @@ def compute(
         return data.describe() if data is not None else {}
 
     view = snapshot(dataplane, hostname, describe)
+    if dataplane.config.nftables_mode is NFTablesMode.ENABLED:
+        # Auto would look for kube-proxy's nftables table on the node: the dry-run has none.
+        view["nftables"] = {
+            f"ipv{version}": table.script()
+            for version, table in sorted(render_nftables(dataplane).items())
+        }
+        return view, dataplane
     rendered = render(dataplane)
     view["iptables"] = {
         f"ipv{version}": dict(tables) for version, tables in sorted(rendered.iptables.items())
@@ -136,8 +144,11 @@ def render_text(view: dict[str, Any]) -> str:
                 f"  {peer['hostname']} key {peer['public_key_v6']}"
                 f" {peer['interface_ipv6_addr']}".rstrip()
             )
-    lines += ["", "# ipset restore", view["ipset_restore"].rstrip("\n")]
-    for family, tables in view["iptables"].items():
+    for family, script in view.get("nftables", {}).items():
+        lines += ["", f"# nft -f ({family})", script.rstrip("\n")]
+    if "iptables" in view:
+        lines += ["", "# ipset restore", view["ipset_restore"].rstrip("\n")]
+    for family, tables in view.get("iptables", {}).items():
         for table in TABLES:
             lines += ["", f"# iptables-restore ({family}, {table})", tables[table].rstrip("\n")]
     return "\n".join(lines) + "\n"

@@ -79,6 +79,28 @@ class Cluster:
         return server
 
 
+def filter_rules(node: str, mode: str) -> dict[str, list[str]]:
+    """Each chain of the filter table as the kernel lists it (iptables-save's rules; in the
+    nftables mode nft's, the chains named without their ``filter-`` prefix)."""
+    chains: dict[str, list[str]] = {}
+    if mode != "nftables":
+        for line in run_in(node, "iptables-nft-save", "-t", "filter").stdout.splitlines():
+            if line.startswith("-A "):
+                chains.setdefault(line.split()[1], []).append(line)
+        return chains
+    current = ""
+    for line in run_in(node, "nft", "list", "table", "ip", "calico").stdout.splitlines():
+        text = line.strip()
+        if text.startswith("chain filter-"):
+            current = text.split()[1].removeprefix("filter-")
+            chains[current] = []
+        elif text == "}" or text.startswith("chain "):
+            current = ""
+        elif current and not text.startswith("type "):
+            chains[current].append(text)
+    return chains
+
+
 def fetch(cluster: Cluster, url: str) -> str:
     return run_in(cluster.node, sys.executable, program("fetch.py"), url).stdout
 

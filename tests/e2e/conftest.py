@@ -1,6 +1,10 @@
 """The ``cluster`` fixture: a node with a server (8080, 9090) and a client workload, and the
 base manifests (Felix configuration with 1 s refreshes, health and metrics on, an open
-profile, the two workload endpoints) in a fresh datastore directory."""
+profile, the two workload endpoints) in a fresh datastore directory.
+
+Every agent runs in the dataplane mode of ``dataplane_mode`` (FELIX_NFTABLESMODE, as an
+operator would set it): the iptables mode, and for tests marked ``both_modes`` (what they
+observe is the same in either) the nftables mode too."""
 
 from __future__ import annotations
 
@@ -11,6 +15,24 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.cluster import CLIENT_IP, MANIFESTS, SERVER_IP, Cluster
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    given = any(
+        "dataplane_mode" in str(mark.args[0])
+        for mark in metafunc.definition.iter_markers("parametrize")
+    )
+    if "dataplane_mode" in metafunc.fixturenames and not given:
+        both = metafunc.definition.get_closest_marker("both_modes") is not None
+        modes = ("iptables", "nftables") if both else ("iptables",)
+        metafunc.parametrize("dataplane_mode", modes, indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def dataplane_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    mode = str(getattr(request, "param", "iptables"))
+    monkeypatch.setenv("FELIX_NFTABLESMODE", "Enabled" if mode == "nftables" else "Disabled")
+    return mode
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ from tests.netns import eventually, run_in
 pytestmark = pytest.mark.netns
 
 
+@pytest.mark.both_modes
 @pytest.mark.parametrize(("action", "reachable"), [("Drop", False), ("Accept", True)])
 def test_default_endpoint_to_host_action(tmp_path: Path, action: str, reachable: bool) -> None:
     """Traffic from a workload to its own node is governed by DefaultEndpointToHostAction,
@@ -41,6 +42,7 @@ def test_default_endpoint_to_host_action(tmp_path: Path, action: str, reachable:
         assert connects(client_ns, "192.0.2.1", 7777) is reachable
 
 
+@pytest.mark.both_modes
 @pytest.mark.parametrize("interface", ["interfaceName: eth0, ", "interfaceName: '*', ", ""])
 def test_host_endpoint_with_failsafe_ports(tmp_path: Path, interface: str) -> None:
     """A host endpoint with no policy and no profile, for eth0, for all interfaces ("*") or
@@ -57,6 +59,7 @@ def test_host_endpoint_with_failsafe_ports(tmp_path: Path, interface: str) -> No
         assert connects(outside, "192.0.2.1", 22)
 
 
+@pytest.mark.both_modes
 @pytest.mark.parametrize("pre_dnat", [False, True])
 def test_host_endpoint_policy_on_forwarded_traffic(tmp_path: Path, pre_dnat: bool) -> None:
     """An applyOnForward policy (normal, or pre-DNAT in the mangle table) on the uplink's host

@@ -23,7 +23,7 @@ import pytest
 from pyfelix.resources.k8s_conversion import veth_name
 from tests.e2e.cluster import Cluster, manifest, program
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.netns, pytest.mark.both_modes]
 
 PROTOCOLS = ("tcp", "udp")
 Pod = tuple[str, str]

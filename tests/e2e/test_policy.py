@@ -28,13 +28,14 @@ from tests.e2e.cluster import (
     SERVICE,
     TIERS,
     Cluster,
+    filter_rules,
     seconds_until,
     server_client_outsider,
     workload,
 )
 from tests.netns import eventually, run_in
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.netns, pytest.mark.both_modes]
 
 
 def test_policy_semantics_and_live_edits(tmp_path: Path) -> None:
@@ -191,7 +192,9 @@ def group_policy(index: int, rule: str) -> str:
     )
 
 
-def test_policies_sharing_a_selector_decide_through_their_group_chain(cluster: Cluster) -> None:
+def test_policies_sharing_a_selector_decide_through_their_group_chain(
+    cluster: Cluster, dataplane_mode: str
+) -> None:
     """Seven policies with one selector, as Felix groups them: the endpoint jumps once into a
     cali-gi- chain, which jumps to each policy until one decides, with a return on a verdict
     every fifth jump. The third denies 9090, the seventh allows everything: 9090 is refused,
@@ -205,15 +208,14 @@ def test_policies_sharing_a_selector_decide_through_their_group_chain(cluster: C
     cluster.start_agent()
     assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 8080)), "never programmed"
     assert not cluster.connects(CLIENT_IP, SERVER_IP, 9090)
-    saved = run_in(cluster.node, "iptables-nft-save", "-t", "filter").stdout
-    groups = {line.split()[1] for line in saved.splitlines() if line.startswith("-A cali-gi-")}
+    chains = filter_rules(cluster.node, dataplane_mode)
+    groups = [name for name in chains if name.startswith("cali-gi-")]
     assert len(groups) == 1
     (group,) = groups
-    endpoint = [line for line in saved.splitlines() if line.startswith("-A cali-tw-calisrv")]
-    assert sum(f"-j {group}" in line for line in endpoint) == 1
+    endpoint = chains["cali-tw-calisrv"]
+    assert sum(f"{group} " in f"{line} " for line in endpoint) == 1
     assert not any("cali-pi-np/app/grouped" in line for line in endpoint)
-    group_rules = [line for line in saved.splitlines() if line.startswith(f"-A {group} ")]
-    assert len(group_rules) == 7 + 1, "seven jumps and one return"
+    assert len(chains[group]) == 7 + 1, "seven jumps and one return"
 
 
 REFUSED_PROBE = """
@@ -229,11 +231,13 @@ except OSError as exc:
 """
 
 
-def test_filter_deny_action_reject(tmp_path: Path) -> None:
-    """IptablesFilterDenyAction Reject: a connection no policy allows is refused at once (the
-    client learns it is not allowed) instead of timing out."""
+def test_filter_deny_action_reject(tmp_path: Path, dataplane_mode: str) -> None:
+    """IptablesFilterDenyAction (NftablesFilterDenyAction in the nftables mode) Reject: a
+    connection no policy allows is refused at once (the client learns it is not allowed)
+    instead of timing out."""
+    prefix = "nftables" if dataplane_mode == "nftables" else "iptables"
     config = MANIFESTS.partition("---")[0].replace(
-        "spec:\n", "spec:\n  iptablesFilterDenyAction: Reject\n", 1
+        "spec:\n", f"spec:\n  {prefix}FilterDenyAction: Reject\n", 1
     )
     (tmp_path / "base.yaml").write_text("---".join((config, *MANIFESTS.split("---")[1:])))
     (tmp_path / "policy.yaml").write_text(POLICY.replace("PORT", "8080"))

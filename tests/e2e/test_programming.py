@@ -107,6 +107,7 @@ def test_health_metrics_and_clean_stop(cluster: Cluster) -> None:
     assert "cali-FORWARD" in run_in(cluster.node, "iptables-nft-save").stdout
 
 
+@pytest.mark.both_modes
 def test_restart_keeps_established_connections(cluster: Cluster) -> None:
     """Restarting the agent leaves an established allowed connection working, and new
     connections keep succeeding: nothing is torn down while the new agent starts."""
@@ -296,3 +297,71 @@ def test_ip_forwarding_as_felix_sets_it(cluster: Cluster, forwarding: str) -> No
     assert sysctl("net.netfilter.nf_conntrack_acct") == "1"
     # Workload interfaces forward either way: Felix turns forwarding on per interface too.
     assert cluster.connects(CLIENT_IP, SERVER_IP, 8080)
+
+
+def nft_listing(node: str) -> str:
+    return run_in(node, "nft", "list", "table", "ip", "calico").stdout
+
+
+@pytest.mark.parametrize("dataplane_mode", ["nftables"], indirect=True)
+def test_nftables_mode_repairs_tampering_and_hands_over_both_ways(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch, dataplane_mode: str
+) -> None:
+    """NFTablesMode Enabled: the policy lives in the ip/ip6 calico tables, none of it in
+    iptables or ipsets; a deleted set element, a flushed chain and a flushed base chain (the
+    hook gone) are repaired on the NftablesRefreshInterval (1 s); another tool's nft table
+    is left alone. Restarted in the iptables mode the agent removes the calico tables once
+    its iptables rules are in place, and back in the nftables mode it removes its iptables
+    chains and IP sets; the policy holds throughout."""
+    (cluster.manifests / "policy.yaml").write_text(POLICY.replace("PORT", "http"))
+    run_in(cluster.node, "nft", "add", "table", "inet", "other")
+    run_in(cluster.node, "nft", "add", "chain", "inet", "other", "keep")
+    cluster.start_agent()
+    assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 8080)), "never programmed"
+    assert not cluster.connects(CLIENT_IP, SERVER_IP, 9090)
+    listed = nft_listing(cluster.node)
+    assert "chain filter-cali-tw-calisrv {" in listed
+    assert "cali-" not in run_in(cluster.node, "iptables-nft-save").stdout
+    assert "cali" not in run_in(cluster.node, "ipset", "list", "-n").stdout
+    assert "ip6 calico" in run_in(cluster.node, "nft", "list", "tables").stdout
+
+    allowed = next(
+        line.split()[1] for line in listed.splitlines() if line.strip().startswith("set cali40s-")
+    )
+    elements = run_in(cluster.node, "nft", "list", "set", "ip", "calico", allowed).stdout
+    member = elements.split("elements = {")[1].split("}")[0].split(",")[0].strip()
+    tampering = [
+        ("delete", "element", "ip", "calico", allowed, f"{{ {member} }}"),
+        ("flush", "chain", "ip", "calico", "filter-cali-tw-calisrv"),
+        ("flush", "chain", "ip", "calico", "filter-FORWARD"),
+    ]
+    for argv in tampering:
+        assert run_in(cluster.node, "nft", *argv).returncode == 0, argv
+
+    def repaired() -> bool:
+        text = nft_listing(cluster.node)
+        tw = text.split("chain filter-cali-tw-calisrv {")[1].split("}")[0]
+        forward = text.split("chain filter-FORWARD {")[1].split("}")[0]
+        return member in text and "jump" in tw and "jump filter-cali-FORWARD" in forward
+
+    assert eventually(repaired, timeout=5), nft_listing(cluster.node)
+    assert cluster.connects(CLIENT_IP, SERVER_IP, 8080)
+    assert not cluster.connects(CLIENT_IP, SERVER_IP, 9090)
+    assert "chain keep" in run_in(cluster.node, "nft", "list", "table", "inet", "other").stdout
+
+    for mode, present, absent in (("Disabled", "iptables", "nft"), ("Enabled", "nft", "iptables")):
+        assert cluster.agent is not None
+        cluster.agent.terminate()
+        assert cluster.agent.wait(timeout=10) == 0
+        monkeypatch.setenv("FELIX_NFTABLESMODE", mode)
+        cluster.start_agent()
+
+        def handed_over(present: str = present) -> bool:
+            tables = run_in(cluster.node, "nft", "list", "tables").stdout
+            iptables = "cali-FORWARD" in run_in(cluster.node, "iptables-nft-save").stdout
+            return (("ip calico" in tables) != iptables) and (iptables == (present == "iptables"))
+
+        assert eventually(handed_over, timeout=10), (present, absent)
+        assert cluster.connects(CLIENT_IP, SERVER_IP, 8080)
+        assert not cluster.connects(CLIENT_IP, SERVER_IP, 9090)
+    assert "cali" not in run_in(cluster.node, "ipset", "list", "-n").stdout

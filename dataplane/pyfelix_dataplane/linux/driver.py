@@ -39,6 +39,7 @@ from pyfelix_dataplane.linux.managers import Manager
 from pyfelix_dataplane.linux.managers.endpoints import EndpointManager
 from pyfelix_dataplane.linux.managers.ipip import IpipManager
 from pyfelix_dataplane.linux.managers.ipsets import IpsetsManager
+from pyfelix_dataplane.linux.managers.nftables import NftablesManager
 from pyfelix_dataplane.linux.managers.routes import RoutesManager
 from pyfelix_dataplane.linux.managers.tables import TablesManager
 from pyfelix_dataplane.linux.managers.vxlan import VxlanManager
@@ -52,6 +53,7 @@ from pyfelix_dataplane.linux.mtu import (
     state_dir,
     write_mtu_file,
 )
+from pyfelix_dataplane.rules.nft import NftTable
 from pyfelix_dataplane.state import NodeState
 
 log = logging.getLogger(__name__)
@@ -75,11 +77,14 @@ RETRY_MAX = 10.0
 #: repaired without also paying for an iptables-save of every table.
 REFRESH_INTERVALS: dict[str, Callable[[FelixConfig], float]] = {
     "iptables": lambda config: config.iptables_refresh_interval,
+    "nftables": lambda config: config.nftables_refresh_interval,
     "ipsets": lambda config: config.ipsets_refresh_interval,
     "routes": lambda config: config.route_refresh_interval,
 }
 
 
+#: How often NFTablesMode Auto looks at kube-proxy's mode again (Felix's 15 s).
+KUBE_PROXY_CHECK_INTERVAL = 15.0
 #: kube-proxy's IPVS mode holds every service address on this device (Felix's sign of IPVS).
 KUBE_IPVS_DEVICE = "kube-ipvs0"
 #: Felix's post-write checks of the iptables tables: IptablesPostWriteCheckIntervalSecs after
@@ -151,9 +156,12 @@ class Managers:
     ipip: IpipManager
     wireguard: WireguardManager
     routes: RoutesManager
+    #: NFTablesMode: the nftables tables instead of ``ipsets`` and ``tables``.
+    nftables: NftablesManager | None = None
 
     @classmethod
     def build(cls, state: NodeState, kernel: Kernel, hostname: str, to_calc: Any) -> Managers:
+        nftables = NftablesManager(state, kernel.nftables) if kernel.nftables else None
         return cls(
             endpoints=EndpointManager(state, kernel.interfaces, to_calc),
             ipsets=IpsetsManager(state, kernel.ipsets, tuple(kernel.tables)),
@@ -162,6 +170,7 @@ class Managers:
             ipip=IpipManager(state, kernel.devices),
             wireguard=WireguardManager(state, kernel.devices, hostname, to_calc),
             routes=RoutesManager(state, kernel.routes, hostname),
+            nftables=nftables,
         )
 
     def all(self) -> tuple[Manager, ...]:
@@ -173,6 +182,7 @@ class Managers:
             self.ipip,
             self.wireguard,
             self.routes,
+            *((self.nftables,) if self.nftables is not None else ()),
         )
 
 
@@ -195,6 +205,7 @@ class LinuxDriver:
     _wake: trio.Event = attrs.Factory(trio.Event)
     _received: int = 0
     _reported_in_sync: bool = False
+    _remove_other_mode: Callable[[], Awaitable[None]] | None = None
     _started: float = 0.0
 
     async def apply(self, msg: m.ToDataplane) -> None:
@@ -245,6 +256,7 @@ class LinuxDriver:
                 len(self.state.policies),
             )
             kernel = await self.open_kernel(self.state.config)
+            self._remove_other_mode = kernel.remove_other_mode
             nursery.start_soon(kernel.watch, self._on_interface)
             self.managers = managers = Managers.build(
                 self.state, kernel, self.hostname, self.to_calc
@@ -255,7 +267,25 @@ class LinuxDriver:
             host = self._configure_mtus(links, managers)
             nursery.start_soon(self._watch_host_mtu, kernel, host)
             nursery.start_soon(self._rescan_interfaces, kernel)
+            if kernel.kube_proxy_nftables is not None:
+                nursery.start_soon(
+                    self._follow_kube_proxy, kernel.kube_proxy_nftables, bool(kernel.nftables)
+                )
             await self._loop(managers)
+
+    async def _follow_kube_proxy(self, detect: Callable[[], Awaitable[bool]], now: bool) -> None:
+        """NFTablesMode Auto, as Felix: when kube-proxy's mode (nftables or not) changes, the
+        agent restarts into the other one."""
+        while True:
+            await trio.sleep(KUBE_PROXY_CHECK_INTERVAL)
+            try:
+                detected = await detect()
+            except DataplaneWriteError as exc:
+                log.warning("cannot tell kube-proxy's mode: %s", exc)
+                continue
+            if detected != now:
+                mode = "nftables" if detected else "iptables"
+                raise RestartRequired(f"kube-proxy now runs in {mode} mode (NFTablesMode Auto)")
 
     def _configure_mtus(self, links: list[Link], managers: Managers) -> int:
         """Felix's start-of-day MTUs: the host's detected, the tunnels' defaulted from it, the
@@ -377,35 +407,55 @@ class LinuxDriver:
                 failed.append(exc)
             mark(name)
 
+        nftables = managers.nftables
         async with trio.open_nursery() as nursery:
             await managers.endpoints.resolve()
             # The sets and every version's chains from one state: messages keep arriving while
             # the writes are awaited, and a rule must never name a set that was not written.
             rendering = managers.endpoints.rendering_state()
-            desired_sets = managers.ipsets.desired()
             placement = (self.state.rules_generation, managers.endpoints.placement)
-            chains = managers.tables.render(rendering, placement)
-            mark("rendered")
-            try:
-                await managers.ipsets.apply(desired_sets)
-            except DataplaneWriteError as exc:
-                failed.append(exc)  # the rules would refer to missing sets: no tables
-            mark("ipsets")
-            for version in managers.tables.versions if not failed else ():
+            if nftables is not None:
+                # One transaction per version holds the sets and the chains that name them.
+                wrote: list[bool] = []
+                for version, table in nftables.render(rendering, placement).items():
+                    mark(f"IPv{version} rendered")
+
+                    async def write_table(version: int = version, table: NftTable = table) -> None:
+                        wrote.append(await nftables.write(version, table))
+
+                    nursery.start_soon(area, write_table, f"IPv{version} written")
+                nursery.start_soon(area, partial(self._apply_routing, managers), "routes")
+            else:
+                desired_sets = managers.ipsets.desired()
+                chains = managers.tables.render(rendering, placement)
+                mark("rendered")
                 try:
-                    script, tables = await managers.tables.plan(version, chains[version])
+                    await managers.ipsets.apply(desired_sets)
                 except DataplaneWriteError as exc:
-                    failed.append(exc)
-                    continue
-                mark(f"IPv{version} planned")
-                wrote_tables = wrote_tables or bool(script)
-                write = partial(managers.tables.write, version, script, tables)
-                nursery.start_soon(area, write, f"IPv{version} written")
-            mark("routes started")
-            nursery.start_soon(area, partial(self._apply_routing, managers), "routes")
+                    failed.append(exc)  # the rules would refer to missing sets: no tables
+                mark("ipsets")
+                for version in managers.tables.versions if not failed else ():
+                    try:
+                        script, tables = await managers.tables.plan(version, chains[version])
+                    except DataplaneWriteError as exc:
+                        failed.append(exc)
+                        continue
+                    mark(f"IPv{version} planned")
+                    wrote_tables = wrote_tables or bool(script)
+                    write = partial(managers.tables.write, version, script, tables)
+                    nursery.start_soon(area, write, f"IPv{version} written")
+                mark("routes started")
+                nursery.start_soon(area, partial(self._apply_routing, managers), "routes")
         if failed:
             raise failed[0]
-        await managers.ipsets.clean_up()
+        if nftables is not None:
+            wrote_tables = any(wrote)
+        else:
+            await managers.ipsets.clean_up()
+        if self._remove_other_mode is not None:
+            # Once this mode is in place, never before: the node is never without policy.
+            remove, self._remove_other_mode = self._remove_other_mode, None
+            await remove()
         self.stats.applies.observe(trio.current_time() - started)
         if self.stats.initial_resync_seconds is None:
             self.stats.initial_resync_seconds = trio.current_time() - self._started

@@ -243,6 +243,29 @@ class IptablesWriter:
         argv += ["--wait", str(LOCK_TIMEOUT), "--wait-interval", str(probe)]
         await run(argv, script.chunks())
 
+    async def remove_ours(self, tables: Collection[str]) -> bool:
+        """Take every rule of ours out of the kernel's chains and delete every cali chain (the
+        nftables mode's start, once its own table is in place); whether there was any."""
+        states = await self.read(tables)
+        lines = []
+        for table, state in states.items():
+            ours = sorted(name for name in state.chains if name.startswith(PREFIX))
+            deletions = [
+                f"-D {chain} {position}"
+                for chain, ids in state.chains.items()
+                if not chain.startswith(PREFIX)
+                for position in range(len(ids), 0, -1)
+                if ids[position - 1]
+            ]
+            if not ours and not deletions:
+                continue
+            lines += [f"*{table}", *(f":{name} - [0:0]" for name in ours), *deletions]
+            lines += [f"-X {name}" for name in ours]
+            lines.append("COMMIT")
+        if lines:
+            await self.write(Script(("\n".join(lines) + "\n",)))
+        return bool(lines)
+
     async def apply(self, desired: Mapping[str, Desired]) -> str:
         """Prepare and write at once; returns the script written."""
         script = await self.prepare(desired)

@@ -17,14 +17,15 @@ import attrs
 import trio
 
 from pyfelix.config import FelixConfig
-from pyfelix.config.felix_config import ChainInsertMode, IPForwarding
-from pyfelix_dataplane.linux.commands import available
+from pyfelix.config.felix_config import ChainInsertMode, IPForwarding, NFTablesMode
+from pyfelix_dataplane.linux.commands import available, run
 from pyfelix_dataplane.linux.host_endpoints import interface_addresses
 from pyfelix_dataplane.linux.ipip import IpipDevice, sync_ipip
 from pyfelix_dataplane.linux.ipsets import DesiredSets, IpsetWriter
 from pyfelix_dataplane.linux.iptables import Desired, IptablesWriter, Script, detect_backend
 from pyfelix_dataplane.linux.monitor import watch_interfaces
 from pyfelix_dataplane.linux.mtu import Link, read_links
+from pyfelix_dataplane.linux.nftables import NftablesWriter
 from pyfelix_dataplane.linux.routes import (
     RouteOwnership,
     RouteTarget,
@@ -34,7 +35,8 @@ from pyfelix_dataplane.linux.routes import (
 )
 from pyfelix_dataplane.linux.vxlan import RemoteVtep, VtepDevice, sync_vxlan
 from pyfelix_dataplane.linux.wireguard import WireguardDevice, sync_wireguard
-from pyfelix_dataplane.rules.render import ip_versions
+from pyfelix_dataplane.rules.nft import family
+from pyfelix_dataplane.rules.render import TABLES, ip_versions
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +137,14 @@ class Kernel:
     #: Calls back with an interface name on every link or address change, until cancelled.
     watch: Callable[[Callable[[str], None]], Awaitable[None]]
     description: str = ""
+    #: NFTablesMode: the ``calico`` table of each IP version (None: the iptables mode).
+    nftables: dict[int, NftablesWriter] | None = None
+    #: Removes what the other mode (iptables or nftables) left, once this mode's first
+    #: apply is in place; None: nothing to remove (a fake kernel).
+    remove_other_mode: Callable[[], Awaitable[None]] | None = None
+    #: NFTablesMode Auto: whether kube-proxy runs in nftables mode now (Felix re-checks
+    #: every 15 s and restarts when it changes); None: the mode does not follow it.
+    kube_proxy_nftables: Callable[[], Awaitable[bool]] | None = None
 
 
 def configure_kernel(config: FelixConfig) -> None:
@@ -153,15 +163,71 @@ def configure_kernel(config: FelixConfig) -> None:
         set_sysctl(path, value)
 
 
+async def kube_proxy_uses_nftables() -> bool:
+    """Felix's sign of kube-proxy's nftables mode: a chain in its ``kube-proxy`` table of
+    either family."""
+    if not available("nft"):
+        return False
+    for nft_family in ("ip", "ip6"):
+        listing = await run(["nft", "-j", "list", "table", nft_family, "kube-proxy"], check=False)
+        if '"chain"' in listing:
+            return True
+    return False
+
+
+async def nftables_wanted(config: FelixConfig) -> bool:
+    """NFTablesMode: Enabled, Disabled, or (Auto) whatever kube-proxy runs."""
+    if config.nftables_mode is NFTablesMode.ENABLED:
+        return True
+    if config.nftables_mode is NFTablesMode.DISABLED:
+        return False
+    return await kube_proxy_uses_nftables()
+
+
 async def linux_kernel(config: FelixConfig) -> Kernel:
     """The real kernel, with the iptables backend chosen as configured (or detected), and IPv6
-    only where it is enabled and ip6tables exists; configured as Felix configures it first."""
+    only where it is enabled and ip6tables exists; configured as Felix configures it first.
+    In nftables mode the iptables writers stay, to remove what the iptables mode left."""
     configure_kernel(config)
     backend = await detect_backend(config.iptables_backend)
-    versions = [v for v in ip_versions(config) if v == 4 or available(f"ip6tables-{backend}")]
     mode = "append" if config.chain_insert_mode is ChainInsertMode.APPEND else "insert"
+    ipsets = IpsetWriter(config.max_ipset_size)
+    auto = kube_proxy_uses_nftables if config.nftables_mode is NFTablesMode.AUTO else None
+    if await nftables_wanted(config):
+        versions = list(ip_versions(config))
+        legacy = [
+            IptablesWriter(v, backend, mode, config.iptables_lock_probe_interval)
+            for v in versions
+            if available(f"ip{'6' if v == 6 else ''}tables-{backend}")
+        ]
+
+        async def remove_iptables_mode() -> None:
+            for writer in legacy:
+                if await writer.remove_ours(TABLES):
+                    log.info("removed the iptables mode's IPv%d chains", writer.version)
+            await ipsets.apply_deletions({})
+
+        return Kernel(
+            ipsets=ipsets,
+            tables={},
+            routes=RouteWriter(),
+            devices=LinuxDevices(),
+            interfaces=LinuxInterfaces(),
+            watch=watch_interfaces,
+            description=f"nftables, IPv{'/'.join(map(str, versions))}",
+            nftables={v: NftablesWriter(family(v)) for v in versions},
+            remove_other_mode=remove_iptables_mode,
+            kube_proxy_nftables=auto,
+        )
+    versions = [v for v in ip_versions(config) if v == 4 or available(f"ip6tables-{backend}")]
+    stale = [NftablesWriter(family(v)) for v in (4, 6)] if available("nft") else []
+
+    async def remove_nftables_mode() -> None:
+        for writer in stale:
+            await writer.remove()
+
     return Kernel(
-        ipsets=IpsetWriter(config.max_ipset_size),
+        ipsets=ipsets,
         tables={
             v: IptablesWriter(v, backend, mode, config.iptables_lock_probe_interval)
             for v in versions
@@ -171,4 +237,6 @@ async def linux_kernel(config: FelixConfig) -> Kernel:
         interfaces=LinuxInterfaces(),
         watch=watch_interfaces,
         description=f"iptables-{backend}, IPv{'/'.join(map(str, versions))}",
+        remove_other_mode=remove_nftables_mode,
+        kube_proxy_nftables=auto,
     )

@@ -92,9 +92,21 @@ class Settings:
     metadata: tuple[str, int] | None = None
 
     @classmethod
-    def from_config(cls, config: FelixConfig) -> Settings:
+    def from_config(cls, config: FelixConfig, *, nftables: bool = False) -> Settings:
+        """``nftables``: the Nftables* twins of the Iptables* settings (mark mask, allow and
+        deny actions) apply, as in Felix's nftables mode."""
+        if nftables:
+            mask = config.nftables_mark_mask
+            allow = str(config.nftables_filter_allow_action)
+            deny = str(config.nftables_filter_deny_action)
+            mangle_allow = str(config.nftables_mangle_allow_action)
+        else:
+            mask = config.iptables_mark_mask
+            allow = str(config.iptables_filter_allow_action)
+            deny = str(config.iptables_filter_deny_action)
+            mangle_allow = str(config.iptables_mangle_allow_action)
         return cls(
-            marks=MarkBits.from_mask(config.iptables_mark_mask),
+            marks=MarkBits.from_mask(mask),
             endpoint_to_host_action=config.default_endpoint_to_host_action.upper(),
             failsafe_in=config.failsafe_inbound_host_ports,
             failsafe_out=config.failsafe_outbound_host_ports,
@@ -104,9 +116,9 @@ class Settings:
             interface_prefixes=interface_prefixes(config),
             vxlan_port=config.vxlan_port,
             drop_invalid=not config.disable_conntrack_invalid_check,
-            allow=str(config.iptables_filter_allow_action).upper(),
-            deny=str(config.iptables_filter_deny_action).upper(),
-            mangle_allow=str(config.iptables_mangle_allow_action).upper(),
+            allow=allow.upper(),
+            deny=deny.upper(),
+            mangle_allow=mangle_allow.upper(),
             log_rate=config.log_action_rate_limit,
             log_burst=config.log_action_rate_limit_burst,
             nat_outgoing_address=config.nat_outgoing_address,

@@ -11,10 +11,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from pyfelix.config.felix_config import FIELDS, FelixConfig
+from pyfelix.config.felix_config import FIELDS, FelixConfig, NFTablesMode
 from pyfelix.config.text import ParamError, ProtoPort
 
-__all__ = ["FIELDS", "FelixConfig", "ParamError", "ProtoPort", "parse_config"]
+__all__ = ["FIELDS", "FelixConfig", "NFTablesMode", "ParamError", "ProtoPort", "parse_config"]
 
 log = logging.getLogger(__name__)
 

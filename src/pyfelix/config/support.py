@@ -115,6 +115,15 @@ ACTED_ON: dict[str, str] = {
     "WireguardMTU": "the WireGuard device's MTU (0: the host MTU less 60); the pods' MTU "
     "when on and smaller",
     "WireguardRoutingRulePriority": "the priority of WireGuard's routing rules",
+    "NFTablesMode": "Enabled: Felix's nftables layout (ip/ip6 calico tables, verdict maps, nft "
+    "sets) instead of iptables and ipsets; Auto: nftables when kube-proxy runs in nftables mode, "
+    "re-checked every 15 s (a change restarts the agent); the other mode's rules are removed "
+    "once this mode's are in place",
+    "NftablesRefreshInterval": "how often the calico tables are read back and repaired",
+    "NftablesFilterAllowAction": "the verdict of the filter layer's accepts in nftables mode",
+    "NftablesFilterDenyAction": "the verdict of the filter layer's drops in nftables mode",
+    "NftablesMangleAllowAction": "the verdict of the mangle layer's accepts in nftables mode",
+    "NftablesMarkMask": "the mark bits the nftables mode's rules use",
     "WireguardHostEncryptionEnabled": "the nodes' own addresses through WireGuard (allowed "
     "and routed), the device's address the node's when it has no WireGuard address, raw "
     "PREROUTING marking what arrives from outside the tunnels, src_valid_mark",

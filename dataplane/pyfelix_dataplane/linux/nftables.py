@@ -1,0 +1,213 @@
+"""The nftables writer: one family's ``calico`` table through ``nft -f -``, a transaction a
+write.
+
+What the kernel holds is known from the last write, or read back (``nft -j list table``) when
+the refresh asks or a write failed. A write brings the table from there to the desired one:
+new sets, maps and chains are added, every chain whose rule ids (the ``cali:`` comments)
+differ is flushed and written whole, set and map elements are added and deleted one by one,
+and what is no longer wanted (or was never ours: another tool's chain in our table) is
+flushed and deleted last, once nothing refers to it. Nothing is read back after a write, as
+Felix does not. A failed write makes the next one replace the whole table, atomically, in
+one transaction (``table``, ``delete table``, then its definition): never a window in which
+the table is half there.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from pyfelix.errors import DataplaneWriteError
+from pyfelix_dataplane.linux.commands import run
+from pyfelix_dataplane.rules.nft import TABLE, NftChain, NftSet, NftTable
+
+log = logging.getLogger(__name__)
+
+_HASH = re.compile(r"^cali:([A-Za-z0-9_-]+);")
+
+
+@attrs.frozen
+class KernelTable:
+    """What one family's table holds, as far as a write needs it."""
+
+    #: chain -> its rules' ids ("" for a rule without one), and its hook ("" for none).
+    chains: Mapping[str, tuple[tuple[str, ...], str]]
+    sets: Mapping[str, NftSet]
+    maps: Mapping[str, Mapping[str, str]]
+
+    @classmethod
+    def of(cls, table: NftTable) -> KernelTable:
+        """What writing ``table`` leaves in the kernel."""
+        return cls(
+            {name: (chain.hashes, chain.hook) for name, chain in table.chains.items()},
+            dict(table.sets),
+            {name: dict(entries) for name, entries in table.maps.items()},
+        )
+
+
+def _element(value: Any) -> str:
+    """One set element of ``nft -j`` output in the form the rendering writes it."""
+    if isinstance(value, dict):
+        if "prefix" in value:
+            return f"{value['prefix']['addr']}/{value['prefix']['len']}"
+        if "range" in value:
+            low, high = value["range"]
+            return f"{low}-{high}"
+        if "concat" in value:
+            return " . ".join(_element(v) for v in value["concat"])
+        if "elem" in value:
+            return _element(value["elem"]["val"])
+    return str(value)
+
+
+def _hook(chain: Mapping[str, Any]) -> str:
+    if "hook" not in chain:
+        return ""
+    policy = chain.get("policy", "accept")
+    return f"type {chain['type']} hook {chain['hook']} priority {chain['prio']}; policy {policy};"
+
+
+def parse_listing(text: str) -> KernelTable:
+    """The table from ``nft -j list table FAMILY calico``."""
+    chains: dict[str, tuple[list[str], str]] = {}
+    sets: dict[str, NftSet] = {}
+    maps: dict[str, dict[str, str]] = {}
+    for item in json.loads(text).get("nftables", []):
+        if "chain" in item:
+            chain = item["chain"]
+            chains[chain["name"]] = ([], _hook(chain))
+        elif "set" in item:
+            found = item["set"]
+            kind = found["type"]
+            kind = " . ".join(kind) if isinstance(kind, list) else kind
+            elements = frozenset(_element(e) for e in found.get("elem", ()))
+            sets[found["name"]] = NftSet(kind, "interval" in found.get("flags", ()), elements)
+        elif "map" in item:
+            found = item["map"]
+            entries = {}
+            for key, verdict in found.get("elem", ()):
+                (verb, target), *_ = verdict.items()
+                entries[str(key)] = (
+                    f"{verb} {target['target']}" if isinstance(target, dict) else verb
+                )
+            maps[found["name"]] = entries
+        elif "rule" in item:
+            rule = item["rule"]
+            match = _HASH.match(rule.get("comment", ""))
+            chains.setdefault(rule["chain"], ([], ""))[0].append(match.group(1) if match else "")
+    return KernelTable({k: (tuple(v), hook) for k, (v, hook) in chains.items()}, sets, maps)
+
+
+def _elements(items: Iterable[str]) -> str:
+    return "{ " + ", ".join(sorted(items)) + " }"
+
+
+def _map_elements(entries: Mapping[str, str]) -> str:
+    return "{ " + ", ".join(f'"{k}" : {v}' for k, v in sorted(entries.items())) + " }"
+
+
+def _chain_head(where: str, chain: NftChain) -> str:
+    return f"add chain {where} {chain.name}" + (f" {{ {chain.hook} }}" if chain.hook else "")
+
+
+def delta(current: KernelTable | None, desired: NftTable) -> str:
+    """The ``nft -f`` transaction from ``current`` (None: unknown, or absent) to ``desired``
+    ("" when they agree)."""
+    where = f"{desired.family} {TABLE}"
+    if current is None:
+        return desired.script()
+    head: list[str] = []
+    body: list[str] = []
+    tail: list[str] = []
+    for name, wanted in sorted(desired.sets.items()):
+        present = current.sets.get(name)
+        if present is None or (present.type, present.interval) != (wanted.type, wanted.interval):
+            if present is not None:
+                return desired.script()  # a set's type cannot change in place
+            head.append(f"add set {where} {name} {wanted.declaration()}")
+            present = NftSet(wanted.type, wanted.interval, frozenset())
+        gone, new = present.elements - wanted.elements, wanted.elements - present.elements
+        if gone:
+            body.append(f"delete element {where} {name} {_elements(gone)}")
+        if new:
+            body.append(f"add element {where} {name} {_elements(new)}")
+    for name, entries in sorted(desired.maps.items()):
+        present_map = current.maps.get(name)
+        if present_map is None:
+            head.append(f"add map {where} {name} {{ type ifname : verdict; }}")
+            present_map = {}
+        changed = {k for k, v in present_map.items() if entries.get(k) != v}
+        if changed:
+            keys = ", ".join(f'"{key}"' for key in sorted(changed))
+            head.append(f"delete element {where} {name} {{ {keys} }}")
+        new_entries = {k: v for k, v in entries.items() if present_map.get(k) != v}
+        if new_entries:
+            tail.append(f"add element {where} {name} {_map_elements(new_entries)}")
+    for name, chain in sorted(desired.chains.items()):
+        present_chain = current.chains.get(name)
+        if present_chain is not None and present_chain[1] != chain.hook:
+            return desired.script()  # a base chain's hook cannot change in place
+        if present_chain is None:
+            head.append(_chain_head(where, chain))
+        if present_chain is None or present_chain[0] != chain.hashes:
+            body.append(f"flush chain {where} {name}")
+            body.extend(f"add rule {where} {name} {line}" for line in chain.rule_lines())
+    stale_chains = sorted(set(current.chains) - set(desired.chains))
+    tail += [f"flush chain {where} {name}" for name in stale_chains]
+    tail += [f"delete chain {where} {name}" for name in stale_chains]
+    tail += [f"delete map {where} {name}" for name in sorted(set(current.maps) - set(desired.maps))]
+    tail += [f"delete set {where} {name}" for name in sorted(set(current.sets) - set(desired.sets))]
+    lines = head + body + tail
+    return "\n".join(lines) + "\n" if lines else ""
+
+
+@attrs.define(eq=False)
+class NftablesWriter:
+    """One family's table; ``invalidate`` makes the next apply read the kernel first."""
+
+    family: str
+    _current: KernelTable | None = None
+    _known: bool = False
+
+    def invalidate(self) -> None:
+        self._known = False
+
+    async def read(self) -> KernelTable | None:
+        """The table as the kernel has it (None when there is none)."""
+        listing = await run(["nft", "-j", "list", "table", self.family, TABLE], check=False)
+        if not listing.strip():
+            return None
+        try:
+            return parse_listing(listing)
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("cannot read nft table %s %s (%s): replacing it", self.family, TABLE, exc)
+            return None
+
+    async def apply(self, desired: NftTable) -> bool:
+        """Write what differs; whether anything was written."""
+        if not self._known:
+            self._current = await self.read()
+            self._known = True
+        script = delta(self._current, desired)
+        if not script:
+            return False
+        try:
+            await run(["nft", "-f", "-"], script)
+        except DataplaneWriteError:
+            # What the kernel holds is unknown now: the next write replaces the table.
+            self._current, self._known = None, True
+            raise
+        self._current = KernelTable.of(desired)
+        return True
+
+    async def remove(self) -> None:
+        """No table (the iptables mode's start, after nftables mode)."""
+        if await self.read() is not None:
+            log.info("removing nft table %s %s (iptables mode)", self.family, TABLE)
+            await run(["nft", "delete", "table", self.family, TABLE])
+        self._current, self._known = None, True

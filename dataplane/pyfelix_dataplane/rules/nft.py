@@ -1,0 +1,430 @@
+"""nftables rendering (NFTablesMode): Felix's layout, from the same chains the iptables mode
+renders, so both modes decide every packet by the same rules.
+
+One table per IP family, ``ip calico`` and ``ip6 calico``. iptables' tables become layers of
+it: each chain takes its table's name as a prefix (``cali-FORWARD`` in filter is
+``filter-cali-FORWARD``), and the kernel chains become base chains of the table hooked at
+Felix's priorities (``filter-FORWARD``: filter hook forward priority 0, ``nat-POSTROUTING``:
+srcnat + 10, so kube-proxy's masquerade marks come first, ...) holding the jumps into ours
+and the rules iptables keeps at the end of kernel chains. IP sets are sets of the table
+(``cali40s:x`` is ``cali40s-x``; networks are interval sets, named ports concatenations),
+and the workload dispatch is a verdict map keyed by interface name instead of a chain of
+interface matches. Each rule is ``<match> counter <verdict>`` with ``comment "cali:<id>;
+..."``, its id chained as the iptables mode chains them, over the nft text.
+
+An nft interval set refuses overlapping elements, so a member inside a wider member of the
+same set is left out (the wider one matches it anyway), as Felix's IP set member index
+suppresses them in this mode.
+
+The translation covers the match and target vocabulary pyfelix's rules use; anything else is
+an ``NftUnsupported`` error naming the rule, caught by the tests that render every cluster.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+
+import attrs
+
+from pyfelix_dataplane.rules.model import Chain, Rule
+from pyfelix_dataplane.rules.render import HOOKS, TABLES, ip_versions, kernel_ipsets, render_chains
+from pyfelix_dataplane.rules.settings import Settings
+from pyfelix_dataplane.rules.static import kernel_appends
+from pyfelix_dataplane.state import NodeState
+
+TABLE = "calico"
+MAX_COMMENT = 128
+#: Felix's base chains: (layer, kernel chain, type, hook, priority).
+BASE_CHAINS: tuple[tuple[str, str, str, str, int], ...] = (
+    ("raw", "PREROUTING", "filter", "prerouting", -300),
+    ("raw", "OUTPUT", "filter", "output", -300),
+    ("mangle", "PREROUTING", "filter", "prerouting", -150),
+    ("mangle", "INPUT", "filter", "input", -150),
+    ("mangle", "FORWARD", "filter", "forward", -150),
+    ("mangle", "OUTPUT", "route", "output", -150),
+    ("mangle", "POSTROUTING", "filter", "postrouting", -150),
+    ("nat", "PREROUTING", "nat", "prerouting", -100),
+    ("nat", "INPUT", "nat", "input", -100),
+    ("nat", "OUTPUT", "nat", "output", 110),
+    ("nat", "POSTROUTING", "nat", "postrouting", 110),
+    ("filter", "INPUT", "filter", "input", 0),
+    ("filter", "FORWARD", "filter", "forward", 0),
+    ("filter", "OUTPUT", "filter", "output", 0),
+)
+#: The workload dispatch chains that become verdict maps, and the interface they match.
+DISPATCH_MAPS = {"cali-from-wl-dispatch": "iifname", "cali-to-wl-dispatch": "oifname"}
+_SET_TYPES = {
+    "hash:ip": ("{ip}_addr", False),
+    "hash:net": ("{ip}_addr", True),
+    "hash:ip,port": ("{ip}_addr . inet_proto . inet_service", False),
+}
+_PORT_PROTOCOLS = {"6": "tcp", "tcp": "tcp", "17": "udp", "udp": "udp", "132": "sctp"}
+_PROTOCOLS = {"ipv6-icmp": "icmpv6", "icmp6": "icmpv6", "58": "icmpv6", "1": "icmp"}
+_LOG_LEVELS = ("emerg", "alert", "crit", "err", "warn", "notice", "info", "debug")
+_RATE_UNITS = {"s": "second", "m": "minute", "h": "hour", "d": "day"}
+_COMMENT_SAFE = re.compile(r"[^\w @%+=:,./-]")
+
+
+class NftUnsupported(ValueError):
+    """A match or target the nftables rendering has no translation for."""
+
+
+def layer_name(layer: str, name: str) -> str:
+    """A chain's (or map's) name in the table: its layer's prefix unless it has it."""
+    return name if name.startswith(layer) else f"{layer}-{name}"
+
+
+def set_name(ipset: str) -> str:
+    """An IP set's name in the table (nft names take no colon)."""
+    return ipset.replace(":", "-")
+
+
+@attrs.frozen
+class NftRule:
+    """A rule of a chain in nft syntax, without its comment, and the comments to add."""
+
+    text: str
+    comment: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class NftChain:
+    name: str
+    rules: tuple[NftRule, ...]
+    #: Base chains: "type <t> hook <h> priority <p>; policy accept;".
+    hook: str = ""
+
+    @property
+    def hashes(self) -> tuple[str, ...]:
+        pseudo = Chain(self.name, tuple(Rule(match=r.text, comment=r.comment) for r in self.rules))
+        return pseudo.hashes
+
+    def rule_lines(self) -> list[str]:
+        lines = []
+        for rule, rule_hash in zip(self.rules, self.hashes, strict=True):
+            said = _COMMENT_SAFE.sub("_", " ".join(rule.comment))
+            comment = f"cali:{rule_hash};" + (f" {said}" if said else "")
+            lines.append(f'{rule.text} comment "{comment[:MAX_COMMENT]}"')
+        return lines
+
+
+@attrs.frozen
+class NftSet:
+    type: str
+    interval: bool
+    elements: frozenset[str]
+
+    def declaration(self) -> str:
+        flags = " flags interval;" if self.interval else ""
+        return f"{{ type {self.type};{flags} }}"
+
+
+@attrs.frozen
+class NftTable:
+    """Everything of one family's ``calico`` table."""
+
+    family: str
+    chains: Mapping[str, NftChain]
+    sets: Mapping[str, NftSet]
+    #: Verdict maps: name -> {interface: "goto <chain>"}.
+    maps: Mapping[str, Mapping[str, str]]
+
+    def script(self) -> str:
+        """The whole table as ``nft -f`` input (what the dry-run prints): the table is
+        replaced in one transaction."""
+        lines = [f"table {self.family} {TABLE}", f"delete table {self.family} {TABLE}"]
+        lines.append(f"table {self.family} {TABLE} {{")
+        for name, nft_set in sorted(self.sets.items()):
+            flags = "\n\t\tflags interval" if nft_set.interval else ""
+            elements = ""
+            if nft_set.elements:
+                elements = f"\n\t\telements = {{ {', '.join(sorted(nft_set.elements))} }}"
+            lines.append(f"\tset {name} {{\n\t\ttype {nft_set.type}{flags}{elements}\n\t}}")
+        for name, entries in sorted(self.maps.items()):
+            body = ", ".join(f'"{iface}" : {verdict}' for iface, verdict in sorted(entries.items()))
+            elements = f"\n\t\telements = {{ {body} }}" if entries else ""
+            lines.append(f"\tmap {name} {{\n\t\ttype ifname : verdict{elements}\n\t}}")
+        for name, chain in sorted(self.chains.items()):
+            lines.append(f"\tchain {name} {{")
+            if chain.hook:
+                lines.append(f"\t\t{chain.hook}")
+            lines.extend(f"\t\t{line}" for line in chain.rule_lines())
+            lines.append("\t}")
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+
+def render_nftables(dp: NodeState, versions: Iterable[int] | None = None) -> dict[int, NftTable]:
+    """Each IP version's table for the state, with the Nftables* settings."""
+    settings = Settings.from_config(dp.config, nftables=True)
+    versions = tuple(versions) if versions is not None else ip_versions(dp.config)
+    sets = kernel_ipsets(dp, versions)
+    appends = kernel_appends(settings)
+    return {
+        version: nft_table(version, render_chains(dp, version, settings), appends, sets)
+        for version in versions
+    }
+
+
+def family(version: int) -> str:
+    return "ip6" if version == 6 else "ip"
+
+
+def nft_table(
+    version: int,
+    chains: Mapping[str, Sequence[Chain]],
+    appends: Mapping[str, Sequence[Chain]],
+    ipsets: Mapping[str, tuple[str, frozenset[str]]],
+) -> NftTable:
+    """The ``calico`` table of IP ``version`` for the chains (per iptables table) the rules
+    rendered, the rules kept at the end of kernel chains, and the kernel's IP sets (named as
+    in the iptables mode)."""
+    out, maps = nft_chains(version, chains, appends)
+    return NftTable(family(version), out, nft_sets(ipsets, version), maps)
+
+
+def nft_chains(
+    version: int, chains: Mapping[str, Sequence[Chain]], appends: Mapping[str, Sequence[Chain]]
+) -> tuple[dict[str, NftChain], dict[str, dict[str, str]]]:
+    """The table's chains (base chains too) and verdict maps."""
+    out: dict[str, NftChain] = {}
+    maps: dict[str, dict[str, str]] = {}
+    for layer in TABLES:
+        for chain in chains[layer]:
+            base = _dispatch_base(chain.name)
+            if layer == "filter" and base is not None:
+                mapped = _dispatch_entries(chain, layer)
+                maps.setdefault(layer_name(layer, base), {}).update(mapped)
+                if chain.name == base:
+                    out[layer_name(layer, base)] = _dispatch_chain(layer, base)
+                continue
+            rules = tuple(translate(rule, layer, version) for rule in chain.rules)
+            out[layer_name(layer, chain.name)] = NftChain(layer_name(layer, chain.name), rules)
+    for layer, kernel_chain, chain_type, hook, priority in BASE_CHAINS:
+        name = layer_name(layer, kernel_chain)
+        jumps = [
+            Rule(action=f"--jump {ours}") for hooked, ours in HOOKS[layer] if hooked == kernel_chain
+        ]
+        kept = [
+            rule
+            for chain in appends.get(layer, ())
+            if chain.name == kernel_chain
+            for rule in chain.rules
+        ]
+        rules = tuple(translate(rule, layer, version) for rule in (*jumps, *kept))
+        spec = f"type {chain_type} hook {hook} priority {priority}; policy accept;"
+        out[name] = NftChain(name, rules, spec)
+    return out, maps
+
+
+def nft_sets(ipsets: Mapping[str, tuple[str, frozenset[str]]], version: int) -> dict[str, NftSet]:
+    """The table's sets for the kernel's IP sets of ``version`` (named as iptables names
+    them)."""
+    prefix = f"cali{version}0"
+    return {
+        set_name(name): _nft_set(set_type, members, version)
+        for name, (set_type, members) in ipsets.items()
+        if name.startswith(prefix)
+    }
+
+
+def _dispatch_base(name: str) -> str | None:
+    for base in DISPATCH_MAPS:
+        if name == base or name.startswith(f"{base}-"):
+            return base
+    return None
+
+
+def _dispatch_entries(chain: Chain, layer: str) -> dict[str, str]:
+    """The interface -> goto entries of one chain of the iptables dispatch tree."""
+    entries = {}
+    for rule in chain.rules:
+        tokens = shlex.split(rule.match)
+        if len(tokens) == 2 and not tokens[1].endswith("+") and rule.action.startswith("--goto "):
+            target = rule.action.split()[1]
+            if not _dispatch_base(target):
+                entries[tokens[1]] = f"goto {layer_name(layer, target)}"
+    return entries
+
+
+def _dispatch_chain(layer: str, base: str) -> NftChain:
+    name = layer_name(layer, base)
+    lookup = NftRule(f"{DISPATCH_MAPS[base]} vmap @{name}")
+    return NftChain(name, (lookup, NftRule("counter drop", ("Unknown interface",))))
+
+
+def _nft_set(set_type: str, members: Iterable[str], version: int) -> NftSet:
+    ip = "ipv4" if version == 4 else "ipv6"
+    if set_type not in _SET_TYPES:
+        raise NftUnsupported(f"IP set type {set_type}")
+    pattern, interval = _SET_TYPES[set_type]
+    if set_type == "hash:ip,port":
+        elements = frozenset(_ip_port_element(m) for m in members)
+    elif interval:
+        elements = frozenset(_uncovered(members))
+    else:
+        elements = frozenset(members)
+    return NftSet(pattern.format(ip=ip), interval, elements)
+
+
+def _ip_port_element(member: str) -> str:
+    """``10.0.0.1,tcp:8080`` -> ``10.0.0.1 . tcp . 8080``."""
+    address, _, port = member.partition(",")
+    protocol, _, number = port.partition(":")
+    return f"{address} . {protocol} . {number}"
+
+
+def _uncovered(members: Iterable[str]) -> list[str]:
+    """The members no other member of the set contains (an interval set refuses overlaps)."""
+    networks = sorted(
+        {ipaddress.ip_network(m, strict=False) for m in members},
+        key=lambda n: (n.version, int(n.network_address), -int(n.num_addresses)),
+    )
+    kept: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
+    for network in networks:
+        last = kept[-1] if kept else None
+        if (
+            last is not None
+            and last.version == network.version
+            and int(network.network_address) <= int(last.broadcast_address)
+        ):
+            continue  # sorted by start, widest first: inside the last kept one
+        kept.append(network)
+    return [str(n) if n.prefixlen != n.max_prefixlen else str(n.network_address) for n in kept]
+
+
+def translate(rule: Rule, layer: str, version: int) -> NftRule:
+    """One iptables-mode rule as nft text: ``<match> counter <verdict>``."""
+    try:
+        match = _match(shlex.split(rule.match), version)
+        action = _action(shlex.split(rule.action), layer, version) if rule.action else ""
+    except (NftUnsupported, IndexError, ValueError) as exc:
+        raise NftUnsupported(f"{rule.match} {rule.action}: {exc}") from exc
+    parts = [*match, *(("counter", action) if action else ())]
+    # As Felix: a rule of only a comment is a "continue" (nft keeps no empty rule).
+    return NftRule(" ".join(parts) or "continue", rule.comment)
+
+
+def _ports(spec: str) -> str:
+    ports = [p.replace(":", "-") for p in spec.split(",")]
+    return ports[0] if len(ports) == 1 else "{ " + ", ".join(ports) + " }"
+
+
+def _match(tokens: list[str], version: int) -> list[str]:
+    ip = "ip" if version == 4 else "ip6"
+    out: list[str] = []
+    protocol = ""
+    negate = False
+    index = 0
+
+    def take() -> str:
+        nonlocal index
+        index += 1
+        return tokens[index]
+
+    while index < len(tokens):
+        token = tokens[index]
+        op = "!= " if negate else ""
+        negate = False
+        if token == "!":
+            negate = True
+        elif token == "-m":
+            take()  # the module: its options follow
+        elif token in ("-p", "--protocol"):
+            protocol = take().lower()
+            out.append(f"meta l4proto {op}{_PROTOCOLS.get(protocol, protocol)}")
+        elif token in ("--source", "-s", "--destination", "-d"):
+            direction = "saddr" if token in ("--source", "-s") else "daddr"
+            out.append(f"{ip} {direction} {op}{take()}")
+        elif token in ("--in-interface", "-i", "--out-interface", "-o"):
+            which = "iifname" if token in ("--in-interface", "-i") else "oifname"
+            out.append(f'{which} {op}"{take().replace("+", "*")}"')
+        elif token == "--mark":
+            value, _, mask = take().partition("/")
+            mask = mask or "0xffffffff"
+            out.append(f"meta mark & {int(mask, 0):#x} {'!=' if op else '=='} {int(value, 0):#x}")
+        elif token == "--ctstate":
+            states = take().lower()
+            # iptables' DNAT and SNAT "states" are nft's conntrack status bits.
+            kind = "status" if states in ("dnat", "snat") else "state"
+            out.append(f"ct {kind} {op}{states}")
+        elif token == "--match-set":
+            name, flags = set_name(take()), take()
+            if flags == "src":
+                out.append(f"{ip} saddr {op}@{name}")
+            elif flags == "dst":
+                out.append(f"{ip} daddr {op}@{name}")
+            elif flags in ("dst,dst", "src,src"):
+                end, port = ("daddr", "dport") if flags == "dst,dst" else ("saddr", "sport")
+                out.append(f"{ip} {end} . meta l4proto . th {port} {op}@{name}")
+            else:
+                raise NftUnsupported(f"set flags {flags}")
+        elif token in ("--destination-ports", "--dports", "--dport", "--destination-port"):
+            out.append(f"{_PORT_PROTOCOLS.get(protocol, 'th')} dport {op}{_ports(take())}")
+        elif token in ("--source-ports", "--sports", "--sport", "--source-port"):
+            out.append(f"{_PORT_PROTOCOLS.get(protocol, 'th')} sport {op}{_ports(take())}")
+        elif token in ("--src-type", "--dst-type"):
+            kind = take().lower()
+            end = "saddr" if token == "--src-type" else "daddr"
+            if index + 1 < len(tokens) and tokens[index + 1] == "--limit-iface-out":
+                index += 1
+                out.append(f"fib {end} . oif type {op}{kind}")
+            else:
+                out.append(f"fib {end} type {op}{kind}")
+        elif token == "--invert":
+            negate = True
+        elif token == "--validmark":
+            # rpfilter: no route back out of the interface the packet came in on.
+            out.append("fib saddr . mark . iif oif " + ("0" if op else "!= 0"))
+        elif token in ("--icmp-type", "--icmpv6-type"):
+            name = "icmp" if token == "--icmp-type" else "icmpv6"
+            kind, _, code = take().partition("/")
+            out.append(f"{name} type {op}{kind}" + (f" {name} code {code}" if code else ""))
+        elif token == "--limit":
+            rate, _, unit = take().partition("/")
+            out.append(f"limit rate {rate}/{_RATE_UNITS.get(unit[:1], unit)}")
+        elif token == "--limit-burst":
+            out[-1] += f" burst {take()} packets"
+        else:
+            raise NftUnsupported(f"match {token}")
+        index += 1
+    return out
+
+
+def _action(tokens: list[str], layer: str, version: int) -> str:
+    verb, target, options = tokens[0], tokens[1], tokens[2:]
+    values = {options[i]: options[i + 1] for i in range(0, len(options) - 1)}
+    flags = set(options)
+    if verb not in ("--jump", "-j", "--goto", "-g"):
+        raise NftUnsupported(f"action {verb}")
+    simple = {"ACCEPT": "accept", "DROP": "drop", "RETURN": "return", "NOTRACK": "notrack"}
+    if target in simple:
+        return simple[target]
+    if target == "REJECT":
+        return "reject"
+    if target == "MARK":
+        value, _, mask = values["--set-mark"].partition("/")
+        bits, keep = int(value, 0), int(mask or "0xffffffff", 0)
+        if bits == keep:
+            return f"meta mark set mark or {bits:#x}"
+        if bits == 0:
+            return f"meta mark set mark & {~keep & 0xFFFFFFFF:#x}"
+        return f"meta mark set mark & {~keep & 0xFFFFFFFF:#x} ^ {bits:#x}"
+    random = " fully-random" if "--random-fully" in flags else ""
+    if target == "MASQUERADE":
+        ports = f" to :{values['--to-ports']}" if "--to-ports" in values else ""
+        return f"masquerade{ports}{random}"
+    if target == "SNAT":
+        return f"snat to {values['--to-source']}{random}"
+    if target == "DNAT":
+        return f"dnat to {values['--to-destination']}"
+    if target == "LOG":
+        level = _LOG_LEVELS[int(values.get("--log-level", "6"))]
+        return f'log prefix "{values.get("--log-prefix", "")}" level {level}'
+    if target.isupper():
+        raise NftUnsupported(f"target {target}")
+    verdict = "goto" if verb in ("--goto", "-g") else "jump"
+    return f"{verdict} {layer_name(layer, target)}"

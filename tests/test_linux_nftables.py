@@ -1,0 +1,141 @@
+"""The nftables writer against the kernel, in a namespace: a whole table from nothing, then only
+what changed, repair of what was tampered with (read back with `nft`, independently of the
+writer), and another tool's table left alone."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+import trio
+
+from pyfelix.dryrun import compute
+from pyfelix.errors import DataplaneWriteError
+from pyfelix_dataplane.linux.nftables import NftablesWriter, delta, parse_listing
+from pyfelix_dataplane.rules.nft import NftRule, NftSet, NftTable, render_nftables
+from tests.netns import in_netns, run_in
+from tests.test_render_kernel import example_resources
+
+pytestmark = pytest.mark.netns
+
+
+def example_table() -> NftTable:
+    _, dataplane = compute(example_resources(), "node-a")
+    return render_nftables(dataplane, (4,))[4]
+
+
+def _apply(tables: list[NftTable], invalidate_before: int = -1) -> list[bool]:
+    """Apply each table in turn with one writer (in the namespace); whether each wrote."""
+
+    async def main() -> list[bool]:
+        writer = NftablesWriter("ip")
+        wrote = []
+        for index, table in enumerate(tables):
+            if index == invalidate_before:
+                writer.invalidate()
+            wrote.append(await writer.apply(table))
+        return wrote
+
+    return trio.run(main)
+
+
+def nft(ns: str, *argv: str) -> str:
+    done = run_in(ns, "nft", *argv)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_the_table_its_deltas_and_nothing_when_nothing_changed(netns: str) -> None:
+    table = example_table()
+    forward = table.chains["filter-cali-FORWARD"]
+    changed_chain = attrs.evolve(forward, rules=(*forward.rules, NftRule("counter accept")))
+    some_set = sorted(table.sets)[0]
+    grown = attrs.evolve(
+        table.sets[some_set], elements=table.sets[some_set].elements | {"198.18.0.0/24"}
+    )
+    changed = attrs.evolve(
+        table,
+        chains={**table.chains, "filter-cali-FORWARD": changed_chain},
+        sets={**table.sets, some_set: grown},
+    )
+    assert in_netns(netns, _apply, [table, table, changed]) == [True, False, True]
+    listed = nft(netns, "list", "table", "ip", "calico")
+    assert "198.18.0.0/24" in listed
+    assert listed.count("chain filter-cali-FORWARD {") == 1
+    kernel = parse_listing(nft(netns, "-j", "list", "table", "ip", "calico"))
+    assert kernel.chains["filter-cali-FORWARD"][0] == changed_chain.hashes
+    assert kernel.sets[some_set].elements == grown.elements
+    assert delta(kernel, changed) == "", "what the kernel holds is what was written"
+
+
+def _tamper_and_repair(table: NftTable, tampering: list[list[str]]) -> list[bool]:
+    """In the namespace: write ``table``, run the ``nft`` commands of ``tampering``, apply
+    again (the writer trusts what it wrote), then after a read-back; whether each wrote."""
+
+    async def main() -> list[bool]:
+        writer = NftablesWriter("ip")
+        await writer.apply(table)
+        for argv in tampering:
+            await trio.run_process(["nft", *argv])
+        trusted = await writer.apply(table)
+        writer.invalidate()
+        return [trusted, await writer.apply(table)]
+
+    return trio.run(main)
+
+
+def test_tampering_is_repaired_after_a_read_back_and_foreign_tables_stay(netns: str) -> None:
+    """A deleted set element, a flushed chain, a flushed base chain and a chain another tool
+    put in our table: all put right by the first apply after a read-back (the refresh's);
+    another tool's table is never touched."""
+    table = example_table()
+    nft(netns, "add", "table", "inet", "other")
+    nft(netns, "add", "chain", "inet", "other", "keep", "{ type filter hook input priority 5; }")
+    nft(netns, "add", "rule", "inet", "other", "keep", "counter")
+    some_set = next(name for name, s in table.sets.items() if s.elements)
+    element = sorted(table.sets[some_set].elements)[0]
+    tampering = [
+        ["delete", "element", "ip", "calico", some_set, f"{{ {element} }}"],
+        ["flush", "chain", "ip", "calico", "filter-cali-INPUT"],
+        ["flush", "chain", "ip", "calico", "filter-FORWARD"],
+        ["add", "chain", "ip", "calico", "ufw-intruder"],
+    ]
+    assert in_netns(netns, _tamper_and_repair, table, tampering) == [False, True]
+    kernel = parse_listing(nft(netns, "-j", "list", "table", "ip", "calico"))
+    assert element in kernel.sets[some_set].elements
+    assert kernel.chains["filter-cali-INPUT"][0] == table.chains["filter-cali-INPUT"].hashes
+    assert kernel.chains["filter-FORWARD"][0] == table.chains["filter-FORWARD"].hashes
+    assert "ufw-intruder" not in kernel.chains
+    assert "chain keep" in nft(netns, "list", "table", "inet", "other")
+
+
+def _fail_then_replace(table: NftTable, broken: NftTable) -> str:
+    """In the namespace: write ``table``, fail to write ``broken``, write ``table`` again;
+    the failure's text."""
+
+    async def main() -> str:
+        writer = NftablesWriter("ip")
+        await writer.apply(table)
+        try:
+            await writer.apply(broken)
+        except DataplaneWriteError as exc:
+            error = str(exc)
+        else:
+            error = ""
+        await writer.apply(table)
+        return error
+
+    return trio.run(main)
+
+
+def test_a_failed_write_is_followed_by_a_whole_replacement(netns: str) -> None:
+    """A write the kernel refuses (a set element of the wrong family) raises, naming nft;
+    the next write replaces the table whole and succeeds."""
+    table = example_table()
+    some_set = next(name for name, s in table.sets.items() if s.interval)
+    broken = attrs.evolve(
+        table,
+        sets={**table.sets, some_set: NftSet("ipv4_addr", True, frozenset({"fd00::1"}))},
+    )
+    assert "nft" in in_netns(netns, _fail_then_replace, table, broken)
+    kernel = parse_listing(nft(netns, "-j", "list", "table", "ip", "calico"))
+    assert kernel.sets[some_set].elements == table.sets[some_set].elements
