@@ -2,11 +2,15 @@
 same final scripts directly; then the latency from a label change in the file datastore to the
 kernel, p50 and p99 over 200 changes, back to back and 100 ms apart.
 
-Run: sudo .venv/bin/python bench/bench_driver.py [ENDPOINTS POLICIES CHANGES ROUNDS [ipv4]]
+Run: sudo .venv/bin/python bench/bench_driver.py [ENDPOINTS POLICIES CHANGES ROUNDS [ipv4]
+[nftables | both]]
 
 With ``ipv4`` the cluster is IPv4-only as calico.yaml deploys one (FelixConfiguration
 ipv6Support: false), so the agent and the floor leave IPv6 alone; by default, as Felix's own
-default, both IPv4 and IPv6 tables are written.
+default, both IPv4 and IPv6 tables are written. With ``nftables`` the agent runs in the
+nftables mode (FELIX_NFTABLESMODE=Enabled) and the floor is loading the same final nft
+scripts with ``nft -f``; ``both`` measures the iptables mode and the nftables mode round by
+round, alternating, on the same cluster.
 
 Scenario: ENDPOINTS workload endpoints (200 on the node, their veth interfaces present) and
 POLICIES global policies selecting by app label and admitting traffic from role=client.
@@ -24,12 +28,15 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+import attrs
 import yaml
 
 from pyfelix.calc.rule_scanner import IPSetData
 from pyfelix.dryrun import compute
 from pyfelix.resources import load_paths
 from pyfelix_dataplane.rules.ipsets import ipset_name
+from pyfelix_dataplane.rules.nft import render_nftables, set_name
+from pyfelix_dataplane.state import NodeState
 
 NODE = "bench-node"
 LOCAL = 200
@@ -96,9 +103,18 @@ def write_manifests(directory: Path, endpoints: int, policies: int, ipv6: bool =
     (directory / "probe.yaml").write_text(yaml.safe_dump(wep(0)))
 
 
-def programmed(ns: str, versions: tuple[str, ...] = ("iptables", "ip6tables")) -> bool:
+def programmed(
+    ns: str, versions: tuple[str, ...] = ("iptables", "ip6tables"), mode: str = "iptables"
+) -> bool:
     """Independently of the agent's word: every local route and endpoint chain is in place."""
     routes = ns_exec(ns, "ip", "route", "show", "proto", "boot").count("\n")
+    if mode == "nftables":
+        families = ["ip", "ip6"][: len(versions)]
+        return routes >= LOCAL and all(
+            ns_exec(ns, "nft", "list", "table", family, "calico").count("chain filter-cali-tw-")
+            >= LOCAL
+            for family in families
+        )
     return routes >= LOCAL and all(
         ns_exec(ns, f"{tool}-nft-save", "-t", "filter").count(":cali-tw-") >= LOCAL
         for tool in versions
@@ -121,6 +137,14 @@ def settle(busy: float = 0.1, window: float = 0.25, limit: float = 10.0) -> None
         idle_after, total_after = _cpu_times()
         if idle_after - idle >= (1 - busy) * max(total_after - total, 1):
             return
+
+
+def load_nft_floor(ns: str, scripts: list[str]) -> float:
+    """The nftables mode's floor: each family's final script, loaded by ``nft -f``."""
+    start = time.perf_counter()
+    for script in scripts:
+        ns_exec(ns, "nft", "-f", "-", stdin=script)
+    return time.perf_counter() - start
 
 
 def load_floor(ns: str, view: dict[str, Any], noflush: bool = False) -> float:
@@ -160,12 +184,16 @@ def wait_for(log_path: Path, text: str, agent: subprocess.Popen[bytes]) -> str:
         time.sleep(0.005)
 
 
-def start_agent(ns: str, directory: Path, log_file: Any) -> subprocess.Popen[bytes]:
+def start_agent(
+    ns: str, directory: Path, log_file: Any, mode: str = "iptables"
+) -> subprocess.Popen[bytes]:
     argv = ["run", "--hostname", NODE, "--datastore", str(directory)]
+    nftables = "Enabled" if mode == "nftables" else "Disabled"
     return subprocess.Popen(
         ["ip", "netns", "exec", ns, sys.executable, "-m", "pyfelix", *argv],
         stdout=subprocess.DEVNULL,
         stderr=log_file,
+        env={**os.environ, "FELIX_NFTABLESMODE": nftables},
     )
 
 
@@ -173,10 +201,16 @@ def start_agent(ns: str, directory: Path, log_file: Any) -> subprocess.Popen[byt
 SPACING = 0.1
 
 
-def measure_changes(ns: str, directory: Path, changes: int, spacing: float) -> None:
+def measure_changes(
+    ns: str, directory: Path, changes: int, spacing: float, mode: str = "iptables"
+) -> None:
     """Each change is written once the previous one is in the kernel: back to back (a steady
     stream, which the apply throttle meets) or ``spacing`` seconds apart (a change alone)."""
     clients = ipset_name(IPSetData(selector='role == "client"').id)
+    if mode == "nftables":
+        show = ["nft", "list", "set", "ip", "calico", set_name(clients)]
+    else:
+        show = ["ipset", "list", clients]
     latencies = []
     for n in range(changes):
         role = "client" if n % 2 == 0 else ""
@@ -184,7 +218,7 @@ def measure_changes(ns: str, directory: Path, changes: int, spacing: float) -> N
         started = time.perf_counter()
         (directory / "probe.yaml").write_text(yaml.safe_dump(wep(0, role)))
         while True:
-            present = "10.0.0.0" in ns_exec(ns, "ipset", "list", clients)
+            present = "10.0.0.0" in ns_exec(ns, *show)
             if present == bool(role):
                 break
             time.sleep(0.002)
@@ -194,8 +228,8 @@ def measure_changes(ns: str, directory: Path, changes: int, spacing: float) -> N
     p99 = latencies[int(len(latencies) * 0.99) - 1]
     series = f"{spacing * 1000:.0f} ms apart" if spacing else "back to back"
     print(
-        f"label change to kernel over {changes} changes {series}: p50 {p50 * 1000:.0f} ms, "
-        f"p99 {p99 * 1000:.0f} ms"
+        f"{mode}: label change to kernel over {changes} changes {series}: "
+        f"p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms"
     )
 
 
@@ -204,7 +238,13 @@ def main() -> None:
     policies = int(sys.argv[2]) if len(sys.argv) > 2 else 1_000
     changes = int(sys.argv[3]) if len(sys.argv) > 3 else 200
     rounds = int(sys.argv[4]) if len(sys.argv) > 4 else 5
-    ipv6 = not (len(sys.argv) > 5 and sys.argv[5] == "ipv4")
+    options = set(sys.argv[5:])
+    ipv6 = "ipv4" not in options
+    modes: tuple[str, ...] = ("iptables",)
+    if "both" in options:
+        modes = ("iptables", "nftables")
+    elif "nftables" in options:
+        modes = ("nftables",)
     stack_kind = "IPv4 and IPv6" if ipv6 else "IPv4 only"
     print(
         f"{endpoints} endpoints ({LOCAL} local), {policies} policies, {stack_kind}, {rounds} rounds"
@@ -212,65 +252,109 @@ def main() -> None:
     with ExitStack() as stack:
         directory = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         write_manifests(directory, endpoints, policies, ipv6)
-        view, _ = compute([i.resource for i in load_paths([directory]).resources], NODE)
-        floors: list[float] = []
-        noflush_floors: list[float] = []
-        drivers: list[float] = []
-        totals: list[float] = []
+        view, state = compute([i.resource for i in load_paths([directory]).resources], NODE)
+        cluster = Cluster(directory, view, state, ipv6)
+        results: dict[str, dict[str, list[float]]] = {
+            mode: {"floor": [], "noflush": [], "driver": [], "total": []} for mode in modes
+        }
         for n in range(rounds):
-            last = n == rounds - 1
-            ns, floor_ns = f"pfb-driver-{os.getpid()}-{n}", f"pfb-floor-{os.getpid()}-{n}"
-            agent = None
-            try:
-                for noflush, results in ((False, floors), (True, noflush_floors)):
-                    subprocess.run(["ip", "netns", "add", floor_ns], check=True)
-                    settle()
-                    results.append(load_floor(floor_ns, view, noflush))
-                    subprocess.run(["ip", "netns", "del", floor_ns], check=True)
-                subprocess.run(["ip", "netns", "add", ns], check=True)
-                add_interfaces(ns)
-                log_path = directory / f"agent-{n}.log"
-                log_file = stack.enter_context(log_path.open("w"))
+            for mode in modes:
+                run_round(stack, cluster, n, mode, results[mode])
+        for mode in modes:
+            found = results[mode]
+            floor, driver, total = (
+                statistics.median(found[k]) for k in ("floor", "driver", "total")
+            )
+            print(
+                f"{mode} medians: floor {floor:.2f} s, InSync to programmed {driver:.2f} s "
+                f"({driver / floor:.2f}x), process start to programmed {total:.2f} s "
+                f"({total / floor:.2f}x)"
+            )
+        for mode in modes:
+            measure_mode_changes(stack, directory, mode, changes)
+
+
+def measure_mode_changes(stack: ExitStack, directory: Path, mode: str, changes: int) -> None:
+    """The label change series in one mode, against a fresh agent."""
+    ns = f"pfb-changes-{os.getpid()}-{mode}"
+    agent = None
+    try:
+        subprocess.run(["ip", "netns", "add", ns], check=True)
+        add_interfaces(ns)
+        log_path = directory / f"agent-changes-{mode}.log"
+        log_file = stack.enter_context(log_path.open("w"))
+        agent = start_agent(ns, directory, log_file, mode)
+        wait_for(log_path, "apply 1:", agent)
+        measure_changes(ns, directory, changes, 0.0, mode)
+        measure_changes(ns, directory, changes, SPACING, mode)
+    finally:
+        if agent is not None:
+            agent.terminate()
+            agent.wait()
+        subprocess.run(["ip", "netns", "del", ns], check=False, stderr=subprocess.DEVNULL)
+
+
+@attrs.frozen
+class Cluster:
+    """The benchmark's cluster: its manifests, and their dry-run view and state."""
+
+    directory: Path
+    view: dict[str, Any]
+    state: NodeState
+    ipv6: bool
+
+
+def run_round(
+    stack: ExitStack, cluster: Cluster, n: int, mode: str, results: dict[str, list[float]]
+) -> None:
+    """One round in one mode: the floor in a fresh namespace, then the agent from its
+    process start to the kernel programmed, in another."""
+    ns, floor_ns = f"pfb-driver-{os.getpid()}-{n}", f"pfb-floor-{os.getpid()}-{n}"
+    agent = None
+    try:
+        if mode == "nftables":
+            scripts = [table.script() for table in render_nftables(cluster.state).values()]
+            subprocess.run(["ip", "netns", "add", floor_ns], check=True)
+            settle()
+            results["floor"].append(load_nft_floor(floor_ns, scripts))
+            subprocess.run(["ip", "netns", "del", floor_ns], check=True)
+        else:
+            for noflush, key in ((False, "floor"), (True, "noflush")):
+                subprocess.run(["ip", "netns", "add", floor_ns], check=True)
                 settle()
-                start = time.perf_counter()
-                agent = start_agent(ns, directory, log_file)
-                # The driver logs when the complete snapshot (InSync) reaches it, and each
-                # apply when it has finished writing.
-                wait_for(log_path, "in sync:", agent)
-                in_sync = time.perf_counter() - start
-                first_apply = wait_for(log_path, "apply 1:", agent)
-                total = time.perf_counter() - start
-                if not programmed(ns, ("iptables", "ip6tables") if ipv6 else ("iptables",)):
-                    raise SystemExit("the agent reported its first apply, the kernel disagrees")
-                totals.append(total)
-                drivers.append(total - in_sync)
-                print(
-                    f"round {n + 1}: floor {floors[-1]:.2f} s (--noflush "
-                    f"{noflush_floors[-1]:.2f} s); agent process start to "
-                    f"programmed {total:.2f} s, of which InSync to programmed "
-                    f"{drivers[-1]:.2f} s ({drivers[-1] / floors[-1]:.2f}x the floor)"
-                )
-                print("  first apply, as the driver timed it:", first_apply.split("apply 1: ")[1])
-                if last:
-                    measure_changes(ns, directory, changes, 0.0)
-                    measure_changes(ns, directory, changes, SPACING)
-            finally:
-                if agent is not None:
-                    agent.terminate()
-                    agent.wait()
-                for name in (ns, floor_ns):
-                    subprocess.run(
-                        ["ip", "netns", "del", name], check=False, stderr=subprocess.DEVNULL
-                    )
-        floor, noflush_floor, driver, total = map(
-            statistics.median, (floors, noflush_floors, drivers, totals)
-        )
+                results[key].append(load_floor(floor_ns, cluster.view, noflush))
+                subprocess.run(["ip", "netns", "del", floor_ns], check=True)
+        subprocess.run(["ip", "netns", "add", ns], check=True)
+        add_interfaces(ns)
+        log_path = cluster.directory / f"agent-{mode}-{n}.log"
+        log_file = stack.enter_context(log_path.open("w"))
+        settle()
+        start = time.perf_counter()
+        agent = start_agent(ns, cluster.directory, log_file, mode)
+        # The driver logs when the complete snapshot (InSync) reaches it, and each apply
+        # when it has finished writing.
+        wait_for(log_path, "in sync:", agent)
+        in_sync = time.perf_counter() - start
+        first_apply = wait_for(log_path, "apply 1:", agent)
+        total = time.perf_counter() - start
+        versions = ("iptables", "ip6tables") if cluster.ipv6 else ("iptables",)
+        if not programmed(ns, versions, mode):
+            raise SystemExit("the agent reported its first apply, the kernel disagrees")
+        results["total"].append(total)
+        results["driver"].append(total - in_sync)
+        floor = results["floor"][-1]
         print(
-            f"medians: floor {floor:.2f} s (--noflush {noflush_floor:.2f} s), "
-            f"InSync to programmed {driver:.2f} s "
-            f"({driver / floor:.2f}x), process start to programmed {total:.2f} s "
-            f"({total / floor:.2f}x)"
+            f"round {n + 1} {mode}: floor {floor:.2f} s; agent process start to programmed "
+            f"{total:.2f} s, of which InSync to programmed {results['driver'][-1]:.2f} s "
+            f"({results['driver'][-1] / floor:.2f}x the floor)"
         )
+        print("  first apply, as the driver timed it:", first_apply.split("apply 1: ")[1])
+    finally:
+        if agent is not None:
+            agent.terminate()
+            agent.wait()
+        for name in (ns, floor_ns):
+            subprocess.run(["ip", "netns", "del", name], check=False, stderr=subprocess.DEVNULL)
 
 
 if __name__ == "__main__":

@@ -225,3 +225,40 @@ def test_host_encryption_carries_the_nodes_own_traffic_through_wireguard(tmp_pat
             + run_in(node1, "ip", "rule").stdout
         )
         assert not packets(tmp_path / "hosts.pcap", "tcp port 7777"), "host TCP in the clear"
+
+
+def test_a_node_without_wireguard_is_reached_unencrypted(tmp_path: Path) -> None:
+    """A mixed cluster, as Felix arranges it: VXLAN everywhere, WireGuard on node 1 only.
+    Node 1 has no peer for node 2 (no key), so node 2's block is a throw route in the
+    WireGuard table and the pods talk over VXLAN, unencrypted."""
+    vxlan_cluster = CLUSTER.replace("vxlanMode: Never", "vxlanMode: Always")
+    off = "spec: {wireguardInterfaceName: "
+    nodes_text = node(1) + node(2).replace(off, "spec: {wireguardEnabled: false, " + off[7:], 1)
+
+    def with_vxlan(text: str) -> str:
+        for index in (1, 2):
+            text = text.replace(
+                f"wireguard: {{interfaceIPv4Address: 10.66.{index}.1}}",
+                f"ipv4VXLANTunnelAddr: 10.67.{index}.0\n  "
+                f"wireguard: {{interfaceIPv4Address: 10.66.{index}.1}}",
+            )
+        return text
+
+    manifests = tmp_path / "cluster.yaml"
+    manifests.write_text(vxlan_cluster + with_vxlan(nodes_text))
+    with ExitStack() as stack:
+        nodes = two_nodes(stack, tmp_path, f"pfwm{os.getpid()}-", "wm")
+        for index, demo in enumerate(nodes, start=1):
+            demo.start_agent(tmp_path, f"node-{index}", tmp_path / f"a{index}.log")
+        stack.callback(stop_agents_and_wireguard_go, nodes)
+        client = f"pfwm{os.getpid()}-app.pod1"
+        node1 = nodes[0].node
+        assert eventually(lambda: connects(client, "10.65.2.2", 8080), timeout=15)
+        assert public_key(node1, device(1))
+        assert not public_key(nodes[1].node, device(2)), "WireGuard is off on node 2"
+        table = run_in(node1, "ip", "route", "show", "table", "42").stdout
+        assert "throw 10.65.2.0/26" in table
+        with captured(node1, tmp_path / "mixed.pcap"):
+            assert connects(client, "10.65.2.2", 8080)
+        assert packets(tmp_path / "mixed.pcap", "udp port 4789"), "over VXLAN"
+        assert not packets(tmp_path / "mixed.pcap", "udp port 51820")

@@ -22,6 +22,7 @@ an ``NftUnsupported`` error naming the rule, caught by the tests that render eve
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 import shlex
@@ -97,8 +98,10 @@ class NftChain:
     #: Base chains: "type <t> hook <h> priority <p>; policy accept;".
     hook: str = ""
 
-    @property
+    @functools.cached_property
     def hashes(self) -> tuple[str, ...]:
+        """The rule ids, as the iptables mode chains them, over the nft text; once per chain
+        value (the manager keeps its chains across applies)."""
         pseudo = Chain(self.name, tuple(Rule(match=r.text, comment=r.comment) for r in self.rules))
         return pseudo.hashes
 
