@@ -1,5 +1,5 @@
-"""The nftables writer: one family's ``calico`` table through ``nft -f -``, a transaction a
-write.
+"""The nftables writer: one family's ``calico`` table, a transaction (``nft -f`` input, run by
+libnftables in this process: linux/libnftables.py) a write.
 
 What the kernel holds is known from the last write, or read back (``nft -j list table``) when
 the refresh asks or a write failed. A write brings the table from there to the desired one:
@@ -17,13 +17,14 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 import attrs
 
 from pyfelix.errors import DataplaneWriteError
-from pyfelix_dataplane.linux.commands import run
+from pyfelix_dataplane.linux.libnftables import Nft
 from pyfelix_dataplane.rules.nft import TABLE, NftChain, NftSet, NftTable
 
 log = logging.getLogger(__name__)
@@ -115,16 +116,23 @@ def _chain_head(where: str, chain: NftChain) -> str:
     return f"add chain {where} {chain.name}" + (f" {{ {chain.hook} }}" if chain.hook else "")
 
 
-def delta(current: KernelTable | None, desired: NftTable) -> str:
+def delta(
+    current: KernelTable | None, desired: NftTable, changed_sets: Collection[str] | None = None
+) -> str:
     """The ``nft -f`` transaction from ``current`` (None: unknown, or absent) to ``desired``
-    ("" when they agree)."""
+    ("" when they agree). ``changed_sets``: the only sets whose elements may differ (None:
+    any may)."""
     where = f"{desired.family} {TABLE}"
     if current is None:
         return desired.script()
     head: list[str] = []
     body: list[str] = []
     tail: list[str] = []
-    for name, wanted in sorted(desired.sets.items()):
+    names = desired.sets.keys() if changed_sets is None else changed_sets
+    for name in sorted(names):
+        wanted = desired.sets.get(name)
+        if wanted is None:
+            continue
         present = current.sets.get(name)
         if present is None or (present.type, present.interval) != (wanted.type, wanted.interval):
             if present is not None:
@@ -161,7 +169,8 @@ def delta(current: KernelTable | None, desired: NftTable) -> str:
     tail += [f"flush chain {where} {name}" for name in stale_chains]
     tail += [f"delete chain {where} {name}" for name in stale_chains]
     tail += [f"delete map {where} {name}" for name in sorted(set(current.maps) - set(desired.maps))]
-    tail += [f"delete set {where} {name}" for name in sorted(set(current.sets) - set(desired.sets))]
+    stale_sets = current.sets.keys() - desired.sets.keys()
+    tail += [f"delete set {where} {name}" for name in sorted(stale_sets)]
     lines = head + body + tail
     return "\n".join(lines) + "\n" if lines else ""
 
@@ -171,6 +180,7 @@ class NftablesWriter:
     """One family's table; ``invalidate`` makes the next apply read the kernel first."""
 
     family: str
+    _nft: Nft = attrs.Factory(Nft)
     _current: KernelTable | None = None
     _known: bool = False
 
@@ -179,7 +189,7 @@ class NftablesWriter:
 
     async def read(self) -> KernelTable | None:
         """The table as the kernel has it (None when there is none)."""
-        listing = await run(["nft", "-j", "list", "table", self.family, TABLE], check=False)
+        listing = await self._nft.listing(f"list table {self.family} {TABLE}")
         if not listing.strip():
             return None
         try:
@@ -188,26 +198,36 @@ class NftablesWriter:
             log.warning("cannot read nft table %s %s (%s): replacing it", self.family, TABLE, exc)
             return None
 
-    async def apply(self, desired: NftTable) -> bool:
-        """Write what differs; whether anything was written."""
+    async def apply(self, desired: NftTable, changed_sets: Collection[str] | None = None) -> bool:
+        """Write what differs; whether anything was written. ``changed_sets``: the only
+        sets whose members may have changed since the last apply (None: any)."""
         if not self._known:
             self._current = await self.read()
             self._known = True
-        script = delta(self._current, desired)
+            changed_sets = None
+        script = delta(self._current, desired, changed_sets)
         if not script:
             return False
+        started = time.perf_counter()
         try:
-            await run(["nft", "-f", "-"], script)
+            await self._nft.transaction(script)
         except DataplaneWriteError:
             # What the kernel holds is unknown now: the next write replaces the table.
             self._current, self._known = None, True
             raise
         self._current = KernelTable.of(desired)
+        log.debug(
+            "%s %s: %d lines in %.1f ms",
+            self.family,
+            TABLE,
+            script.count("\n"),
+            (time.perf_counter() - started) * 1000,
+        )
         return True
 
     async def remove(self) -> None:
         """No table (the iptables mode's start, after nftables mode)."""
         if await self.read() is not None:
             log.info("removing nft table %s %s (iptables mode)", self.family, TABLE)
-            await run(["nft", "delete", "table", self.family, TABLE])
+            await self._nft.transaction(f"delete table {self.family} {TABLE}\n")
         self._current, self._known = None, True

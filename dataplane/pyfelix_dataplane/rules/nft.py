@@ -245,7 +245,7 @@ def _dispatch_entries(chain: Chain, layer: str) -> dict[str, str]:
     """The interface -> goto entries of one chain of the iptables dispatch tree."""
     entries = {}
     for rule in chain.rules:
-        tokens = shlex.split(rule.match)
+        tokens = _tokens(rule.match)
         if len(tokens) == 2 and not tokens[1].endswith("+") and rule.action.startswith("--goto "):
             target = rule.action.split()[1]
             if not _dispatch_base(target):
@@ -299,16 +299,23 @@ def _uncovered(members: Iterable[str]) -> list[str]:
     return [str(n) if n.prefixlen != n.max_prefixlen else str(n.network_address) for n in kept]
 
 
+@functools.lru_cache(maxsize=65536)
 def translate(rule: Rule, layer: str, version: int) -> NftRule:
-    """One iptables-mode rule as nft text: ``<match> counter <verdict>``."""
+    """One iptables-mode rule as nft text: ``<match> counter <verdict>``; once per rule
+    value (every workload's chains repeat most of their rules)."""
     try:
-        match = _match(shlex.split(rule.match), version)
-        action = _action(shlex.split(rule.action), layer, version) if rule.action else ""
+        match = _match(_tokens(rule.match), version)
+        action = _action(_tokens(rule.action), layer, version) if rule.action else ""
     except (NftUnsupported, IndexError, ValueError) as exc:
         raise NftUnsupported(f"{rule.match} {rule.action}: {exc}") from exc
     parts = [*match, *(("counter", action) if action else ())]
     # As Felix: a rule of only a comment is a "continue" (nft keeps no empty rule).
     return NftRule(" ".join(parts) or "continue", rule.comment)
+
+
+def _tokens(text: str) -> list[str]:
+    """The words of a match or target; shlex only where something is quoted."""
+    return shlex.split(text) if '"' in text or "'" in text else text.split()
 
 
 def _ports(spec: str) -> str:

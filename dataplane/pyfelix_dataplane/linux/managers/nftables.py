@@ -12,9 +12,19 @@ from collections.abc import Hashable, Mapping
 
 import attrs
 
+from pyfelix.errors import DataplaneWriteError
 from pyfelix_dataplane.linux.nftables import NftablesWriter
-from pyfelix_dataplane.rules.nft import NftChain, NftTable, family, nft_chains, nft_sets
-from pyfelix_dataplane.rules.render import kernel_ipsets, render_chains
+from pyfelix_dataplane.rules.ipsets import SPECIAL_IDS
+from pyfelix_dataplane.rules.nft import (
+    NftChain,
+    NftSet,
+    NftTable,
+    family,
+    nft_chains,
+    nft_sets,
+    set_name,
+)
+from pyfelix_dataplane.rules.render import kernel_ipsets, kernel_ipsets_of, render_chains
 from pyfelix_dataplane.rules.settings import Settings
 from pyfelix_dataplane.rules.static import kernel_appends
 from pyfelix_dataplane.state import NodeState
@@ -28,18 +38,27 @@ class NftablesManager:
     writers: Mapping[int, NftablesWriter]
     area: str = "nftables"
     _translated: tuple[Hashable, dict[int, Translated]] | None = None
+    #: Per version, the table's sets as last rendered; None: render them all again.
+    _sets: dict[int, dict[str, NftSet]] | None = None
+    #: The rules generation the special sets were last rendered at (they follow pools,
+    #: hosts and the encapsulation, which bump it).
+    _generation: int = -1
+    #: The sets rendered again by the last render (None: all of them).
+    _changed: set[str] | None = None
 
     @property
     def versions(self) -> tuple[int, ...]:
         return tuple(self.writers)
 
     def invalidate(self) -> None:
+        self._sets = None
         for writer in self.writers.values():
             writer.invalidate()
 
     def render(self, rendering: NodeState, key: Hashable) -> dict[int, NftTable]:
         """Every version's table for the state; ``key`` says when the chains must be
-        rendered and translated again."""
+        rendered and translated again. The sets are rendered again only where members
+        changed (the state names the sets), as the iptables mode writes only those."""
         if self._translated is None or self._translated[0] != key:
             settings = Settings.from_config(rendering.config, nftables=True)
             appends = kernel_appends(settings)
@@ -48,12 +67,36 @@ class NftablesManager:
                 for version in self.versions
             }
             self._translated = (key, translated)
-        self.state.take_changed_ipsets()  # the sets are taken whole, below
-        sets = kernel_ipsets(rendering, self.versions)
+        changed = self.state.take_changed_ipsets()
+        if self._sets is None:
+            every = kernel_ipsets(rendering, self.versions)
+            self._sets = {version: nft_sets(every, version) for version in self.versions}
+            self._changed = None
+        else:
+            if self._generation != self.state.rules_generation:
+                changed |= SPECIAL_IDS
+            updates = kernel_ipsets_of(rendering, self.versions, changed)
+            names: set[str] = set()
+            for name, entry in updates.items():
+                version = 6 if name.startswith("cali6") else 4
+                nft = set_name(name)
+                names.add(nft)
+                if entry is None:
+                    self._sets[version].pop(nft, None)
+                else:
+                    self._sets[version].update(nft_sets({name: entry}, version))
+            self._changed = names
+        self._generation = self.state.rules_generation
         return {
-            version: NftTable(family(version), chains, nft_sets(sets, version), maps)
+            version: NftTable(family(version), chains, dict(self._sets[version]), maps)
             for version, (chains, maps) in self._translated[1].items()
         }
 
     async def write(self, version: int, table: NftTable) -> bool:
-        return await self.writers[version].apply(table)
+        """Write what differs; only the sets named changed are compared (all after a
+        refresh, a failure or a full render)."""
+        try:
+            return await self.writers[version].apply(table, self._changed)
+        except DataplaneWriteError:
+            self._sets = None
+            raise
