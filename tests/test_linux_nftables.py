@@ -139,3 +139,44 @@ def test_a_failed_write_is_followed_by_a_whole_replacement(netns: str) -> None:
     assert "nft" in in_netns(netns, _fail_then_replace, table, broken)
     kernel = parse_listing(nft(netns, "-j", "list", "table", "ip", "calico"))
     assert kernel.sets[some_set].elements == table.sets[some_set].elements
+
+
+def _element_steps(tables: list[NftTable], family: str) -> list[bool]:
+    async def main() -> list[bool]:
+        writer = NftablesWriter(family)
+        return [await writer.apply(table) for table in tables]
+
+    return trio.run(main)
+
+
+@pytest.mark.parametrize("version", [4, 6])
+def test_member_changes_alone_go_as_set_elements(netns: str, version: int) -> None:
+    """An apply that only adds and removes members (the nfnetlink fast path): networks and
+    single addresses of an interval set and named-port members land and go as nft lists
+    them, and a later whole write agrees with what the kernel holds."""
+    _, dataplane = compute(example_resources(), "node-a")
+    table = render_nftables(dataplane, (version,))[version]
+    interval = next(name for name, s in table.sets.items() if s.interval)
+    named = next(name for name, s in table.sets.items() if " . " in s.type)
+    if version == 4:
+        extra, ports = frozenset({"198.18.0.0/24", "198.19.0.7"}), "10.65.9.9 . tcp . 8443"
+    else:
+        extra, ports = frozenset({"fd18::/64", "fd19::7"}), "fd65::99 . tcp . 8443"
+
+    def with_members(nets: frozenset[str], port_members: frozenset[str]) -> NftTable:
+        sets = dict(table.sets)
+        sets[interval] = attrs.evolve(sets[interval], elements=sets[interval].elements | nets)
+        sets[named] = attrs.evolve(sets[named], elements=sets[named].elements | port_members)
+        return attrs.evolve(table, sets=sets)
+
+    grown = with_members(extra, frozenset({ports}))
+    family = "ip" if version == 4 else "ip6"
+    assert in_netns(netns, _element_steps, [table, grown], family) == [True, True]
+    kernel = parse_listing(nft(netns, "-j", "list", "table", family, "calico"))
+    assert kernel.sets[interval].elements >= extra
+    assert ports in kernel.sets[named].elements
+    assert in_netns(netns, _element_steps, [grown, table], family) == [False, True]
+    kernel = parse_listing(nft(netns, "-j", "list", "table", family, "calico"))
+    assert not kernel.sets[interval].elements & extra
+    assert kernel.sets[named].elements == table.sets[named].elements
+    assert delta(kernel, table) == ""

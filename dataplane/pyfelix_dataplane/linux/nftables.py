@@ -22,9 +22,12 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 import attrs
+import trio
 
 from pyfelix.errors import DataplaneWriteError
+from pyfelix_dataplane.linux.commands import KERNEL_ERRORS
 from pyfelix_dataplane.linux.libnftables import Nft
+from pyfelix_dataplane.linux.nft_elements import ElementChange, ElementWriter
 from pyfelix_dataplane.rules.nft import TABLE, NftChain, NftSet, NftTable
 
 log = logging.getLogger(__name__)
@@ -175,12 +178,43 @@ def delta(
     return "\n".join(lines) + "\n" if lines else ""
 
 
+def _element_changes(
+    current: KernelTable | None, desired: NftTable, script: str
+) -> list[ElementChange] | None:
+    """When ``script`` only adds and deletes members of existing sets (no chain, map or set
+    of its own changes), those changes, for the nfnetlink fast path; else None."""
+    if current is None:
+        return None
+    touched = []
+    for line in script.splitlines():
+        verb, _, rest = line.partition(" element ")
+        if verb not in ("add", "delete") or not rest:
+            return None
+        name = rest.split()[2]
+        if name not in desired.sets or name not in current.sets:
+            return None
+        touched.append(name)
+    changes = []
+    for name in dict.fromkeys(touched):
+        wanted, present = desired.sets[name], current.sets[name]
+        gone = tuple(sorted(present.elements - wanted.elements))
+        new = tuple(sorted(wanted.elements - present.elements))
+        if gone:
+            changes.append(ElementChange(False, name, wanted, gone))
+        if new:
+            changes.append(ElementChange(True, name, wanted, new))
+    return changes
+
+
 @attrs.define(eq=False)
 class NftablesWriter:
     """One family's table; ``invalidate`` makes the next apply read the kernel first."""
 
     family: str
     _nft: Nft = attrs.Factory(Nft)
+    _elements: ElementWriter = attrs.Factory(
+        lambda self: ElementWriter(self.family), takes_self=True
+    )
     _current: KernelTable | None = None
     _known: bool = False
 
@@ -209,8 +243,12 @@ class NftablesWriter:
         if not script:
             return False
         started = time.perf_counter()
+        changes = _element_changes(self._current, desired, script)
         try:
-            await self._nft.transaction(script)
+            if changes is not None:
+                await self._write_elements(changes)
+            else:
+                await self._nft.transaction(script)
         except DataplaneWriteError:
             # What the kernel holds is unknown now: the next write replaces the table.
             self._current, self._known = None, True
@@ -224,6 +262,12 @@ class NftablesWriter:
             (time.perf_counter() - started) * 1000,
         )
         return True
+
+    async def _write_elements(self, changes: list[ElementChange]) -> None:
+        try:
+            await trio.to_thread.run_sync(self._elements.write, changes)
+        except KERNEL_ERRORS as exc:
+            raise DataplaneWriteError(f"nft set elements ({self.family})", str(exc)) from exc
 
     async def remove(self) -> None:
         """No table (the iptables mode's start, after nftables mode)."""
