@@ -7,9 +7,12 @@ works out what its part of the kernel should hold, and writes it through its wri
     endpoints.resolve  -> host endpoints placed on interfaces (rendering needs it)
     ipsets.apply       -> sets created and filled            (rules refer to them)
     tables.plan/write  -> each IP version's four tables      (beside the routes)
-    vxlan, wireguard, routes                                  (devices before routes)
+    vxlan, ipip, wireguard, routes                            (devices before routes)
     ipsets.clean_up    -> sets no rule refers to any more
     endpoints.report   -> workload and host endpoint status
+
+In the nftables mode ``nftables.render/write`` (each version's table, its sets included, in
+one transaction) takes the place of ``ipsets`` and ``tables``.
 
 ``invalidate`` forgets what a manager wrote, so its next apply re-reads the kernel and
 repairs it (the refresh of its ``area``).
@@ -21,7 +24,7 @@ from typing import Protocol
 
 
 class Manager(Protocol):
-    #: The refresh period it belongs to: "iptables", "ipsets" or "routes".
+    #: The refresh period it belongs to: "iptables", "nftables", "ipsets" or "routes".
     area: str
 
     def invalidate(self) -> None: ...

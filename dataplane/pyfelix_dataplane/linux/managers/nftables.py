@@ -3,7 +3,8 @@ its chains, so one transaction writes a rule and the set it names together.
 
 The chains are translated again only when what they depend on changed (the rules
 generation and the host endpoints' placement, as the iptables mode renders them); the sets
-are taken from the state at every apply, as the IP set members change without the rules.
+are rendered again only where the state names their members as changed (all of them after a
+refresh or a failed write), and only those are compared with the kernel.
 """
 
 from __future__ import annotations
