@@ -24,7 +24,7 @@ def demo_namespaces() -> list[str]:
 def demo(source: str) -> list[str]:
     """``pyfelix demo SOURCE`` as a user runs it; its lines, once it exited 0."""
     result = subprocess.run(
-        [sys.executable, "-m", "pyfelix", "demo", source],
+        [sys.executable, "-m", "pyfelix", "demo", "--timeout", str(20 * SLOWDOWN), source],
         capture_output=True,
         text=True,
         cwd=REPO,

@@ -218,7 +218,7 @@ def _run_agent(args: argparse.Namespace, source: str, prefetch: ParsePrefetch | 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """The agent on a node of network namespaces, with a connectivity matrix."""
-    from pyfelix.demo import run_demo
+    from pyfelix.demo import READY_TIMEOUT, run_demo
 
     if os.geteuid() != 0:
         print("pyfelix demo creates network namespaces and needs root", file=sys.stderr)
@@ -229,7 +229,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         for problem in problems:
             print(problem)
         return EXIT_INVALID
-    return run_demo([item.resource for item in result.resources])
+    return run_demo(
+        [item.resource for item in result.resources], ready_timeout=args.timeout or READY_TIMEOUT
+    )
 
 
 def cmd_pods(args: argparse.Namespace) -> int:
@@ -347,6 +349,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the agent on a node of network namespaces and print who can reach whom",
     )
     demo.add_argument("sources", nargs="+", metavar="SRC", help="manifest files or directories")
+    demo.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="how long to wait for the agent to program the node (default 20)",
+    )
     demo.set_defaults(handler=cmd_demo)
     pods = commands.add_parser(
         "pods",

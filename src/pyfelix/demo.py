@@ -32,6 +32,7 @@ from pyfelix.resources.k8s_conversion import workload_endpoint
 
 DEMO_NODE = "demo-node"
 PREFIX = "pfd-"
+#: How long the demo waits for the agent to program the node, unless told (``--timeout``).
 READY_TIMEOUT = 20.0
 
 
@@ -182,8 +183,15 @@ def _endpoints(resources: Sequence[Resource]) -> list[WorkloadEndpoint]:
     return endpoints
 
 
-def run_demo(resources: Sequence[Resource], out: TextIO = sys.stdout) -> int:
-    """Build the node, run the agent, print the connectivity matrix; 0 if all as explained."""
+def run_demo(
+    resources: Sequence[Resource],
+    out: TextIO = sys.stdout,
+    ready_timeout: float = READY_TIMEOUT,
+) -> int:
+    """Build the node, run the agent, print the connectivity matrix; 0 if all as explained.
+
+    ``ready_timeout`` bounds the wait for the agent to program the node (a slow machine, or a
+    VM under emulation, needs longer than the default)."""
     local = _localise(resources, DEMO_NODE)
 
     def print_(text: str) -> None:
@@ -204,11 +212,15 @@ def run_demo(resources: Sequence[Resource], out: TextIO = sys.stdout) -> int:
             )
         agent = node.start_agent(manifests, DEMO_NODE)
         print_(f"node {node.node}: {len(endpoints)} workloads, agent pid {agent.pid}")
-        deadline = time.monotonic() + READY_TIMEOUT
+        deadline = time.monotonic() + ready_timeout
         while not node.programmed() and time.monotonic() < deadline and agent.poll() is None:
             time.sleep(0.2)
         if not node.programmed():
-            print_("the agent did not program the node in time")
+            state = "exited" if agent.poll() is not None else "still running"
+            print_(
+                f"the agent did not program the node within {ready_timeout:g} s ({state});"
+                " --timeout waits longer"
+            )
             return 1
         time.sleep(0.5)
         view, dataplane = compute(local, DEMO_NODE)
