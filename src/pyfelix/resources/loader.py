@@ -25,6 +25,7 @@ import attrs
 import yaml
 
 from pyfelix.errors import Problem
+from pyfelix.resources.fast_yaml import parse_plain
 from pyfelix.resources.meta import (
     MANIFEST_KINDS,
     Resource,
@@ -303,7 +304,16 @@ def _item_lines(node: yaml.Node) -> list[int]:
 
 
 def parse_yaml(text: str) -> Parsed:
-    """Every document with its start line; raises yaml.YAMLError on any syntax problem."""
+    """Every document with its start line; raises yaml.YAMLError on any syntax problem.
+    yaml-rs reads what it reads as YAML 1.1 does (fast_yaml.py), the strict loader the rest."""
+    plain = parse_plain(text)
+    if plain is not None:
+        return plain
+    return parse_strict(text)
+
+
+def parse_strict(text: str) -> Parsed:
+    """``parse_yaml`` by PyYAML alone: the reference reading, and every error's."""
     loader = _StrictLoader(text)
     documents: Parsed = []
     try:
