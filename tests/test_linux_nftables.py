@@ -10,6 +10,7 @@ import trio
 
 from pyfelix.dryrun import compute
 from pyfelix.errors import DataplaneWriteError
+from pyfelix_dataplane.linux.nft_elements import ElementChange, ElementWriter
 from pyfelix_dataplane.linux.nftables import NftablesWriter, delta, parse_listing
 from pyfelix_dataplane.rules.nft import NftRule, NftSet, NftTable, render_nftables
 from tests.netns import in_netns, run_in
@@ -180,3 +181,58 @@ def test_member_changes_alone_go_as_set_elements(netns: str, version: int) -> No
     assert not kernel.sets[interval].elements & extra
     assert kernel.sets[named].elements == table.sets[named].elements
     assert delta(kernel, table) == ""
+
+
+def _refused_then_written(family: str) -> list[str]:
+    """A batch the kernel refuses, then one it takes, through one element writer."""
+    writer = ElementWriter(family)
+    address = "10.0.0.9" if family == "ip" else "fd00::9"
+    plain = NftSet(f"{'ipv4' if family == 'ip' else 'ipv6'}_addr", False, frozenset())
+    outcomes = []
+    for name in ("no-such-set", "probe"):
+        try:
+            writer.write([ElementChange(True, name, plain, (address,))])
+            outcomes.append("written")
+        except OSError as exc:
+            outcomes.append(exc.strerror or "")
+    writer.close()
+    return outcomes
+
+
+@pytest.mark.parametrize("family", ["ip", "ip6"])
+def test_a_refused_element_batch_is_raised_and_the_next_one_written(
+    netns: str, family: str
+) -> None:
+    """The element writer keeps its socket between batches; a refusal is an error naming
+    the kernel's reason, and the writer carries on with a fresh socket."""
+    kind = "ipv4_addr" if family == "ip" else "ipv6_addr"
+    nft(netns, "add", "table", family, "calico")
+    nft(netns, "add", "set", family, "calico", "probe", f"{{ type {kind}; }}")
+    refused, written = in_netns(netns, _refused_then_written, family)
+    assert "No such file or directory" in refused
+    assert written == "written"
+    listed = nft(netns, "list", "set", family, "calico", "probe")
+    assert ("10.0.0.9" if family == "ip" else "fd00::9") in listed
+
+
+def test_a_rule_on_new_ports_brings_its_port_set_and_takes_it_away(netns: str) -> None:
+    """A chain rewritten to match several new ports gets the set it names in the same
+    transaction; once no rule names it, the set goes."""
+    table = example_table()
+    forward = table.chains["filter-cali-FORWARD"]
+    rule = NftRule("meta l4proto tcp tcp dport @calipt-81_8000-8080 counter accept")
+    ports = NftSet("inet_service", True, frozenset({"81", "8000-8080"}))
+    grown = attrs.evolve(
+        table,
+        chains={**table.chains, forward.name: attrs.evolve(forward, rules=(*forward.rules, rule))},
+        sets={**table.sets, "calipt-81_8000-8080": ports},
+    )
+    assert in_netns(netns, _element_steps, [table, grown], "ip") == [True, True]
+    listed = nft(netns, "list", "table", "ip", "calico")
+    assert "tcp dport @calipt-81_8000-8080" in listed
+    assert (
+        parse_listing(nft(netns, "-j", "list", "table", "ip", "calico")).sets["calipt-81_8000-8080"]
+        == ports
+    )
+    assert in_netns(netns, _element_steps, [grown, table], "ip") == [False, True]
+    assert "calipt-81_8000-8080" not in nft(netns, "list", "table", "ip", "calico")

@@ -13,7 +13,13 @@ import pytest
 from pyfelix.dryrun import compute
 from pyfelix.resources.loader import load_paths
 from pyfelix_dataplane.rules.model import Chain, Rule
-from pyfelix_dataplane.rules.nft import NftUnsupported, nft_table, render_nftables, translate
+from pyfelix_dataplane.rules.nft import (
+    NftSet,
+    NftUnsupported,
+    nft_table,
+    render_nftables,
+    translate,
+)
 from pyfelix_dataplane.state import NodeState
 from tests.netns import run_in
 from tests.test_golden_dry_run import CASES
@@ -35,7 +41,7 @@ REPO = Path(__file__).resolve().parent.parent
         (
             "-p tcp -m multiport --destination-ports 80,8000:8080",
             "--jump ACCEPT",
-            "meta l4proto tcp tcp dport { 80, 8000-8080 } counter accept",
+            "meta l4proto tcp tcp dport @calipt-80_8000-8080 counter accept",
         ),
         (
             "-p 17 -m multiport --destination-ports 4789 -m set --match-set cali40all-vxlan-net"
@@ -90,6 +96,30 @@ REPO = Path(__file__).resolve().parent.parent
 )
 def test_rules_translate_as_felix_renders_them(match: str, action: str, expected: str) -> None:
     assert translate(Rule(match, action), "filter", 4).text == expected
+
+
+def test_rules_on_the_same_ports_share_one_set_of_the_table() -> None:
+    """Several ports are a set of the table named by them, one for every rule on the same
+    ports (Felix's anonymous sets cost the kernel O(N^2) to load); overlapping ranges stay
+    an anonymous set, which an interval set could not hold."""
+    rules = (
+        Rule("-p tcp -m multiport --destination-ports 80,443", "--jump ACCEPT"),
+        Rule("-p udp -m multiport --source-ports 80,443", "--jump DROP"),
+        Rule("-p tcp -m multiport --destination-ports 53,1000:2000", "--jump ACCEPT"),
+        Rule("-p tcp -m multiport --destination-ports 80,70:90", "--jump ACCEPT"),
+    )
+    chains = {"raw": (), "mangle": (), "nat": (), "filter": (Chain("cali-pi-x", rules),)}
+    table = nft_table(4, chains, {}, {})
+    assert [r.text for r in table.chains["filter-cali-pi-x"].rules] == [
+        "meta l4proto tcp tcp dport @calipt-80_443 counter accept",
+        "meta l4proto udp udp sport @calipt-80_443 counter drop",
+        "meta l4proto tcp tcp dport @calipt-53_1000-2000 counter accept",
+        "meta l4proto tcp tcp dport { 80, 70-90 } counter accept",
+    ]
+    assert table.sets["calipt-80_443"] == NftSet("inet_service", False, frozenset({"80", "443"}))
+    assert table.sets["calipt-53_1000-2000"] == NftSet(
+        "inet_service", True, frozenset({"53", "1000-2000"})
+    )
 
 
 def test_an_unknown_match_is_an_error_naming_it() -> None:

@@ -4,32 +4,36 @@ adds and deletes set members (a label change, a workload coming or going).
 libnftables fills its cache from the table before every element command (8-10 ms with two
 families of a 2,500-chain table; bench/RESULTS.md); the same change as one nfnetlink batch
 (NEWSETELEM and DELSETELEM messages between a batch begin and end, acknowledged one by one)
-costs under a millisecond. Keys are encoded as nft encodes them: an address in network
-order; a range of an interval set as its first address and, flagged as an interval end, the
-address after its last (with the set's leading interval end at the zero address, which nft
-adds with a set's first range); a named-port member as address, protocol and port, each
-field padded to four bytes. Blocking: run in a worker thread.
+costs about 0.2 ms. The socket stays open: closing a netlink socket that deleted elements
+waits for the kernel's deferred release of them (6-14 ms here, an RCU grace period), which
+was most of a removal's cost when each batch had a socket of its own. Keys are encoded as nft
+encodes them: an address in network order; a range of an interval set as its first address
+and, flagged as an interval end, the address after its last (with the set's leading interval
+end at the zero address, which nft adds with a set's first range); a named-port member as
+address, protocol and port, each field padded to four bytes. Blocking: run in a worker
+thread.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
+import struct
+import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import attrs
 from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_REQUEST, nla
 from pyroute2.netlink.nfnetlink import NFNL_SUBSYS_NFTABLES, nfgen_msg
-from pyroute2.netlink.nfnetlink.nftsocket import (
-    NFT_MSG_DELSETELEM,
-    NFT_MSG_NEWSETELEM,
-    NFTSocket,
-)
+from pyroute2.netlink.nfnetlink.nftsocket import NFT_MSG_DELSETELEM, NFT_MSG_NEWSETELEM
 
 from pyfelix_dataplane.rules.nft import TABLE, NftSet
 
 BATCH_BEGIN, BATCH_END = 0x10, 0x11
+#: The netfilter netlink protocol (NETLINK_NETFILTER).
+_NETFILTER = 12
 INTERVAL_END = 1
 _PROTOCOLS = {"tcp": 6, "udp": 17, "sctp": 132}
 
@@ -107,21 +111,45 @@ def keys(nft_set: NftSet, members: Iterable[str], add: bool) -> list[dict[str, A
     return out
 
 
+#: SOL_NETLINK and its NETLINK_CAP_ACK: acknowledgements without a copy of the request.
+_SOL_NETLINK, _CAP_ACK = 270, 10
+_NLMSG_ERROR = 2
+_HEADER = struct.Struct("=IHHII")
+
+
 class ElementWriter:
-    """One family's nfnetlink socket for set elements."""
+    """One family's nfnetlink socket for set elements, kept open (see the module's note);
+    writes are serialised, from whichever thread."""
 
     def __init__(self, family: str) -> None:
         self._family = socket.AF_INET6 if family == "ip6" else socket.AF_INET
+        self._lock = threading.Lock()
+        self._socket: socket.socket | None = None
+        self._sequence = 0
 
     def write(self, changes: Sequence[ElementChange]) -> None:
         """Every change as one batch, deletions first (a member moving between ranges),
-        acknowledged; raises NetlinkError (or OSError) naming what the kernel refused."""
-        # A socket per batch: pyroute2 keeps per-thread state, and a worker thread is not
-        # always the same one.
-        with NFTSocket(nfgen_family=self._family) as sock:
-            self._send(sock, changes)
+        acknowledged; raises OSError naming what the kernel refused."""
+        with self._lock:
+            if self._socket is None:
+                self._socket = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, _NETFILTER)
+                self._socket.setsockopt(_SOL_NETLINK, _CAP_ACK, 1)
+                self._socket.bind((0, 0))
+            try:
+                self._send(self._socket, changes)
+            except OSError:
+                # Replies of the failed batch may still be queued: start afresh next time.
+                self._socket.close()
+                self._socket = None
+                raise
 
-    def _send(self, sock: NFTSocket, changes: Sequence[ElementChange]) -> None:
+    def close(self) -> None:
+        with self._lock:
+            if self._socket is not None:
+                self._socket.close()
+                self._socket = None
+
+    def _send(self, sock: socket.socket, changes: Sequence[ElementChange]) -> None:
         messages = [self._marker(BATCH_BEGIN)]
         for change in sorted(changes, key=lambda c: c.add):
             msg = _elements_msg()
@@ -139,11 +167,29 @@ class ElementWriter:
             msg["header"]["flags"] = NLM_F_REQUEST | NLM_F_ACK | (NLM_F_CREATE if change.add else 0)
             messages.append(msg)
         messages.append(self._marker(BATCH_END))
+        data = bytearray()
+        for msg in messages:
+            self._sequence = (self._sequence + 1) & 0xFFFFFFFF
+            msg["header"]["sequence_number"] = self._sequence
+            msg.encode()
+            data += msg.data
+        sock.sendall(data)
+        self._acknowledged(sock, len(messages) - 2)
 
-        async def send() -> list[Any]:
-            return [x async for x in sock.asyncore.nlm_request_batch(messages, noraise=False)]
-
-        sock._run_with_cleanup(send)
+    @staticmethod
+    def _acknowledged(sock: socket.socket, expected: int) -> None:
+        """Read the element messages' acknowledgements; the first refusal is raised."""
+        while expected:
+            reply = sock.recv(65536)
+            offset = 0
+            while offset + _HEADER.size <= len(reply):
+                length, kind, _, _, _ = _HEADER.unpack_from(reply, offset)
+                if kind == _NLMSG_ERROR:
+                    (error,) = struct.unpack_from("=i", reply, offset + _HEADER.size)
+                    if error:
+                        raise OSError(-error, f"nft set elements: {os.strerror(-error)}")
+                    expected -= 1
+                offset += max((length + 3) & ~3, _HEADER.size)
 
     @staticmethod
     def _marker(kind: int) -> nfgen_msg:

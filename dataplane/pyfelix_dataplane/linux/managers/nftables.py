@@ -23,6 +23,7 @@ from pyfelix_dataplane.rules.nft import (
     family,
     nft_chains,
     nft_sets,
+    port_sets,
     set_name,
 )
 from pyfelix_dataplane.rules.render import kernel_ipsets, kernel_ipsets_of, render_chains
@@ -30,7 +31,8 @@ from pyfelix_dataplane.rules.settings import Settings
 from pyfelix_dataplane.rules.static import kernel_appends
 from pyfelix_dataplane.state import NodeState
 
-Translated = tuple[dict[str, NftChain], dict[str, dict[str, str]]]
+#: A version's chains, verdict maps, and the port sets its rules name.
+Translated = tuple[dict[str, NftChain], dict[str, dict[str, str]], dict[str, NftSet]]
 
 
 @attrs.define(eq=False)
@@ -63,10 +65,12 @@ class NftablesManager:
         if self._translated is None or self._translated[0] != key:
             settings = Settings.from_config(rendering.config, nftables=True)
             appends = kernel_appends(settings)
-            translated = {
-                version: nft_chains(version, render_chains(rendering, version, settings), appends)
-                for version in self.versions
-            }
+            translated = {}
+            for version in self.versions:
+                chains, maps = nft_chains(
+                    version, render_chains(rendering, version, settings), appends
+                )
+                translated[version] = (chains, maps, port_sets(chains))
             self._translated = (key, translated)
         changed = self.state.take_changed_ipsets()
         if self._sets is None:
@@ -86,11 +90,12 @@ class NftablesManager:
                     self._sets[version].pop(nft, None)
                 else:
                     self._sets[version].update(nft_sets({name: entry}, version))
-            self._changed = names
+            # The port sets follow the chains: compared with the kernel on every apply (a few).
+            self._changed = names.union(*(ports for _, _, ports in self._translated[1].values()))
         self._generation = self.state.rules_generation
         return {
-            version: NftTable(family(version), chains, dict(self._sets[version]), maps)
-            for version, (chains, maps) in self._translated[1].items()
+            version: NftTable(family(version), chains, {**self._sets[version], **ports}, maps)
+            for version, (chains, maps, ports) in self._translated[1].items()
         }
 
     async def write(self, version: int, table: NftTable) -> bool:
