@@ -417,13 +417,17 @@ class LinuxDriver:
             if nftables is not None:
                 # One transaction per version holds the sets and the chains that name them.
                 wrote: list[bool] = []
-                for version, table in nftables.render(rendering, placement).items():
+                await nftables.read_unknown()
+                for version, table in nftables.render(rendering, placement):
                     mark(f"IPv{version} rendered")
 
                     async def write_table(version: int = version, table: NftTable = table) -> None:
                         wrote.append(await nftables.write(version, table))
 
                     nursery.start_soon(area, write_table, f"IPv{version} written")
+                    # The write builds its transaction and hands it to libnftables, whose
+                    # work (no GIL held) then overlaps the next version's rendering.
+                    await trio.lowlevel.checkpoint()
                 nursery.start_soon(area, partial(self._apply_routing, managers), "routes")
             else:
                 desired_sets = managers.ipsets.desired()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import operator
 import re
 import time
 from collections.abc import Collection, Iterable, Mapping
@@ -120,11 +121,15 @@ def _chain_head(where: str, chain: NftChain) -> str:
 
 
 def delta(
-    current: KernelTable | None, desired: NftTable, changed_sets: Collection[str] | None = None
+    current: KernelTable | None,
+    desired: NftTable,
+    changed_sets: Collection[str] | None = None,
+    same_layout: bool = False,
 ) -> str:
     """The ``nft -f`` transaction from ``current`` (None: unknown, or absent) to ``desired``
     ("" when they agree). ``changed_sets``: the only sets whose elements may differ (None:
-    any may)."""
+    any may); ``same_layout``: ``current`` was written from these very chains and maps, so
+    only sets are compared."""
     where = f"{desired.family} {TABLE}"
     if current is None:
         return desired.script()
@@ -147,7 +152,7 @@ def delta(
             body.append(f"delete element {where} {name} {_elements(gone)}")
         if new:
             body.append(f"add element {where} {name} {_elements(new)}")
-    for name, entries in sorted(desired.maps.items()):
+    for name, entries in () if same_layout else sorted(desired.maps.items()):
         present_map = current.maps.get(name)
         if present_map is None:
             head.append(f"add map {where} {name} {{ type ifname : verdict; }}")
@@ -159,7 +164,7 @@ def delta(
         new_entries = {k: v for k, v in entries.items() if present_map.get(k) != v}
         if new_entries:
             tail.append(f"add element {where} {name} {_map_elements(new_entries)}")
-    for name, chain in sorted(desired.chains.items()):
+    for name, chain in () if same_layout else sorted(desired.chains.items()):
         present_chain = current.chains.get(name)
         if present_chain is not None and present_chain[1] != chain.hook:
             return desired.script()  # a base chain's hook cannot change in place
@@ -168,10 +173,12 @@ def delta(
         if present_chain is None or present_chain[0] != chain.hashes:
             body.append(f"flush chain {where} {name}")
             body.extend(f"add rule {where} {name} {line}" for line in chain.rule_lines())
-    stale_chains = sorted(set(current.chains) - set(desired.chains))
-    tail += [f"flush chain {where} {name}" for name in stale_chains]
-    tail += [f"delete chain {where} {name}" for name in stale_chains]
-    tail += [f"delete map {where} {name}" for name in sorted(set(current.maps) - set(desired.maps))]
+    if not same_layout:
+        stale_chains = sorted(set(current.chains) - set(desired.chains))
+        tail += [f"flush chain {where} {name}" for name in stale_chains]
+        tail += [f"delete chain {where} {name}" for name in stale_chains]
+        stale_maps = sorted(set(current.maps) - set(desired.maps))
+        tail += [f"delete map {where} {name}" for name in stale_maps]
     stale_sets = current.sets.keys() - desired.sets.keys()
     tail += [f"delete set {where} {name}" for name in sorted(stale_sets)]
     lines = head + body + tail
@@ -217,6 +224,12 @@ class NftablesWriter:
     )
     _current: KernelTable | None = None
     _known: bool = False
+    #: The chains and maps ``_current`` holds, as the objects last applied: while the same
+    #: objects come again (the manager translates chains only when they change), a label
+    #: change compares only sets (not 2,500 chains and their rule ids).
+    _layout: tuple[object, object] | None = None
+    #: Read since the last apply: that apply compares every set.
+    _reread: bool = False
 
     def invalidate(self) -> None:
         self._known = False
@@ -232,15 +245,26 @@ class NftablesWriter:
             log.warning("cannot read nft table %s %s (%s): replacing it", self.family, TABLE, exc)
             return None
 
+    async def know(self) -> bool:
+        """Read the table if what the kernel holds is not known; whether it was read (then
+        every set is compared at the next apply)."""
+        if self._known:
+            return self._reread
+        self._current, self._layout = await self.read(), None
+        self._known = self._reread = True
+        return True
+
     async def apply(self, desired: NftTable, changed_sets: Collection[str] | None = None) -> bool:
         """Write what differs; whether anything was written. ``changed_sets``: the only
         sets whose members may have changed since the last apply (None: any)."""
-        if not self._known:
-            self._current = await self.read()
-            self._known = True
+        if await self.know():
             changed_sets = None
-        script = delta(self._current, desired, changed_sets)
+        self._reread = False
+        layout = (desired.chains, desired.maps)
+        same = self._layout is not None and all(map(operator.is_, self._layout, layout))
+        script = delta(self._current, desired, changed_sets, same)
         if not script:
+            self._layout = layout if self._current is not None else None
             return False
         started = time.perf_counter()
         changes = _element_changes(self._current, desired, script)
@@ -251,9 +275,13 @@ class NftablesWriter:
                 await self._nft.transaction(script)
         except DataplaneWriteError:
             # What the kernel holds is unknown now: the next write replaces the table.
-            self._current, self._known = None, True
+            self._current, self._known, self._layout = None, True, None
             raise
-        self._current = KernelTable.of(desired)
+        if same and self._current is not None:
+            self._current = attrs.evolve(self._current, sets=dict(desired.sets))
+        else:
+            self._current = KernelTable.of(desired)
+        self._layout = layout
         log.debug(
             "%s %s: %d lines in %.1f ms",
             self.family,
@@ -274,4 +302,4 @@ class NftablesWriter:
         if await self.read() is not None:
             log.info("removing nft table %s %s (iptables mode)", self.family, TABLE)
             await self._nft.transaction(f"delete table {self.family} {TABLE}\n")
-        self._current, self._known = None, True
+        self._current, self._known, self._layout = None, True, None

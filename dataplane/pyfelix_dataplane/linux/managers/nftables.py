@@ -9,9 +9,10 @@ refresh or a failed write), and only those are compared with the kernel.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 
 import attrs
+import trio
 
 from pyfelix.errors import DataplaneWriteError
 from pyfelix_dataplane.linux.nftables import NftablesWriter
@@ -46,8 +47,8 @@ class NftablesManager:
     #: The rules generation the special sets were last rendered at (they follow pools,
     #: hosts and the encapsulation, which bump it).
     _generation: int = -1
-    #: The sets rendered again by the last render (None: all of them).
-    _changed: set[str] | None = None
+    #: Per version, the sets rendered again by the last render (None: all of them).
+    _changed: dict[int, set[str] | None] = attrs.Factory(dict)
 
     @property
     def versions(self) -> tuple[int, ...]:
@@ -58,31 +59,23 @@ class NftablesManager:
         for writer in self.writers.values():
             writer.invalidate()
 
-    def render(self, rendering: NodeState, key: Hashable) -> dict[int, NftTable]:
-        """Every version's table for the state; ``key`` says when the chains must be
+    def render(self, rendering: NodeState, key: Hashable) -> Iterator[tuple[int, NftTable]]:
+        """Each version's table for the state, rendered when its turn comes (the driver
+        writes one while the next is rendered); ``key`` says when the chains must be
         rendered and translated again. The sets are rendered again only where members
         changed (the state names the sets), as the iptables mode writes only those."""
         if self._translated is None or self._translated[0] != key:
-            settings = Settings.from_config(rendering.config, nftables=True)
-            appends = kernel_appends(settings)
-            translated = {}
-            for version in self.versions:
-                chains, maps = nft_chains(
-                    version, render_chains(rendering, version, settings), appends
-                )
-                translated[version] = (chains, maps, port_sets(chains))
-            self._translated = (key, translated)
+            self._translated = (key, {})
         changed = self.state.take_changed_ipsets()
+        names: set[str] | None = None
         if self._sets is None:
             every = kernel_ipsets(rendering, self.versions)
             self._sets = {version: nft_sets(every, version) for version in self.versions}
-            self._changed = None
         else:
             if self._generation != self.state.rules_generation:
                 changed |= SPECIAL_IDS
-            updates = kernel_ipsets_of(rendering, self.versions, changed)
-            names: set[str] = set()
-            for name, entry in updates.items():
+            names = set()
+            for name, entry in kernel_ipsets_of(rendering, self.versions, changed).items():
                 version = 6 if name.startswith("cali6") else 4
                 nft = set_name(name)
                 names.add(nft)
@@ -90,19 +83,31 @@ class NftablesManager:
                     self._sets[version].pop(nft, None)
                 else:
                     self._sets[version].update(nft_sets({name: entry}, version))
-            # The port sets follow the chains: compared with the kernel on every apply (a few).
-            self._changed = names.union(*(ports for _, _, ports in self._translated[1].values()))
         self._generation = self.state.rules_generation
-        return {
-            version: NftTable(family(version), chains, {**self._sets[version], **ports}, maps)
-            for version, (chains, maps, ports) in self._translated[1].items()
-        }
+        sets, translated = self._sets, self._translated[1]
+        for version in self.versions:
+            if version not in translated:
+                settings = Settings.from_config(rendering.config, nftables=True)
+                rendered = render_chains(rendering, version, settings)
+                chains, maps = nft_chains(version, rendered, kernel_appends(settings))
+                translated[version] = (chains, maps, port_sets(chains))
+            chains, maps, ports = translated[version]
+            # The port sets follow the chains: compared with the kernel on every apply (a few).
+            self._changed[version] = None if names is None else names | ports.keys()
+            yield version, NftTable(family(version), chains, {**sets[version], **ports}, maps)
+
+    async def read_unknown(self) -> None:
+        """Read every table whose contents are not known (at the start, after a refresh or
+        a failure), all at once: a write then starts with its transaction."""
+        async with trio.open_nursery() as nursery:
+            for writer in self.writers.values():
+                nursery.start_soon(writer.know)
 
     async def write(self, version: int, table: NftTable) -> bool:
         """Write what differs; only the sets named changed are compared (all after a
         refresh, a failure or a full render)."""
         try:
-            return await self.writers[version].apply(table, self._changed)
+            return await self.writers[version].apply(table, self._changed.get(version))
         except DataplaneWriteError:
             self._sets = None
             raise
