@@ -39,6 +39,7 @@ from pyfelix_dataplane.rules.nft import render_nftables, set_name
 from pyfelix_dataplane.state import NodeState
 
 NODE = "bench-node"
+PROBE = Path(__file__).with_name("set_probe.py")
 LOCAL = 200
 
 
@@ -205,24 +206,32 @@ def measure_changes(
     ns: str, directory: Path, changes: int, spacing: float, mode: str = "iptables"
 ) -> None:
     """Each change is written once the previous one is in the kernel: back to back (a steady
-    stream, which the apply throttle meets) or ``spacing`` seconds apart (a change alone)."""
+    stream, which the apply throttle meets) or ``spacing`` seconds apart (a change alone).
+    The kernel is asked by bench/set_probe.py, the same netlink question in both modes."""
     clients = ipset_name(IPSetData(selector='role == "client"').id)
-    if mode == "nftables":
-        show = ["nft", "list", "set", "ip", "calico", set_name(clients)]
-    else:
-        show = ["ipset", "list", clients]
+    name = set_name(clients) if mode == "nftables" else clients
+    probe_mode = "nftables" if mode == "nftables" else "ipset"
+    probe = subprocess.Popen(
+        ["ip", "netns", "exec", ns, sys.executable, str(PROBE), probe_mode, name, "10.0.0.0"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert probe.stdin is not None
+    assert probe.stdout is not None
     latencies = []
-    for n in range(changes):
-        role = "client" if n % 2 == 0 else ""
-        time.sleep(spacing)
-        started = time.perf_counter()
-        (directory / "probe.yaml").write_text(yaml.safe_dump(wep(0, role)))
-        while True:
-            present = "10.0.0.0" in ns_exec(ns, *show)
-            if present == bool(role):
-                break
-            time.sleep(0.002)
-        latencies.append(time.perf_counter() - started)
+    try:
+        for n in range(changes):
+            role = "client" if n % 2 == 0 else ""
+            time.sleep(spacing)
+            started = time.monotonic()
+            (directory / "probe.yaml").write_text(yaml.safe_dump(wep(0, role)))
+            probe.stdin.write("1\n" if role else "0\n")
+            probe.stdin.flush()
+            latencies.append(float(probe.stdout.readline()) - started)
+    finally:
+        probe.kill()
+        probe.wait()
     latencies.sort()
     p50 = statistics.median(latencies)
     p99 = latencies[int(len(latencies) * 0.99) - 1]
