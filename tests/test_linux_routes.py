@@ -6,13 +6,23 @@ are left alone."""
 
 from __future__ import annotations
 
+import errno
+
 import pytest
 
 from pyfelix import messages as m
 from pyfelix import model
 from pyfelix.values import FrozenMap
 from pyfelix_dataplane.linux.managers.routes import RoutesManager
-from pyfelix_dataplane.linux.routes import RouteOwnership, RouteTarget, RouteWriter, sync_routes
+from pyfelix_dataplane.linux.routes import (
+    RTPROT_BOOT,
+    RouteOwnership,
+    RouteTarget,
+    RouteWriter,
+    direct_route,
+    sync_routes,
+)
+from pyfelix_dataplane.linux.rtnl import Rtnl
 from pyfelix_dataplane.state import NodeState
 from tests.netns import in_netns, run_in
 
@@ -197,3 +207,28 @@ def test_floating_ips_are_routed_to_their_workload() -> None:
         "10.65.0.5/32": RouteTarget("cali1", priority=1024),
         "172.16.0.9/32": RouteTarget("cali1", priority=1024),
     }
+
+
+def _batch_with_a_refusal(index: int) -> list[int]:
+    """Three routes in one batch, the middle one out of an interface that does not exist."""
+    with Rtnl() as nl:
+        return nl.request(
+            [
+                direct_route("10.70.0.1/32", index, proto=RTPROT_BOOT),
+                direct_route("10.70.0.2/32", 999_999, proto=RTPROT_BOOT),
+                direct_route("fd70::3/128", index, proto=RTPROT_BOOT, priority=1024),
+            ]
+        )
+
+
+@pytest.mark.netns
+def test_a_batch_answers_each_route_and_keeps_the_others(netns: str) -> None:
+    """The route writer's batch (one send, rtnetlink on its own socket): the kernel's
+    answer for each request in order, and one refused request leaves the others written."""
+    ip(netns, "link", "add", "cali0123456789", "type", "veth", "peer", "name", "pod0")
+    ip(netns, "link", "set", "cali0123456789", "up")
+    index = int(ip(netns, "-o", "link", "show", "cali0123456789").split(":")[0])
+    errors = in_netns(netns, _batch_with_a_refusal, index)
+    assert errors == [0, errno.ENODEV, 0]
+    assert routes(netns, "-4", "proto", "boot") == ["10.70.0.1"]
+    assert routes(netns, "-6", "proto", "boot") == ["fd70::3"]

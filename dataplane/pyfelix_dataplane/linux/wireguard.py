@@ -16,6 +16,7 @@ both kinds of device. Blocking; run in a worker thread.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -31,12 +32,17 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from pyfelix_dataplane.linux.commands import writing
-from pyfelix_dataplane.linux.routes import (
+from pyfelix_dataplane.linux.routes import direct_route, set_sysctl, sync_only_address
+from pyfelix_dataplane.linux.rtnl import (
+    NLM_F_REQUEST,
+    REPLACE,
+    RTM_DELROUTE,
+    RTM_NEWROUTE,
+    RTN_THROW,
     RTN_UNICAST,
-    direct_route,
-    set_sysctl,
-    sync_only_address,
-    table_routes,
+    RTPROT_STATIC,
+    Rtnl,
+    route_message,
 )
 
 log = logging.getLogger(__name__)
@@ -47,7 +53,6 @@ OVERHEAD = 60
 #: The same over IPv6 (a 40-byte outer header).
 OVERHEAD_V6 = 80
 FIB_RULE_INVERT = 0x2
-RTN_THROW = 9
 EOPNOTSUPP = 95
 
 
@@ -162,7 +167,7 @@ def sync_wireguard(device: WireguardDevice | None, previous: str = "", version: 
         sized = {"mtu": device.mtu} if device.mtu else {}
         ipr.link("set", index=index, state="up", **sized)
         sync_only_address(ipr, index, device.address, version)
-        _sync_routes(ipr, index, device)
+        _sync_routes(index, device)
         _sync_rule(ipr, device, version)
         return _wg("show", device.name, "public-key")
 
@@ -179,27 +184,38 @@ def _sync_peers(device: WireguardDevice) -> None:
         _wg("set", device.name, *args)
 
 
-def _sync_routes(ipr: IPRoute, index: int, device: WireguardDevice) -> None:
+def _sync_routes(index: int, device: WireguardDevice) -> None:
     """The table: each peer's allowed IPs through the device, each thrown destination a throw
     route."""
     family = _family(device.version)
     wanted = {net: RTN_UNICAST for peer in device.peers for net in peer.allowed_ips}
     wanted.update({net: RTN_THROW for net in device.throw if net not in wanted})
-    present: dict[str, tuple[int, int]] = {}
-    for route in table_routes(ipr, family, device.table):
-        dst = route.get_attr("RTA_DST")
-        if dst is not None:
-            present[f"{dst}/{route['dst_len']}"] = (route["type"], route["scope"])
-    for dst, (kind, scope) in present.items():
-        if wanted.get(dst) != kind:
-            ipr.route("del", dst=dst, table=device.table, scope=scope, type=kind, family=family)
-    missing = sorted(dst for dst, kind in wanted.items() if present.get(dst, (0, 0))[0] != kind)
-    through = [dst for dst in missing if wanted[dst] == RTN_UNICAST]
-    if through:
-        ipr.nlm_request_batch([direct_route(dst, index, device.table) for dst in through])
-    for dst in missing:
-        if wanted[dst] == RTN_THROW:
-            ipr.route("add", dst=dst, table=device.table, type=RTN_THROW, family=family)
+    with Rtnl() as nl:
+        present: dict[str, tuple[int, int]] = {}
+        for route in nl.routes(family, device.table):
+            if route.dst is not None:
+                present[f"{route.dst}/{route.dst_len}"] = (route.type, route.scope)
+        requests = [
+            (
+                RTM_DELROUTE,
+                NLM_F_REQUEST,
+                route_message(dst, table=device.table, proto=0, scope=scope, route_type=kind),
+            )
+            for dst, (kind, scope) in present.items()
+            if wanted.get(dst) != kind
+        ]
+        missing = sorted(dst for dst, kind in wanted.items() if present.get(dst, (0, 0))[0] != kind)
+        for dst in missing:
+            if wanted[dst] == RTN_UNICAST:
+                requests.append(direct_route(dst, index, device.table))
+            else:
+                throw = route_message(
+                    dst, table=device.table, proto=RTPROT_STATIC, scope=0, route_type=RTN_THROW
+                )
+                requests.append((RTM_NEWROUTE, REPLACE, throw))
+        for error in nl.request(requests):
+            if error and error != errno.ESRCH:
+                raise OSError(error, f"WireGuard routes: {os.strerror(error)}")
 
 
 def _sync_rule(ipr: IPRoute, device: WireguardDevice | None, version: int) -> None:
