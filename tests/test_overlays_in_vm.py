@@ -4,7 +4,8 @@ machine's kernel cannot build, judged by the pods' traffic and by what crosses t
 Each test makes two node namespaces on one underlay with a pod each (tests/two_nodes.py), an
 agent per node reading one manifest directory, and captures the underlay with tcpdump while
 the client pod talks to the server pod: IPIP must carry the pods' TCP inside protocol 4
-(CrossSubnet: plainly, nodes sharing a subnet), WireGuard must show nothing but its UDP.
+(CrossSubnet: plainly, nodes sharing a subnet), WireGuard (with host encryption, the nodes'
+own traffic too) must show nothing but its UDP.
 An encapsulation change restarts both agents (exit 129, as Felix) and they converge on the
 new overlay when started again, as systemd would start them.
 """
@@ -20,7 +21,7 @@ import pytest
 
 from pyfelix.demo import DemoNode
 from pyfelix.errors import RESTART_EXIT_CODE
-from pyfelix.pods import connects
+from pyfelix.pods import connects, start_responder
 from tests.capture import captured, packets
 from tests.netns import SLOWDOWN, eventually, run_in
 from tests.two_nodes import block_and_pod, ipv6_pool, node_resource, two_nodes
@@ -134,10 +135,13 @@ def test_ipip_cross_subnet_goes_direct_between_nodes_of_one_subnet(tmp_path: Pat
 
 
 def test_kernel_wireguard_in_both_families_shows_only_its_udp(tmp_path: Path) -> None:
-    """The kernel's WireGuard devices, IPv4 and IPv6: the pods talk in both families and the
-    underlay carries only WireGuard's UDP (51820, 51821), never the pods' TCP."""
+    """The kernel's WireGuard devices, IPv4 and IPv6, with host encryption: the pods talk in
+    both families, and so do the nodes themselves, and the underlay carries only WireGuard's
+    UDP (51820, 51821), never their TCP."""
     config = WIREGUARD_CLUSTER.replace(
-        "wireguardEnabled: true", "wireguardEnabled: true\n  wireguardEnabledV6: true"
+        "wireguardEnabled: true",
+        "wireguardEnabled: true\n  wireguardEnabledV6: true"
+        "\n  wireguardHostEncryptionEnabled: true",
     )
     with cluster(
         tmp_path, config + ipv6_pool() + dual_stack_node(1) + dual_stack_node(2), "wk"
@@ -162,9 +166,16 @@ def test_kernel_wireguard_in_both_families_shows_only_its_udp(tmp_path: Path) ->
         )
         details = run_in(node1, "ip", "-d", "link", "show", device(1, 6)).stdout
         assert " wireguard " in details, "the kernel's device"
-        with captured(node1, tmp_path / "wg.pcap"):
-            assert connects(pod, "10.65.2.2", 8080, timeout=5)
-            assert connects(pod, "fd65:0:0:2::2", 8080, timeout=5)
+        assert "10.99.0.2/32" in run_in(node1, "wg", "show", device(1)).stdout
+        server = start_responder(nodes[1].node, [7777])
+        try:
+            with captured(node1, tmp_path / "wg.pcap"):
+                assert connects(pod, "10.65.2.2", 8080, timeout=5)
+                assert connects(pod, "fd65:0:0:2::2", 8080, timeout=5)
+                assert connects(node1, "10.99.0.2", 7777, timeout=5)
+        finally:
+            server.terminate()
         assert packets(tmp_path / "wg.pcap", "udp port 51820")
         assert packets(tmp_path / "wg.pcap", "udp port 51821")
         assert not packets(tmp_path / "wg.pcap", "tcp port 8080"), "pod TCP in the clear"
+        assert not packets(tmp_path / "wg.pcap", "tcp port 7777"), "host TCP in the clear"
