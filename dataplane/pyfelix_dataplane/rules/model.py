@@ -31,6 +31,32 @@ def length_limited(prefix: str, suffix: str, max_length: int = MAX_CHAIN_NAME) -
     return prefix + suffix
 
 
+def rule_ids(chain: str, bodies: Iterable[str]) -> list[str]:
+    """Felix's rule ids for the rule bodies of ``chain``: a SHA-224 chain seeded with the chain
+    name, each step hashing the previous raw digest and ``-A <chain> HASH <rule>``; the id is
+    16 base64url characters. So a rule's id changes whenever anything before it changes."""
+    hashes = []
+    digest = hashlib.sha224(chain.encode()).digest()
+    prefix = f"-A {chain} HASH "
+    # 12 bytes are exactly the 16 base64 characters of the id, with no padding.
+    id_bytes = RULE_HASH_LENGTH * 3 // 4
+    for body in bodies:
+        digest = hashlib.sha224(digest + (prefix + body).rstrip().encode()).digest()
+        encoded = binascii.b2a_base64(digest[:id_bytes], newline=False)
+        hashes.append(encoded.translate(_URLSAFE).decode())
+    return hashes
+
+
+def rule_body(match: str, action: str, comment: Iterable[str]) -> str:
+    """Comments first, then the match, then the action (Felix's order)."""
+    parts = [f'-m comment --comment "{c}"' for c in comment]
+    if match:
+        parts.append(match)
+    if action:
+        parts.append(action)
+    return " ".join(parts)
+
+
 @attrs.frozen
 class Rule:
     match: str = ""
@@ -39,14 +65,8 @@ class Rule:
 
     @functools.cached_property
     def body(self) -> str:
-        """Comments first, then the match, then the action (Felix's order); once per rule
-        value, as both its id and its line need it."""
-        parts = [f'-m comment --comment "{c}"' for c in self.comment]
-        if self.match:
-            parts.append(self.match)
-        if self.action:
-            parts.append(self.action)
-        return " ".join(parts)
+        """Its text (rule_body); once per rule value, as both its id and its line need it."""
+        return rule_body(self.match, self.action, self.comment)
 
 
 @attrs.frozen
@@ -60,19 +80,7 @@ class Chain:
         return tuple(self.rule_hashes())
 
     def rule_hashes(self) -> list[str]:
-        """Felix's rule ids: a SHA-224 chain seeded with the chain name, each step hashing the
-        previous raw digest and ``-A <chain> HASH <rule>``; the id is 16 base64url characters.
-        So a rule's id changes whenever anything before it in the chain changes."""
-        hashes = []
-        digest = hashlib.sha224(self.name.encode()).digest()
-        prefix = f"-A {self.name} HASH "
-        # 12 bytes are exactly the 16 base64 characters of the id, with no padding.
-        id_bytes = RULE_HASH_LENGTH * 3 // 4
-        for rule in self.rules:
-            digest = hashlib.sha224(digest + (prefix + rule.body).rstrip().encode()).digest()
-            encoded = binascii.b2a_base64(digest[:id_bytes], newline=False)
-            hashes.append(encoded.translate(_URLSAFE).decode())
-        return hashes
+        return rule_ids(self.name, (rule.body for rule in self.rules))
 
     def lines(self) -> list[str]:
         head = f"-A {self.name} -m comment --comment "

@@ -37,7 +37,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 
-from pyfelix_dataplane.rules.model import Chain, Rule
+from pyfelix_dataplane.rules.model import Chain, Rule, rule_body, rule_ids
 from pyfelix_dataplane.rules.render import HOOKS, TABLES, ip_versions, kernel_ipsets, render_chains
 from pyfelix_dataplane.rules.settings import Settings
 from pyfelix_dataplane.rules.static import kernel_appends
@@ -111,16 +111,23 @@ class NftChain:
     def hashes(self) -> tuple[str, ...]:
         """The rule ids, as the iptables mode chains them, over the nft text; once per chain
         value (the manager keeps its chains across applies)."""
-        pseudo = Chain(self.name, tuple(Rule(match=r.text, comment=r.comment) for r in self.rules))
-        return pseudo.hashes
+        bodies = (rule_body(r.text, "", r.comment) for r in self.rules)
+        return tuple(rule_ids(self.name, bodies))
 
     def rule_lines(self) -> list[str]:
         lines = []
         for rule, rule_hash in zip(self.rules, self.hashes, strict=True):
-            said = _COMMENT_SAFE.sub("_", " ".join(rule.comment))
-            comment = f"cali:{rule_hash};" + (f" {said}" if said else "")
+            comment = f"cali:{rule_hash};{_comment_text(rule.comment)}"
             lines.append(f'{rule.text} comment "{comment[:MAX_COMMENT]}"')
         return lines
+
+
+@functools.lru_cache(maxsize=4096)
+def _comment_text(comment: tuple[str, ...]) -> str:
+    """A rule's comments as they follow its id (nft quotes them: unsafe characters become
+    underscores); once per comment (most rules share a few)."""
+    said = _COMMENT_SAFE.sub("_", " ".join(comment))
+    return f" {said}" if said else ""
 
 
 @attrs.frozen
