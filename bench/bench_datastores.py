@@ -169,10 +169,15 @@ def agent_from_etcd(endpoints: int, policies: int) -> dict[str, Any]:
             peak = next(
                 int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM")
             )
-            in_sync = next(
-                line for line in Path(log.name).read_text().splitlines() if "in sync:" in line
-            )
-        return {"seconds": elapsed, "peak_rss_mb": peak / 1024, "in_sync": in_sync}
+            lines = Path(log.name).read_text().splitlines()
+            in_sync = next(line for line in lines if "in sync:" in line)
+            first_apply = next(line for line in lines if "apply 1:" in line)
+        return {
+            "seconds": elapsed,
+            "peak_rss_mb": peak / 1024,
+            "in_sync": in_sync,
+            "first_apply": first_apply.split("apply 1: ", 1)[-1],
+        }
     finally:
         if agent is not None:
             agent.terminate()
@@ -242,6 +247,7 @@ def main() -> None:
             f"(node-0, real kernel in a namespace), peak RSS {result['peak_rss_mb']:.0f} MB"
         )
         print(f"       {str(result['in_sync']).split(': ', 1)[-1]}")
+        print(f"       first apply: {result['first_apply']}")
 
 
 if __name__ == "__main__":
