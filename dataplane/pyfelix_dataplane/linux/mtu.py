@@ -19,10 +19,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import attrs
-from pyroute2 import IPRoute
 
 from pyfelix.config import FelixConfig
 from pyfelix_dataplane.linux.ipip import IPIP_OVERHEAD
+from pyfelix_dataplane.linux.rtnl import Rtnl
 from pyfelix_dataplane.linux.vxlan import VXLAN_OVERHEAD, VXLAN_V6_OVERHEAD
 from pyfelix_dataplane.linux.wireguard import OVERHEAD as WIREGUARD_OVERHEAD
 from pyfelix_dataplane.linux.wireguard import OVERHEAD_V6 as WIREGUARD_V6_OVERHEAD
@@ -137,12 +137,5 @@ def read_mtu_file(directory: Path | None = None) -> int | None:
 def read_links() -> list[Link]:
     """Every interface of this network namespace; up means running (IFF_RUNNING), as
     Felix's interface monitor reads the operational state."""
-    with IPRoute() as ipr:
-        return [
-            (
-                str(link.get_attr("IFLA_IFNAME")),
-                int(link.get_attr("IFLA_MTU") or 0),
-                bool(link["flags"] & IFF_RUNNING),
-            )
-            for link in ipr.get_links()
-        ]
+    with Rtnl() as nl:
+        return [(name, mtu, bool(flags & IFF_RUNNING)) for name, mtu, flags in nl.links()]

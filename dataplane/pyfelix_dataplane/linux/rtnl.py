@@ -1,4 +1,5 @@
-"""Route messages on a plain rtnetlink socket: the route writer's dumps and batches.
+"""Route messages on a plain rtnetlink socket: the route writer's dumps and batches, and
+the links dump MTU detection reads.
 
 pyroute2 (the netlink library everywhere else) runs an asyncio loop for each call and
 encodes each message through its generic attribute machinery: for a node's 200 workload
@@ -26,7 +27,8 @@ _SOL_NETLINK, _CAP_ACK, _GET_STRICT_CHK = 270, 10, 12
 NLM_F_REQUEST, NLM_F_MULTI, NLM_F_ACK = 0x1, 0x2, 0x4
 NLM_F_DUMP, NLM_F_REPLACE, NLM_F_CREATE = 0x300, 0x100, 0x400
 NLMSG_ERROR, NLMSG_DONE = 2, 3
-RTM_NEWROUTE, RTM_DELROUTE, RTM_GETROUTE, RTM_NEWNEIGH = 24, 25, 26, 28
+RTM_GETLINK, RTM_NEWROUTE, RTM_DELROUTE, RTM_GETROUTE, RTM_NEWNEIGH = 18, 24, 25, 26, 28
+IFLA_IFNAME, IFLA_MTU = 3, 4
 RTA_DST, RTA_OIF, RTA_GATEWAY, RTA_PRIORITY, RTA_PREFSRC, RTA_TABLE = 1, 4, 5, 6, 7, 15
 NDA_DST, NDA_LLADDR = 1, 2
 RTN_UNICAST, RTN_THROW = 1, 9
@@ -42,6 +44,7 @@ _WINDOW = 256
 _HEADER = struct.Struct("=IHHII")
 _RTMSG = struct.Struct("=BBBBBBBBI")
 _NDMSG = struct.Struct("=BBHiHBB")
+_IFINFOMSG = struct.Struct("=BBHiII")
 _ATTR = struct.Struct("=HH")
 _U32 = struct.Struct("=I")
 
@@ -188,31 +191,46 @@ class Rtnl:
         self._sequence = (self._sequence + 1) & 0xFFFFFFFF
         return _HEADER.pack(_HEADER.size + length, kind, flags, self._sequence, 0), self._sequence
 
-    def routes(self, family: int, table: int, proto: int | None = None) -> list[Route]:
-        """The routes of one family in ``table`` (of protocol ``proto`` if given)."""
-        query = _RTMSG.pack(family, 0, 0, 0, table if table < 256 else 0, proto or 0, 0, 0, 0)
-        query += _attr(RTA_TABLE, _U32.pack(table))
-        header, sequence = self._header(len(query), RTM_GETROUTE, NLM_F_REQUEST | NLM_F_DUMP)
+    def _dump(self, kind: int, query: bytes) -> Iterator[tuple[bytes, int, int]]:
+        """The messages a dump request gets back: (data, offset of the body, its end)."""
+        header, sequence = self._header(len(query), kind, NLM_F_REQUEST | NLM_F_DUMP)
         self._socket.sendall(header + query)
-        found: list[Route] = []
         while True:
             data = self._socket.recv(1 << 16)
             offset = 0
             while offset + _HEADER.size <= len(data):
-                length, kind, _, seq, _ = _HEADER.unpack_from(data, offset)
+                length, kind_, _, seq, _ = _HEADER.unpack_from(data, offset)
                 if length < _HEADER.size:
                     raise OSError(errno.EPROTO, "a truncated netlink message")
-                end = offset + length
                 if seq == sequence:
-                    if kind == NLMSG_DONE:
-                        return found
-                    if kind == NLMSG_ERROR:
+                    if kind_ == NLMSG_DONE:
+                        return
+                    if kind_ == NLMSG_ERROR:
                         (error,) = struct.unpack_from("=i", data, offset + _HEADER.size)
-                        raise OSError(-error, f"route dump: {os.strerror(-error)}")
-                    route = _route(data, offset + _HEADER.size, end)
-                    if route.table == table and (proto is None or route.proto == proto):
-                        found.append(route)
+                        raise OSError(-error, f"netlink dump: {os.strerror(-error)}")
+                    yield data, offset + _HEADER.size, offset + length
                 offset += (length + 3) & ~3
+
+    def routes(self, family: int, table: int, proto: int | None = None) -> list[Route]:
+        """The routes of one family in ``table`` (of protocol ``proto`` if given)."""
+        query = _RTMSG.pack(family, 0, 0, 0, table if table < 256 else 0, proto or 0, 0, 0, 0)
+        query += _attr(RTA_TABLE, _U32.pack(table))
+        found = (_route(*message) for message in self._dump(RTM_GETROUTE, query))
+        return [r for r in found if r.table == table and (proto is None or r.proto == proto)]
+
+    def links(self) -> list[tuple[str, int, int]]:
+        """(name, MTU, flags) of every interface."""
+        found = []
+        for data, offset, end in self._dump(RTM_GETLINK, _IFINFOMSG.pack(0, 0, 0, 0, 0, 0)):
+            flags = _IFINFOMSG.unpack_from(data, offset)[4]
+            name, mtu = "", 0
+            for kind, value in _attributes(data, offset + _IFINFOMSG.size, end):
+                if kind == IFLA_IFNAME:
+                    name = value.rstrip(b"\0").decode("utf-8", "replace")
+                elif kind == IFLA_MTU:
+                    (mtu,) = _U32.unpack(value)
+            found.append((name, mtu, flags))
+        return found
 
     def request(self, messages: Sequence[tuple[int, int, bytes]]) -> list[int]:
         """Send (type, flags, body) messages, each acknowledged; the error number of each
