@@ -315,10 +315,19 @@ def _uncovered(members: Iterable[str]) -> list[str]:
     return [str(n) if n.prefixlen != n.max_prefixlen else str(n.network_address) for n in kept]
 
 
-@functools.lru_cache(maxsize=65536)
+#: Matches whose nft spelling names the IP version (``ip saddr``, ``ip6 daddr @set``).
+_VERSIONED = re.compile(r"(?:^|\s)(?:--source|-s|--destination|-d|--match-set)(?:\s|$)")
+
+
 def translate(rule: Rule, layer: str, version: int) -> NftRule:
     """One iptables-mode rule as nft text: ``<match> counter <verdict>``; once per rule
-    value (every workload's chains repeat most of their rules)."""
+    value (every workload's chains repeat most of their rules), and once for both IP
+    versions where nothing in it names one (most rules: in the benchmark 7,470 of 8,470)."""
+    return _translate(rule, layer, version if _VERSIONED.search(rule.match) else 0)
+
+
+@functools.lru_cache(maxsize=65536)
+def _translate(rule: Rule, layer: str, version: int) -> NftRule:
     try:
         match = _match(_tokens(rule.match), version)
         action = _action(_tokens(rule.action), layer, version) if rule.action else ""
