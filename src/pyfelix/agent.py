@@ -35,6 +35,7 @@ from pyfelix.connector import SHUTDOWN_PAUSE, DataplaneConnector
 from pyfelix.datastore import is_etcd
 from pyfelix.datastore.etcd import EtcdClient, EtcdConfig, EtcdError
 from pyfelix.datastore.layout import decode
+from pyfelix.datastore.prefetch import ListingPrefetch
 from pyfelix.errors import ManifestError, RestartRequired, Shutdown
 from pyfelix.health import DATAPLANE, HEALTH_INTERVAL, HealthAggregator, health_routes
 from pyfelix.httpserver import HttpServer
@@ -67,6 +68,8 @@ class AgentOptions:
     status_interval: float = 30.0
     #: The file datastore's first read, started by the CLI before the agent's imports.
     prefetch: ParsePrefetch | None = None
+    #: etcd's first listing, likewise.
+    listing: ListingPrefetch | None = None
 
 
 async def _stop_on_signal(scope: trio.CancelScope) -> None:
@@ -202,7 +205,7 @@ async def run_agent(options: AgentOptions, out: TextIO = sys.stdout) -> int:
             if is_etcd(options.datastore):
                 client = EtcdClient(EtcdConfig.from_url(options.datastore))
                 stack.push_async_callback(client.aclose)
-                syncer = EtcdSyncer(client, decoupler)
+                syncer = EtcdSyncer(client, decoupler, prefetch=options.listing)
                 status = EtcdStatusReporter(client, options.hostname)
                 reporters.append(status)
                 await nursery.start(status.run)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyfelix import __version__
 from pyfelix.datastore import is_etcd
+from pyfelix.datastore.prefetch import ListingPrefetch
 from pyfelix.dryrun import compute, default_hostname, render_json, render_text
 from pyfelix.errors import ManifestError, Problem
 from pyfelix.logs import set_severity
@@ -163,10 +164,11 @@ def _refuse(problems: Sequence[Problem]) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     """The agent."""
     source = args.datastore or os.environ.get("PYFELIX_DATASTORE", "")
-    # The first read's parse starts now, on the other core, beside the imports below.
-    prefetch = None
-    if source and not is_etcd(source) and (args.dry_run or os.geteuid() == 0):
-        prefetch = ParsePrefetch(Path(source))
+    # The first read (a directory's parse, or etcd's listing) starts now, on the other core,
+    # beside the imports below.
+    prefetch: ParsePrefetch | ListingPrefetch | None = None
+    if source and (args.dry_run or os.geteuid() == 0):
+        prefetch = ListingPrefetch(source) if is_etcd(source) else ParsePrefetch(Path(source))
     try:
         return _run_agent(args, source, prefetch)
     finally:
@@ -174,7 +176,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             prefetch.close()
 
 
-def _run_agent(args: argparse.Namespace, source: str, prefetch: ParsePrefetch | None) -> int:
+def _run_agent(
+    args: argparse.Namespace, source: str, prefetch: ParsePrefetch | ListingPrefetch | None
+) -> int:
     import trio
 
     from pyfelix.agent import AgentOptions, run_agent
@@ -207,7 +211,11 @@ def _run_agent(args: argparse.Namespace, source: str, prefetch: ParsePrefetch | 
             print(exc, file=sys.stderr)
             return EXIT_INVALID
     options = AgentOptions(
-        hostname=args.hostname, datastore=source, dry_run=args.dry_run, prefetch=prefetch
+        hostname=args.hostname,
+        datastore=source,
+        dry_run=args.dry_run,
+        prefetch=prefetch if isinstance(prefetch, ParsePrefetch) else None,
+        listing=prefetch if isinstance(prefetch, ListingPrefetch) else None,
     )
     try:
         code: int = trio.run(run_agent, options)

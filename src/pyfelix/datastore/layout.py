@@ -126,24 +126,29 @@ def decode(key: str, value: bytes, mod_revision: int = 0) -> Resource | None:
     return decode_document(key, *parsed, mod_revision)
 
 
-def parse(key: str, value: bytes) -> tuple[type[Resource], dict[str, Any]] | None:
-    """The kind ``key`` names and the document stored there, not decoded yet; None for keys
-    pyfelix does not read. Raises ManifestError as ``decode`` does."""
+def parse(
+    key: str, value: bytes, document: dict[str, Any] | None = None
+) -> tuple[type[Resource], dict[str, Any]] | None:
+    """The kind ``key`` names and the document stored there (``document``, when the value
+    was parsed already), not decoded yet; None for keys pyfelix does not read. Raises
+    ManifestError as ``decode`` does."""
     try:
         key.encode("utf-8")
     except UnicodeEncodeError:
         raise ManifestError([Problem(ascii(key), "key is not valid UTF-8")]) from None
     try:
-        return _parse(key, value)
+        return _parse(key, value, document)
     except RecursionError:
         raise ManifestError([Problem(key, "value is nested too deeply")]) from None
 
 
-def _parse(key: str, value: bytes) -> tuple[type[Resource], dict[str, Any]] | None:
+def _parse(
+    key: str, value: bytes, parsed: dict[str, Any] | None
+) -> tuple[type[Resource], dict[str, Any]] | None:
     if key.startswith(IPAM_BLOCK_PREFIX):
         if "/block/" not in key:
             return None
-        return IPAMBlock, _block_document(key, _json(key, value))
+        return IPAMBlock, _block_document(key, parsed if parsed is not None else _json(key, value))
     if not key.startswith(RESOURCES_PREFIX):
         return None
     parts = key[len(RESOURCES_PREFIX) :].split("/")
@@ -152,7 +157,7 @@ def _parse(key: str, value: bytes) -> tuple[type[Resource], dict[str, Any]] | No
     cls = _BY_PLURAL.get((parts[0], parts[1]))
     if cls is None:
         return None
-    document = _json(key, value)
+    document = parsed if parsed is not None else _json(key, value)
     if document.get("kind") != cls.manifest_kind():
         expected = cls.manifest_kind()
         raise ManifestError([Problem(key, f"expected kind {expected}", None, None, "kind")])

@@ -82,7 +82,7 @@ def _spool() -> BinaryIO:
     return tempfile.TemporaryFile(dir=shm if os.path.isdir(shm) else None)
 
 
-def _fork_worker(work: Callable[[BinaryIO], None]) -> tuple[int, BinaryIO] | None:
+def fork_worker(work: Callable[[BinaryIO], None]) -> tuple[int, BinaryIO] | None:
     """A forked child running ``work`` into a spool and leaving without any cleanup (exit
     status 0 when it finished); its pid and the spool, or None if there is no fork."""
     spool = _spool()
@@ -121,7 +121,7 @@ class SharedParse:
                 self._theirs.add(file)
             mine += size
         theirs = [f for f in self._files if f in self._theirs]
-        worker = _fork_worker(lambda spool: _parse_into(spool, theirs))
+        worker = fork_worker(lambda spool: _parse_into(spool, theirs))
         if worker is None:
             self._theirs = set()
             return
@@ -216,7 +216,7 @@ class ParsePrefetch:
         if yaml_bytes < MIN_PREFETCH_BYTES or available_cores() < 2:
             return
         self._claims = mmap.mmap(-1, len(files))  # anonymous and shared with the child
-        worker = _fork_worker(lambda spool: self._parse_backwards(spool, files))
+        worker = fork_worker(lambda spool: self._parse_backwards(spool, files))
         if worker is None:
             return
         self._pid, self._spool = worker

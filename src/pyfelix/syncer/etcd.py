@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import random
+from typing import Any
 
 import attrs
 import trio
@@ -25,6 +26,7 @@ from pyfelix.datastore.etcd import (
     WatchEvent,
 )
 from pyfelix.datastore.layout import WATCH_PREFIX, decode_document, parse
+from pyfelix.datastore.prefetch import Entry, ListingPrefetch
 from pyfelix.errors import ManifestError
 from pyfelix.resources import WorkloadEndpoint
 from pyfelix.syncer.api import SyncerCallbacks, SyncStatus, Update
@@ -32,6 +34,16 @@ from pyfelix.syncer.plain_workloads import plain_workload
 from pyfelix.syncer.processors import KV, Converter, convert
 
 log = logging.getLogger(__name__)
+
+#: A page as the resync decodes it: each key with its document where it came parsed.
+_Page = tuple[list[tuple[KeyValue, "dict[str, Any] | None"]], int]
+_DONE: Any = object()
+
+
+def _entry(entry: Entry) -> tuple[KeyValue, dict[str, Any] | None]:
+    key, mod_revision, create_revision, version, lease, document, value = entry
+    return KeyValue(key, value, mod_revision, create_revision, version, lease), document
+
 
 BACKOFF_START = 0.1
 BACKOFF_MAX = 5.0
@@ -54,6 +66,8 @@ class EtcdSyncer:
     _started: bool = False
     resyncs: int = 0
     page_size: int = PAGE_SIZE
+    #: The first listing, fetched by a child process beside the agent's imports.
+    prefetch: ListingPrefetch | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self.callbacks.on_status(SyncStatus.WAIT_FOR_DATASTORE)
@@ -82,7 +96,7 @@ class EtcdSyncer:
         every page is in are the revisions recorded and the resources converted, so a listing
         that fails half way leaves the syncer as it was. Everything is sent at once, at the
         end: downstream sees one consistent snapshot."""
-        pages: trio.MemorySendChannel[tuple[list[KeyValue], int] | EtcdError]
+        pages: trio.MemorySendChannel[_Page | EtcdError | None]
         pages, arriving = trio.open_memory_channel(PAGES_AHEAD)
         seen: set[str] = set()
         changed: list[tuple[KeyValue, tuple[KV, ...]]] = []
@@ -94,11 +108,17 @@ class EtcdSyncer:
                 if isinstance(item, EtcdError):
                     failure = item  # raised below, outside the nursery (not in a group)
                     break
+                if item is None:
+                    # The prefetched listing broke off: what it gave is dropped, the client's
+                    # own listing follows.
+                    seen.clear()
+                    changed.clear()
+                    continue
                 batch, revision = item
-                for index, kv in enumerate(batch):
+                for index, (kv, document) in enumerate(batch):
                     seen.add(kv.key)
                     if self._revisions.get(kv.key) != kv.mod_revision:
-                        changed.append((kv, self._produce(kv)))
+                        changed.append((kv, self._produce(kv, document)))
                     if index % CHECKPOINT_EVERY == CHECKPOINT_EVERY - 1:
                         await trio.lowlevel.checkpoint()
         if failure is not None:
@@ -115,15 +135,28 @@ class EtcdSyncer:
         self.callbacks.on_status(SyncStatus.IN_SYNC)
         return revision
 
-    async def _fetch_pages(
-        self, pages: trio.MemorySendChannel[tuple[list[KeyValue], int] | EtcdError]
-    ) -> None:
-        """The listing's pages, then the channel closed; a failure is passed on as an item, so
-        the resync raises it as the EtcdError it is (not inside an exception group)."""
+    async def _fetch_pages(self, pages: trio.MemorySendChannel[_Page | EtcdError | None]) -> None:
+        """The listing's pages (the prefetched one, the first time, while it lasts; then
+        a None), then the channel closed; a failure is passed on as an item, so the resync
+        raises it as the EtcdError it is (not inside an exception group)."""
         async with pages:
+            prefetch, self.prefetch = self.prefetch, None
+            if prefetch is not None and prefetch.active:
+                try:
+                    taken = prefetch.pages()
+                    while (page := await trio.to_thread.run_sync(next, taken, _DONE)) is not _DONE:
+                        if page is None:
+                            await pages.send(None)
+                            break
+                        revision, _, entries = page
+                        await pages.send(([_entry(e) for e in entries], revision))
+                    else:
+                        return
+                finally:
+                    prefetch.close()
             try:
-                async for page in self.client.list_pages(self.prefix, self.page_size):
-                    await pages.send(page)
+                async for batch, revision in self.client.list_pages(self.prefix, self.page_size):
+                    await pages.send(([(kv, None) for kv in batch], revision))
             except EtcdError as exc:
                 await pages.send(exc)
 
@@ -145,11 +178,12 @@ class EtcdSyncer:
         return self._record(key, kv, self._produce(kv) if kv is not None else (), revision)
 
     @staticmethod
-    def _produce(kv: KeyValue) -> tuple[KV, ...]:
-        """The model keys and values stored at ``kv``: () for a key pyfelix does not read, or
-        for a value that is not JSON or not a valid resource (logged, treated as absent)."""
+    def _produce(kv: KeyValue, document: dict[str, Any] | None = None) -> tuple[KV, ...]:
+        """The model keys and values stored at ``kv`` (whose value is ``document`` when it
+        was parsed already): () for a key pyfelix does not read, or for a value that is not
+        JSON or not a valid resource (logged, treated as absent)."""
         try:
-            parsed = parse(kv.key, kv.value)
+            parsed = parse(kv.key, kv.value, document)
             if parsed is None:
                 return ()
             cls, document = parsed
