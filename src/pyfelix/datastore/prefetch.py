@@ -23,9 +23,17 @@ import os
 import signal
 import time
 from collections.abc import Iterator
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from pyfelix.resources.shared_parse import available_cores, fork_worker
+
+if TYPE_CHECKING:
+    import queue
+    from http.client import HTTPConnection
+    from typing import TypeAlias
+
+    #: The child's fetched pages (revision, envelope), then None or what stopped it.
+    Fetched: TypeAlias = queue.Queue[tuple[int, dict[str, Any]] | BaseException | None]
 
 log = logging.getLogger(__name__)
 
@@ -67,23 +75,15 @@ def _entry(kv: dict[str, Any]) -> Entry:
 
 def _list_into(spool: BinaryIO, url: str) -> None:
     """The child: every page of the syncer's prefix into ``spool``, over the first endpoint
-    that answers (raises, ending the child non-zero, when none does or a page is refused)."""
-    import base64  # noqa: PLC0415 (in the child only, after the fork)
-    import http.client  # noqa: PLC0415
-    import json  # noqa: PLC0415
+    that answers (raises, ending the child non-zero, when none does or a page is refused).
+    A thread fetches the next page while this one's keys are parsed: etcd's gateway takes
+    about as long to serve a page as this takes to parse it."""
+    import http.client  # noqa: PLC0415 (in the child only, after the fork)
+    import queue  # noqa: PLC0415
+    import threading  # noqa: PLC0415
     from urllib.parse import urlparse  # noqa: PLC0415
 
-    from pyfelix import jsontext  # noqa: PLC0415
-    from pyfelix.datastore.etcd import (  # noqa: PLC0415
-        LIST_PAGE,
-        REQUEST_TIMEOUT,
-        EtcdConfig,
-        prefix_end,
-    )
-    from pyfelix.datastore.layout import WATCH_PREFIX  # noqa: PLC0415
-
-    def b64(text: str) -> str:
-        return base64.b64encode(text.encode("utf-8", "surrogateescape")).decode()
+    from pyfelix.datastore.etcd import REQUEST_TIMEOUT, EtcdConfig  # noqa: PLC0415
 
     config = EtcdConfig.from_url(url)
     context = config.ssl_context()
@@ -101,28 +101,64 @@ def _list_into(spool: BinaryIO, url: str) -> None:
             connection.connect()
         except OSError:
             continue
-        start, revision, end = WATCH_PREFIX, 0, b64(prefix_end(WATCH_PREFIX))
-        while True:
-            body: dict[str, str] = {"key": b64(start), "range_end": end, "limit": str(LIST_PAGE)}
-            if revision:
-                body["revision"] = str(revision)
-            headers = {"Content-Type": "application/json"}
-            connection.request("POST", "/v3/kv/range", json.dumps(body), headers)
-            response = connection.getresponse()
-            data = response.read()
-            if response.status != 200:
-                raise OSError(f"etcd answered {response.status}")
-            listed = jsontext.loads(data)
-            revision = revision or int(listed.get("header", {}).get("revision", 0))
+        # Two pages ahead at most: each is a few MB.
+        fetched: Fetched = queue.Queue(2)
+        threading.Thread(target=_fetch, args=(connection, fetched), daemon=True).start()
+        while (item := fetched.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            revision, listed = item
             entries = [_entry(kv) for kv in listed.get("kvs", [])]
             more = bool(listed.get("more")) and bool(entries)
             record = marshal.dumps((revision, more, entries))
             spool.write(len(record).to_bytes(_LENGTH, "little") + record)
             spool.flush()
-            if not more:
-                return
-            start = entries[-1][0] + "\0"
+        return
     raise OSError("no etcd endpoint answered")
+
+
+def _fetch(connection: HTTPConnection, fetched: Fetched) -> None:
+    """The child's fetching thread: each page of the listing (``_pages``), then None, or the
+    exception that stopped it."""
+    try:
+        for page in _pages(connection):
+            fetched.put(page)
+        fetched.put(None)
+    except BaseException as exc:
+        fetched.put(exc)
+
+
+def _pages(connection: HTTPConnection) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The pages of the listing, each with the first page's revision and its envelope
+    parsed, every page at that revision."""
+    import base64  # noqa: PLC0415 (in the child only)
+    import json  # noqa: PLC0415
+
+    from pyfelix import jsontext  # noqa: PLC0415
+    from pyfelix.datastore.etcd import LIST_PAGE, prefix_end  # noqa: PLC0415
+    from pyfelix.datastore.layout import WATCH_PREFIX  # noqa: PLC0415
+
+    def b64(text: str) -> str:
+        return base64.b64encode(text.encode("utf-8", "surrogateescape")).decode()
+
+    start, revision, end = WATCH_PREFIX, 0, b64(prefix_end(WATCH_PREFIX))
+    while True:
+        body: dict[str, str] = {"key": b64(start), "range_end": end, "limit": str(LIST_PAGE)}
+        if revision:
+            body["revision"] = str(revision)
+        headers = {"Content-Type": "application/json"}
+        connection.request("POST", "/v3/kv/range", json.dumps(body), headers)
+        response = connection.getresponse()
+        data = response.read()
+        if response.status != 200:
+            raise OSError(f"etcd answered {response.status}")
+        listed = jsontext.loads(data)
+        revision = revision or int(listed.get("header", {}).get("revision", 0))
+        yield revision, listed
+        kvs = listed.get("kvs", [])
+        if not listed.get("more") or not kvs:
+            return
+        start = base64.b64decode(kvs[-1]["key"]).decode("utf-8", "surrogateescape") + "\0"
 
 
 def _record(descriptor: int, offset: int) -> tuple[Page, int] | None:
