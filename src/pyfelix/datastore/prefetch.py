@@ -20,12 +20,11 @@ from __future__ import annotations
 import logging
 import marshal
 import os
-import signal
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from pyfelix.resources.shared_parse import available_cores, fork_worker
+from pyfelix.resources.shared_parse import available_cores, fork_worker, stop_worker
 
 if TYPE_CHECKING:
     import queue
@@ -228,10 +227,5 @@ class ListingPrefetch:
         return True
 
     def close(self) -> None:
-        if self._pid:
-            os.kill(self._pid, signal.SIGKILL)
-            os.waitpid(self._pid, 0)
-            self._pid = 0
-        if self._spool is not None:
-            self._spool.close()
-            self._spool = None
+        stop_worker(self._pid, self._spool)
+        self._pid, self._spool = 0, None

@@ -102,6 +102,15 @@ def fork_worker(work: Callable[[BinaryIO], None]) -> tuple[int, BinaryIO] | None
     return pid, spool
 
 
+def stop_worker(pid: int, spool: BinaryIO | None) -> None:
+    """Kill and reap a worker still running (``pid`` 0: none), and close its spool."""
+    if pid:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    if spool is not None:
+        spool.close()
+
+
 class SharedParse:
     """``load_paths(paths, direct)`` with the later half of the YAML parsed by a child, which
     starts at once when the YAML is worth it (``active``)."""
@@ -263,9 +272,5 @@ class ParsePrefetch:
 
     def close(self) -> None:
         """Stop and reap the child, if its documents were never taken."""
-        if self._pid:
-            os.kill(self._pid, signal.SIGKILL)
-            os.waitpid(self._pid, 0)
-            self._pid = 0
-        if self._spool is not None:
-            self._spool.close()
+        stop_worker(self._pid, self._spool)
+        self._pid = 0
