@@ -61,6 +61,8 @@ class FakeNode:
     fail: dict[str, list[DataplaneWriteError]] = attrs.Factory(dict)
     #: Awaited in the middle of the next ipset write (what else happens meanwhile), once.
     during_ipsets: Callable[[], Awaitable[None]] | None = None
+    #: How long reading the tables back takes (iptables-save of a large node: 0.1-0.3 s).
+    table_read_seconds: float = 0.0
 
     def failure(self, kind: str) -> None:
         pending = self.fail.get(kind)
@@ -157,15 +159,24 @@ class FakeTables:
             lines.append("COMMIT")
         return "\n".join(lines) + "\n"
 
-    async def prepare(self, desired: Mapping[str, Desired]) -> Script:
-        states = parse_save(self._save())
+    async def _plans(self, desired: Mapping[str, Desired]) -> dict[str, Script]:
+        """Each desired table's restore transaction against the tables as they are now."""
+        text = self._save()
+        await trio.sleep(self.node.table_read_seconds)
+        states = parse_save(text)
         planner = IptablesWriter(self.version, "nft")
-        return Script.join(
-            planner.plan(
+        return {
+            table: planner.plan(
                 table, states.get(table) or parse_save(f"*{table}\nCOMMIT\n")[table], c, h, a
             )
             for table, (c, h, a) in desired.items()
-        )
+        }
+
+    async def prepare(self, desired: Mapping[str, Desired]) -> Script:
+        return Script.join((await self._plans(desired)).values())
+
+    async def differing(self, desired: Mapping[str, Desired]) -> set[str]:
+        return {table for table, script in (await self._plans(desired)).items() if script}
 
     async def write(self, script: Script) -> None:
         self.node.failure("tables")

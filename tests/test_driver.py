@@ -26,6 +26,7 @@ from pyfelix_dataplane.linux.ipip import IpipDevice
 from pyfelix_dataplane.linux.kernel import Kernel
 from pyfelix_dataplane.linux.managers.endpoints import EndpointManager
 from pyfelix_dataplane.linux.routes import RouteTarget
+from pyfelix_dataplane.rules.ipsets import ipset_name
 from pyfelix_dataplane.rules.render import kernel_ipsets
 from pyfelix_dataplane.state import NodeState
 from tests.calc_harness import Identity, example_state, load_manifest
@@ -458,6 +459,31 @@ async def test_a_table_clobbered_after_a_write_is_repaired_on_felixs_post_write_
         await r.settle(3)  # before the 10 s check
         assert r.node.tables[4]["filter"][policy_chain] == []
         await r.settle(3)
+        assert r.node.tables[4]["filter"][policy_chain] == wanted
+
+
+async def test_a_label_change_does_not_wait_for_a_post_write_check(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Reading a large node's tables back takes 0.1-0.3 s: the post-write check runs beside
+    the applies, so an IP set member written meanwhile reaches the kernel at once, and the
+    check still repairs a table clobbered before it."""
+    messages = messages_for(example_state())
+    ipset = next(x for x in messages if isinstance(x, m.IPSetUpdate) and x.type == "hash:net")
+    async with running() as r:
+        await r.send(messages)
+        await r.settle(1)  # programmed at once; the first post-write check is due at 5 s
+        r.node.table_read_seconds = 2.0
+        filter_table = r.node.tables[4]["filter"]
+        policy_chain = next(name for name in filter_table if name.startswith("cali-pi-"))
+        wanted = list(filter_table[policy_chain])
+        filter_table[policy_chain].clear()
+        await r.settle(5)  # the check has been reading for a second
+        await r.send([m.IPSetDeltaUpdate(ipset.id, frozenset({"10.99.0.1/32"}), frozenset())])
+        await r.settle(0.1)
+        assert "10.99.0.1/32" in r.node.sets[ipset_name(ipset.id)][1]
+        assert r.node.tables[4]["filter"][policy_chain] == []
+        await r.settle(4)  # the check found the chain; the next apply rewrote it
         assert r.node.tables[4]["filter"][policy_chain] == wanted
 
 

@@ -135,6 +135,37 @@ def test_later_writes_rewrite_only_what_changed_without_listing(netns: str) -> N
     assert len(rules_in(after, "cali-pi-p6")) == 10
 
 
+def differing_after(spec: Spec, tamper: list[str]) -> list[set[str]]:
+    """Which tables differ from ``spec`` right after writing it, then after running
+    ``tamper`` (an iptables-nft command); runs inside the namespace."""
+
+    async def main() -> list[set[str]]:
+        writer = IptablesWriter(version=4, backend="nft")
+        chains = [
+            Chain(name, tuple(Rule(match=m, action=a) for m, a in rules)) for name, rules in spec
+        ]
+        desired = {"filter": (chains, HOOKS, APPENDS)}
+        await writer.apply(desired)
+        found = [await writer.differing(desired)]
+        await trio.run_process(["iptables-nft", *tamper])
+        found.append(await writer.differing(desired))
+        return found
+
+    return trio.run(main)
+
+
+@pytest.mark.netns
+@pytest.mark.parametrize(
+    "tamper",
+    [["-F", "cali-pi-p3"], ["-D", "INPUT", "1"], ["-A", "FORWARD", "-j", "DROP"]],
+    ids=["flushed chain", "removed hook", "rule after the appends"],
+)
+def test_a_check_finds_a_table_another_program_changed(netns: str, tamper: list[str]) -> None:
+    """The refresh's and post-write checks' reading (run beside the applies): a table as
+    written is not reported; one another program changed is."""
+    assert in_netns(netns, differing_after, policy_chains(5, 3), tamper) == [set(), {"filter"}]
+
+
 def test_the_listing_is_only_for_the_nft_backend_and_large_writes() -> None:
     chains = [Chain(f"cali-pi-p{i}", (Rule(action="--jump ACCEPT"),) * 20) for i in range(100)]
     hooks = [("INPUT", "cali-INPUT")]

@@ -271,7 +271,7 @@ class LinuxDriver:
                 nursery.start_soon(
                     self._follow_kube_proxy, kernel.kube_proxy_nftables, bool(kernel.nftables)
                 )
-            await self._loop(managers)
+            await self._loop(managers, nursery)
 
     async def _follow_kube_proxy(self, detect: Callable[[], Awaitable[bool]], now: bool) -> None:
         """NFTablesMode Auto, as Felix: when kube-proxy's mode (nftables or not) changes, the
@@ -343,10 +343,33 @@ class LinuxDriver:
             if now != host:
                 raise RestartRequired(f"host MTU changed from {host} to {now}")
 
-    async def _loop(self, managers: Managers) -> None:
+    async def _loop(self, managers: Managers, nursery: trio.Nursery) -> None:
         self._wake.set()
         retry = RETRY_START
         refresh = RefreshSchedule()
+        checking = False
+
+        async def check_tables() -> None:
+            nonlocal checking
+            try:
+                stale = await managers.tables.check()
+            except DataplaneWriteError as exc:
+                log.warning("cannot read the iptables tables back (%s): rewriting them", exc)
+                managers.tables.invalidate()
+                self._wake.set()
+                return
+            finally:
+                checking = False
+            for version, table in stale:
+                log.warning(
+                    "the IPv%d %s table no longer holds what was written (another program"
+                    " changed it): rewriting it",
+                    version,
+                    table,
+                )
+            if stale:
+                self._wake.set()
+
         while True:
             self.report_health(self._reported_in_sync)
             health_due = trio.current_time() + HEALTH_INTERVAL
@@ -355,9 +378,20 @@ class LinuxDriver:
             if not self._wake.is_set() and refresh.next_due() > trio.current_time():
                 continue  # only the health tick
             due = refresh.take_due(trio.current_time(), self.state.config)
+            invalidated = False
             for manager in managers.all():
-                if manager.area in due:
+                if manager.area not in due:
+                    continue
+                if manager is managers.tables and managers.tables.written:
+                    # Read back beside the applies, which it wakes if a table differs.
+                    if not checking:
+                        checking = True
+                        nursery.start_soon(check_tables)
+                else:
                     manager.invalidate()
+                    invalidated = True
+            if not (self._wake.is_set() or invalidated):
+                continue  # only the tables' check was due
             if self.throttle.throttled:
                 log.debug("dataplane updates throttled")
             await self.throttle.take()

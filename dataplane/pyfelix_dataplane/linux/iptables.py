@@ -228,6 +228,16 @@ class IptablesWriter:
             for table, (chains, hooks, appends) in desired.items()
         )
 
+    async def differing(self, desired: Mapping[str, Desired]) -> set[str]:
+        """The ``desired`` tables the kernel no longer holds as desired (read in one save):
+        the refresh's and post-write checks' question, asked without writing."""
+        states = await self.read(desired.keys())
+        return {
+            table
+            for table, (chains, hooks, appends) in desired.items()
+            if self.plan(table, states[table], chains, hooks, appends)
+        }
+
     async def write(self, script: Script) -> None:
         """Stream the script into the tool, which parses its start while the rest (with the
         rule ids) is still being produced."""

@@ -61,6 +61,8 @@ class TableWriting(Protocol):
 
     async def write(self, script: Script) -> None: ...
 
+    async def differing(self, desired: Mapping[str, Desired]) -> set[str]: ...
+
 
 class RouteWriting(Protocol):
     async def apply(
