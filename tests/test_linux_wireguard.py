@@ -96,3 +96,17 @@ def test_an_ipv6_device_beside_the_ipv4_one(netns: str) -> None:
     finally:
         in_netns(netns, sync_wireguard, None, name6, 6)
         in_netns(netns, sync_wireguard, None, name)
+
+
+@pytest.mark.netns
+def test_a_rule_left_without_its_device_goes_when_wireguard_is_off(netns: str) -> None:
+    """WireGuard off looks for the device and for a rule of its shape (over rtnetlink); a rule
+    another run left behind goes even though its device is gone, other rules stay."""
+    mark = "0x200000/0x200000"
+    run_in(netns, "ip", "rule", "add", "not", "fwmark", mark, "table", "42", "priority", "99")
+    run_in(netns, "ip", "rule", "add", "fwmark", "0x10", "table", "77", "priority", "98")
+    assert in_netns(netns, sync_wireguard, None) == ""
+    rules = run_in(netns, "ip", "rule").stdout
+    assert "lookup 42" not in rules
+    assert "98:\tfrom all fwmark 0x10 lookup 77" in rules
+    assert in_netns(netns, sync_wireguard, None) == ""  # nothing left: nothing to do

@@ -13,9 +13,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import trio
-from pyroute2.netlink.exceptions import NetlinkError
 
 from pyfelix.errors import DataplaneWriteError
+from pyfelix_dataplane.linux.pyroute import is_netlink_error
 
 # iptables-restore of a large table takes about a second (PLATFORM.md 2.2); anything near this
 # limit is a hung lock or a broken kernel, not a slow write.
@@ -40,8 +40,9 @@ def tool_kind(program: str) -> str:
     return program
 
 
-#: What fails below the kernel writers: each writer maps these to DataplaneWriteError.
-KERNEL_ERRORS = (OSError, NetlinkError, subprocess.SubprocessError, trio.TooSlowError)
+#: What fails below the kernel writers: each writer maps these (and pyroute2's NetlinkError)
+#: to DataplaneWriteError.
+KERNEL_ERRORS = (OSError, subprocess.SubprocessError, trio.TooSlowError)
 
 
 @contextlib.contextmanager
@@ -52,7 +53,9 @@ def writing(what: str) -> Iterator[None]:
         yield
     except DataplaneWriteError:
         raise
-    except KERNEL_ERRORS as exc:
+    except Exception as exc:
+        if not (isinstance(exc, KERNEL_ERRORS) or is_netlink_error(exc)):
+            raise
         raise DataplaneWriteError(what, str(exc) or type(exc).__name__) from exc
 
 

@@ -13,11 +13,10 @@ import socket
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pyroute2 import IPRoute
-
 from pyfelix import messages as m
 from pyfelix import model
 from pyfelix_dataplane.linux.commands import writing
+from pyfelix_dataplane.linux.pyroute import iproute
 from pyfelix_dataplane.linux.routes import link_flags
 
 Interfaces = Mapping[str, frozenset[str]]
@@ -75,7 +74,7 @@ def interface_addresses(
     with their addresses (blocking). Only addresses are dumped: parsing a dump of every link
     costs about 0.5 ms a link, and a node has a veth per pod."""
     found: dict[str, set[str]] = {name: set() for name in named if link_flags(name)}
-    with IPRoute() as ipr:
+    with iproute() as ipr:
         for entry in ipr.get_addr():
             address = entry.get_attr("IFA_ADDRESS")
             try:

@@ -14,11 +14,10 @@ import errno
 import logging
 
 import attrs
-from pyroute2 import IPRoute
-from pyroute2.netlink.exceptions import NetlinkError
 
 from pyfelix_dataplane.linux.commands import writing
-from pyfelix_dataplane.linux.routes import sync_only_address
+from pyfelix_dataplane.linux.pyroute import iproute, netlink_error
+from pyfelix_dataplane.linux.routes import link_flags, sync_only_address
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +37,9 @@ class IpipDevice:
 @writing("IPIP device")
 def sync_ipip(device: IpipDevice | None) -> str:
     """Make the kernel match; returns "absent" (IPIP off) or "ready". Blocking."""
-    with IPRoute() as ipr:
+    if device is None and link_flags(DEVICE) is None:
+        return "absent"  # nothing to take off
+    with iproute() as ipr:
         found = ipr.link_lookup(ifname=DEVICE)
         if device is None:
             if found:
@@ -48,7 +49,7 @@ def sync_ipip(device: IpipDevice | None) -> str:
             try:
                 ipr.link("add", ifname=DEVICE, kind="ipip")
                 log.info("created %s", DEVICE)
-            except NetlinkError as exc:
+            except netlink_error() as exc:
                 # Loading the ipip module (which this add may do) makes tunl0 itself.
                 if exc.code != errno.EEXIST:
                     raise

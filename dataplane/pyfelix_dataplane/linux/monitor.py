@@ -7,42 +7,42 @@ resolved by interface name or address, so address changes matter too.
 
 from __future__ import annotations
 
+import errno
+import logging
 import socket
 from collections.abc import Callable
-from typing import Any
 
 import trio
-from pyroute2 import IPRSocket
-from pyroute2.netlink.rtnl import RTMGRP_IPV4_IFADDR, RTMGRP_IPV6_IFADDR, RTMGRP_LINK
+
+from pyfelix_dataplane.linux import rtnl
+
+log = logging.getLogger(__name__)
+
+GROUPS = rtnl.RTMGRP_LINK | rtnl.RTMGRP_IPV4_IFADDR | rtnl.RTMGRP_IPV6_IFADDR
 
 
 async def watch_interfaces(on_change: Callable[[str], None]) -> None:
     """Call ``on_change(name)`` for every link event (created, changed, removed) and every
-    address added to or removed from an interface."""
-    sock = IPRSocket()
-    try:
-        sock.bind(groups=RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR)
-        raw = getattr(sock, "socket", sock)
-        raw.setblocking(False)
+    address added to or removed from an interface. Events the socket had no room for (a
+    burst of thousands) are made up for by reporting every interface."""
+    with rtnl.subscribe(GROUPS) as sock:
         while True:
-            await trio.lowlevel.wait_readable(raw.fileno())
+            await trio.lowlevel.wait_readable(sock)
             try:
-                messages = sock.get()
+                data = sock.recv(1 << 16)
             except BlockingIOError:
                 continue
-            for message in messages:
-                name = message.get_attr("IFLA_IFNAME") or _address_owner(message)
-                if name:
+            except OSError as exc:
+                if exc.errno != errno.ENOBUFS:
+                    raise
+                log.warning("interface events were lost (a burst): rechecking every interface")
+                with rtnl.Rtnl() as netlink:
+                    links = await trio.to_thread.run_sync(netlink.links)
+                for name, _, _ in links:
                     on_change(name)
-    finally:
-        sock.close()
-
-
-def _address_owner(message: Any) -> str:
-    """The interface an address message is about ("" if it is gone already)."""
-    if message.get_attr("IFA_ADDRESS") is None:
-        return ""
-    try:
-        return socket.if_indextoname(message["index"])
-    except OSError:
-        return ""
+                continue
+            for link, index in rtnl.event_interfaces(data):
+                try:
+                    on_change(link or socket.if_indextoname(index))
+                except OSError:
+                    continue  # an address's interface, gone already: its link event says so

@@ -22,42 +22,32 @@ import socket
 import struct
 import threading
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 import attrs
-from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_REQUEST, nla
-from pyroute2.netlink.nfnetlink import NFNL_SUBSYS_NFTABLES, nfgen_msg
-from pyroute2.netlink.nfnetlink.nftsocket import NFT_MSG_DELSETELEM, NFT_MSG_NEWSETELEM
 
 from pyfelix_dataplane.rules.nft import TABLE, NftSet
 
 BATCH_BEGIN, BATCH_END = 0x10, 0x11
-#: The netfilter netlink protocol (NETLINK_NETFILTER).
+#: The netfilter netlink protocol (NETLINK_NETFILTER), its nftables subsystem and messages.
 _NETFILTER = 12
+NFNL_SUBSYS_NFTABLES = 10
+NFT_MSG_NEWSETELEM, NFT_MSG_DELSETELEM = 12, 14
+NLM_F_REQUEST, NLM_F_ACK, NLM_F_CREATE = 0x1, 0x4, 0x400
+#: NFTA_SET_ELEM_LIST_* (the message's attributes), NFTA_SET_ELEM_* (an element's),
+#: NFTA_LIST_ELEM and NFTA_DATA_VALUE.
+_LIST_TABLE, _LIST_SET, _LIST_ELEMENTS = 1, 2, 3
+_ELEM_KEY, _ELEM_FLAGS = 1, 3
+_LIST_ELEM, _DATA_VALUE = 1, 1
 INTERVAL_END = 1
 _PROTOCOLS = {"tcp": 6, "udp": 17, "sctp": 132}
+#: nfgenmsg: family, version, resource id (big-endian).
+_NFGEN = struct.Struct("!BBH")
+_ATTR = struct.Struct("=HH")
 
 
-class _elements_msg(nfgen_msg):  # type: ignore[misc]  # pyroute2 has no type hints
-    """NEWSETELEM / DELSETELEM: a table, a set, its elements (keys and flags only)."""
-
-    nla_map = (
-        ("NFTA_SET_ELEM_LIST_UNSPEC", "none"),
-        ("NFTA_SET_ELEM_LIST_TABLE", "asciiz"),
-        ("NFTA_SET_ELEM_LIST_SET", "asciiz"),
-        ("NFTA_SET_ELEM_LIST_ELEMENTS", "*element"),
-    )
-
-    class element(nla):  # type: ignore[misc]
-        nla_map = (
-            ("NFTA_SET_ELEM_UNSPEC", "none"),
-            ("NFTA_SET_ELEM_KEY", "elem_data"),
-            ("NFTA_SET_ELEM_DATA", "elem_data"),
-            ("NFTA_SET_ELEM_FLAGS", "be32"),
-        )
-
-        class elem_data(nla):  # type: ignore[misc]
-            nla_map = (("NFTA_DATA_UNSPEC", "none"), ("NFTA_DATA_VALUE", "cdata"))
+def _attr(kind: int, payload: bytes) -> bytes:
+    data = _ATTR.pack(_ATTR.size + len(payload), kind) + payload
+    return data + b"\0" * (-len(data) % 4)
 
 
 @attrs.frozen
@@ -70,11 +60,12 @@ class ElementChange:
     members: tuple[str, ...]
 
 
-def _key(value: bytes, end: bool = False) -> dict[str, Any]:
-    attrs_: list[tuple[str, Any]] = [("NFTA_SET_ELEM_KEY", {"attrs": [("NFTA_DATA_VALUE", value)]})]
+def _key(value: bytes, end: bool = False) -> bytes:
+    """One element of the list: its key and, for an interval's end, its flag."""
+    body = _attr(_ELEM_KEY, _attr(_DATA_VALUE, value))
     if end:
-        attrs_.append(("NFTA_SET_ELEM_FLAGS", INTERVAL_END))
-    return {"attrs": attrs_}
+        body += _attr(_ELEM_FLAGS, INTERVAL_END.to_bytes(4, "big"))
+    return _attr(_LIST_ELEM, body)
 
 
 def _concatenation(member: str) -> bytes:
@@ -89,8 +80,8 @@ def _concatenation(member: str) -> bytes:
     )
 
 
-def keys(nft_set: NftSet, members: Iterable[str], add: bool) -> list[dict[str, Any]]:
-    """The element keys for ``members`` of ``nft_set``."""
+def keys(nft_set: NftSet, members: Iterable[str], add: bool) -> list[bytes]:
+    """The encoded elements (keys) for ``members`` of ``nft_set``."""
     if " . " in nft_set.type:
         return [_key(_concatenation(member)) for member in members]
     if not nft_set.interval:
@@ -150,31 +141,27 @@ class ElementWriter:
                 self._socket = None
 
     def _send(self, sock: socket.socket, changes: Sequence[ElementChange]) -> None:
-        messages = [self._marker(BATCH_BEGIN)]
+        data = bytearray(self._message(BATCH_BEGIN, 0, _NFGEN.pack(0, 0, NFNL_SUBSYS_NFTABLES)))
         for change in sorted(changes, key=lambda c: c.add):
-            msg = _elements_msg()
-            msg["nfgen_family"] = self._family
-            msg["attrs"] = [
-                ("NFTA_SET_ELEM_LIST_TABLE", TABLE),
-                ("NFTA_SET_ELEM_LIST_SET", change.set_name),
-                (
-                    "NFTA_SET_ELEM_LIST_ELEMENTS",
-                    keys(change.nft_set, change.members, change.add),
-                ),
-            ]
+            body = _NFGEN.pack(self._family, 0, 0)
+            body += _attr(_LIST_TABLE, TABLE.encode() + b"\0")
+            body += _attr(_LIST_SET, change.set_name.encode() + b"\0")
+            body += _attr(
+                _LIST_ELEMENTS, b"".join(keys(change.nft_set, change.members, change.add))
+            )
             kind = NFT_MSG_NEWSETELEM if change.add else NFT_MSG_DELSETELEM
-            msg["header"]["type"] = (NFNL_SUBSYS_NFTABLES << 8) | kind
-            msg["header"]["flags"] = NLM_F_REQUEST | NLM_F_ACK | (NLM_F_CREATE if change.add else 0)
-            messages.append(msg)
-        messages.append(self._marker(BATCH_END))
-        data = bytearray()
-        for msg in messages:
-            self._sequence = (self._sequence + 1) & 0xFFFFFFFF
-            msg["header"]["sequence_number"] = self._sequence
-            msg.encode()
-            data += msg.data
+            flags = NLM_F_REQUEST | NLM_F_ACK | (NLM_F_CREATE if change.add else 0)
+            data += self._message((NFNL_SUBSYS_NFTABLES << 8) | kind, flags, body)
+        data += self._message(BATCH_END, 0, _NFGEN.pack(0, 0, NFNL_SUBSYS_NFTABLES))
         sock.sendall(data)
-        self._acknowledged(sock, len(messages) - 2)
+        self._acknowledged(sock, len(changes))
+
+    def _message(self, kind: int, flags: int, body: bytes) -> bytes:
+        self._sequence = (self._sequence + 1) & 0xFFFFFFFF
+        return (
+            _HEADER.pack(_HEADER.size + len(body), kind, flags | NLM_F_REQUEST, self._sequence, 0)
+            + body
+        )
 
     @staticmethod
     def _acknowledged(sock: socket.socket, expected: int) -> None:
@@ -190,11 +177,3 @@ class ElementWriter:
                         raise OSError(-error, f"nft set elements: {os.strerror(-error)}")
                     expected -= 1
                 offset += max((length + 3) & ~3, _HEADER.size)
-
-    @staticmethod
-    def _marker(kind: int) -> nfgen_msg:
-        msg = nfgen_msg()
-        msg["res_id"] = NFNL_SUBSYS_NFTABLES
-        msg["header"]["type"] = kind
-        msg["header"]["flags"] = NLM_F_REQUEST
-        return msg

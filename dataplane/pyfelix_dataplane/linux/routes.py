@@ -25,10 +25,10 @@ import os
 import socket
 import struct
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import attrs
 import trio
-from pyroute2 import IPRoute
 
 from pyfelix_dataplane.linux.commands import writing
 from pyfelix_dataplane.linux.rtnl import (
@@ -43,6 +43,9 @@ from pyfelix_dataplane.linux.rtnl import (
     neighbour_message,
     route_message,
 )
+
+if TYPE_CHECKING:
+    from pyroute2 import IPRoute
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
-"""Route messages on a plain rtnetlink socket: the route writer's dumps and batches, and
-the links dump MTU detection reads.
+"""Route messages on a plain rtnetlink socket: the route writer's dumps and batches, the
+links dump MTU detection reads, and the interface monitor's events.
 
 pyroute2 (the netlink library everywhere else) runs an asyncio loop for each call and
 encodes each message through its generic attribute machinery: for a node's 200 workload
@@ -27,8 +27,13 @@ _SOL_NETLINK, _CAP_ACK, _GET_STRICT_CHK = 270, 10, 12
 NLM_F_REQUEST, NLM_F_MULTI, NLM_F_ACK = 0x1, 0x2, 0x4
 NLM_F_DUMP, NLM_F_REPLACE, NLM_F_CREATE = 0x300, 0x100, 0x400
 NLMSG_ERROR, NLMSG_DONE = 2, 3
-RTM_GETLINK, RTM_NEWROUTE, RTM_DELROUTE, RTM_GETROUTE, RTM_NEWNEIGH = 18, 24, 25, 26, 28
+RTM_NEWLINK, RTM_DELLINK, RTM_GETLINK, RTM_NEWADDR, RTM_DELADDR = 16, 17, 18, 20, 21
+RTM_NEWROUTE, RTM_DELROUTE, RTM_GETROUTE, RTM_NEWNEIGH = 24, 25, 26, 28
+RTM_GETRULE = 34
+FRA_PRIORITY, FRA_FWMARK, FRA_TABLE = 6, 10, 15
 IFLA_IFNAME, IFLA_MTU = 3, 4
+IFA_ADDRESS = 1
+RTMGRP_LINK, RTMGRP_IPV4_IFADDR, RTMGRP_IPV6_IFADDR = 0x1, 0x10, 0x100
 RTA_DST, RTA_OIF, RTA_GATEWAY, RTA_PRIORITY, RTA_PREFSRC, RTA_TABLE = 1, 4, 5, 6, 7, 15
 NDA_DST, NDA_LLADDR = 1, 2
 RTN_UNICAST, RTN_THROW = 1, 9
@@ -45,6 +50,7 @@ _HEADER = struct.Struct("=IHHII")
 _RTMSG = struct.Struct("=BBBBBBBBI")
 _NDMSG = struct.Struct("=BBHiHBB")
 _IFINFOMSG = struct.Struct("=BBHiII")
+_IFADDRMSG = struct.Struct("=BBBBI")
 _ATTR = struct.Struct("=HH")
 _U32 = struct.Struct("=I")
 
@@ -232,6 +238,26 @@ class Rtnl:
             found.append((name, mtu, flags))
         return found
 
+    def rules(self, family: int) -> list[tuple[int, int, int | None, int]]:
+        """(priority, table, fwmark or None, FIB_RULE_* flags) of every routing rule of one
+        family."""
+        found = []
+        for data, offset, end in self._dump(
+            RTM_GETRULE, _RTMSG.pack(family, 0, 0, 0, 0, 0, 0, 0, 0)
+        ):
+            header = _RTMSG.unpack_from(data, offset)
+            table, flags = header[4], header[8]
+            priority, mark = 0, None
+            for kind, value in _attributes(data, offset + _RTMSG.size, end):
+                if kind == FRA_PRIORITY:
+                    (priority,) = _U32.unpack(value)
+                elif kind == FRA_FWMARK:
+                    (mark,) = _U32.unpack(value)
+                elif kind == FRA_TABLE:
+                    (table,) = _U32.unpack(value)
+            found.append((priority, table, mark, flags))
+        return found
+
     def request(self, messages: Sequence[tuple[int, int, bytes]]) -> list[int]:
         """Send (type, flags, body) messages, each acknowledged; the error number of each
         (0: done), in order."""
@@ -259,3 +285,37 @@ class Rtnl:
                     offset += max((length + 3) & ~3, _HEADER.size)
             errors.extend(answers.get(sequence, 0) for sequence in sequences)
         return errors
+
+
+def subscribe(groups: int) -> socket.socket:
+    """A non-blocking rtnetlink socket that receives the multicast ``groups``' events."""
+    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_NONBLOCK, NETLINK_ROUTE)
+    try:
+        sock.bind((0, groups))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def event_interfaces(data: bytes) -> Iterator[tuple[str, int]]:
+    """What each link or address event read from a ``subscribe`` socket is about: (name, 0)
+    for a link created, changed or removed; ("", index) for an address added to or removed
+    from interface ``index``. Other messages are skipped."""
+    offset = 0
+    while offset + _HEADER.size <= len(data):
+        length, kind, _, _, _ = _HEADER.unpack_from(data, offset)
+        if length < _HEADER.size:
+            return
+        body, end = offset + _HEADER.size, offset + length
+        if kind in (RTM_NEWLINK, RTM_DELLINK) and body + _IFINFOMSG.size <= end:
+            for attribute, value in _attributes(data, body + _IFINFOMSG.size, end):
+                if attribute == IFLA_IFNAME:
+                    yield value.rstrip(b"\0").decode("utf-8", "replace"), 0
+                    break
+        elif kind in (RTM_NEWADDR, RTM_DELADDR) and body + _IFADDRMSG.size <= end:
+            index = _IFADDRMSG.unpack_from(data, body)[4]
+            attributes = _attributes(data, body + _IFADDRMSG.size, end)
+            if any(attribute == IFA_ADDRESS for attribute, _ in attributes):
+                yield "", index
+        offset += (length + 3) & ~3

@@ -16,13 +16,16 @@ from __future__ import annotations
 import logging
 import socket
 from collections.abc import Collection
+from typing import TYPE_CHECKING
 
 import attrs
-from pyroute2 import IPRoute
-from pyroute2.netlink.exceptions import NetlinkError
 
 from pyfelix_dataplane.linux.commands import writing
-from pyfelix_dataplane.linux.routes import NUD_PERMANENT, sync_only_address
+from pyfelix_dataplane.linux.pyroute import iproute, netlink_error
+from pyfelix_dataplane.linux.routes import NUD_PERMANENT, link_flags, sync_only_address
+
+if TYPE_CHECKING:
+    from pyroute2 import IPRoute
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +95,9 @@ def sync_vxlan(device: VtepDevice | None, remotes: Collection[RemoteVtep], versi
     """Make the kernel's device of IP ``version`` match; returns "absent", "ready", or
     "waiting" (no interface holds the underlay address yet). Blocking."""
     name = device_name(version)
-    with IPRoute() as ipr:
+    if device is None and link_flags(name) is None:
+        return "absent"  # nothing to remove
+    with iproute() as ipr:
         found = ipr.link_lookup(ifname=name)
         if device is None:
             if found:
@@ -158,5 +163,5 @@ def _sync_fdb(ipr: IPRoute, index: int, wanted: dict[str, str]) -> None:
         if present.get(mac) != dst:
             try:
                 ipr.fdb("append", ifindex=index, lladdr=mac, dst=dst)
-            except NetlinkError as exc:
+            except netlink_error() as exc:
                 log.warning("cannot add FDB entry %s -> %s: %s", mac, dst, exc)

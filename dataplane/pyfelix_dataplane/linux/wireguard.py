@@ -26,13 +26,13 @@ import time
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
-from pyroute2 import IPRoute
-from pyroute2.netlink.exceptions import NetlinkError
 
 from pyfelix_dataplane.linux.commands import writing
-from pyfelix_dataplane.linux.routes import direct_route, set_sysctl, sync_only_address
+from pyfelix_dataplane.linux.pyroute import iproute, netlink_error
+from pyfelix_dataplane.linux.routes import direct_route, link_flags, set_sysctl, sync_only_address
 from pyfelix_dataplane.linux.rtnl import (
     NLM_F_REQUEST,
     REPLACE,
@@ -44,6 +44,9 @@ from pyfelix_dataplane.linux.rtnl import (
     Rtnl,
     route_message,
 )
+
+if TYPE_CHECKING:
+    from pyroute2 import IPRoute
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +111,7 @@ def _create(ipr: IPRoute, name: str) -> None:
     """The kernel's device if it can, else wireguard-go's (left running on its own)."""
     try:
         ipr.link("add", ifname=name, kind="wireguard")
-    except NetlinkError as exc:
+    except netlink_error() as exc:
         if exc.code != EOPNOTSUPP:
             raise
     else:
@@ -149,7 +152,9 @@ def sync_wireguard(device: WireguardDevice | None, previous: str = "", version: 
     """Make the kernel's device of IP ``version`` match ``device`` (None: no device); returns
     the device's public key ("" without a device). ``previous`` is the device name last
     configured."""
-    with IPRoute() as ipr:
+    if device is None and not _leftovers(previous or DEFAULT_NAMES[version], version):
+        return ""
+    with iproute() as ipr:
         if device is None or (previous and previous != device.name):
             _remove(ipr, previous or DEFAULT_NAMES[version])
         if device is None:
@@ -218,6 +223,22 @@ def _sync_routes(index: int, device: WireguardDevice) -> None:
                 raise OSError(error, f"WireGuard routes: {os.strerror(error)}")
 
 
+def _ours(table: int, mark: int | None, flags: int) -> bool:
+    """Whether a routing rule has the shape of the device's ("not from all fwmark M/M lookup
+    T", T not one of the kernel's own tables)."""
+    return bool(flags & FIB_RULE_INVERT) and mark is not None and table not in (253, 254, 255)
+
+
+def _leftovers(name: str, version: int) -> bool:
+    """Whether WireGuard being off has anything to remove: the device, or a rule of its shape
+    (asked over rtnetlink: most nodes have neither, and need no pyroute2 for it)."""
+    if link_flags(name) is not None:
+        return True
+    with Rtnl() as netlink:
+        rules = netlink.rules(_family(version))
+    return any(_ours(table, mark, flags) for _, table, mark, flags in rules)
+
+
 def _sync_rule(ipr: IPRoute, device: WireguardDevice | None, version: int) -> None:
     """One rule of the device's IP version: packets without the device's mark look up its
     table (as Felix's "not from all fwmark M/M lookup T")."""
@@ -226,7 +247,7 @@ def _sync_rule(ipr: IPRoute, device: WireguardDevice | None, version: int) -> No
     for rule in ipr.get_rules(family=family):
         table = rule.get_attr("FRA_TABLE") or rule["table"]
         mark = rule.get_attr("FRA_FWMARK")
-        if not rule["flags"] & FIB_RULE_INVERT or mark is None or table in (253, 254, 255):
+        if not _ours(table, mark, rule["flags"]):
             continue
         current = (rule.get_attr("FRA_PRIORITY"), table, mark)
         if current == wanted:
