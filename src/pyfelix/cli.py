@@ -6,6 +6,7 @@ import argparse
 import gc
 import logging
 import os
+import socket
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -16,18 +17,23 @@ from typing import TYPE_CHECKING, Any
 from pyfelix import __version__
 from pyfelix.datastore import is_etcd
 from pyfelix.datastore.prefetch import ListingPrefetch
-from pyfelix.dryrun import compute, default_hostname, render_json, render_text
-from pyfelix.errors import ManifestError, Problem
 from pyfelix.logs import set_severity
-from pyfelix.resources import load_paths
-from pyfelix.resources.loader import LoadResult, Located
-from pyfelix.resources.shared_parse import ParsePrefetch, SharedParse
-from pyfelix.syncer.plain_workloads import plain_workload_entry
-from pyfelix.validation import validate_loaded
-from pyfelix.validation.loading import BackgroundValidation
+from pyfelix.resources.shared_parse import ParsePrefetch
 
 if TYPE_CHECKING:
     from pyfelix.datastore.etcd import EtcdConfig
+    from pyfelix.errors import Problem
+    from pyfelix.resources.loader import LoadResult
+
+# Only what `pyfelix run` needs before it forks its first read's child is imported here (the
+# loader, 0.06 s); each command imports the stages it runs.
+
+
+def default_hostname() -> str:
+    """As calico-node finds it: NODENAME, then FELIX_FELIXHOSTNAME, then the host name."""
+    return (
+        os.environ.get("NODENAME") or os.environ.get("FELIX_FELIXHOSTNAME") or socket.gethostname()
+    )
 
 
 EXIT_OK = 0
@@ -37,6 +43,9 @@ EXIT_USAGE = 2
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """Load and validate manifests; print every problem, or a one-line summary."""
+    from pyfelix.resources import load_paths
+    from pyfelix.validation import validate_loaded
+
     result = load_paths(args.paths)
     problems = validate_loaded(result)
     if problems:
@@ -55,6 +64,8 @@ async def load_from_etcd(config: EtcdConfig) -> LoadResult:
     """Every resource in etcd, as the loader would give it from files."""
     from pyfelix.datastore.etcd import EtcdClient
     from pyfelix.datastore.layout import WATCH_PREFIX, decode
+    from pyfelix.errors import ManifestError, Problem
+    from pyfelix.resources.loader import LoadResult, Located
 
     async with EtcdClient(config) as client:
         kvs, _ = await client.list_all(WATCH_PREFIX)
@@ -85,6 +96,9 @@ def _load_etcd(url: str) -> LoadResult:
 def load_sources(sources: Sequence[str], strict: bool = True) -> LoadResult | int:
     """Manifest files and directories, or one etcd URL, validated; an exit code on failure
     (unless not ``strict``: then problems are reported on stderr and the load goes on)."""
+    from pyfelix.resources import load_paths
+    from pyfelix.validation import validate_loaded
+
     etcd_sources = [s for s in sources if is_etcd(s)]
     if etcd_sources and len(sources) > 1:
         print("an etcd URL must be the only source", file=sys.stderr)
@@ -105,6 +119,8 @@ def load_sources(sources: Sequence[str], strict: bool = True) -> LoadResult | in
 
 def cmd_dry_run(args: argparse.Namespace) -> int:
     """Load, validate, compute the node's dataplane once, print it."""
+    from pyfelix.dryrun import compute, render_json, render_text
+
     if any(is_etcd(source) for source in args.sources):
         loaded = load_sources(args.sources)
         if isinstance(loaded, int):
@@ -128,6 +144,13 @@ def _dry_run_manifests(sources: list[str], hostname: str) -> dict[str, Any] | in
     computed here. Otherwise the manifests are validated on the second core while this one
     loads and computes without checking plain endpoints' values; what is computed is printed
     only once that validation found nothing."""
+    from pyfelix.dryrun import compute
+    from pyfelix.resources import load_paths
+    from pyfelix.resources.shared_parse import SharedParse
+    from pyfelix.syncer.plain_workloads import plain_workload_entry
+    from pyfelix.validation import validate_loaded
+    from pyfelix.validation.loading import BackgroundValidation
+
     shared = SharedParse(list(sources))
     if shared.active:
         result = shared.load(direct=plain_workload_entry)
@@ -227,6 +250,8 @@ def _run_agent(
 def cmd_demo(args: argparse.Namespace) -> int:
     """The agent on a node of network namespaces, with a connectivity matrix."""
     from pyfelix.demo import READY_TIMEOUT, run_demo
+    from pyfelix.resources import load_paths
+    from pyfelix.validation import validate_loaded
 
     if os.geteuid() != 0:
         print("pyfelix demo creates network namespaces and needs root", file=sys.stderr)

@@ -7,8 +7,6 @@ calculation graph, sequencer, into the dry-run dataplane; then the snapshot is p
 from __future__ import annotations
 
 import json
-import os
-import socket
 from collections.abc import Iterable
 from typing import Any, cast
 
@@ -23,13 +21,6 @@ from pyfelix_dataplane.dryrun import snapshot
 from pyfelix_dataplane.rules.nft import render_nftables
 from pyfelix_dataplane.rules.render import TABLES, render
 from pyfelix_dataplane.state import NodeState
-
-
-def default_hostname() -> str:
-    """As calico-node finds it: NODENAME, then FELIX_FELIXHOSTNAME, then the host name."""
-    return (
-        os.environ.get("NODENAME") or os.environ.get("FELIX_FELIXHOSTNAME") or socket.gethostname()
-    )
 
 
 def compute(

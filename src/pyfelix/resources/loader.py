@@ -30,6 +30,7 @@ from pyfelix.resources.meta import (
     MANIFEST_KINDS,
     Resource,
     kind_for,
+    known_kinds,
     load_document,
     resource_ident,
 )
@@ -254,13 +255,15 @@ _StrictLoader.yaml_implicit_resolvers = {
 
 
 def _is_list_document(data: JSON) -> bool:
-    return (
+    if not (
         isinstance(data, Mapping)
         and isinstance(data.get("kind"), str)
         and data["kind"].endswith("List")
-        and data["kind"] not in MANIFEST_KINDS
         and "items" in data
-    )
+    ):
+        return False
+    known_kinds()
+    return data["kind"] not in MANIFEST_KINDS
 
 
 def _list_item_kind(list_kind: str, api_version: JSON) -> type[Resource] | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import importlib
 from collections.abc import Mapping
 from typing import Any, ClassVar, Self, TypeVar
 
@@ -165,12 +167,25 @@ def register(cls: R) -> R:
     return cls
 
 
+#: The modules whose classes are the kinds (each registers its own when imported).
+KIND_MODULES = ("cluster", "endpoints", "k8s_policy", "kubernetes", "networks", "pods", "policy")
+
+
+@functools.cache
+def known_kinds() -> None:
+    """Import every kind's module (once): a lookup must not depend on which kinds other code
+    happened to import before (the package imports its modules on first use)."""
+    for name in KIND_MODULES:
+        importlib.import_module(f"pyfelix.resources.{name}")
+
+
 def kind_for(kind: Any, api_version: Any) -> type[Resource] | None:
     """The kind a manifest's ``kind`` and ``apiVersion`` name (for a known ``kind`` with another
     apiVersion, Calico's or else the first registered, so the apiVersion is what gets
     reported)."""
     if not isinstance(kind, str):
         return None
+    known_kinds()
     candidates = MANIFEST_KINDS.get(kind)
     if not candidates:
         return None
