@@ -4,6 +4,8 @@ strings as in Go), including for the features its fast path hands to PyYAML's co
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -182,3 +184,56 @@ def test_a_control_character_is_located_by_line() -> None:
     (problem,) = load_text(text, "tier.yaml").problems
     assert problem.line == 3
     assert "'\\x07'" in problem.message
+
+
+KIND_PER_MODULE = """
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {name: p}
+spec: {selector: all()}
+---
+apiVersion: projectcalico.org/v3
+kind: HostEndpoint
+metadata: {name: h}
+spec: {node: n, interfaceName: eth0}
+---
+apiVersion: projectcalico.org/v3
+kind: IPPool
+metadata: {name: pool}
+spec: {cidr: 10.0.0.0/16}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicyList
+items:
+- metadata: {name: k, namespace: default}
+  spec: {podSelector: {}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: ns}
+"""
+
+
+def test_a_process_that_imported_only_the_loader_knows_every_kind() -> None:
+    """`pyfelix run` forks its first read's child having imported only the loader (the
+    package imports each kind's module on first use): loading must still know every kind,
+    lists of them included, whatever was imported before."""
+    script = (
+        "import sys\n"
+        "from pyfelix.resources.loader import load_text\n"
+        "result = load_text(sys.stdin.read(), 'kinds.yaml')\n"
+        "print(result.problems)\n"
+        "print(sorted(item.resource.KIND for item in result.resources))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        input=KIND_PER_MODULE,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.splitlines() == [
+        "()",
+        "['GlobalNetworkPolicy', 'HostEndpoint', 'IPPool', 'KubernetesNetworkPolicy',"
+        " 'Namespace']",
+    ]
