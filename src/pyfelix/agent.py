@@ -37,10 +37,8 @@ from pyfelix.datastore.etcd import EtcdClient, EtcdConfig, EtcdError
 from pyfelix.datastore.layout import decode
 from pyfelix.datastore.prefetch import ListingPrefetch
 from pyfelix.errors import ManifestError, RestartRequired, Shutdown
-from pyfelix.health import DATAPLANE, HEALTH_INTERVAL, HealthAggregator, health_routes
-from pyfelix.httpserver import HttpServer
+from pyfelix.health import DATAPLANE, HEALTH_INTERVAL, HealthAggregator
 from pyfelix.logs import configure_logging
-from pyfelix.metrics import FelixCollector, metrics_routes, registry, tls_context
 from pyfelix.resources import Resource
 from pyfelix.resources.loader import load_text, manifest_files, read_manifest
 from pyfelix.resources.shared_parse import ParsePrefetch
@@ -137,7 +135,12 @@ async def _serve_health(
     config_known: trio.Event,
 ) -> None:
     """Once the configuration is known, serve health (/liveness, /readiness) and Felix's
-    metrics (/metrics, over TLS when configured) on their ports, each if enabled."""
+    metrics (/metrics, over TLS when configured) on their ports, each if enabled. The servers
+    and Prometheus' client are imported only then (0.04 s of every start otherwise)."""
+    from pyfelix.health import health_routes  # noqa: PLC0415
+    from pyfelix.httpserver import HttpServer  # noqa: PLC0415
+    from pyfelix.metrics import FelixCollector, metrics_routes, registry, tls_context  # noqa: PLC0415
+
     await config_known.wait()
     config = connector.felix_config
     assert config is not None

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 import attrs
 import trio
 
-from pyfelix.httpserver import Response, text
+if TYPE_CHECKING:
+    from pyfelix.httpserver import Response
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +116,9 @@ def health_routes(
     health: HealthAggregator, extra_ready: Callable[[], bool] = lambda: True
 ) -> dict[str, Callable[[], Response]]:
     """/liveness and /readiness from the aggregator; ``extra_ready`` is readiness beyond the
-    components' (the connector's "dataplane programmed")."""
+    components' (the connector's "dataplane programmed"). The HTTP server is imported here:
+    an agent with HealthEnabled off never needs it."""
+    from pyfelix.httpserver import text  # noqa: PLC0415
 
     def liveness() -> Response:
         summary = health.summary()
