@@ -234,6 +234,5 @@ def test_a_process_that_imported_only_the_loader_knows_every_kind() -> None:
     )
     assert done.stdout.splitlines() == [
         "()",
-        "['GlobalNetworkPolicy', 'HostEndpoint', 'IPPool', 'KubernetesNetworkPolicy',"
-        " 'Namespace']",
+        "['GlobalNetworkPolicy', 'HostEndpoint', 'IPPool', 'KubernetesNetworkPolicy', 'Namespace']",
     ]
