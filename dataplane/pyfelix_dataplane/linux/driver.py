@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
@@ -39,7 +39,6 @@ from pyfelix_dataplane.linux.managers import Manager
 from pyfelix_dataplane.linux.managers.endpoints import EndpointManager
 from pyfelix_dataplane.linux.managers.ipip import IpipManager
 from pyfelix_dataplane.linux.managers.ipsets import IpsetsManager
-from pyfelix_dataplane.linux.managers.nftables import NftablesManager
 from pyfelix_dataplane.linux.managers.routes import RoutesManager
 from pyfelix_dataplane.linux.managers.tables import TablesManager
 from pyfelix_dataplane.linux.managers.vxlan import VxlanManager
@@ -53,8 +52,11 @@ from pyfelix_dataplane.linux.mtu import (
     state_dir,
     write_mtu_file,
 )
-from pyfelix_dataplane.rules.nft import NftTable
 from pyfelix_dataplane.state import NodeState
+
+if TYPE_CHECKING:
+    from pyfelix_dataplane.linux.managers.nftables import NftablesManager
+    from pyfelix_dataplane.rules.nft import NftTable
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +163,11 @@ class Managers:
 
     @classmethod
     def build(cls, state: NodeState, kernel: Kernel, hostname: str, to_calc: Any) -> Managers:
-        nftables = NftablesManager(state, kernel.nftables) if kernel.nftables else None
+        nftables = None
+        if kernel.nftables:
+            from pyfelix_dataplane.linux.managers.nftables import NftablesManager  # noqa: PLC0415
+
+            nftables = NftablesManager(state, kernel.nftables)
         return cls(
             endpoints=EndpointManager(state, kernel.interfaces, to_calc),
             ipsets=IpsetsManager(state, kernel.ipsets, tuple(kernel.tables)),

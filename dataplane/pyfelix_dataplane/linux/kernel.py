@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import attrs
 import trio
@@ -25,7 +25,6 @@ from pyfelix_dataplane.linux.ipsets import DesiredSets, IpsetWriter
 from pyfelix_dataplane.linux.iptables import Desired, IptablesWriter, Script, detect_backend
 from pyfelix_dataplane.linux.monitor import watch_interfaces
 from pyfelix_dataplane.linux.mtu import Link, read_links
-from pyfelix_dataplane.linux.nftables import NftablesWriter
 from pyfelix_dataplane.linux.routes import (
     RouteOwnership,
     RouteTarget,
@@ -35,8 +34,10 @@ from pyfelix_dataplane.linux.routes import (
 )
 from pyfelix_dataplane.linux.vxlan import RemoteVtep, VtepDevice, sync_vxlan
 from pyfelix_dataplane.linux.wireguard import WireguardDevice, sync_wireguard
-from pyfelix_dataplane.rules.nft import family
 from pyfelix_dataplane.rules.render import TABLES, ip_versions
+
+if TYPE_CHECKING:
+    from pyfelix_dataplane.linux.nftables import NftablesWriter
 
 log = logging.getLogger(__name__)
 
@@ -196,6 +197,10 @@ async def linux_kernel(config: FelixConfig) -> Kernel:
     ipsets = IpsetWriter(config.max_ipset_size)
     auto = kube_proxy_uses_nftables if config.nftables_mode is NFTablesMode.AUTO else None
     if await nftables_wanted(config):
+        # The nftables mode's modules are imported when it is on (0.02 s of start-up).
+        from pyfelix_dataplane.linux.nftables import NftablesWriter  # noqa: PLC0415
+        from pyfelix_dataplane.rules.nft import family  # noqa: PLC0415
+
         versions = list(ip_versions(config))
         legacy = [
             IptablesWriter(v, backend, mode, config.iptables_lock_probe_interval)
@@ -222,11 +227,16 @@ async def linux_kernel(config: FelixConfig) -> Kernel:
             kube_proxy_nftables=auto,
         )
     versions = [v for v in ip_versions(config) if v == 4 or available(f"ip6tables-{backend}")]
-    stale = [NftablesWriter(family(v)) for v in (4, 6)] if available("nft") else []
 
     async def remove_nftables_mode() -> None:
-        for writer in stale:
-            await writer.remove()
+        """After the first apply: the nftables mode's tables, if a previous run left them."""
+        if not available("nft"):
+            return
+        from pyfelix_dataplane.linux.nftables import NftablesWriter  # noqa: PLC0415
+        from pyfelix_dataplane.rules.nft import family  # noqa: PLC0415
+
+        for version in (4, 6):
+            await NftablesWriter(family(version)).remove()
 
     return Kernel(
         ipsets=ipsets,
