@@ -109,6 +109,39 @@ def test_tampering_is_repaired_after_a_read_back_and_foreign_tables_stay(netns: 
     assert "chain keep" in nft(netns, "list", "table", "inet", "other")
 
 
+def _check_tampering(table: NftTable, tampering: list[str]) -> list[bool]:
+    """In the namespace: write ``table``, check; run the ``nft`` command ``tampering``,
+    check; apply (the check made it read back first), check: each check's finding."""
+
+    async def main() -> list[bool]:
+        writer = NftablesWriter("ip")
+        await writer.apply(table)
+        found = [await writer.check()]
+        await trio.run_process(["nft", *tampering])
+        found.append(await writer.check())
+        await writer.apply(table)
+        found.append(await writer.check())
+        return found
+
+    return trio.run(main)
+
+
+@pytest.mark.parametrize(
+    "tampering",
+    [["flush", "chain", "ip", "calico", "filter-cali-INPUT"], ["delete", "table", "ip", "calico"]],
+    ids=["flushed chain", "deleted table"],
+)
+def test_a_check_finds_what_another_program_changed_and_the_next_apply_repairs_it(
+    netns: str, tampering: list[str]
+) -> None:
+    """The refresh's reading, beside the applies: the table as written is not reported, one
+    another program changed is, and the apply after it puts it right."""
+    table = example_table()
+    assert in_netns(netns, _check_tampering, table, tampering) == [False, True, False]
+    kernel = parse_listing(nft(netns, "-j", "list", "table", "ip", "calico"))
+    assert kernel.chains["filter-cali-INPUT"][0] == table.chains["filter-cali-INPUT"].hashes
+
+
 def _fail_then_replace(table: NftTable, broken: NftTable) -> str:
     """In the namespace: write ``table``, fail to write ``broken``, write ``table`` again;
     the failure's text."""

@@ -35,7 +35,7 @@ from pyfelix.errors import DataplaneWriteError, FatalShutdown, RestartRequired
 from pyfelix.stats import DataplaneStats
 from pyfelix.throttle import LeakyBucket
 from pyfelix_dataplane.linux.kernel import Kernel, linux_kernel
-from pyfelix_dataplane.linux.managers import Manager
+from pyfelix_dataplane.linux.managers import Checking, Manager
 from pyfelix_dataplane.linux.managers.endpoints import EndpointManager
 from pyfelix_dataplane.linux.managers.ipip import IpipManager
 from pyfelix_dataplane.linux.managers.ipsets import IpsetsManager
@@ -353,25 +353,23 @@ class LinuxDriver:
         self._wake.set()
         retry = RETRY_START
         refresh = RefreshSchedule()
-        checking = False
+        checking: set[str] = set()
 
-        async def check_tables() -> None:
-            nonlocal checking
+        async def check(manager: Checking) -> None:
             try:
-                stale = await managers.tables.check()
+                stale = await manager.check()
             except DataplaneWriteError as exc:
-                log.warning("cannot read the iptables tables back (%s): rewriting them", exc)
-                managers.tables.invalidate()
+                log.warning("cannot read the %s back (%s): rewriting them", manager.area, exc)
+                manager.invalidate()
                 self._wake.set()
                 return
             finally:
-                checking = False
-            for version, table in stale:
+                checking.discard(manager.area)
+            for what in stale:
                 log.warning(
-                    "the IPv%d %s table no longer holds what was written (another program"
-                    " changed it): rewriting it",
-                    version,
-                    table,
+                    "%s no longer holds what was written (another program changed it):"
+                    " rewriting it",
+                    what,
                 )
             if stale:
                 self._wake.set()
@@ -388,16 +386,16 @@ class LinuxDriver:
             for manager in managers.all():
                 if manager.area not in due:
                     continue
-                if manager is managers.tables and managers.tables.written:
+                if isinstance(manager, Checking) and manager.written:
                     # Read back beside the applies, which it wakes if a table differs.
-                    if not checking:
-                        checking = True
-                        nursery.start_soon(check_tables)
+                    if manager.area not in checking:
+                        checking.add(manager.area)
+                        nursery.start_soon(check, manager)
                 else:
                     manager.invalidate()
                     invalidated = True
             if not (self._wake.is_set() or invalidated):
-                continue  # only the tables' check was due
+                continue  # only a check was due
             if self.throttle.throttled:
                 log.debug("dataplane updates throttled")
             await self.throttle.take()

@@ -15,12 +15,14 @@ In the nftables mode ``nftables.render/write`` (each version's table, its sets i
 one transaction) takes the place of ``ipsets`` and ``tables``.
 
 ``invalidate`` forgets what a manager wrote, so its next apply re-reads the kernel and
-repairs it (the refresh of its ``area``).
+repairs it (the refresh of its ``area``). The tables (``tables``, ``nftables``) are large to
+read back (0.1-0.3 s): their refresh is a ``check`` beside the applies instead, which
+forgets only what it found changed.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 
 class Manager(Protocol):
@@ -28,3 +30,22 @@ class Manager(Protocol):
     area: str
 
     def invalidate(self) -> None: ...
+
+
+@runtime_checkable
+class Checking(Protocol):
+    """A manager whose refresh reads the kernel beside the applies."""
+
+    area: str
+
+    @property
+    def written(self) -> bool:
+        """Whether anything is known written (a check has something to compare)."""
+        ...
+
+    def invalidate(self) -> None: ...
+
+    async def check(self) -> list[str]:
+        """Read back what was written; forget (for the next apply to repair) and name what
+        differs. A reading one of its own writes overlapped finds nothing."""
+        ...

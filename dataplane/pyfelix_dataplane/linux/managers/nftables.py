@@ -54,10 +54,31 @@ class NftablesManager:
     def versions(self) -> tuple[int, ...]:
         return tuple(self.writers)
 
+    @property
+    def written(self) -> bool:
+        return any(writer.written for writer in self.writers.values())
+
     def invalidate(self) -> None:
         self._sets = None
         for writer in self.writers.values():
             writer.invalidate()
+
+    async def check(self) -> list[str]:
+        """Each version's table read back beside the applies; the ones that differ from
+        what was written are read again and repaired by the next apply (every set rendered
+        again for it)."""
+        differ: dict[int, bool] = {}
+
+        async def read(version: int) -> None:
+            differ[version] = await self.writers[version].check()
+
+        async with trio.open_nursery() as nursery:
+            for version in self.versions:
+                nursery.start_soon(read, version)
+        stale = [version for version in self.versions if differ[version]]
+        if stale:
+            self._sets = None
+        return [f"the nft table {family(version)} calico" for version in stale]
 
     def render(self, rendering: NodeState, key: Hashable) -> Iterator[tuple[int, NftTable]]:
         """Each version's table for the state, rendered when its turn comes (the driver

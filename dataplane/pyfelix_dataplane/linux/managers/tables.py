@@ -83,7 +83,7 @@ class TablesManager:
         for table, chains in tables.items():
             self._written[(version, table)] = chains
 
-    async def check(self) -> list[tuple[int, str]]:
+    async def check(self) -> list[str]:
         """The refresh and Felix's post-write checks without holding up the applies: every
         table written is read back (each version in one save, the versions at once) and each
         one that differs is forgotten, so the next apply rewrites it; returns those. Reading
@@ -116,4 +116,4 @@ class TablesManager:
         ]
         for key in stale:
             del self._written[key]
-        return stale
+        return [f"the IPv{version} {table} table" for version, table in stale]
