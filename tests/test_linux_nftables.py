@@ -7,6 +7,7 @@ from __future__ import annotations
 import attrs
 import pytest
 import trio
+import trio.testing
 
 from pyfelix.dryrun import compute
 from pyfelix.errors import DataplaneWriteError
@@ -140,6 +141,35 @@ def test_a_check_finds_what_another_program_changed_and_the_next_apply_repairs_i
     assert in_netns(netns, _check_tampering, table, tampering) == [False, True, False]
     kernel = parse_listing(nft(netns, "-j", "list", "table", "ip", "calico"))
     assert kernel.chains["filter-cali-INPUT"][0] == table.chains["filter-cali-INPUT"].hashes
+
+
+def _check_beside_a_no_op_apply(table: NftTable, tampering: list[str]) -> bool:
+    """In the namespace: write ``table``, tamper with it, then check while an apply that
+    finds nothing to write (it trusts what it wrote) runs meanwhile; the check's finding."""
+
+    async def main() -> bool:
+        writer = NftablesWriter("ip")
+        await writer.apply(table)
+        await trio.run_process(["nft", *tampering])
+        found: list[bool] = []
+
+        async def check() -> None:
+            found.append(await writer.check())
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(check)
+            await trio.testing.wait_all_tasks_blocked()  # the check is reading (a thread)
+            assert not await writer.apply(attrs.evolve(table))
+        return found[0]
+
+    return trio.run(main)
+
+
+def test_a_check_is_not_dropped_for_an_apply_that_wrote_nothing(netns: str) -> None:
+    """Another area's refresh (every second in some configurations) makes an apply that
+    writes nothing; a check reading at the same time still reports what it found."""
+    tampering = ["flush", "chain", "ip", "calico", "filter-cali-INPUT"]
+    assert in_netns(netns, _check_beside_a_no_op_apply, example_table(), tampering)
 
 
 def _fail_then_replace(table: NftTable, broken: NftTable) -> str:

@@ -311,11 +311,13 @@ class NftablesWriter:
         it). Reading a large table takes 0.05-0.1 s, which a label change need not wait for."""
         if not self._known or self._desired is None:
             return False
-        before, desired = self._writes, self._desired
+        before = self._writes
         kernel = await self.read()
-        if self._writes != before or not self._known or self._desired is not desired:
+        # An apply that wrote meanwhile makes the reading stale; one that found nothing to
+        # write (a refresh of another area, every second in some configurations) does not.
+        if self._writes != before or not self._known or self._desired is None:
             return False
-        if not delta(kernel, desired):
+        if not delta(kernel, self._desired):
             return False
         self._known = False
         return True
