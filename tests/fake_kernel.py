@@ -61,8 +61,10 @@ class FakeNode:
     fail: dict[str, list[DataplaneWriteError]] = attrs.Factory(dict)
     #: Awaited in the middle of the next ipset write (what else happens meanwhile), once.
     during_ipsets: Callable[[], Awaitable[None]] | None = None
-    #: How long reading the tables back takes (iptables-save of a large node: 0.1-0.3 s).
+    #: How long reading the tables back takes (iptables-save of a large node: 0.1-0.3 s):
+    #: for a plan (the tables it writes), and for a check (every table written).
     table_read_seconds: float = 0.0
+    check_read_seconds: float = 0.0
 
     def failure(self, kind: str) -> None:
         pending = self.fail.get(kind)
@@ -159,10 +161,11 @@ class FakeTables:
             lines.append("COMMIT")
         return "\n".join(lines) + "\n"
 
-    async def _plans(self, desired: Mapping[str, Desired]) -> dict[str, Script]:
-        """Each desired table's restore transaction against the tables as they are now."""
+    async def _plans(self, desired: Mapping[str, Desired], reading: float) -> dict[str, Script]:
+        """Each desired table's restore transaction against the tables as they are now,
+        read for ``reading`` seconds."""
         text = self._save()
-        await trio.sleep(self.node.table_read_seconds)
+        await trio.sleep(reading)
         states = parse_save(text)
         planner = IptablesWriter(self.version, "nft")
         return {
@@ -173,10 +176,12 @@ class FakeTables:
         }
 
     async def prepare(self, desired: Mapping[str, Desired]) -> Script:
-        return Script.join((await self._plans(desired)).values())
+        plans = await self._plans(desired, self.node.table_read_seconds)
+        return Script.join(plans.values())
 
     async def differing(self, desired: Mapping[str, Desired]) -> set[str]:
-        return {table for table, script in (await self._plans(desired)).items() if script}
+        plans = await self._plans(desired, self.node.check_read_seconds)
+        return {table for table, script in plans.items() if script}
 
     async def write(self, script: Script) -> None:
         self.node.failure("tables")

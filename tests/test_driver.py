@@ -473,7 +473,7 @@ async def test_a_label_change_does_not_wait_for_a_post_write_check(
     async with running() as r:
         await r.send(messages)
         await r.settle(1)  # programmed at once; the first post-write check is due at 5 s
-        r.node.table_read_seconds = 2.0
+        r.node.table_read_seconds = r.node.check_read_seconds = 2.0
         filter_table = r.node.tables[4]["filter"]
         policy_chain = next(name for name in filter_table if name.startswith("cali-pi-"))
         wanted = list(filter_table[policy_chain])
@@ -485,6 +485,30 @@ async def test_a_label_change_does_not_wait_for_a_post_write_check(
         assert r.node.tables[4]["filter"][policy_chain] == []
         await r.settle(4)  # the check found the chain; the next apply rewrote it
         assert r.node.tables[4]["filter"][policy_chain] == wanted
+
+
+async def test_a_check_overlapped_by_our_own_write_reads_again(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A check whose reading a write of ours overlaps reads again, rather than leaving it to
+    the next check: a table that write did not touch (raw), which another program clobbered,
+    is repaired from the second reading."""
+    datastore = Datastore()
+    async with running() as r:
+        await r.send(datastore.snapshot(example_state()))
+        await r.settle(1)  # written at once; the post-write check is due at 5 s
+        # A check reads every table (3 s here), a plan only those it writes (0.5 s).
+        r.node.table_read_seconds, r.node.check_read_seconds = 0.5, 3.0
+        raw = r.node.tables[4]["raw"]
+        wanted = list(raw["cali-failsafe-in"])
+        raw["cali-failsafe-in"].clear()
+        await r.settle(4.5)
+        # A new policy at 5.5 s: its apply writes the filter tables at 6 and 6.5 s, while
+        # the check reads (5-8 s); the check reads again (8-11 s); the repair is at 11.5 s.
+        await r.send(datastore.put([load_manifest(NEW_POLICY)]))
+        await r.settle(7.5)
+        assert "cali-pi-gnp/mid-apply" in r.node.tables[4]["filter"]
+        assert r.node.tables[4]["raw"]["cali-failsafe-in"] == wanted
 
 
 async def test_interfaces_are_rescanned_on_interface_refresh_interval(

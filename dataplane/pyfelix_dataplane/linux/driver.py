@@ -357,21 +357,14 @@ class LinuxDriver:
 
         async def check(manager: Checking) -> None:
             try:
-                stale = await manager.check()
+                repair = await manager.check()
             except DataplaneWriteError as exc:
                 log.warning("cannot read the %s back (%s): rewriting them", manager.area, exc)
                 manager.invalidate()
-                self._wake.set()
-                return
+                repair = True
             finally:
                 checking.discard(manager.area)
-            for what in stale:
-                log.warning(
-                    "%s no longer holds what was written (another program changed it):"
-                    " rewriting it",
-                    what,
-                )
-            if stale:
+            if repair:
                 self._wake.set()
 
         while True:

@@ -305,20 +305,32 @@ class NftablesWriter:
         )
         return True
 
-    async def check(self) -> bool:
+    async def check(self, attempts: int = 3) -> bool:
         """The refresh beside the applies: read the table back and compare it with the one
-        last written; whether it differs (then the next apply reads it again and repairs
-        it). Reading a large table takes 0.05-0.1 s, which a label change need not wait for."""
-        if not self._known or self._desired is None:
+        last written; whether it differs (then the next apply reads it again and repairs it;
+        logged). Reading a large table takes 0.05-0.1 s, which a label change need not wait
+        for. A reading that a write of ours overlapped is taken again; after ``attempts``
+        the next apply reads the table itself (an apply that wrote nothing, as another
+        area's refresh makes, does not count)."""
+        for _ in range(attempts):
+            if not self._known or self._desired is None:
+                return False
+            before = self._writes
+            kernel = await self.read()
+            if self._writes == before:
+                break
+        else:
+            log.info("%s %s kept changing under its check: re-reading it", self.family, TABLE)
+            self._known = False
+            return True
+        if not self._known or self._desired is None or not delta(kernel, self._desired):
             return False
-        before = self._writes
-        kernel = await self.read()
-        # An apply that wrote meanwhile makes the reading stale; one that found nothing to
-        # write (a refresh of another area, every second in some configurations) does not.
-        if self._writes != before or not self._known or self._desired is None:
-            return False
-        if not delta(kernel, self._desired):
-            return False
+        log.warning(
+            "nft table %s %s no longer holds what was written (another program changed it):"
+            " rewriting it",
+            self.family,
+            TABLE,
+        )
         self._known = False
         return True
 

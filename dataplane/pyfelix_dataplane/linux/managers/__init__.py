@@ -45,7 +45,7 @@ class Checking(Protocol):
 
     def invalidate(self) -> None: ...
 
-    async def check(self) -> list[str]:
-        """Read back what was written; forget (for the next apply to repair) and name what
-        differs. A reading one of its own writes overlapped finds nothing."""
+    async def check(self) -> bool:
+        """Read back what was written; forget what differs (logged), for the next apply to
+        repair; whether there is anything to repair."""
         ...

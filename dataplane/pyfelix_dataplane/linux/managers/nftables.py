@@ -63,10 +63,10 @@ class NftablesManager:
         for writer in self.writers.values():
             writer.invalidate()
 
-    async def check(self) -> list[str]:
-        """Each version's table read back beside the applies; the ones that differ from
-        what was written are read again and repaired by the next apply (every set rendered
-        again for it)."""
+    async def check(self) -> bool:
+        """Each version's table read back beside the applies; one that differs from what was
+        written is read again and repaired by the next apply (every set rendered again for
+        it). Whether the next apply has something to repair."""
         differ: dict[int, bool] = {}
 
         async def read(version: int) -> None:
@@ -75,10 +75,10 @@ class NftablesManager:
         async with trio.open_nursery() as nursery:
             for version in self.versions:
                 nursery.start_soon(read, version)
-        stale = [version for version in self.versions if differ[version]]
-        if stale:
-            self._sets = None
-        return [f"the nft table {family(version)} calico" for version in stale]
+        if not any(differ.values()):
+            return False
+        self._sets = None
+        return True
 
     def render(self, rendering: NodeState, key: Hashable) -> Iterator[tuple[int, NftTable]]:
         """Each version's table for the state, rendered when its turn comes (the driver

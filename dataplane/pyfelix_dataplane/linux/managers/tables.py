@@ -4,6 +4,7 @@ beside the applies (``check``)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Hashable, Mapping
 
 import attrs
@@ -17,7 +18,11 @@ from pyfelix_dataplane.rules.settings import Settings
 from pyfelix_dataplane.rules.static import kernel_appends
 from pyfelix_dataplane.state import NodeState
 
+log = logging.getLogger(__name__)
+
 Tables = dict[str, tuple[Chain, ...]]
+#: Readings a check takes while writes of ours keep overlapping them, before it gives up.
+CHECK_ATTEMPTS = 3
 
 
 @attrs.define(eq=False)
@@ -83,15 +88,43 @@ class TablesManager:
         for table, chains in tables.items():
             self._written[(version, table)] = chains
 
-    async def check(self) -> list[str]:
+    async def check(self) -> bool:
         """The refresh and Felix's post-write checks without holding up the applies: every
         table written is read back (each version in one save, the versions at once) and each
-        one that differs is forgotten, so the next apply rewrites it; returns those. Reading
-        a large node's tables takes 0.1-0.3 s, which a label change (an IP set member, no
-        table written) need not wait for. A reading overlapped by a write of ours is dropped:
-        that write has post-write checks of its own."""
-        before = self._writes
-        written = dict(self._written)
+        one that differs is forgotten, so the next apply rewrites it. Reading a large node's
+        tables takes 0.1-0.3 s, which a label change (an IP set member, no table written)
+        need not wait for. A reading that a write of ours overlapped is taken again; after
+        CHECK_ATTEMPTS such readings everything is forgotten (the next apply reads the tables
+        itself). Whether the next apply has something to repair."""
+        for _ in range(CHECK_ATTEMPTS):
+            before = self._writes
+            written = dict(self._written)
+            found = await self._differing(written)
+            if self._writes == before:
+                break
+        else:
+            log.info("the iptables tables kept changing under their check: re-reading them")
+            self.invalidate()
+            return True
+        stale = [
+            (version, table)
+            for (version, table), chains in written.items()
+            if table in found[version] and self._written.get((version, table)) is chains
+        ]
+        for version, table in sorted(stale):
+            log.warning(
+                "the IPv%d %s table no longer holds what was written (another program changed"
+                " it): rewriting it",
+                version,
+                table,
+            )
+            del self._written[(version, table)]
+        return bool(stale)
+
+    async def _differing(
+        self, written: Mapping[tuple[int, str], tuple[Chain, ...]]
+    ) -> dict[int, set[str]]:
+        """Per version, the tables of ``written`` the kernel no longer holds as written."""
         versions = sorted({version for version, _ in written})
         found: dict[int, set[str]] = {}
 
@@ -106,14 +139,4 @@ class TablesManager:
         async with trio.open_nursery() as nursery:
             for version in versions:
                 nursery.start_soon(read, version)
-        if self._writes != before:
-            return []
-        stale = [
-            (version, table)
-            for version in versions
-            for table in sorted(found[version])
-            if self._written.get((version, table)) is written[(version, table)]
-        ]
-        for key in stale:
-            del self._written[key]
-        return [f"the IPv{version} {table} table" for version, table in stale]
+        return found
