@@ -166,7 +166,10 @@ def test_kernel_wireguard_in_both_families_shows_only_its_udp(tmp_path: Path) ->
         )
         details = run_in(node1, "ip", "-d", "link", "show", device(1, 6)).stdout
         assert " wireguard " in details, "the kernel's device"
-        assert "10.99.0.2/32" in run_in(node1, "wg", "show", device(1)).stdout
+        # Each family's device is its own write: the IPv4 peer may follow the IPv6 one.
+        assert eventually(
+            lambda: "10.99.0.2/32" in run_in(node1, "wg", "show", device(1)).stdout, timeout=15
+        ), logs(tmp_path) + run_in(node1, "wg", "show").stdout
         server = start_responder(nodes[1].node, [7777])
         try:
             with captured(node1, tmp_path / "wg.pcap"):
