@@ -25,6 +25,7 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
+from pyfelix_dataplane.linux.rtnl import HEADER, attribute
 from pyfelix_dataplane.rules.nft import TABLE, NftSet
 
 BATCH_BEGIN, BATCH_END = 0x10, 0x11
@@ -42,12 +43,6 @@ INTERVAL_END = 1
 _PROTOCOLS = {"tcp": 6, "udp": 17, "sctp": 132}
 #: nfgenmsg: family, version, resource id (big-endian).
 _NFGEN = struct.Struct("!BBH")
-_ATTR = struct.Struct("=HH")
-
-
-def _attr(kind: int, payload: bytes) -> bytes:
-    data = _ATTR.pack(_ATTR.size + len(payload), kind) + payload
-    return data + b"\0" * (-len(data) % 4)
 
 
 @attrs.frozen
@@ -62,10 +57,10 @@ class ElementChange:
 
 def _key(value: bytes, end: bool = False) -> bytes:
     """One element of the list: its key and, for an interval's end, its flag."""
-    body = _attr(_ELEM_KEY, _attr(_DATA_VALUE, value))
+    body = attribute(_ELEM_KEY, attribute(_DATA_VALUE, value))
     if end:
-        body += _attr(_ELEM_FLAGS, INTERVAL_END.to_bytes(4, "big"))
-    return _attr(_LIST_ELEM, body)
+        body += attribute(_ELEM_FLAGS, INTERVAL_END.to_bytes(4, "big"))
+    return attribute(_LIST_ELEM, body)
 
 
 def _concatenation(member: str) -> bytes:
@@ -105,7 +100,6 @@ def keys(nft_set: NftSet, members: Iterable[str], add: bool) -> list[bytes]:
 #: SOL_NETLINK and its NETLINK_CAP_ACK: acknowledgements without a copy of the request.
 _SOL_NETLINK, _CAP_ACK = 270, 10
 _NLMSG_ERROR = 2
-_HEADER = struct.Struct("=IHHII")
 
 
 class ElementWriter:
@@ -144,9 +138,9 @@ class ElementWriter:
         data = bytearray(self._message(BATCH_BEGIN, 0, _NFGEN.pack(0, 0, NFNL_SUBSYS_NFTABLES)))
         for change in sorted(changes, key=lambda c: c.add):
             body = _NFGEN.pack(self._family, 0, 0)
-            body += _attr(_LIST_TABLE, TABLE.encode() + b"\0")
-            body += _attr(_LIST_SET, change.set_name.encode() + b"\0")
-            body += _attr(
+            body += attribute(_LIST_TABLE, TABLE.encode() + b"\0")
+            body += attribute(_LIST_SET, change.set_name.encode() + b"\0")
+            body += attribute(
                 _LIST_ELEMENTS, b"".join(keys(change.nft_set, change.members, change.add))
             )
             kind = NFT_MSG_NEWSETELEM if change.add else NFT_MSG_DELSETELEM
@@ -159,7 +153,7 @@ class ElementWriter:
     def _message(self, kind: int, flags: int, body: bytes) -> bytes:
         self._sequence = (self._sequence + 1) & 0xFFFFFFFF
         return (
-            _HEADER.pack(_HEADER.size + len(body), kind, flags | NLM_F_REQUEST, self._sequence, 0)
+            HEADER.pack(HEADER.size + len(body), kind, flags | NLM_F_REQUEST, self._sequence, 0)
             + body
         )
 
@@ -169,11 +163,11 @@ class ElementWriter:
         while expected:
             reply = sock.recv(65536)
             offset = 0
-            while offset + _HEADER.size <= len(reply):
-                length, kind, _, _, _ = _HEADER.unpack_from(reply, offset)
+            while offset + HEADER.size <= len(reply):
+                length, kind, _, _, _ = HEADER.unpack_from(reply, offset)
                 if kind == _NLMSG_ERROR:
-                    (error,) = struct.unpack_from("=i", reply, offset + _HEADER.size)
+                    (error,) = struct.unpack_from("=i", reply, offset + HEADER.size)
                     if error:
                         raise OSError(-error, f"nft set elements: {os.strerror(-error)}")
                     expected -= 1
-                offset += max((length + 3) & ~3, _HEADER.size)
+                offset += max((length + 3) & ~3, HEADER.size)

@@ -46,7 +46,8 @@ REPLACE = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE
 #: overflow the socket's receive buffer.
 _WINDOW = 256
 
-_HEADER = struct.Struct("=IHHII")
+#: nlmsghdr: length, type, flags, sequence, port.
+HEADER = struct.Struct("=IHHII")
 _RTMSG = struct.Struct("=BBBBBBBBI")
 _NDMSG = struct.Struct("=BBHiHBB")
 _IFINFOMSG = struct.Struct("=BBHiII")
@@ -72,7 +73,8 @@ class Route:
     prefsrc: str
 
 
-def _attr(kind: int, payload: bytes) -> bytes:
+def attribute(kind: int, payload: bytes) -> bytes:
+    """One netlink attribute, padded to four bytes (rtnetlink's and nfnetlink's alike)."""
     data = _ATTR.pack(_ATTR.size + len(payload), kind) + payload
     return data + b"\0" * (-len(data) % 4)
 
@@ -112,17 +114,17 @@ def route_message(
     )
     parts = [
         head,
-        _attr(RTA_TABLE, _U32.pack(table)),
-        _attr(RTA_DST, network.network_address.packed),
+        attribute(RTA_TABLE, _U32.pack(table)),
+        attribute(RTA_DST, network.network_address.packed),
     ]
     if oif is not None:
-        parts.append(_attr(RTA_OIF, _U32.pack(oif)))
+        parts.append(attribute(RTA_OIF, _U32.pack(oif)))
     if gateway:
-        parts.append(_attr(RTA_GATEWAY, _address(gateway)[1]))
+        parts.append(attribute(RTA_GATEWAY, _address(gateway)[1]))
     if prefsrc:
-        parts.append(_attr(RTA_PREFSRC, _address(prefsrc)[1]))
+        parts.append(attribute(RTA_PREFSRC, _address(prefsrc)[1]))
     if priority:
-        parts.append(_attr(RTA_PRIORITY, _U32.pack(priority)))
+        parts.append(attribute(RTA_PRIORITY, _U32.pack(priority)))
     return b"".join(parts)
 
 
@@ -131,7 +133,7 @@ def neighbour_message(dst: str, mac: str, index: int, state: int) -> bytes:
     family, packed = _address(dst)
     head = _NDMSG.pack(family, 0, 0, index, state, 0, 0)
     lladdr = bytes.fromhex(mac.replace(":", "").replace("-", ""))
-    return head + _attr(NDA_DST, packed) + _attr(NDA_LLADDR, lladdr)
+    return head + attribute(NDA_DST, packed) + attribute(NDA_LLADDR, lladdr)
 
 
 def _attributes(data: bytes, offset: int, end: int) -> Iterator[tuple[int, bytes]]:
@@ -195,7 +197,7 @@ class Rtnl:
 
     def _header(self, length: int, kind: int, flags: int) -> tuple[bytes, int]:
         self._sequence = (self._sequence + 1) & 0xFFFFFFFF
-        return _HEADER.pack(_HEADER.size + length, kind, flags, self._sequence, 0), self._sequence
+        return HEADER.pack(HEADER.size + length, kind, flags, self._sequence, 0), self._sequence
 
     def _dump(self, kind: int, query: bytes) -> Iterator[tuple[bytes, int, int]]:
         """The messages a dump request gets back: (data, offset of the body, its end)."""
@@ -204,23 +206,23 @@ class Rtnl:
         while True:
             data = self._socket.recv(1 << 16)
             offset = 0
-            while offset + _HEADER.size <= len(data):
-                length, kind_, _, seq, _ = _HEADER.unpack_from(data, offset)
-                if length < _HEADER.size:
+            while offset + HEADER.size <= len(data):
+                length, kind_, _, seq, _ = HEADER.unpack_from(data, offset)
+                if length < HEADER.size:
                     raise OSError(errno.EPROTO, "a truncated netlink message")
                 if seq == sequence:
                     if kind_ == NLMSG_DONE:
                         return
                     if kind_ == NLMSG_ERROR:
-                        (error,) = struct.unpack_from("=i", data, offset + _HEADER.size)
+                        (error,) = struct.unpack_from("=i", data, offset + HEADER.size)
                         raise OSError(-error, f"netlink dump: {os.strerror(-error)}")
-                    yield data, offset + _HEADER.size, offset + length
+                    yield data, offset + HEADER.size, offset + length
                 offset += (length + 3) & ~3
 
     def routes(self, family: int, table: int, proto: int | None = None) -> list[Route]:
         """The routes of one family in ``table`` (of protocol ``proto`` if given)."""
         query = _RTMSG.pack(family, 0, 0, 0, table if table < 256 else 0, proto or 0, 0, 0, 0)
-        query += _attr(RTA_TABLE, _U32.pack(table))
+        query += attribute(RTA_TABLE, _U32.pack(table))
         found = (_route(*message) for message in self._dump(RTM_GETROUTE, query))
         return [r for r in found if r.table == table and (proto is None or r.proto == proto)]
 
@@ -277,12 +279,12 @@ class Rtnl:
             while len(answers) < len(window):
                 reply = self._socket.recv(1 << 16)
                 offset = 0
-                while offset + _HEADER.size <= len(reply):
-                    length, kind, _, seq, _ = _HEADER.unpack_from(reply, offset)
+                while offset + HEADER.size <= len(reply):
+                    length, kind, _, seq, _ = HEADER.unpack_from(reply, offset)
                     if kind == NLMSG_ERROR:
-                        (error,) = struct.unpack_from("=i", reply, offset + _HEADER.size)
+                        (error,) = struct.unpack_from("=i", reply, offset + HEADER.size)
                         answers[seq] = -error
-                    offset += max((length + 3) & ~3, _HEADER.size)
+                    offset += max((length + 3) & ~3, HEADER.size)
             errors.extend(answers.get(sequence, 0) for sequence in sequences)
         return errors
 
@@ -303,11 +305,11 @@ def event_interfaces(data: bytes) -> Iterator[tuple[str, int]]:
     for a link created, changed or removed; ("", index) for an address added to or removed
     from interface ``index``. Other messages are skipped."""
     offset = 0
-    while offset + _HEADER.size <= len(data):
-        length, kind, _, _, _ = _HEADER.unpack_from(data, offset)
-        if length < _HEADER.size:
+    while offset + HEADER.size <= len(data):
+        length, kind, _, _, _ = HEADER.unpack_from(data, offset)
+        if length < HEADER.size:
             return
-        body, end = offset + _HEADER.size, offset + length
+        body, end = offset + HEADER.size, offset + length
         if kind in (RTM_NEWLINK, RTM_DELLINK) and body + _IFINFOMSG.size <= end:
             for attribute, value in _attributes(data, body + _IFINFOMSG.size, end):
                 if attribute == IFLA_IFNAME:
