@@ -11,6 +11,7 @@ import trio.testing
 
 from pyfelix.dryrun import compute
 from pyfelix.errors import DataplaneWriteError
+from pyfelix_dataplane.linux.managers import CHECK_ATTEMPTS
 from pyfelix_dataplane.linux.nft_elements import ElementChange, ElementWriter
 from pyfelix_dataplane.linux.nftables import NftablesWriter, delta, parse_listing
 from pyfelix_dataplane.rules.nft import NftRule, NftSet, NftTable, render_nftables
@@ -117,11 +118,11 @@ def _check_tampering(table: NftTable, tampering: list[str]) -> list[bool]:
     async def main() -> list[bool]:
         writer = NftablesWriter("ip")
         await writer.apply(table)
-        found = [await writer.check()]
+        found = [await writer.check(CHECK_ATTEMPTS)]
         await trio.run_process(["nft", *tampering])
-        found.append(await writer.check())
+        found.append(await writer.check(CHECK_ATTEMPTS))
         await writer.apply(table)
-        found.append(await writer.check())
+        found.append(await writer.check(CHECK_ATTEMPTS))
         return found
 
     return trio.run(main)
@@ -154,7 +155,7 @@ def _check_beside_a_no_op_apply(table: NftTable, tampering: list[str]) -> bool:
         found: list[bool] = []
 
         async def check() -> None:
-            found.append(await writer.check())
+            found.append(await writer.check(CHECK_ATTEMPTS))
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(check)

@@ -305,7 +305,7 @@ class NftablesWriter:
         )
         return True
 
-    async def check(self, attempts: int = 3) -> bool:
+    async def check(self, attempts: int) -> bool:
         """The refresh beside the applies: read the table back and compare it with the one
         last written; whether it differs (then the next apply reads it again and repairs it;
         logged). Reading a large table takes 0.05-0.1 s, which a label change need not wait

@@ -24,6 +24,10 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
+#: Readings a check takes while writes of ours keep overlapping them, before it leaves the
+#: reading to the next apply.
+CHECK_ATTEMPTS = 3
+
 
 class Manager(Protocol):
     #: The refresh period it belongs to: "iptables", "nftables", "ipsets" or "routes".

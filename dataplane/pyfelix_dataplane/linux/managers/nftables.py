@@ -15,6 +15,7 @@ import attrs
 import trio
 
 from pyfelix.errors import DataplaneWriteError
+from pyfelix_dataplane.linux.managers import CHECK_ATTEMPTS
 from pyfelix_dataplane.linux.nftables import NftablesWriter
 from pyfelix_dataplane.rules.ipsets import SPECIAL_IDS
 from pyfelix_dataplane.rules.nft import (
@@ -70,7 +71,7 @@ class NftablesManager:
         differ: dict[int, bool] = {}
 
         async def read(version: int) -> None:
-            differ[version] = await self.writers[version].check()
+            differ[version] = await self.writers[version].check(CHECK_ATTEMPTS)
 
         async with trio.open_nursery() as nursery:
             for version in self.versions:

@@ -12,6 +12,7 @@ import trio
 
 from pyfelix_dataplane.linux.iptables import Script
 from pyfelix_dataplane.linux.kernel import TableWriting
+from pyfelix_dataplane.linux.managers import CHECK_ATTEMPTS
 from pyfelix_dataplane.rules.model import Chain
 from pyfelix_dataplane.rules.render import HOOKS, TABLES, render_chains
 from pyfelix_dataplane.rules.settings import Settings
@@ -21,8 +22,6 @@ from pyfelix_dataplane.state import NodeState
 log = logging.getLogger(__name__)
 
 Tables = dict[str, tuple[Chain, ...]]
-#: Readings a check takes while writes of ours keep overlapping them, before it gives up.
-CHECK_ATTEMPTS = 3
 
 
 @attrs.define(eq=False)
