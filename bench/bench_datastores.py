@@ -30,6 +30,8 @@ from typing import Any
 import trio
 import yaml
 
+from bytecode import compile_agent
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pyfelix.datastore.etcd import EtcdClient, EtcdConfig
@@ -224,6 +226,7 @@ def main() -> None:
         return
     docs = documents(args.endpoints, args.policies)
     print(f"{args.endpoints} workload endpoints, {args.policies} policies")
+    compile_agent()
     with tempfile.TemporaryDirectory(prefix="pfb-") as directory:
         for start in range(0, len(docs), PER_FILE):
             path = Path(directory) / f"m{start // PER_FILE:05}.yaml"

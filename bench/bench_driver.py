@@ -31,6 +31,7 @@ from typing import Any
 import attrs
 import yaml
 
+from bytecode import compile_agent
 from pyfelix.calc.rule_scanner import IPSetData
 from pyfelix.dryrun import compute
 from pyfelix.resources import load_paths
@@ -258,6 +259,7 @@ def main() -> None:
     print(
         f"{endpoints} endpoints ({LOCAL} local), {policies} policies, {stack_kind}, {rounds} rounds"
     )
+    compile_agent()
     with ExitStack() as stack:
         directory = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         write_manifests(directory, endpoints, policies, ipv6)

@@ -33,6 +33,8 @@ from typing import Any
 
 import yaml
 
+from bytecode import compile_agent, compile_bytecode
+
 HOST = "host-local"
 PER_FILE = 1000
 V3 = "projectcalico.org/v3"
@@ -192,9 +194,11 @@ def main() -> None:
     args = parser.parse_args()
     pyfelix = str(Path(sys.executable).with_name("pyfelix"))
     baseline_env = None
+    compile_agent()
     if args.baseline is not None:
         base = args.baseline.resolve()
         baseline_env = dict(os.environ, PYTHONPATH=f"{base / 'src'}:{base / 'dataplane'}")
+        compile_bytecode(base / "src", base / "dataplane")
     for shape in args.shapes:
         with tempfile.TemporaryDirectory(prefix=f"pfbench-{shape}-") as tmp:
             directory = Path(tmp)

@@ -1,0 +1,40 @@
+"""The bytecode of the code a benchmark times, compiled before it is timed.
+
+An installed agent imports its modules' bytecode: pip compiles a package at install, `make
+venv` compiles the checkout an editable install points at, and an agent that may write to its
+checkout leaves the bytecode there on its first start. Where none can be written
+(PYTHONDONTWRITEBYTECODE, which some sandboxes and CI images set, or a read-only checkout),
+every start compiles the agent's 120-odd modules again, some 0.1 s of a 10,000-endpoint start
+(bench/RESULTS.md). A benchmark compiles first, so that it times what an installed agent does
+and a baseline checkout is timed the same way.
+"""
+
+from __future__ import annotations
+
+import compileall
+import importlib.util
+from pathlib import Path
+
+
+def package_dirs(*packages: str) -> list[Path]:
+    """The directories the imports of ``packages`` load from (in this process's path)."""
+    dirs: list[Path] = []
+    for name in packages:
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            raise SystemExit(f"cannot find the package {name}")
+        dirs.extend(Path(location) for location in spec.submodule_search_locations)
+    return dirs
+
+
+def compile_bytecode(*dirs: Path) -> None:
+    """Write the bytecode of every module under ``dirs`` that lacks it or whose source is
+    newer (what the import system would write itself, were it allowed to)."""
+    for directory in dirs:
+        if not compileall.compile_dir(directory, quiet=1):
+            raise SystemExit(f"cannot compile the modules under {directory}")
+
+
+def compile_agent() -> None:
+    """The bytecode of the agent this process would run (a baseline's, under its PYTHONPATH)."""
+    compile_bytecode(*package_dirs("pyfelix", "pyfelix_dataplane"))
