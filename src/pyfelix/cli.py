@@ -202,6 +202,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _run_agent(
     args: argparse.Namespace, source: str, prefetch: ParsePrefetch | ListingPrefetch | None
 ) -> int:
+    # The cyclic collector is paused from here, not only from the calc loop's start (which
+    # resumes it at InSync, or after STARTUP_GC_PAUSE): the imports and the agent's set-up
+    # build only long-lived objects, and collecting them cost 20-30 ms of every start.
+    gc.disable()
     import trio
 
     from pyfelix.agent import AgentOptions, run_agent
