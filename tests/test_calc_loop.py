@@ -32,7 +32,7 @@ async def test_leaky_bucket_rate(autojump_clock: trio.testing.MockClock) -> None
 async def test_loop_flushes_and_sends_in_sync_once(autojump_clock: trio.testing.MockClock) -> None:
     """The snapshot flows out, then one InSync; later updates flow without another InSync."""
     decoupler = Decoupler()
-    send, receive = trio.open_memory_channel[m.ToDataplane](10_000)
+    send, receive = trio.open_memory_channel[m.Flush](10_000)
     loop = CalcLoop("node-a", decoupler, send)
     converter = Converter()
     state = example_state()
@@ -44,10 +44,10 @@ async def test_loop_flushes_and_sends_in_sync_once(autojump_clock: trio.testing.
             decoupler.on_updates(converter.update(key, resource))
         decoupler.on_status(SyncStatus.IN_SYNC)
         await trio.sleep(1)
-        received = []
+        received: list[m.ToDataplane] = []
         while True:
             try:
-                received.append(receive.receive_nowait())
+                received.extend(receive.receive_nowait())
             except trio.WouldBlock:
                 break
         assert [type(x) for x in received].count(m.InSync) == 1
@@ -60,10 +60,10 @@ async def test_loop_flushes_and_sends_in_sync_once(autojump_clock: trio.testing.
         tier_key = ("Tier", "", "security")
         decoupler.on_updates(converter.update(tier_key, None))
         await trio.sleep(1)
-        later = []
+        later: list[m.ToDataplane] = []
         while True:
             try:
-                later.append(receive.receive_nowait())
+                later.extend(receive.receive_nowait())
             except trio.WouldBlock:
                 break
         assert later
@@ -74,7 +74,7 @@ async def test_loop_flushes_and_sends_in_sync_once(autojump_clock: trio.testing.
 async def test_storm_is_rate_limited(autojump_clock: trio.testing.MockClock) -> None:
     """A storm of updates over one second causes at most ~110 flushes (10 + 1 per 10 ms)."""
     decoupler = Decoupler()
-    send, receive = trio.open_memory_channel[m.ToDataplane](100_000)
+    send, receive = trio.open_memory_channel[m.Flush](100_000)
     loop = CalcLoop("node-a", decoupler, send)
     converter = Converter()
     state = example_state()
@@ -102,7 +102,7 @@ async def test_collector_is_paused_only_while_the_snapshot_loads(
     InSync is late, and never left off when the loop stops."""
     for in_sync in (True, False):
         decoupler = Decoupler()
-        send, _receive = trio.open_memory_channel[m.ToDataplane](10_000)
+        send, _receive = trio.open_memory_channel[m.Flush](10_000)
         loop = CalcLoop("node-a", decoupler, send)
         async with trio.open_nursery() as nursery:
             await nursery.start(loop.run)
@@ -118,7 +118,7 @@ async def test_collector_is_paused_only_while_the_snapshot_loads(
                 assert gc.isenabled()
             nursery.cancel_scope.cancel()
     decoupler = Decoupler()
-    loop = CalcLoop("node-a", decoupler, trio.open_memory_channel[m.ToDataplane](1)[0])
+    loop = CalcLoop("node-a", decoupler, trio.open_memory_channel[m.Flush](1)[0])
     async with trio.open_nursery() as nursery:
         await nursery.start(loop.run)
         nursery.cancel_scope.cancel()

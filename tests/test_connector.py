@@ -13,7 +13,7 @@ from pyfelix.values import FrozenMap
 
 
 def connector() -> DataplaneConnector:
-    _, receive = trio.open_memory_channel[m.ToDataplane](0)
+    _, receive = trio.open_memory_channel[m.Flush](0)
     _, from_driver = trio.open_memory_channel[m.FromDataplane](0)
 
     async def sink(message: m.ToDataplane) -> None:
@@ -59,7 +59,7 @@ def test_encapsulation_and_datastore_readiness() -> None:
 
 async def test_forwards_and_routes_status_back() -> None:
     """Every message reaches the driver; status from the driver reaches its sinks."""
-    to_send, to_receive = trio.open_memory_channel[m.ToDataplane](10)
+    to_send, to_receive = trio.open_memory_channel[m.Flush](10)
     from_send, from_receive = trio.open_memory_channel[m.FromDataplane](10)
     delivered: list[m.ToDataplane] = []
     keys: list[tuple[str, int]] = []
@@ -80,8 +80,7 @@ async def test_forwards_and_routes_status_back() -> None:
     )
     async with trio.open_nursery() as nursery:
         await nursery.start(c.run)
-        await to_send.send(m.IPSetRemove("s:x"))
-        await to_send.send(m.InSync())
+        await to_send.send((m.IPSetRemove("s:x"), m.InSync()))
         await from_send.send(m.ProcessStatusUpdate("2026-01-01T00:00:00+00:00", 5.0))
         await from_send.send(m.WireguardStatusUpdate("key"))
         await from_send.send(m.WireguardStatusUpdate("key6", 6))

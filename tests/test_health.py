@@ -38,7 +38,7 @@ async def test_component_times_out_and_override_replaces_timeout(
 async def test_idle_calc_loop_stays_live(autojump_clock: trio.testing.MockClock) -> None:
     """No datastore change for ten minutes: the loop still reports, so liveness holds."""
     decoupler = Decoupler()
-    send, receive = trio.open_memory_channel[m.ToDataplane](1000)
+    send, receive = trio.open_memory_channel[m.Flush](1000)
     loop = CalcLoop("node-a", decoupler, send)
     async with trio.open_nursery() as nursery:
         await nursery.start(loop.run)
@@ -54,7 +54,7 @@ async def test_idle_calc_loop_stays_live(autojump_clock: trio.testing.MockClock)
 async def test_stuck_calc_loop_turns_not_live(autojump_clock: trio.testing.MockClock) -> None:
     """A loop that cannot hand its output on (nobody receives) stops reporting: not live."""
     decoupler = Decoupler()
-    send, receive = trio.open_memory_channel[m.ToDataplane](0)
+    send, receive = trio.open_memory_channel[m.Flush](0)
     loop = CalcLoop("node-a", decoupler, send)
     async with trio.open_nursery() as nursery:
         await nursery.start(loop.run)

@@ -29,7 +29,7 @@ from tests.etcd_server import free_port, make_certificates
 
 async def _synced_loop(nursery: trio.Nursery) -> CalcLoop:
     decoupler = Decoupler()
-    send, receive = trio.open_memory_channel[m.ToDataplane](10_000)
+    send, receive = trio.open_memory_channel[m.Flush](10_000)
     loop = CalcLoop("node-a", decoupler, send)
     await nursery.start(loop.run)
     converter = Converter()
@@ -41,7 +41,7 @@ async def _synced_loop(nursery: trio.Nursery) -> CalcLoop:
     return loop
 
 
-async def _drain(receive: trio.MemoryReceiveChannel[m.ToDataplane]) -> None:
+async def _drain(receive: trio.MemoryReceiveChannel[m.Flush]) -> None:
     async for _ in receive:
         pass
 

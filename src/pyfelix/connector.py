@@ -46,7 +46,7 @@ class StatusSink(Protocol):
 
 @attrs.define(eq=False)
 class DataplaneConnector:
-    source: trio.MemoryReceiveChannel[m.ToDataplane]
+    source: trio.MemoryReceiveChannel[m.Flush]
     send_to_driver: Callable[[m.ToDataplane], Awaitable[None]]
     from_driver: trio.MemoryReceiveChannel[m.FromDataplane]
     status: StatusSink | None = None
@@ -96,9 +96,10 @@ class DataplaneConnector:
             self.encapsulation = message
 
     async def _to_dataplane(self) -> None:
-        async for message in self.source:
-            self.check(message)
-            await self.send_to_driver(message)
+        async for flush in self.source:
+            for message in flush:
+                self.check(message)
+                await self.send_to_driver(message)
 
     async def _from_dataplane(self) -> None:
         async for message in self.from_driver:

@@ -389,6 +389,8 @@ ToDataplane = (
     | ServiceRemove
     | GlobalBGPConfigUpdate
 )
+#: One flush of the calculation graph, in order: what the calc loop hands the connector.
+Flush = tuple[ToDataplane, ...]
 FromDataplane = (
     ProcessStatusUpdate
     | WorkloadEndpointStatusUpdate

@@ -45,7 +45,7 @@ async def _enable_gc_after(seconds: float) -> None:
 class CalcLoop:
     hostname: str
     source: Decoupler
-    output: trio.MemorySendChannel[m.ToDataplane]
+    output: trio.MemorySendChannel[m.Flush]
     context: ValidationContext = attrs.Factory(ValidationContext)
     #: The start-up configuration's RouteSource (the graph is built with it).
     route_source: str = "CalicoIPAM"
@@ -134,10 +134,9 @@ class CalcLoop:
             # dozen objects of garbage, which stay frozen.
             gc.freeze()
             gc.enable()
-        messages = list(self._pending)
+        messages = tuple(self._pending)
         self._pending.clear()
         if messages:
             log.debug("flush %d: %d messages to the dataplane", self.flushes, len(messages))
-        for message in messages:
-            await self.output.send(message)
+            await self.output.send(messages)
         self.messages_emitted += len(messages)
