@@ -17,13 +17,15 @@ import trio.testing
 from pyfelix import messages as m
 from pyfelix import model
 from pyfelix.calc.pipeline import build_pipeline
+from pyfelix.config import FelixConfig
+from pyfelix.config.felix_config import IptablesBackend, NFTablesMode
 from pyfelix.errors import DataplaneWriteError, FatalShutdown, RestartRequired
 from pyfelix.resources import Resource
 from pyfelix.validation import ValidationContext
 from pyfelix.values import FrozenMap
 from pyfelix_dataplane.linux.driver import LinuxDriver
 from pyfelix_dataplane.linux.ipip import IpipDevice
-from pyfelix_dataplane.linux.kernel import Kernel
+from pyfelix_dataplane.linux.kernel import Kernel, KernelProbe
 from pyfelix_dataplane.linux.managers.endpoints import EndpointManager
 from pyfelix_dataplane.linux.routes import RouteTarget
 from pyfelix_dataplane.rules.ipsets import ipset_name
@@ -92,7 +94,7 @@ async def running(
     node = node or FakeNode()
     send, receive = trio.open_memory_channel[Any](1000)
 
-    async def open_kernel(config: Any) -> Kernel:
+    async def open_kernel(config: Any, probe: Any) -> Kernel:
         return fake_kernel(node)
 
     driver = LinuxDriver(send, "node-a", open_kernel=open_kernel)
@@ -560,3 +562,52 @@ async def test_kube_proxy_in_ipvs_mode_is_named_as_not_supported(
         async with running(FakeNode(links=links)) as r:
             await _first_apply(r, messages_for(example_state()))
         assert ("kube-proxy runs in IPVS mode" in caplog.text) == warned
+
+
+@pytest.mark.parametrize("fails", [False, True])
+async def test_the_kernel_is_probed_before_insync_with_the_startup_configuration(
+    fails: bool, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The read-only probe (iptables backend, nftables mode) runs while the snapshot loads,
+    with the configuration the agent started with; at InSync the kernel is opened with it. A
+    probe that fails early is left for the opening at InSync."""
+    node = FakeNode()
+    send, _receive = trio.open_memory_channel[Any](1000)
+    probed: list[FelixConfig] = []
+    opened: list[KernelProbe | None] = []
+    startup = FelixConfig(iptables_backend=IptablesBackend.LEGACY)
+    made = KernelProbe(IptablesBackend.LEGACY, startup.nftables_mode, "legacy", False)
+
+    async def probe(config: FelixConfig) -> KernelProbe:
+        probed.append(config)
+        if fails:
+            raise DataplaneWriteError("iptables-legacy-save", "no such table")
+        return made
+
+    async def open_kernel(config: FelixConfig, probe: KernelProbe | None) -> Kernel:
+        opened.append(probe)
+        return fake_kernel(node)
+
+    driver = LinuxDriver(
+        send, "node-a", open_kernel=open_kernel, probe_kernel=probe, startup_config=startup
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(driver.run)
+        await trio.sleep(1)
+        assert probed == [startup], "probed before any message arrived"
+        assert not opened
+        for message in messages_for(example_state()):
+            await driver.apply(message)
+        await trio.sleep(1)
+        assert opened == [None if fails else made]
+        assert driver.stats.failures == 0
+        nursery.cancel_scope.cancel()
+
+
+def test_a_probe_stands_only_for_the_settings_it_was_made_for() -> None:
+    probe = KernelProbe(IptablesBackend.AUTO, NFTablesMode.DISABLED, "nft", False)
+    assert probe.answers(FelixConfig(nftables_mode=NFTablesMode.DISABLED))
+    assert not probe.answers(
+        FelixConfig(iptables_backend=IptablesBackend.LEGACY, nftables_mode=NFTablesMode.DISABLED)
+    )
+    assert not probe.answers(FelixConfig(nftables_mode=NFTablesMode.ENABLED))

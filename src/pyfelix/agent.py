@@ -218,12 +218,15 @@ async def run_agent(options: AgentOptions, out: TextIO = sys.stdout) -> int:
             else:
                 syncer = FileSyncer(Path(options.datastore), decoupler, prefetch=options.prefetch)
             startup = await startup_configurations(options.datastore, client, options.hostname)
+            config = startup_config(startup, options.hostname)
+            if isinstance(driver, LinuxDriver):
+                driver.startup_config = config  # the kernel is probed with it before InSync
             calc = CalcLoop(
                 options.hostname,
                 decoupler,
                 to_send,
                 context=context_from(startup),
-                route_source=startup_config(startup, options.hostname).route_source,
+                route_source=config.route_source,
                 health=health,
             )
             await nursery.start(calc.run)

@@ -7,6 +7,7 @@ import contextlib
 import fcntl
 import os
 import re
+import shutil
 import subprocess
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
@@ -143,8 +144,5 @@ async def _run_streaming(
 
 
 def available(tool: str) -> bool:
-    try:
-        subprocess.run([tool, "--version"], capture_output=True, check=False)
-    except FileNotFoundError:
-        return False
-    return True
+    """Whether ``tool`` is on the PATH (looked up, not run: a run cost 3-5 ms of the start)."""
+    return shutil.which(tool) is not None

@@ -13,7 +13,10 @@ IpsetsRefreshInterval, RouteRefreshInterval) makes its managers forget what they
 next apply re-reads and repairs that part of the kernel. The first successful apply is
 reported as DataplaneInSync; process status goes out every ReportingIntervalSecs.
 
-What the kernel is comes from ``open_kernel`` (the real one, or a test's fake).
+What the kernel is comes from ``open_kernel`` (the real one, or a test's fake). With the
+start-up configuration (``startup_config``), the kernel's tools are probed (the iptables
+backend, the nftables mode) beside the first read, read-only, as Felix detects its backend
+when its dataplane starts; the probe stands at InSync if the settings it was made for hold.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from pyfelix.config import FelixConfig
 from pyfelix.errors import DataplaneWriteError, FatalShutdown, RestartRequired
 from pyfelix.stats import DataplaneStats
 from pyfelix.throttle import LeakyBucket
-from pyfelix_dataplane.linux.kernel import Kernel, linux_kernel
+from pyfelix_dataplane.linux.kernel import Kernel, KernelProbe, linux_kernel, probe_kernel
 from pyfelix_dataplane.linux.managers import Checking, Manager
 from pyfelix_dataplane.linux.managers.endpoints import EndpointManager
 from pyfelix_dataplane.linux.managers.ipip import IpipManager
@@ -200,7 +203,11 @@ class LinuxDriver:
     #: Told (ready) on every round of the apply loop and every HEALTH_INTERVAL while idle;
     #: ready once the first apply succeeded.
     report_health: Callable[[bool], None] = lambda ready: None
-    open_kernel: Callable[[FelixConfig], Awaitable[Kernel]] = linux_kernel
+    open_kernel: Callable[[FelixConfig, KernelProbe | None], Awaitable[Kernel]] = linux_kernel
+    probe_kernel: Callable[[FelixConfig], Awaitable[KernelProbe]] = probe_kernel
+    #: The configuration the agent starts with (its FelixConfigurations and environment, as
+    #: the calculation graph will send it): the kernel is probed with it before InSync.
+    startup_config: FelixConfig | None = None
     #: Counts and timings for Felix's metrics.
     stats: DataplaneStats = attrs.Factory(DataplaneStats)
     managers: Managers | None = None
@@ -213,6 +220,8 @@ class LinuxDriver:
     _reported_in_sync: bool = False
     _remove_other_mode: Callable[[], Awaitable[None]] | None = None
     _started: float = 0.0
+    _probe: KernelProbe | None = None
+    _probed: trio.Event = attrs.Factory(trio.Event)
 
     async def apply(self, msg: m.ToDataplane) -> None:
         self.state.apply(msg)
@@ -247,6 +256,7 @@ class LinuxDriver:
         self._started = trio.current_time()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._report_status)
+            nursery.start_soon(self._probe_early)
             task_status.started()
             # The configuration (IptablesBackend, refresh intervals) arrives with the snapshot:
             # nothing is written, nor the backend chosen, before InSync.
@@ -261,7 +271,8 @@ class LinuxDriver:
                 len(self.state.hosts),
                 len(self.state.policies),
             )
-            kernel = await self.open_kernel(self.state.config)
+            await self._probed.wait()
+            kernel = await self.open_kernel(self.state.config, self._probe)
             self._remove_other_mode = kernel.remove_other_mode
             nursery.start_soon(kernel.watch, self._on_interface)
             self.managers = managers = Managers.build(
@@ -278,6 +289,17 @@ class LinuxDriver:
                     self._follow_kube_proxy, kernel.kube_proxy_nftables, bool(kernel.nftables)
                 )
             await self._loop(managers, nursery)
+
+    async def _probe_early(self) -> None:
+        """The kernel's tools probed with the start-up configuration, beside the first read.
+        A failure here is left for the probe at InSync, where it counts."""
+        try:
+            if self.startup_config is not None:
+                self._probe = await self.probe_kernel(self.startup_config)
+        except DataplaneWriteError as exc:
+            log.debug("probing the kernel before InSync failed (%s); probing at InSync", exc)
+        finally:
+            self._probed.set()
 
     async def _follow_kube_proxy(self, detect: Callable[[], Awaitable[bool]], now: bool) -> None:
         """NFTablesMode Auto, as Felix: when kube-proxy's mode (nftables or not) changes, the

@@ -187,16 +187,46 @@ async def nftables_wanted(config: FelixConfig) -> bool:
     return await kube_proxy_uses_nftables()
 
 
-async def linux_kernel(config: FelixConfig) -> Kernel:
+@attrs.frozen
+class KernelProbe:
+    """What the node's tools say before anything is written: the iptables backend in use and
+    whether the nftables mode is wanted, for the two settings that decide them. Read-only, so
+    the driver probes with the start-up configuration beside the first read, as Felix detects
+    its backend when its dataplane starts: with kube-proxy's rules on the node, the two
+    iptables-save runs of the detection take a while."""
+
+    iptables_backend: str
+    nftables_mode: NFTablesMode
+    backend: str
+    nftables: bool
+
+    def answers(self, config: FelixConfig) -> bool:
+        """Whether this probe was made for ``config``'s settings."""
+        return (self.iptables_backend, self.nftables_mode) == (
+            config.iptables_backend,
+            config.nftables_mode,
+        )
+
+
+async def probe_kernel(config: FelixConfig) -> KernelProbe:
+    backend = await detect_backend(config.iptables_backend)
+    nftables = await nftables_wanted(config)
+    return KernelProbe(config.iptables_backend, config.nftables_mode, backend, nftables)
+
+
+async def linux_kernel(config: FelixConfig, probe: KernelProbe | None = None) -> Kernel:
     """The real kernel, with the iptables backend chosen as configured (or detected), and IPv6
     only where it is enabled and ip6tables exists; configured as Felix configures it first.
-    In nftables mode the iptables writers stay, to remove what the iptables mode left."""
+    In nftables mode the iptables writers stay, to remove what the iptables mode left.
+    ``probe`` stands for the detection if it was made for these settings."""
     configure_kernel(config)
-    backend = await detect_backend(config.iptables_backend)
+    if probe is None or not probe.answers(config):
+        probe = await probe_kernel(config)
+    backend = probe.backend
     mode = "append" if config.chain_insert_mode is ChainInsertMode.APPEND else "insert"
     ipsets = IpsetWriter(config.max_ipset_size)
     auto = kube_proxy_uses_nftables if config.nftables_mode is NFTablesMode.AUTO else None
-    if await nftables_wanted(config):
+    if probe.nftables:
         # The nftables mode's modules are imported when it is on (0.02 s of start-up).
         from pyfelix_dataplane.linux.nftables import NftablesWriter  # noqa: PLC0415
         from pyfelix_dataplane.rules.nft import family  # noqa: PLC0415
