@@ -50,7 +50,10 @@ ACTED_ON: dict[str, str] = {
     "IpsetsRefreshInterval": "how often the IP sets are re-read and repaired (0: never)",
     "IPv4NormalRoutePriority": "the metric of the IPv4 workload routes (and floating IPs')",
     "IPv6NormalRoutePriority": "the metric of the IPv6 workload routes (and floating IPs')",
-    "IptablesBackend": "Legacy or NFT, or (Auto) the backend already holding rules",
+    "IptablesBackend": (
+        "Legacy or NFT, or (Auto) the backend already holding rules (probed at start with the"
+        " start-up configuration, again at InSync if the snapshot's setting differs)"
+    ),
     "IptablesFilterAllowAction": "ACCEPT or RETURN: the filter table's accepts (established "
     "connections flagged accepted first when RETURN), as Felix",
     "IptablesFilterDenyAction": "DROP or REJECT: the filter table's drops (endpoint, tier end, "
