@@ -61,6 +61,8 @@ class FakeNode:
     fail: dict[str, list[DataplaneWriteError]] = attrs.Factory(dict)
     #: Awaited in the middle of the next ipset write (what else happens meanwhile), once.
     during_ipsets: Callable[[], Awaitable[None]] | None = None
+    #: Likewise, in the middle of the next plan of a table write (of the first IP version).
+    during_plan: Callable[[], Awaitable[None]] | None = None
     #: How long reading the tables back takes (iptables-save of a large node: 0.1-0.3 s):
     #: for a plan (the tables it writes), and for a check (every table written).
     table_read_seconds: float = 0.0
@@ -176,6 +178,9 @@ class FakeTables:
         }
 
     async def prepare(self, desired: Mapping[str, Desired]) -> Script:
+        if self.node.during_plan is not None:
+            during, self.node.during_plan = self.node.during_plan, None
+            await during()
         plans = await self._plans(desired, self.node.table_read_seconds)
         return Script.join(plans.values())
 

@@ -220,27 +220,28 @@ spec:
 """
 
 
+@pytest.mark.parametrize("during", ["ipsets", "plan"])
 async def test_rules_never_name_a_set_the_same_apply_did_not_write(
-    autojump_clock: trio.testing.MockClock,
+    during: str, autojump_clock: trio.testing.MockClock
 ) -> None:
-    """A policy (and its new IP set) arriving while the IP sets are being written: the
-    tables written in that apply are rendered from the same state as the sets, so no rule
-    names a set the kernel does not have (the fake refuses such a table, as the kernel does);
-    the next apply brings both."""
+    """A policy (and its new IP set) arriving while the IP sets are being written, or while
+    the IPv4 tables' write is planned (before the IPv6 ones are rendered): the tables written
+    in that apply are rendered from the same state as the sets, so no rule names a set the
+    kernel does not have (the fake refuses such a table, as the kernel does); the next apply
+    brings both."""
     datastore = Datastore()
+    snapshot = datastore.snapshot(example_state())
+    late = datastore.put([load_manifest(NEW_POLICY)])
+    assert any(isinstance(x, m.IPSetUpdate) for x in late)
     async with running() as r:
-        await r.send(datastore.snapshot(example_state()))
-        await r.settle()
-        late = datastore.put([load_manifest(NEW_POLICY)])
-        assert any(isinstance(x, m.IPSetUpdate) for x in late)
 
         async def meanwhile() -> None:
             await r.send(late)
 
-        r.node.during_ipsets = meanwhile
-        relabel = datastore.put([])  # any change starts an apply
-        await r.send([*relabel, m.InSync()])
+        setattr(r.node, f"during_{during}", meanwhile)
+        await r.send(snapshot)
         await r.settle()
+        assert getattr(r.node, f"during_{during}") is None, "the late messages were sent"
         assert r.driver.stats.failures == 0
         filter_table = r.node.tables[4]["filter"]
         assert "cali-pi-gnp/mid-apply" in filter_table

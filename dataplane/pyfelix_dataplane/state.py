@@ -71,6 +71,24 @@ class NodeState:
         else:
             self.others.pop((kind, key), None)
 
+    def snapshot(self) -> NodeState:
+        """A copy that later messages leave as it is, for an apply that renders one IP
+        version's chains after awaiting another's write, from the state its IP sets came from.
+        The mappings are copied; their values are immutable messages, but for IP set members,
+        which are shared (no chain depends on them)."""
+        return attrs.evolve(
+            self,
+            ipsets=dict(self.ipsets),
+            policies=dict(self.policies),
+            profiles=dict(self.profiles),
+            workloads=dict(self.workloads),
+            hosts=dict(self.hosts),
+            routes=dict(self.routes),
+            vteps=dict(self.vteps),
+            others=dict(self.others),
+            changed_ipsets=set(),
+        )
+
     def take_changed_ipsets(self) -> set[str]:
         changed, self.changed_ipsets = self.changed_ipsets, set()
         return changed

@@ -437,7 +437,8 @@ class LinuxDriver:
 
         IP sets are created before the tables (rules refer to them) and deleted after (once no
         rule does). Each IP version is rendered and planned, then written while the next one
-        is rendered, planned and written, as Felix writes its tables in parallel: the tools'
+        is rendered (from a copy of the state the sets were written from), planned and
+        written, as Felix writes its tables in parallel: the tools'
         parsing overlaps, and when one nft transaction commits while the other is being
         built, the tool notices (generation id) and rebuilds its batch, which costs little.
         Devices and routes are written beside the tables, once every version is planned:
@@ -484,16 +485,20 @@ class LinuxDriver:
                 nursery.start_soon(area, partial(self._apply_routing, managers), "routes")
             else:
                 desired_sets = managers.ipsets.desired()
-                chains = managers.tables.render(rendering, placement)
-                mark("rendered")
+                if not managers.tables.rendered(placement):
+                    # Each version is rendered while the one before is written: from a copy,
+                    # as the messages arriving meanwhile change the state.
+                    rendering = rendering.snapshot()
                 try:
                     await managers.ipsets.apply(desired_sets)
                 except DataplaneWriteError as exc:
                     failed.append(exc)  # the rules would refer to missing sets: no tables
                 mark("ipsets")
                 for version in managers.tables.versions if not failed else ():
+                    chains = managers.tables.render(rendering, placement, version)
+                    mark(f"IPv{version} rendered")
                     try:
-                        script, tables = await managers.tables.plan(version, chains[version])
+                        script, tables = await managers.tables.plan(version, chains)
                     except DataplaneWriteError as exc:
                         failed.append(exc)
                         continue
@@ -501,6 +506,9 @@ class LinuxDriver:
                     wrote_tables = wrote_tables or bool(script)
                     write = partial(managers.tables.write, version, script, tables)
                     nursery.start_soon(area, write, f"IPv{version} written")
+                    # The write starts its tool (on the other core) before the next version
+                    # is rendered.
+                    await trio.lowlevel.checkpoint()
                 mark("routes started")
                 nursery.start_soon(area, partial(self._apply_routing, managers), "routes")
         if failed:

@@ -31,7 +31,8 @@ class TablesManager:
     # What the last successful writes left in each table, so steady state writes only the
     # tables that changed.
     _written: dict[tuple[int, str], tuple[Chain, ...]] = attrs.Factory(dict)
-    _rendered: tuple[Hashable, dict[int, dict[str, tuple[Chain, ...]]]] | None = None
+    #: Per IP version, the key its chains were rendered for, and the chains.
+    _rendered: dict[int, tuple[Hashable, Tables]] = attrs.Factory(dict)
     #: The rules kept at the end of kernel chains, per table (the same in every version).
     _appends: dict[str, tuple[Chain, ...]] = attrs.Factory(dict)
     #: Counts each write's start and end: a reading that one overlapped proves nothing.
@@ -49,19 +50,20 @@ class TablesManager:
     def invalidate(self) -> None:
         self._written.clear()
 
-    def render(
-        self, rendering: NodeState, key: Hashable
-    ) -> dict[int, dict[str, tuple[Chain, ...]]]:
-        """Every version's chains; rendered again only when ``key`` (what the chains depend
-        on: the state's rules generation and the host endpoints' placement) changed."""
-        if self._rendered is None or self._rendered[0] != key:
+    def rendered(self, key: Hashable) -> bool:
+        """Whether every version's chains for ``key`` are rendered already."""
+        return all(self._rendered.get(v, (None,))[0] == key for v in self.versions)
+
+    def render(self, rendering: NodeState, key: Hashable, version: int) -> Tables:
+        """One version's chains, rendered again only when ``key`` (what the chains depend on:
+        the state's rules generation and the host endpoints' placement) changed. One version at
+        a time, so that the first one's restore runs while the next one is rendered."""
+        cached = self._rendered.get(version)
+        if cached is None or cached[0] != key:
             settings = Settings.from_config(rendering.config)
-            chains = {
-                version: render_chains(rendering, version, settings) for version in self.versions
-            }
-            self._rendered = (key, chains)
+            cached = self._rendered[version] = (key, render_chains(rendering, version, settings))
             self._appends = kernel_appends(settings)
-        return self._rendered[1]
+        return cached[1]
 
     async def plan(
         self, version: int, chains: Mapping[str, tuple[Chain, ...]]
