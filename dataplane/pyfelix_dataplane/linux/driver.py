@@ -259,7 +259,8 @@ class LinuxDriver:
             nursery.start_soon(self._probe_early)
             task_status.started()
             # The configuration (IptablesBackend, refresh intervals) arrives with the snapshot:
-            # nothing is written, nor the backend chosen, before InSync.
+            # nothing is written, nor the backend chosen, before InSync (_probe_early only
+            # reads, with the start-up configuration).
             while not self.state.in_sync:
                 self.report_health(False)
                 with trio.move_on_after(HEALTH_INTERVAL):
@@ -438,9 +439,9 @@ class LinuxDriver:
         IP sets are created before the tables (rules refer to them) and deleted after (once no
         rule does). Each IP version is rendered and planned, then written while the next one
         is rendered (from a copy of the state the sets were written from), planned and
-        written, as Felix writes its tables in parallel: the tools'
-        parsing overlaps, and when one nft transaction commits while the other is being
-        built, the tool notices (generation id) and rebuilds its batch, which costs little.
+        written, as Felix writes its tables in parallel: the tools' parsing overlaps, and
+        when one nft transaction commits while the other is being built, the tool notices
+        (generation id) and rebuilds its batch, which costs little.
         Devices and routes are written beside the tables, once every version is planned:
         before that their thread would take the GIL from rendering and planning. Returns
         whether any table was written.

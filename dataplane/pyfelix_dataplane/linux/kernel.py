@@ -209,6 +209,7 @@ class KernelProbe:
 
 
 async def probe_kernel(config: FelixConfig) -> KernelProbe:
+    """The backend and the nftables mode ``config``'s settings lead to on this node."""
     backend = await detect_backend(config.iptables_backend)
     nftables = await nftables_wanted(config)
     return KernelProbe(config.iptables_backend, config.nftables_mode, backend, nftables)
