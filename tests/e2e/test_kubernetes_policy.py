@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -94,7 +95,10 @@ class Model:
         for pod in topology.all_pods:
             namespace = self.cluster.workloads[topology.address(pod)]
             self.cluster.serve(namespace, program("netpol_server.py"), *ports)
-        self.cluster.start_agent()
+        # The agent's log goes beside the datastore (a line written into it would wake the
+        # file syncer), and into the message of a case that never converges.
+        self.log = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "agent.log"
+        self.cluster.start_agent(log=self.log)
 
     def probes(self) -> list[Probe]:
         pods = self.topology.all_pods
@@ -154,7 +158,10 @@ class Model:
                 return
             if time.monotonic() > deadline:
                 wrong = sorted(k for k in expected if table.get(k) != expected[k])
-                raise AssertionError(f"{len(wrong)} probes differ, e.g. {wrong[:6]}")
+                tail = "\n".join(self.log.read_text().splitlines()[-40:])
+                raise AssertionError(
+                    f"{len(wrong)} probes differ, e.g. {wrong[:6]}; the agent's log ends:\n{tail}"
+                )
             time.sleep(0.2)
 
 
