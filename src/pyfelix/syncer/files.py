@@ -57,6 +57,10 @@ from pyfelix.syncer.processors import KV, Converter
 
 log = logging.getLogger(__name__)
 
+#: The resources whose updates are made and handed on at a time, the Trio loop let run between
+#: (converting 20,000 took 0.3 s of it in one piece: the health server waited).
+EMIT_CHUNK = 2000
+
 
 @attrs.frozen
 class _Read:
@@ -318,9 +322,10 @@ class FileSyncer:
         """Re-read ``paths`` and emit the Updates of the resources that changed.
 
         Reading and parsing run in a worker thread (a 50 MB file must not stop the Trio loop,
-        which answers /liveness), the bookkeeping and the Updates on the Trio thread. Only
-        identities defined (before or after) in those files are re-examined, so an edit costs
-        what the edited file holds, not what the whole directory holds.
+        which answers /liveness), the bookkeeping and the Updates on the Trio thread, in
+        chunks of EMIT_CHUNK resources with the loop let run between. Only identities defined
+        (before or after) in those files are re-examined, so an edit costs what the edited
+        file holds, not what the whole directory holds.
         """
         ordered = sorted(set(paths))
         reads = await trio.to_thread.run_sync(_read_all, ordered, prefetch)
@@ -339,7 +344,11 @@ class FileSyncer:
             for identity in after:
                 self._providers.setdefault(identity, set()).add(path)
             affected |= before | after
-        self._emit(affected)
+        identities = sorted(affected)
+        for start in range(0, len(identities), EMIT_CHUNK):
+            if start:
+                await trio.lowlevel.checkpoint()
+            self._emit(identities[start : start + EMIT_CHUNK])
 
     def _winner(self, identity: Identity) -> Resource | KV | None:
         """The definition from the first path (in sort order) that defines ``identity``."""
@@ -357,10 +366,11 @@ class FileSyncer:
         return item.resource if isinstance(item, Located) else cast(KV, item.value)
 
     def _emit(self, affected: Iterable[Identity]) -> None:
+        """The Updates of ``affected`` (in order), handed on in one batch."""
         self._revision += 1
         revision = str(self._revision)
         updates: list[Update] = []
-        for identity in sorted(affected):
+        for identity in affected:
             old, new = self._current.get(identity), self._winner(identity)
             if old == new:
                 continue
