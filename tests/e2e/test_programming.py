@@ -305,7 +305,7 @@ def nft_listing(node: str) -> str:
 
 @pytest.mark.parametrize("dataplane_mode", ["nftables"], indirect=True)
 def test_nftables_mode_repairs_tampering_and_hands_over_both_ways(
-    cluster: Cluster, monkeypatch: pytest.MonkeyPatch, dataplane_mode: str
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch, dataplane_mode: str, tmp_path: Path
 ) -> None:
     """NFTablesMode Enabled: the policy lives in the ip/ip6 calico tables, none of it in
     iptables or ipsets; a deleted set element, a flushed chain and a flushed base chain (the
@@ -316,7 +316,9 @@ def test_nftables_mode_repairs_tampering_and_hands_over_both_ways(
     (cluster.manifests / "policy.yaml").write_text(POLICY.replace("PORT", "http"))
     run_in(cluster.node, "nft", "add", "table", "inet", "other")
     run_in(cluster.node, "nft", "add", "chain", "inet", "other", "keep")
-    cluster.start_agent()
+    log = tmp_path / "agent.log"
+    monkeypatch.setenv("FELIX_LOGSEVERITYSCREEN", "Debug")  # the repair's steps, if it fails
+    cluster.start_agent(log=log)
     assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 8080)), "never programmed"
     assert not cluster.connects(CLIENT_IP, SERVER_IP, 9090)
     listed = nft_listing(cluster.node)
@@ -344,7 +346,7 @@ def test_nftables_mode_repairs_tampering_and_hands_over_both_ways(
         forward = text.split("chain filter-FORWARD {")[1].split("}")[0]
         return member in text and "jump" in tw and "jump filter-cali-FORWARD" in forward
 
-    assert eventually(repaired, timeout=5), nft_listing(cluster.node)
+    assert eventually(repaired, timeout=5), f"{nft_listing(cluster.node)}\n{log.read_text()}"
     assert cluster.connects(CLIENT_IP, SERVER_IP, 8080)
     assert not cluster.connects(CLIENT_IP, SERVER_IP, 9090)
     assert "chain keep" in run_in(cluster.node, "nft", "list", "table", "inet", "other").stdout
