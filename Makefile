@@ -42,14 +42,16 @@ deps: .deps-installed
 	touch $@
 
 venv: $(BIN)/pyfelix
-# The checkout's bytecode is compiled at install (pip compiles only what it copies): an agent
-# that cannot write it (a read-only checkout, PYTHONDONTWRITEBYTECODE) would otherwise compile
-# its modules again on every start, 0.1 s of it (bench/RESULTS.md).
+# The checkout's bytecode, and attrs' generated methods (pyfelix/attrs_cache.py), are compiled
+# at install (pip compiles only what it copies): an agent that cannot write them (a read-only
+# checkout, PYTHONDONTWRITEBYTECODE) would otherwise compile them again on every start, 0.15 s
+# of it (bench/RESULTS.md).
 $(BIN)/pyfelix: pyproject.toml | .deps-installed
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test]'
 	$(BIN)/python -m compileall -q src dataplane
+	$(BIN)/python -c 'from pyfelix.attrs_cache import write_all; write_all()'
 	touch $@
 
 clean:

@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from bytecode import compile_agent, compile_bytecode
+from bytecode import compile_agent, compile_bytecode, write_attrs_cache
 
 HOST = "host-local"
 PER_FILE = 1000
@@ -199,6 +199,7 @@ def main() -> None:
         base = args.baseline.resolve()
         baseline_env = dict(os.environ, PYTHONPATH=f"{base / 'src'}:{base / 'dataplane'}")
         compile_bytecode(base / "src", base / "dataplane")
+        write_attrs_cache(baseline_env)
     for shape in args.shapes:
         with tempfile.TemporaryDirectory(prefix=f"pfbench-{shape}-") as tmp:
             directory = Path(tmp)

@@ -5,15 +5,26 @@ venv` compiles the checkout an editable install points at, and an agent that may
 checkout leaves the bytecode there on its first start. Where none can be written
 (PYTHONDONTWRITEBYTECODE, which some sandboxes and CI images set, or a read-only checkout),
 every start compiles the agent's 120-odd modules again, some 0.1 s of a 10,000-endpoint start
-(bench/RESULTS.md). A benchmark compiles first, so that it times what an installed agent does
-and a baseline checkout is timed the same way.
+(bench/RESULTS.md). The same holds for attrs' generated methods, which pyfelix keeps compiled
+beside its bytecode (``pyfelix.attrs_cache``). A benchmark compiles both first, so that it
+times what an installed agent does and a baseline checkout is timed the same way.
 """
 
 from __future__ import annotations
 
 import compileall
 import importlib.util
+import subprocess
+import sys
 from pathlib import Path
+
+#: Run under the agent's own path: a checkout from before the cache has nothing to write.
+WRITE_ATTRS_CACHE = """
+import importlib.util
+if importlib.util.find_spec("pyfelix.attrs_cache"):
+    from pyfelix.attrs_cache import write_all
+    write_all()
+"""
 
 
 def package_dirs(*packages: str) -> list[Path]:
@@ -35,6 +46,12 @@ def compile_bytecode(*dirs: Path) -> None:
             raise SystemExit(f"cannot compile the modules under {directory}")
 
 
+def write_attrs_cache(env: dict[str, str] | None = None) -> None:
+    """The cache of attrs' methods of the agent a process started with ``env`` runs."""
+    subprocess.run([sys.executable, "-c", WRITE_ATTRS_CACHE], env=env, check=True)
+
+
 def compile_agent() -> None:
     """The bytecode of the agent this process would run (a baseline's, under its PYTHONPATH)."""
     compile_bytecode(*package_dirs("pyfelix", "pyfelix_dataplane"))
+    write_attrs_cache()

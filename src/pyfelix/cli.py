@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pyfelix import __version__
+from pyfelix.attrs_cache import CACHE
 from pyfelix.datastore import is_etcd
 from pyfelix.datastore.prefetch import ListingPrefetch
 from pyfelix.logs import set_severity
@@ -432,6 +433,7 @@ def console() -> None:
         sys.exit(int(args.handler(args)))
     gc.disable()
     code = int(args.handler(args))
+    CACHE.save()  # what atexit would have done: attrs' methods compiled here, if any
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
