@@ -4,8 +4,9 @@ attrs writes each class's ``__init__``, ``__eq__``, ``__hash__`` and ``__repr__`
 and compiles it when the class is defined: for pyfelix's 330-odd classes some 45 ms of every
 process start, a tenth of the agent's start before its first read (bench/RESULTS.md). Python
 keeps a module's bytecode in ``__pycache__``; this keeps attrs' there too: the code of each
-generated script of a pyfelix class, with the script's text and under attrs' name for it, in
-one marshal file per attrs and Python version, read at the first class definition.
+generated script of a pyfelix class, under attrs' name for it and with a hash of its text (the
+hash Python's own hash-based .pyc files are checked by), in one marshal file per Python
+version, read at the first class definition.
 A script that changed is compiled as before. The file is written where bytecode would be
 (not under PYTHONDONTWRITEBYTECODE; not where the package cannot be written), by ``save``:
 at the exit of a process that compiled something, and by ``write_all`` (`make venv`, the
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import atexit
 import importlib
+import importlib.util
 import marshal
 import os
 import pkgutil
@@ -32,7 +34,6 @@ from pathlib import Path
 from types import CodeType
 from typing import Any
 
-import attr
 import attr._make
 
 #: Whose classes are cached: a test's or a library's would only grow the file.
@@ -41,12 +42,14 @@ PACKAGES = ("pyfelix.", "pyfelix_dataplane.")
 #: duplicate ending "-N>".
 _SCRIPT_NAME = re.compile(r"<attrs generated (\S+) ([\w.]+)(?:-\d+)?>")
 
-Entries = dict[str, tuple[str, CodeType]]
+Entries = dict[str, tuple[bytes, CodeType]]
 
 
 def cache_path() -> Path:
-    """The cache of this attrs and this Python, in this package's ``__pycache__``."""
-    name = f"attrs-methods.{attr.__version__}.{sys.implementation.cache_tag}.marshal"
+    """The cache of this Python, in this package's ``__pycache__`` (not of this attrs: a
+    script's code is the same whichever attrs wrote it, and asking attrs its version costs
+    an import of importlib.metadata, 17 ms)."""
+    name = f"attrs-methods.{sys.implementation.cache_tag}.marshal"
     return Path(__file__).with_name("__pycache__") / name
 
 
@@ -67,12 +70,12 @@ class MethodCache:
         entries = self._load()
         # The hash seed's part of the script, which differs from process to process.
         seeded = str(hash(f"<attrs generated hash {match[2]}>"))
-        text = script.replace(seeded, "")
+        digest = importlib.util.source_hash(script.replace(seeded, "").encode())
         entry = entries.get(name)
-        if entry is not None and entry[0] == text:
+        if entry is not None and entry[0] == digest:
             return entry[1]
         code = compile(script, name, "exec")
-        entries[name] = (text, code)
+        entries[name] = (digest, code)
         self.compiled += 1
         return code
 
