@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from pyfelix import cli
 from pyfelix.resources import load_paths, shared_parse
-from pyfelix.resources.loader import load_file
+from pyfelix.resources.loader import Digest, load_file, parse_text
 from pyfelix.syncer.files import _read_all
 from pyfelix.syncer.plain_workloads import plain_workload_entry
 from tests.test_background_validation import WEP
@@ -127,17 +131,22 @@ def _child_done(prefetch: shared_parse.ParsePrefetch) -> None:
 
 
 @pytest.mark.parametrize("broken", [False, True])
+@pytest.mark.parametrize("digest", [None, cli._endpoint_checks], ids=["documents", "checked"])
 def test_the_agents_first_read_is_the_plain_read(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, broken: bool
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    broken: bool,
+    digest: Callable[[], Digest] | None,
 ) -> None:
-    """Whoever parsed a file, the syncer's first read finds what reading every file here
-    finds, a file that does not parse included."""
+    """Whoever parsed a file, and whether the child checked its endpoints or handed the
+    documents over, the syncer's first read finds what reading every file here finds: a file
+    that does not parse and an invalid endpoint included."""
     monkeypatch.setattr(shared_parse, "MIN_PREFETCH_BYTES", 0)
     directory = tmp_path / "cluster"
     paths = _cluster(directory, broken=broken)
     expected = _read_all(paths)
     for wait in (False, True):
-        prefetch = shared_parse.ParsePrefetch(directory)
+        prefetch = shared_parse.ParsePrefetch(directory, digest)
         assert prefetch._pid
         if wait:  # the child parsed everything before the first read began
             _child_done(prefetch)
@@ -161,8 +170,66 @@ def test_a_file_changed_after_the_child_parsed_it_is_read_again(
 
 def test_a_small_or_json_datastore_is_read_without_a_child(tmp_path: Path) -> None:
     directory = tmp_path / "cluster"
-    _cluster(directory)
+    paths = _cluster(directory)
     prefetch = shared_parse.ParsePrefetch(directory)
     assert not prefetch._pid
-    assert prefetch.claim(directory / "m0.yaml")
+    assert list(prefetch.schedule(paths)) == [(n, None) for n in range(len(paths))]
     prefetch.close()
+
+
+def test_files_the_child_has_delivered_are_not_parsed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(shared_parse, "MIN_PREFETCH_BYTES", 0)
+    directory = tmp_path / "cluster"
+    paths = _cluster(directory)
+    prefetch = shared_parse.ParsePrefetch(directory, cli._endpoint_checks)
+    _child_done(prefetch)
+    schedule = list(prefetch.schedule(paths))
+    assert [n for n, _ in schedule] == list(range(len(paths)))  # in order, none from the end
+    kinds: Counter[str] = Counter()
+    for _, prefetched in schedule:
+        assert prefetched is not None
+        kinds.update(type(data).__name__ for data, _, _ in prefetched[1])
+    # Each endpoint checked in the child, as its fields; policies and the JSON list as parsed.
+    assert kinds == {"tuple": 101, "dict": 10, "list": 1}
+    assert not prefetch._pid  # reaped
+
+
+def test_while_the_child_is_slow_this_process_parses_from_the_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child that takes 0.3 s a file delivers the first file or two; this process reads
+    the rest itself, from the last one backwards, and finds what the plain read finds."""
+    monkeypatch.setattr(shared_parse, "MIN_PREFETCH_BYTES", 0)
+    directory = tmp_path / "cluster"
+    paths = _cluster(directory)
+    expected = _read_all(paths)
+    parent = os.getpid()
+
+    def slow_in_the_child(text: str, source: str) -> object:
+        if os.getpid() != parent:
+            time.sleep(0.3)
+        return parse_text(text, source)
+
+    monkeypatch.setattr(shared_parse, "parse_text", slow_in_the_child)
+    prefetch = shared_parse.ParsePrefetch(directory)
+    schedule = list(prefetch.schedule(paths))
+    assert sorted(n for n, _ in schedule) == list(range(len(paths)))
+    delivered = [n for n, prefetched in schedule if prefetched is not None]
+    assert len(delivered) <= 3
+    assert schedule[0] == (len(paths) - 1, None)  # while the child parses the first file
+    prefetch = shared_parse.ParsePrefetch(directory)
+    assert _read_all(paths, prefetch) == expected
+
+
+def test_a_child_that_dies_leaves_its_files_to_this_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(shared_parse, "MIN_PREFETCH_BYTES", 0)
+    directory = tmp_path / "cluster"
+    paths = _cluster(directory, broken=True)
+    expected = _read_all(paths)
+    prefetch = shared_parse.ParsePrefetch(directory)
+    os.kill(prefetch._pid, signal.SIGKILL)
+    assert _read_all(paths, prefetch) == expected

@@ -24,7 +24,7 @@ from pyfelix.resources.shared_parse import ParsePrefetch
 if TYPE_CHECKING:
     from pyfelix.datastore.etcd import EtcdConfig
     from pyfelix.errors import Problem
-    from pyfelix.resources.loader import LoadResult
+    from pyfelix.resources.loader import Digest, LoadResult
 
 # Only what `pyfelix run` needs before it forks its first read's child is imported here (the
 # loader, 0.06 s); each command imports the stages it runs.
@@ -192,12 +192,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     # beside the imports below.
     prefetch: ParsePrefetch | ListingPrefetch | None = None
     if source and (args.dry_run or os.geteuid() == 0):
-        prefetch = ListingPrefetch(source) if is_etcd(source) else ParsePrefetch(Path(source))
+        if is_etcd(source):
+            prefetch = ListingPrefetch(source)
+        else:
+            prefetch = ParsePrefetch(Path(source), digest=_endpoint_checks)
     try:
         return _run_agent(args, source, prefetch)
     finally:
         if prefetch is not None:
             prefetch.close()
+
+
+def _endpoint_checks() -> Digest:
+    """The checks of plain endpoints, for the first read's child: imported there (0.04 s),
+    they run on the core that parses, and this process only builds the model values."""
+    from pyfelix.syncer.plain_workloads import plain_fields
+
+    return plain_fields
 
 
 def _run_agent(

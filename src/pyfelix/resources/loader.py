@@ -79,8 +79,12 @@ class Located:
 Identity = tuple[str, str, str]
 #: Turns some documents straight into what the caller wants (the dry-run takes plain
 #: endpoints' model values), giving their identity (Kind, namespace, name) and that value, or
-#: None to have the document loaded as a resource. It must accept only valid documents.
-DirectDecoder = Callable[[dict[str, Any]], tuple[Identity, object] | None]
+#: None to have the document loaded as a resource. It must accept only valid documents, and
+#: the tuples its ``Digest`` made of documents (a parsed document is a dict, never a tuple).
+DirectDecoder = Callable[[Any], tuple[Identity, object] | None]
+#: The half of a direct decoder that can run where the documents are parsed (a worker
+#: process): a document's fields, checked, as a tuple that marshals, or None to leave it as is.
+Digest = Callable[[dict[str, Any]], tuple[Any, ...] | None]
 
 
 @attrs.frozen
@@ -383,7 +387,7 @@ def load_parsed(documents: Parsed, source: str, direct: DirectDecoder | None = N
     problems: list[Problem] = []
     for data, line, item_lines in documents:
         for doc, doc_line in _expand(data, line, item_lines):
-            if direct is not None and type(doc) is dict:
+            if direct is not None and type(doc) in (dict, tuple):
                 taken = direct(doc)
                 if taken is not None:
                     entries.append(Direct(taken[0], taken[1], source, doc_line))

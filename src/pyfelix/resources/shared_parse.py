@@ -20,11 +20,13 @@ import mmap
 import os
 import signal
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from pyfelix.resources.loader import (
+    Digest,
     DirectDecoder,
     LoadResult,
     Parsed,
@@ -82,7 +84,7 @@ def _spool() -> BinaryIO:
     return tempfile.TemporaryFile(dir=shm if os.path.isdir(shm) else None)
 
 
-def fork_worker(work: Callable[[BinaryIO], None]) -> tuple[int, BinaryIO] | None:
+def fork_worker(work: Callable[[BinaryIO], object]) -> tuple[int, BinaryIO] | None:
     """A forked child running ``work`` into a spool and leaving without any cleanup (exit
     status 0 when it finished); its pid and the spool, or None if there is no fork."""
     spool = _spool()
@@ -175,10 +177,14 @@ class SharedParse:
                 yield source, parsed
 
 
-def _parse_into(spool: BinaryIO, files: list[Path], stat: Stat | None = None) -> None:
-    """Each file's documents as a length-prefixed marshal record (with ``stat`` when given);
-    a file that cannot be read, parsed or marshalled is left out (the parent loads it, and
-    reports its problem)."""
+def _parse_into(
+    spool: BinaryIO, files: list[Path], stat: Stat | None = None, digest: Digest | None = None
+) -> int:
+    """Each file's documents as a length-prefixed marshal record (with ``stat`` when given;
+    each document ``digest`` takes as the tuple it gives); a file that cannot be read, parsed
+    or marshalled is left out (the parent loads it, and reports its problem). The records are
+    flushed; how many were written."""
+    written = 0
     for file in files:
         try:
             text = read_manifest(file)
@@ -187,6 +193,8 @@ def _parse_into(spool: BinaryIO, files: list[Path], stat: Stat | None = None) ->
         parsed = parse_text(text, str(file))
         if isinstance(parsed, LoadResult):
             continue
+        if digest is not None:
+            parsed = [_digested(entry, digest) for entry in parsed]
         try:
             fields = (str(file), parsed) if stat is None else (str(file), stat, parsed)
             record = marshal.dumps(fields)
@@ -194,83 +202,146 @@ def _parse_into(spool: BinaryIO, files: list[Path], stat: Stat | None = None) ->
             continue
         spool.write(len(record).to_bytes(_LENGTH, "little"))
         spool.write(record)
+        written += 1
     spool.flush()
+    return written
 
 
-#: A parent's claim on a file, and the prefetching child's.
-_PARENT, _CHILD = 1, 2
+def _digested(entry: tuple[Any, int, list[int]], digest: Digest) -> tuple[Any, int, list[int]]:
+    data, line, item_lines = entry
+    taken = digest(data) if type(data) is dict else None
+    return entry if taken is None else (taken, line, item_lines)
+
+
+#: What became of a file of the prefetch, in its byte of shared memory: nobody's yet, claimed
+#: by the parent, being parsed by the child, its record written, or left to the parent.
+_FREE, _PARENT, _CHILD, _DELIVERED, _SKIPPED = 0, 1, 2, 3, 4
 #: Below this many bytes of YAML the agent parses its first read alone.
 MIN_PREFETCH_BYTES = 1 << 20
+#: How long this process sleeps while the child finishes the file it needs next and no other
+#: file is left for it to parse.
+WAIT = 0.0005
+
+Prefetched = tuple[Stat, Parsed]
 
 
 class ParsePrefetch:
-    """The agent's first read of a manifest directory, parsed from both ends at once.
+    """The agent's first read of a manifest directory, parsed on the other core.
 
-    Started before the agent imports its pipeline (a third of a second), a forked child
-    parses the files from the last one backwards while this process imports and then parses
-    from the first one forwards; they meet in the middle. Each side claims a file (one byte of
-    shared memory) before parsing it and stops at the first file the other side claimed; a
-    file both claimed at once is parsed twice, and this process keeps its own. The child's
-    documents come back as marshal records with the file's stat as the child read it: a file
-    changed since, or one the child could not parse, is read again here. What this leaves to
-    the caller: reading, decoding and reporting its own files (``claim``).
+    Started before the agent imports its pipeline (a fifth of a second), a forked child parses
+    the files in order, from the first; this process, its imports done, decodes each file's
+    documents as the child delivers them, and whenever the child is still parsing the file it
+    needs next, claims the last file nobody has and parses that itself: each side claims a file
+    (one byte of shared memory) before parsing it and stops at the first file the other side
+    claimed, so they meet wherever the two sides' speeds put them; a file both claimed at once
+    is parsed twice, and this process keeps its own. The child's documents come back as
+    marshal records with the file's stat as the child read it: a file changed since, or one
+    the child could not parse, is read again here. What this leaves to the caller: reading,
+    decoding and reporting each file, in the order ``schedule`` gives.
     """
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, digest: Callable[[], Digest] | None = None) -> None:
+        """``digest`` gives, in the child (where it may import what it needs), the half of
+        the caller's direct decoder to run there."""
         self._pid = 0
         self._spool: BinaryIO | None = None
         self._index: dict[Path, int] = {}
+        self._offset = 0
+        self._records: dict[str, Prefetched] = {}
         files = manifest_files_and_links(root)[0] if root.is_dir() else []
         yaml_bytes = sum(file_size(f) for f in files if f.suffix != ".json")
         if yaml_bytes < MIN_PREFETCH_BYTES or available_cores() < 2:
             return
         self._claims = mmap.mmap(-1, len(files))  # anonymous and shared with the child
-        worker = fork_worker(lambda spool: self._parse_backwards(spool, files))
+        worker = fork_worker(lambda spool: self._parse_forwards(spool, files, digest))
         if worker is None:
             return
         self._pid, self._spool = worker
         self._index = {file: n for n, file in enumerate(files)}
 
-    def _parse_backwards(self, spool: BinaryIO, files: list[Path]) -> None:
+    def _parse_forwards(
+        self, spool: BinaryIO, files: list[Path], digest: Callable[[], Digest] | None
+    ) -> None:
         claims = self._claims
-        for n in range(len(files) - 1, -1, -1):
-            if claims[n] == _PARENT:
+        checks = None if digest is None else digest()
+        for n, file in enumerate(files):
+            if claims[n] != _FREE:
                 break
             claims[n] = _CHILD
-            stat = file_stat(files[n])
-            _parse_into(spool, [files[n]], stat)
+            stat = file_stat(file)
+            # The state changes once the record is flushed: the parent reads it only then.
+            written = _parse_into(spool, [file], stat, checks)
+            claims[n] = _DELIVERED if written else _SKIPPED
 
-    def claim(self, path: Path) -> bool:
-        """Whether this process should read ``path`` itself: False once the child has
-        claimed it (its documents are then in ``delivered``)."""
+    def schedule(self, paths: list[Path]) -> Iterator[tuple[int, Prefetched | None]]:
+        """Each of ``paths`` once, by its index, with the child's documents for it (None: read
+        it here), in the order that keeps this process busy: a file the child delivered, the
+        next one in order; while the child is parsing that one, a file from the end."""
+        if not self._pid:
+            yield from ((n, None) for n in range(len(paths)))
+            return
+        claims = self._claims
+        back = len(paths)
+        for front in range(len(paths)):
+            if front >= back:
+                break
+            n = self._index.get(paths[front])
+            # Not yet delivered: the child is at it or will be; a file from the end meanwhile.
+            while n is not None and claims[n] in (_FREE, _CHILD) and self._running():
+                if back - 1 > front and self._claim(paths[back - 1]):
+                    back -= 1
+                    yield back, None
+                elif not self._claim(paths[front]):
+                    time.sleep(WAIT)
+            state = _PARENT if n is None else claims[n]
+            yield front, self._delivered(paths[front]) if state == _DELIVERED else None
+        self.close()
+
+    def _claim(self, path: Path) -> bool:
+        """Whether this process takes ``path`` (at the back: the child has not reached it)."""
         n = self._index.get(path)
         if n is None:
             return True
-        if self._claims[n] == _CHILD:
+        if self._claims[n] != _FREE:
             return False
         self._claims[n] = _PARENT
         return True
 
-    def delivered(self) -> dict[Path, tuple[Stat, Parsed]]:
-        """The child's documents by file, once it has exited (none if it failed); each
-        with the stat the file had when the child read it."""
+    def _running(self) -> bool:
+        """Whether the child is still at work; once it has gone, a file it was parsing is read
+        here (its records until then stand)."""
         if not self._pid:
-            return {}
-        assert self._spool is not None
-        _, status = os.waitpid(self._pid, 0)
+            return False
+        pid, status = os.waitpid(self._pid, os.WNOHANG)
+        if pid == 0:
+            return True
         self._pid = 0
-        found: dict[Path, tuple[Stat, Parsed]] = {}
-        with self._spool as spool:
-            if status != 0:
-                log.warning("parsing worker failed (status %d): parsing here", status)
-                return found
-            spool.seek(0)
-            while header := spool.read(_LENGTH):
-                source, stat, parsed = marshal.loads(spool.read(int.from_bytes(header, "little")))
-                found[Path(source)] = (tuple(stat), parsed)
-        return found
+        if status != 0:
+            log.warning("parsing worker failed (status %d): parsing here", status)
+        return False
+
+    def _delivered(self, path: Path) -> Prefetched | None:
+        """The child's record for ``path``, reading on from the last one taken (the child
+        writes them in its files' order, and this process asks in the same order)."""
+        assert self._spool is not None
+        descriptor = self._spool.fileno()
+        wanted = str(path)
+        while wanted not in self._records:
+            # pread: the child's writes go on at the offset this open file shares with it.
+            header = os.pread(descriptor, _LENGTH, self._offset)
+            if len(header) < _LENGTH:
+                return None
+            length = int.from_bytes(header, "little")
+            source, stat, parsed = marshal.loads(
+                os.pread(descriptor, length, self._offset + _LENGTH)
+            )
+            self._offset += _LENGTH + length
+            self._records[source] = (tuple(stat), parsed)
+        return self._records.pop(wanted)
 
     def close(self) -> None:
-        """Stop and reap the child, if its documents were never taken."""
+        """Stop and reap the child (done, or parsing a file this process has read too)."""
         stop_worker(self._pid, self._spool)
         self._pid = 0
+        self._spool = None
+        self._records = {}

@@ -101,18 +101,14 @@ def _read_one(path: Path, prefetched: tuple[Stat, Parsed] | None = None) -> _Rea
 
 
 def _read_all(paths: list[Path], prefetch: ParsePrefetch | None = None) -> list[_Read]:
-    """Every path read; with ``prefetch``, from the first one until the files its child has
-    parsed (from the last one backwards), whose documents are then taken from it."""
+    """Every path read; with ``prefetch``, the documents its child parsed taken from it, in
+    the order it gives (``ParsePrefetch.schedule``)."""
     if prefetch is None:
         return [_read_one(path) for path in paths]
-    reads: list[_Read] = []
-    for path in paths:
-        if not prefetch.claim(path):
-            break
-        reads.append(_read_one(path))
-    delivered = prefetch.delivered()
-    reads.extend(_read_one(path, delivered.get(path)) for path in paths[len(reads) :])
-    return reads
+    reads: dict[int, _Read] = {}
+    for n, prefetched in prefetch.schedule(paths):
+        reads[n] = _read_one(paths[n], prefetched)
+    return [reads[n] for n in range(len(paths))]
 
 
 def _identity(path: Path) -> tuple[int, int] | None:

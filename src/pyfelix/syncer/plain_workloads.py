@@ -64,23 +64,37 @@ def _string_map(value: object) -> bool:
     return type(value) is dict and _strings(*value) and _strings(*value.values())
 
 
+#: A plain endpoint's fields, checked (``plain_fields``): name, namespace, node, orchestrator,
+#: workload (the pod's name when there is one), endpoint, service account, interface, MAC,
+#: profiles, networks and labels. A tuple of strings marshals, which lets the agent's first
+#: read check endpoints on the core that parsed them (``ParsePrefetch``); a parsed document
+#: is never a tuple.
+PlainFields = tuple[
+    str, str, str, str, str, str, str, str, str, tuple[str, ...], tuple[str, ...], dict[str, str]
+]
+
+
 def plain_workload_entry(
-    document: dict[str, Any], *, validate: bool = True
+    document: dict[str, Any] | PlainFields, *, validate: bool = True
 ) -> tuple[Identity, KV] | None:
     """The resource's identity (Kind, namespace, name) and its model (key, value), for the
-    manifest loader's direct path (``load_paths(..., direct=plain_workload_entry)``).
-    ``validate=False`` trusts the values (only their shape is checked): for a load whose
-    validation runs elsewhere, on the same files, with ``validate=True``."""
-    produced = plain_workload(document, validate=validate)
-    if produced is None:
-        return None
-    metadata = document["metadata"]
-    return (_KIND, metadata.get("namespace") or "default", metadata["name"]), produced
+    manifest loader's direct path (``load_paths(..., direct=plain_workload_entry)``), from a
+    document or from the fields ``plain_fields`` found in one. ``validate=False`` trusts the
+    values (only their shape is checked): for a load whose validation runs elsewhere, on the
+    same files, with ``validate=True``."""
+    fields = document if isinstance(document, tuple) else plain_fields(document, validate=validate)
+    return None if fields is None else from_fields(fields)
 
 
 def plain_workload(document: dict[str, Any], *, validate: bool = True) -> KV | None:
     """The model (key, value) of a plain WorkloadEndpoint document, or None if it is not one
     (another kind, another field, a type or value the general path would report)."""
+    fields = plain_fields(document, validate=validate)
+    return None if fields is None else from_fields(fields)[1]
+
+
+def plain_fields(document: dict[str, Any], *, validate: bool = True) -> PlainFields | None:
+    """A plain WorkloadEndpoint document's fields, checked, or None if it is not one."""
     if len(document) != 4:
         return None
     if document.get("kind") != _KIND or document.get("apiVersion") != CALICO_API_VERSION:
@@ -127,16 +141,20 @@ def plain_workload(document: dict[str, Any], *, validate: bool = True) -> KV | N
         annotations=annotations,
     ):
         return None
+    workload = pod or workload
+    fields = (name, namespace, node, orchestrator, workload, endpoint, account, interface, mac)
+    return (*fields, profiles, tuple(networks), labels)
+
+
+def from_fields(fields: PlainFields) -> tuple[Identity, KV]:
+    """The identity and model (key, value) of a plain endpoint's checked fields."""
+    name, namespace, node, orchestrator, workload, endpoint, account, interface, mac = fields[:9]
+    profiles, networks, labels = fields[9:]
     key = workload_key_of(
-        name,
-        namespace,
-        node=node,
-        orchestrator=orchestrator,
-        workload=pod or workload,
-        endpoint=endpoint,
+        name, namespace, node=node, orchestrator=orchestrator, workload=workload, endpoint=endpoint
     )
     if not networks:
-        return (key, None)
+        return (_KIND, namespace, name), (key, None)
     value = model.WorkloadEndpoint(
         state="active",
         name=interface,
@@ -146,4 +164,4 @@ def plain_workload(document: dict[str, Any], *, validate: bool = True) -> KV | N
         ipv6_nets=(),
         labels=workload_labels(labels, namespace, orchestrator or key.orchestrator, account),
     )
-    return (key, value)
+    return (_KIND, namespace, name), (key, value)
