@@ -18,10 +18,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-#: Run under the agent's own path: a checkout from before the cache has nothing to write.
+#: Run under the agent's own path: a checkout from before the cache has nothing to write
+#: (asked of its directory: an editable install would find this checkout's module instead).
 WRITE_ATTRS_CACHE = """
-import importlib.util
-if importlib.util.find_spec("pyfelix.attrs_cache"):
+import pathlib, pyfelix
+if (pathlib.Path(pyfelix.__file__).parent / "attrs_cache.py").exists():
     from pyfelix.attrs_cache import write_all
     write_all()
 """

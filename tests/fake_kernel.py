@@ -20,7 +20,13 @@ import trio
 from pyfelix.errors import DataplaneWriteError
 from pyfelix_dataplane.linux.ipip import IpipDevice
 from pyfelix_dataplane.linux.ipsets import DesiredSets
-from pyfelix_dataplane.linux.iptables import Desired, IptablesWriter, Script, parse_save
+from pyfelix_dataplane.linux.iptables import (
+    Desired,
+    IptablesWriter,
+    Script,
+    TableState,
+    parse_save,
+)
 from pyfelix_dataplane.linux.kernel import Kernel
 from pyfelix_dataplane.linux.routes import IFF_RUNNING, IFF_UP, RouteOwnership, RouteTarget
 from pyfelix_dataplane.linux.vxlan import RemoteVtep, VtepDevice
@@ -67,6 +73,8 @@ class FakeNode:
     #: for a plan (the tables it writes), and for a check (every table written).
     table_read_seconds: float = 0.0
     check_read_seconds: float = 0.0
+    #: Plans made from tables read ahead (``TableWriting.read``) rather than at the plan.
+    plans_read_ahead: int = 0
 
     def failure(self, kind: str) -> None:
         pending = self.fail.get(kind)
@@ -177,12 +185,26 @@ class FakeTables:
             for table, (c, h, a) in desired.items()
         }
 
-    async def prepare(self, desired: Mapping[str, Desired]) -> Script:
+    async def read(self, tables: Collection[str]) -> dict[str, TableState]:
+        text = self._save()
+        await trio.sleep(self.node.table_read_seconds)
+        states = parse_save(text)
+        return {t: states.get(t) or parse_save(f"*{t}\nCOMMIT\n")[t] for t in tables}
+
+    async def prepare(
+        self, desired: Mapping[str, Desired], states: Mapping[str, TableState] | None = None
+    ) -> Script:
         if self.node.during_plan is not None:
             during, self.node.during_plan = self.node.during_plan, None
             await during()
-        plans = await self._plans(desired, self.node.table_read_seconds)
-        return Script.join(plans.values())
+        if states is None:
+            plans = await self._plans(desired, self.node.table_read_seconds)
+            return Script.join(plans.values())
+        self.node.plans_read_ahead += 1
+        planner = IptablesWriter(self.version, "nft")
+        return Script.join(
+            planner.plan(table, states[table], c, h, a) for table, (c, h, a) in desired.items()
+        )
 
     async def differing(self, desired: Mapping[str, Desired]) -> set[str]:
         plans = await self._plans(desired, self.node.check_read_seconds)

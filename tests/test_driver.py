@@ -490,6 +490,25 @@ async def test_a_label_change_does_not_wait_for_a_post_write_check(
         assert r.node.tables[4]["filter"][policy_chain] == wanted
 
 
+async def test_the_first_apply_reads_both_versions_tables_at_its_start(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Reading the tables takes a second here: the first apply reads both versions' tables at
+    once, at its start, and plans from those readings, so it is done a second after InSync
+    (not two, one reading after the other). A later apply plans from a reading of its own."""
+    datastore = Datastore()
+    node = FakeNode(table_read_seconds=1.0)
+    async with running(node) as r:
+        started = trio.current_time()
+        await _first_apply(r, datastore.snapshot(example_state()))
+        assert trio.current_time() - started < 1.5
+        assert node.plans_read_ahead == 2
+        await r.send(datastore.put([load_manifest(NEW_POLICY)]))
+        await r.settle(3)
+        assert "cali-pi-gnp/mid-apply" in node.tables[6]["filter"]
+        assert node.plans_read_ahead == 2
+
+
 async def test_a_check_overlapped_by_our_own_write_reads_again(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

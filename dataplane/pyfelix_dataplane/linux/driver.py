@@ -437,8 +437,9 @@ class LinuxDriver:
         """Write what changed since the last apply, in Felix's order.
 
         IP sets are created before the tables (rules refer to them) and deleted after (once no
-        rule does). Each IP version is rendered and planned, then written while the next one
-        is rendered (from a copy of the state the sets were written from), planned and
+        rule does). The first apply reads every version's tables at its start, beside the
+        rendering (``TablesManager.read_ahead``). Each IP version is rendered and planned, then
+        written while the next one is rendered (from a copy of the state the sets were written from), planned and
         written, as Felix writes its tables in parallel: the tools' parsing overlaps, and
         when one nft transaction commits while the other is being built, the tool notices
         (generation id) and rebuilds its batch, which costs little.
@@ -485,6 +486,7 @@ class LinuxDriver:
                     await trio.lowlevel.checkpoint()
                 nursery.start_soon(area, partial(self._apply_routing, managers), "routes")
             else:
+                managers.tables.read_ahead(nursery)
                 desired_sets = managers.ipsets.desired()
                 if not managers.tables.rendered(placement):
                     # Each version is rendered while the one before is written: from a copy,

@@ -219,10 +219,14 @@ class IptablesWriter:
             out.append((chain, [i + 1 for i in extra]))
         return out
 
-    async def prepare(self, desired: Mapping[str, Desired]) -> Script:
+    async def prepare(
+        self, desired: Mapping[str, Desired], states: Mapping[str, TableState] | None = None
+    ) -> Script:
         """The restore script (a transaction per table) that brings the ``desired`` tables
-        into the kernel as it is now."""
-        states = await self.read(desired.keys())
+        into the kernel as it is now, or as ``states`` found it (read for every desired table
+        by ``read`` a moment before)."""
+        if states is None:
+            states = await self.read(desired.keys())
         return Script.join(
             self.plan(table, states[table], chains, hooks, appends)
             for table, (chains, hooks, appends) in desired.items()

@@ -22,7 +22,13 @@ from pyfelix_dataplane.linux.commands import available, run
 from pyfelix_dataplane.linux.host_endpoints import interface_addresses
 from pyfelix_dataplane.linux.ipip import IpipDevice, sync_ipip
 from pyfelix_dataplane.linux.ipsets import DesiredSets, IpsetWriter
-from pyfelix_dataplane.linux.iptables import Desired, IptablesWriter, Script, detect_backend
+from pyfelix_dataplane.linux.iptables import (
+    Desired,
+    IptablesWriter,
+    Script,
+    TableState,
+    detect_backend,
+)
 from pyfelix_dataplane.linux.monitor import watch_interfaces
 from pyfelix_dataplane.linux.mtu import Link, read_links
 from pyfelix_dataplane.linux.routes import (
@@ -54,11 +60,16 @@ class IpsetWriting(Protocol):
 
 
 class TableWriting(Protocol):
-    """One IP version's tables: plan a restore against the kernel as it is, then write it."""
+    """One IP version's tables: plan a restore against the kernel as it is (read now, or by
+    ``read`` a moment before), then write it."""
 
     version: int
 
-    async def prepare(self, desired: Mapping[str, Desired]) -> Script: ...
+    async def read(self, tables: Collection[str]) -> dict[str, TableState]: ...
+
+    async def prepare(
+        self, desired: Mapping[str, Desired], states: Mapping[str, TableState] | None = None
+    ) -> Script: ...
 
     async def write(self, script: Script) -> None: ...
 
