@@ -4,12 +4,14 @@ treated as its own listing treats them; a child that cannot list hands over to t
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 
 import pytest
 import trio
 
+from pyfelix import cli
 from pyfelix.datastore.etcd import EtcdClient, EtcdConfig
 from pyfelix.datastore.layout import encode, resource_key
 from pyfelix.datastore.prefetch import ListingPrefetch
@@ -19,6 +21,27 @@ from tests.etcd_server import EtcdServer, free_port
 from tests.test_etcd_syncer import State, tier
 
 BAD_KEY = "/calico/resources/v3/projectcalico.org/tiers/broken"
+WEP_PREFIX = "/calico/resources/v3/projectcalico.org/workloadendpoints/ns"
+
+
+def endpoint(n: int, **spec: object) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "projectcalico.org/v3",
+            "kind": "WorkloadEndpoint",
+            "metadata": {"name": f"node--1-k8s-pod{n}-eth0", "namespace": "ns"},
+            "spec": {
+                "node": "node-1",
+                "orchestrator": "k8s",
+                "pod": f"pod{n}",
+                "endpoint": "eth0",
+                "interfaceName": f"cali{n}",
+                "ipNetworks": [f"10.0.{n // 250}.{n % 250}/32"],
+                "profiles": ["kns.ns"],
+                **spec,
+            },
+        }
+    )
 
 
 async def fill(url: str, tiers: int) -> None:
@@ -64,6 +87,41 @@ async def test_the_childs_listing_is_the_syncers_own(
     child_warnings = [r.getMessage() for r in caplog.records]
     assert any(BAD_KEY in m and "not valid JSON" in m for m in child_warnings)
     assert not any("listing here" in m for m in child_warnings)
+
+
+async def test_endpoints_checked_by_the_child_are_what_the_syncer_reads(
+    etcd: EtcdServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The child runs the plain endpoints' checks and hands their fields over: the model
+    values at IN_SYNC are the syncer's own listing's, an endpoint with ports (not plain), one
+    with an address that is not one (left to the validation filter by both), one at an
+    endpoint's key that is another kind, and one under a key that is not UTF-8 included (the
+    last two logged and absent in both)."""
+    not_utf8 = (WEP_PREFIX.encode() + b"/\xff\xfe").decode("utf-8", "surrogateescape")
+    async with EtcdClient(EtcdConfig.from_url(etcd.etcd_url)) as client:
+        await client.put_many(
+            [(f"{WEP_PREFIX}/node--1-k8s-pod{n}-eth0", endpoint(n)) for n in range(300)]
+        )
+        ports = [{"name": "http", "port": 80, "protocol": "TCP"}]
+        await client.put(f"{WEP_PREFIX}/ported", endpoint(300, ports=ports))
+        await client.put(f"{WEP_PREFIX}/bad", endpoint(301, ipNetworks=["10.0.0.300/32"]))
+        await client.put(f"{WEP_PREFIX}/tier", encode(tier("t", 1)))
+        await client.put(not_utf8, endpoint(302))
+    prefetch = ListingPrefetch(etcd.etcd_url, digest=cli._etcd_endpoint_checks)
+    with caplog.at_level(logging.WARNING):
+        by_child = await synced(etcd.etcd_url, prefetch, page_size=5000)
+    child_warnings = sorted(r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        own = await synced(etcd.etcd_url, None, page_size=5000)
+    assert updates_of(by_child) == updates_of(own)
+    assert len(updates_of(own)) == 301
+    assert child_warnings == sorted(r.getMessage() for r in caplog.records)
+    assert len(child_warnings) == 2
+    checked = ListingPrefetch(etcd.etcd_url, digest=cli._etcd_endpoint_checks)
+    documents = [e[5] for page in checked.pages() if page is not None for e in page[2]]
+    checked.close()
+    assert sum(isinstance(d, tuple) for d in documents) == 300
 
 
 async def test_a_child_that_cannot_list_hands_over_to_the_client(

@@ -23,6 +23,7 @@ from pyfelix.resources.shared_parse import ParsePrefetch
 
 if TYPE_CHECKING:
     from pyfelix.datastore.etcd import EtcdConfig
+    from pyfelix.datastore.prefetch import KeyedDigest
     from pyfelix.errors import Problem
     from pyfelix.resources.loader import Digest, LoadResult
 
@@ -193,7 +194,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     prefetch: ParsePrefetch | ListingPrefetch | None = None
     if source and (args.dry_run or os.geteuid() == 0):
         if is_etcd(source):
-            prefetch = ListingPrefetch(source)
+            prefetch = ListingPrefetch(source, digest=_etcd_endpoint_checks)
         else:
             prefetch = ParsePrefetch(Path(source), digest=_endpoint_checks)
     try:
@@ -209,6 +210,13 @@ def _endpoint_checks() -> Digest:
     from pyfelix.syncer.plain_workloads import plain_fields
 
     return plain_fields
+
+
+def _etcd_endpoint_checks() -> KeyedDigest:
+    """The same, for the first etcd listing's child."""
+    from pyfelix.syncer.plain_workloads import plain_fields_at
+
+    return plain_fields_at
 
 
 def _run_agent(

@@ -5,9 +5,12 @@ first listing only. Started before the agent imports its pipeline, the child lis
 datastore's prefix as the syncer would (pages at the first page's revision), takes each key
 and value out of the gateway's base64 and parses each value's JSON: a third of the listing's
 work (about 1.2 s of 3.5 s for 100,000 endpoints), done on the other core while this process
-imports and starts. Each page goes back as one marshal record (revision, whether more
-follow, and per key its name, revisions and document, or its raw value where the JSON does
-not parse into an object) through an unlinked file the child writes without waiting.
+imports and starts. It also runs the checks of plain workload endpoints, the bulk of a
+cluster (``syncer.plain_workloads.plain_fields_at``, which the command line hands it): such
+an endpoint goes back as its checked fields, and the syncer only builds its model value.
+Each page goes back as one marshal record (revision, whether more follow, and per key its
+name, revisions and document, its fields, or its raw value where the JSON does not parse
+into an object) through an unlinked file the child writes without waiting.
 
 The syncer reads the pages as they come (``pages``) and decodes them as if it had fetched
 them. A child that fails (etcd unreachable, a page refused, TLS) exits non-zero and the
@@ -21,7 +24,7 @@ import logging
 import marshal
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from pyfelix.resources.shared_parse import available_cores, fork_worker, stop_worker
@@ -43,9 +46,15 @@ Entry = tuple[str, int, int, int, int, Any, bytes]
 Page = tuple[int, bool, list[Entry]]
 
 
-def _entry(kv: dict[str, Any]) -> Entry:
+#: The checks the syncer would run on the document at a key, which the child runs instead:
+#: the document's checked fields as a tuple that marshals, or None to hand it over as it is.
+KeyedDigest = Callable[[str, dict[str, Any]], tuple[Any, ...] | None]
+
+
+def _entry(kv: dict[str, Any], checks: KeyedDigest | None = None) -> Entry:
     """One key of a range response, out of base64, its value's JSON parsed where it is an
-    object (what the syncer reads); else the raw value, which the syncer judges itself."""
+    object (what the syncer reads), or what ``checks`` made of it; else the raw value,
+    which the syncer judges itself."""
     import binascii  # noqa: PLC0415 (in the child only)
 
     from pyfelix import jsontext  # noqa: PLC0415
@@ -61,6 +70,10 @@ def _entry(kv: dict[str, Any]) -> Entry:
         document = None
     if not isinstance(document, dict):
         document = None
+    elif checks is not None:
+        fields = checks(key, document)
+        if fields is not None:
+            document = fields
     return (
         key,
         int(kv.get("mod_revision", 0)),
@@ -72,7 +85,7 @@ def _entry(kv: dict[str, Any]) -> Entry:
     )
 
 
-def _list_into(spool: BinaryIO, url: str) -> None:
+def _list_into(spool: BinaryIO, url: str, digest: Callable[[], KeyedDigest] | None) -> None:
     """The child: every page of the syncer's prefix into ``spool``, over the first endpoint
     that answers (raises, ending the child non-zero, when none does or a page is refused).
     A thread fetches the next page while this one's keys are parsed: etcd's gateway takes
@@ -102,12 +115,15 @@ def _list_into(spool: BinaryIO, url: str) -> None:
             continue
         # Two pages ahead at most: each is a few MB.
         fetched: Fetched = queue.Queue(2)
+        checks: KeyedDigest | None = None
         threading.Thread(target=_fetch, args=(connection, fetched), daemon=True).start()
         while (item := fetched.get()) is not None:
             if isinstance(item, BaseException):
                 raise item
             revision, listed = item
-            entries = [_entry(kv) for kv in listed.get("kvs", [])]
+            if digest is not None and checks is None:
+                checks = digest()  # imported here, once the first page is in
+            entries = [_entry(kv, checks) for kv in listed.get("kvs", [])]
             more = bool(listed.get("more")) and bool(entries)
             record = marshal.dumps((revision, more, entries))
             spool.write(len(record).to_bytes(_LENGTH, "little") + record)
@@ -178,12 +194,14 @@ class ListingPrefetch:
     forked child (none where there is one core, or no fork); ``pages`` hands them over,
     ``close`` stops the child. Made before the agent's imports: the child makes its own."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, digest: Callable[[], KeyedDigest] | None = None) -> None:
+        """``digest`` gives, in the child (which imports what it needs), the checks the
+        syncer would run on each document: the child runs them instead."""
         self._pid = 0
         self._spool: BinaryIO | None = None
         if available_cores() < 2:
             return
-        worker = fork_worker(lambda spool: _list_into(spool, url))
+        worker = fork_worker(lambda spool: _list_into(spool, url, digest))
         if worker is not None:
             self._pid, self._spool = worker
 

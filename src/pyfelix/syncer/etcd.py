@@ -30,17 +30,17 @@ from pyfelix.datastore.prefetch import Entry, ListingPrefetch
 from pyfelix.errors import ManifestError
 from pyfelix.resources import WorkloadEndpoint
 from pyfelix.syncer.api import SyncerCallbacks, SyncStatus, Update
-from pyfelix.syncer.plain_workloads import plain_workload
+from pyfelix.syncer.plain_workloads import PlainFields, from_fields, plain_workload
 from pyfelix.syncer.processors import KV, Converter, convert
 
 log = logging.getLogger(__name__)
 
 #: A page as the resync decodes it: each key with its document where it came parsed.
-_Page = tuple[list[tuple[KeyValue, "dict[str, Any] | None"]], int]
+_Page = tuple[list[tuple[KeyValue, "dict[str, Any] | PlainFields | None"]], int]
 _DONE: Any = object()
 
 
-def _entry(entry: Entry) -> tuple[KeyValue, dict[str, Any] | None]:
+def _entry(entry: Entry) -> tuple[KeyValue, dict[str, Any] | PlainFields | None]:
     key, mod_revision, create_revision, version, lease, document, value = entry
     return KeyValue(key, value, mod_revision, create_revision, version, lease), document
 
@@ -178,10 +178,15 @@ class EtcdSyncer:
         return self._record(key, kv, self._produce(kv) if kv is not None else (), revision)
 
     @staticmethod
-    def _produce(kv: KeyValue, document: dict[str, Any] | None = None) -> tuple[KV, ...]:
+    def _produce(
+        kv: KeyValue, document: dict[str, Any] | PlainFields | None = None
+    ) -> tuple[KV, ...]:
         """The model keys and values stored at ``kv`` (whose value is ``document`` when it
-        was parsed already): () for a key pyfelix does not read, or for a value that is not
-        JSON or not a valid resource (logged, treated as absent)."""
+        was parsed already, or a plain endpoint's fields, checked where it was parsed): ()
+        for a key pyfelix does not read, or for a value that is not JSON or not a valid
+        resource (logged, treated as absent)."""
+        if isinstance(document, tuple):
+            return (from_fields(document)[1],)
         try:
             parsed = parse(kv.key, kv.value, document)
             if parsed is None:

@@ -19,6 +19,7 @@ import sys
 from typing import Any
 
 from pyfelix import model
+from pyfelix.datastore.layout import RESOURCES_PREFIX, group_of
 from pyfelix.resources import WorkloadEndpoint
 from pyfelix.resources.loader import Identity
 from pyfelix.resources.meta import CALICO_API_VERSION
@@ -45,6 +46,10 @@ _SPEC_KEYS = frozenset(
     }
 )
 _intern = sys.intern
+#: Where etcd holds workload endpoints (what the etcd syncer decodes as one).
+_ETCD_PREFIX = (
+    f"{RESOURCES_PREFIX}{group_of(WorkloadEndpoint.API_VERSION)}/{WorkloadEndpoint.PLURAL}/"
+)
 
 
 def _strings(*values: object) -> bool:
@@ -144,6 +149,19 @@ def plain_fields(document: dict[str, Any], *, validate: bool = True) -> PlainFie
     workload = pod or workload
     fields = (name, namespace, node, orchestrator, workload, endpoint, account, interface, mac)
     return (*fields, profiles, tuple(networks), labels)
+
+
+def plain_fields_at(key: str, document: dict[str, Any]) -> PlainFields | None:
+    """``plain_fields`` of the document stored at an etcd ``key``, where the etcd syncer would
+    read it as a workload endpoint (a key under their prefix, valid UTF-8): the checks the
+    agent's first listing runs in the child that fetches it (``ListingPrefetch``)."""
+    if not key.startswith(_ETCD_PREFIX):
+        return None
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        return None  # the syncer reports it
+    return plain_fields(document)
 
 
 def from_fields(fields: PlainFields) -> tuple[Identity, KV]:
