@@ -53,6 +53,11 @@ def small_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(shared_parse, "MIN_YAML_BYTES", 0)
 
 
+@pytest.fixture
+def prefetch_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shared_parse, "MIN_PREFETCH_BYTES", 0)
+
+
 @pytest.mark.parametrize("broken", [False, True])
 @pytest.mark.usefixtures("small_threshold")
 def test_the_shared_load_is_the_single_process_load(
@@ -154,14 +159,20 @@ def test_the_agents_first_read_is_the_plain_read(
         prefetch.close()
 
 
-def test_a_file_changed_after_the_child_parsed_it_is_read_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(shared_parse, "MIN_PREFETCH_BYTES", 0)
+def _parsed_ahead(
+    tmp_path: Path, digest: Callable[[], Digest] | None = None
+) -> tuple[Path, list[Path], shared_parse.ParsePrefetch]:
+    """The test cluster, and a prefetch whose child has parsed all of it."""
     directory = tmp_path / "cluster"
     paths = _cluster(directory)
-    prefetch = shared_parse.ParsePrefetch(directory)
+    prefetch = shared_parse.ParsePrefetch(directory, digest)
     _child_done(prefetch)
+    return directory, paths, prefetch
+
+
+@pytest.mark.usefixtures("prefetch_threshold")
+def test_a_file_changed_after_the_child_parsed_it_is_read_again(tmp_path: Path) -> None:
+    directory, paths, prefetch = _parsed_ahead(tmp_path)
     (directory / "m5.yaml").write_text(POLICY.format(i="changed"))
     reads = _read_all(paths, prefetch)
     names = {name for _, _, name in reads[paths.index(directory / "m5.yaml")].resources or ()}
@@ -177,14 +188,9 @@ def test_a_small_or_json_datastore_is_read_without_a_child(tmp_path: Path) -> No
     prefetch.close()
 
 
-def test_files_the_child_has_delivered_are_not_parsed_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(shared_parse, "MIN_PREFETCH_BYTES", 0)
-    directory = tmp_path / "cluster"
-    paths = _cluster(directory)
-    prefetch = shared_parse.ParsePrefetch(directory, cli._endpoint_checks)
-    _child_done(prefetch)
+@pytest.mark.usefixtures("prefetch_threshold")
+def test_files_the_child_has_delivered_are_not_parsed_again(tmp_path: Path) -> None:
+    _, paths, prefetch = _parsed_ahead(tmp_path, cli._endpoint_checks)
     schedule = list(prefetch.schedule(paths))
     assert [n for n, _ in schedule] == list(range(len(paths)))  # in order, none from the end
     kinds: Counter[str] = Counter()
