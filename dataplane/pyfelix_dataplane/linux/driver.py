@@ -438,11 +438,11 @@ class LinuxDriver:
 
         IP sets are created before the tables (rules refer to them) and deleted after (once no
         rule does). The first apply reads every version's tables at its start, beside the
-        rendering (``TablesManager.read_ahead``). Each IP version is rendered and planned, then
-        written while the next one is rendered (from a copy of the state the sets were written from), planned and
-        written, as Felix writes its tables in parallel: the tools' parsing overlaps, and
-        when one nft transaction commits while the other is being built, the tool notices
-        (generation id) and rebuilds its batch, which costs little.
+        rendering (``TablesManager.read_ahead``). Each IP version is rendered and planned,
+        then written while the next one is rendered (from a copy of the state the sets were
+        written from), planned and written, as Felix writes its tables in parallel: the tools'
+        parsing overlaps, and when one nft transaction commits while the other is being
+        built, the tool notices (generation id) and rebuilds its batch, which costs little.
         Devices and routes are written beside the tables, once every version is planned:
         before that their thread would take the GIL from rendering and planning. Returns
         whether any table was written.
