@@ -4,6 +4,7 @@ agent, the manifests (tests/e2e/manifests) and the small programs run in namespa
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -18,6 +19,10 @@ from tests.netns import run_in
 from tests.workloads import OPEN_PROFILE
 
 HERE = Path(__file__).parent
+#: The logs of the agents the running test started: tests/e2e/conftest.py shows their ends
+#: when it fails.
+AGENT_LOGS: list[Path] = []
+_AGENTS = itertools.count()
 
 
 def manifest(name: str) -> str:
@@ -62,6 +67,11 @@ class Cluster:
         return self.demo.connects(self._by_address[source], self._by_address[destination], port)
 
     def start_agent(self, datastore: str = "", log: Path | None = None) -> None:
+        """``pyfelix run`` on the node; its log in ``log``, by default beside the manifests
+        (not among them: each line would wake the file syncer), shown if the test fails."""
+        if log is None:
+            log = self.manifests.parent / f"{self.manifests.name}-agent-{next(_AGENTS)}.log"
+        AGENT_LOGS.append(log)
         self.agent = self.demo.start_agent(datastore or self.manifests, "node", log)
 
     def serve(self, namespace: str, code: str, *args: str) -> subprocess.Popen[str]:

@@ -14,7 +14,25 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.cluster import CLIENT_IP, MANIFESTS, SERVER_IP, Cluster
+from tests.e2e.cluster import AGENT_LOGS, CLIENT_IP, MANIFESTS, SERVER_IP, Cluster
+
+#: Lines of each agent's log a failed test shows.
+LOG_TAIL = 80
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test's report ends with the last lines of each agent's log: a verdict that
+    never came is then explained by what the agent said (a write it retried, an error)."""
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()  # type: ignore[attr-defined]
+    if report.failed:
+        for log in AGENT_LOGS:
+            if log.exists():
+                tail = log.read_text(errors="replace").splitlines()[-LOG_TAIL:]
+                report.sections.append((f"agent log {log.name}", "\n".join(tail)))
+    if report.when == "teardown":
+        AGENT_LOGS.clear()
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
