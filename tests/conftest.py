@@ -7,6 +7,7 @@ Tests marked ``netns`` need root. Outside CI they are skipped for a non-root dev
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,8 @@ IN_CI = bool(os.environ.get("CI"))
 # Agents started by the tests (and every process they start) write the pods' MTU here, never
 # in this machine's /var/lib/calico.
 os.environ["PYFELIX_STATE_DIR"] = tempfile.mkdtemp(prefix="pyfelix-state-")
+# And keep their parsed manifests here, never in this machine's /var/cache/pyfelix.
+os.environ["PYFELIX_CACHE_DIR"] = tempfile.mkdtemp(prefix="pyfelix-cache-")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -80,3 +83,11 @@ def etcd() -> Iterator[EtcdServer]:
     """A fresh etcd server on 127.0.0.1 (Debian's etcd-server), stopped after the test."""
     with running_etcd() as server:
         yield server
+
+
+@pytest.fixture
+def manifests(tmp_path: Path) -> Path:
+    """A copy of the example cluster's manifests, to edit."""
+    target = tmp_path / "manifests"
+    shutil.copytree(REPO / "examples" / "cluster", target)
+    return target

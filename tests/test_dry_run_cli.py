@@ -106,13 +106,6 @@ def wait_for(process: subprocess.Popen[str], needle: str, timeout: float = 20.0)
     raise AssertionError(f"{needle!r} not seen in {seen[-20:]}")
 
 
-@pytest.fixture
-def manifests(tmp_path: Path) -> Path:
-    target = tmp_path / "manifests"
-    shutil.copytree(REPO / "examples" / "cluster", target)
-    return target
-
-
 def start_dry_run_agent(manifests: Path) -> subprocess.Popen[str]:
     """``pyfelix run --dry-run`` for node-a on ``manifests``, output unbuffered for reading."""
     return subprocess.Popen(

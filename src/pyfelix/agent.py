@@ -41,6 +41,7 @@ from pyfelix.health import DATAPLANE, HEALTH_INTERVAL, HealthAggregator
 from pyfelix.logs import configure_logging
 from pyfelix.resources import Resource
 from pyfelix.resources.loader import load_text, manifest_files, read_manifest
+from pyfelix.resources.parse_cache import ParseCache
 from pyfelix.resources.shared_parse import ParsePrefetch
 from pyfelix.status import EtcdNodeStore, EtcdStatusReporter, WireguardKeyUpdater
 from pyfelix.syncer.etcd import EtcdSyncer
@@ -69,6 +70,8 @@ class AgentOptions:
     prefetch: ParsePrefetch | None = None
     #: etcd's first listing, likewise.
     listing: ListingPrefetch | None = None
+    #: What the file datastore's earlier first reads parsed.
+    parse_cache: ParseCache | None = None
 
 
 async def _stop_on_signal(scope: trio.CancelScope) -> None:
@@ -216,7 +219,12 @@ async def run_agent(options: AgentOptions, out: TextIO = sys.stdout) -> int:
                 updater = WireguardKeyUpdater(EtcdNodeStore(client), options.hostname)
                 await nursery.start(updater.run)
             else:
-                syncer = FileSyncer(Path(options.datastore), decoupler, prefetch=options.prefetch)
+                syncer = FileSyncer(
+                    Path(options.datastore),
+                    decoupler,
+                    prefetch=options.prefetch,
+                    cache=options.parse_cache,
+                )
             startup = await startup_configurations(options.datastore, client, options.hostname)
             config = startup_config(startup, options.hostname)
             if isinstance(driver, LinuxDriver):

@@ -19,6 +19,7 @@ from pyfelix.attrs_cache import CACHE
 from pyfelix.datastore import is_etcd
 from pyfelix.datastore.prefetch import ListingPrefetch
 from pyfelix.logs import set_severity
+from pyfelix.resources.parse_cache import ParseCache
 from pyfelix.resources.shared_parse import ParsePrefetch
 
 if TYPE_CHECKING:
@@ -192,16 +193,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     # The first read (a directory's parse, or etcd's listing) starts now, on the other core,
     # beside the imports below.
     prefetch: ParsePrefetch | ListingPrefetch | None = None
+    cache = None
     if source and (args.dry_run or os.geteuid() == 0):
         if is_etcd(source):
             prefetch = ListingPrefetch(source, digest=_etcd_endpoint_checks)
         else:
-            prefetch = ParsePrefetch(Path(source), digest=_endpoint_checks)
+            cache = ParseCache.for_datastore(Path(source), FIRST_READ)
+            prefetch = ParsePrefetch(Path(source), digest=_endpoint_checks, cache=cache)
     try:
-        return _run_agent(args, source, prefetch)
+        return _run_agent(args, source, prefetch, cache)
     finally:
         if prefetch is not None:
             prefetch.close()
+
+
+#: What the agent's first read keeps in its parse cache: documents, plain endpoints as the
+#: fields ``_endpoint_checks`` gives.
+FIRST_READ = "first read: plain_fields"
 
 
 def _endpoint_checks() -> Digest:
@@ -220,7 +228,10 @@ def _etcd_endpoint_checks() -> KeyedDigest:
 
 
 def _run_agent(
-    args: argparse.Namespace, source: str, prefetch: ParsePrefetch | ListingPrefetch | None
+    args: argparse.Namespace,
+    source: str,
+    prefetch: ParsePrefetch | ListingPrefetch | None,
+    cache: ParseCache | None = None,
 ) -> int:
     # The cyclic collector is paused from here, not only from the calc loop's start (which
     # resumes it at InSync, or after STARTUP_GC_PAUSE): the imports and the agent's set-up
@@ -263,6 +274,7 @@ def _run_agent(
         dry_run=args.dry_run,
         prefetch=prefetch if isinstance(prefetch, ParsePrefetch) else None,
         listing=prefetch if isinstance(prefetch, ListingPrefetch) else None,
+        parse_cache=cache,
     )
     try:
         code: int = trio.run(run_agent, options)

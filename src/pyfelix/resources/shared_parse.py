@@ -23,7 +23,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from pyfelix.resources.loader import (
     Digest,
@@ -38,6 +38,7 @@ from pyfelix.resources.loader import (
     parse_text,
     read_manifest,
 )
+from pyfelix.resources.parse_cache import ParseCache, digested
 
 log = logging.getLogger(__name__)
 
@@ -178,23 +179,30 @@ class SharedParse:
 
 
 def _parse_into(
-    spool: BinaryIO, files: list[Path], stat: Stat | None = None, digest: Digest | None = None
+    spool: BinaryIO,
+    files: list[Path],
+    stat: Stat | None = None,
+    digest: Digest | None = None,
+    cache: ParseCache | None = None,
 ) -> int:
     """Each file's documents as a length-prefixed marshal record (with ``stat`` when given;
-    each document ``digest`` takes as the tuple it gives); a file that cannot be read, parsed
-    or marshalled is left out (the parent loads it, and reports its problem). The records are
-    flushed; how many were written."""
+    each document ``digest`` takes as the tuple it gives; from ``cache`` when it holds them);
+    a file that cannot be read, parsed or marshalled is left out (the parent loads it, and
+    reports its problem). The records are flushed; how many were written."""
     written = 0
     for file in files:
         try:
             text = read_manifest(file)
         except (OSError, UnicodeDecodeError):
             continue
-        parsed = parse_text(text, str(file))
+        if cache is not None:
+            parsed = cache.parse(text, str(file), digest)
+        else:
+            parsed = parse_text(text, str(file))
+            if not isinstance(parsed, LoadResult) and digest is not None:
+                parsed = [digested(entry, digest) for entry in parsed]
         if isinstance(parsed, LoadResult):
             continue
-        if digest is not None:
-            parsed = [_digested(entry, digest) for entry in parsed]
         try:
             fields = (str(file), parsed) if stat is None else (str(file), stat, parsed)
             record = marshal.dumps(fields)
@@ -205,12 +213,6 @@ def _parse_into(
         written += 1
     spool.flush()
     return written
-
-
-def _digested(entry: tuple[Any, int, list[int]], digest: Digest) -> tuple[Any, int, list[int]]:
-    data, line, item_lines = entry
-    taken = digest(data) if type(data) is dict else None
-    return entry if taken is None else (taken, line, item_lines)
 
 
 #: What became of a file of the prefetch, in its byte of shared memory: nobody's yet, claimed
@@ -240,9 +242,15 @@ class ParsePrefetch:
     decoding and reporting each file, in the order ``schedule`` gives.
     """
 
-    def __init__(self, root: Path, digest: Callable[[], Digest] | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        digest: Callable[[], Digest] | None = None,
+        cache: ParseCache | None = None,
+    ) -> None:
         """``digest`` gives, in the child (where it may import what it needs), the half of
-        the caller's direct decoder to run there."""
+        the caller's direct decoder to run there; ``cache`` holds what an earlier first read
+        parsed (and gets what this one parses)."""
         self._pid = 0
         self._spool: BinaryIO | None = None
         self._index: dict[Path, int] = {}
@@ -253,14 +261,18 @@ class ParsePrefetch:
         if yaml_bytes < MIN_PREFETCH_BYTES or available_cores() < 2:
             return
         self._claims = mmap.mmap(-1, len(files))  # anonymous and shared with the child
-        worker = fork_worker(lambda spool: self._parse_forwards(spool, files, digest))
+        worker = fork_worker(lambda spool: self._parse_forwards(spool, files, digest, cache))
         if worker is None:
             return
         self._pid, self._spool = worker
         self._index = {file: n for n, file in enumerate(files)}
 
     def _parse_forwards(
-        self, spool: BinaryIO, files: list[Path], digest: Callable[[], Digest] | None
+        self,
+        spool: BinaryIO,
+        files: list[Path],
+        digest: Callable[[], Digest] | None,
+        cache: ParseCache | None,
     ) -> None:
         claims = self._claims
         checks = None if digest is None else digest()
@@ -270,7 +282,7 @@ class ParsePrefetch:
             claims[n] = _CHILD
             stat = file_stat(file)
             # The state changes once the record is flushed: the parent reads it only then.
-            written = _parse_into(spool, [file], stat, checks)
+            written = _parse_into(spool, [file], stat, checks, cache)
             claims[n] = _DELIVERED if written else _SKIPPED
 
     def schedule(self, paths: list[Path]) -> Iterator[tuple[int, Prefetched | None]]:

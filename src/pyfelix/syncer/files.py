@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import cast
@@ -40,6 +41,7 @@ import trio
 from pyfelix.resources.loader import (
     MANIFEST_SUFFIXES,
     Direct,
+    LoadResult,
     Located,
     Parsed,
     escapes,
@@ -49,10 +51,11 @@ from pyfelix.resources.loader import (
     read_manifest,
 )
 from pyfelix.resources.meta import Resource
+from pyfelix.resources.parse_cache import ParseCache
 from pyfelix.resources.shared_parse import ParsePrefetch, Stat, stat_key
 from pyfelix.syncer.api import SyncerCallbacks, SyncStatus, Update
 from pyfelix.syncer.inotify import Event, Inotify, InotifyUnavailable
-from pyfelix.syncer.plain_workloads import plain_workload_entry
+from pyfelix.syncer.plain_workloads import plain_fields, plain_workload_entry
 from pyfelix.syncer.processors import KV, Converter
 
 log = logging.getLogger(__name__)
@@ -72,9 +75,11 @@ class _Read:
     stat: tuple[int, int] = (0, 0)
 
 
-def _read_one(path: Path, prefetched: tuple[Stat, Parsed] | None = None) -> _Read:
+def _read_one(
+    path: Path, prefetched: tuple[Stat, Parsed] | None = None, cache: ParseCache | None = None
+) -> _Read:
     """``path``'s resources; ``prefetched`` documents stand for its text while the file is
-    still the one they were parsed from."""
+    still the one they were parsed from, and ``cache`` parses it when it is not."""
     if path.is_dir():
         # A file replaced by a directory: its resources go (the manifests inside are read as
         # files of their own).
@@ -83,6 +88,12 @@ def _read_one(path: Path, prefetched: tuple[Stat, Parsed] | None = None) -> _Rea
         stat = path.stat()
         if prefetched is not None and prefetched[0] == stat_key(stat):
             result = load_parsed(prefetched[1], str(path), plain_workload_entry)
+        elif cache is not None:
+            parsed = cache.parse(read_manifest(path), str(path), plain_fields)
+            if isinstance(parsed, LoadResult):
+                result = parsed
+            else:
+                result = load_parsed(parsed, str(path), plain_workload_entry)
         else:
             result = load_text(read_manifest(path), str(path), direct=plain_workload_entry)
     except FileNotFoundError:
@@ -100,14 +111,17 @@ def _read_one(path: Path, prefetched: tuple[Stat, Parsed] | None = None) -> _Rea
     return _Read(resources=resources, stat=(stat.st_mtime_ns, stat.st_size))
 
 
-def _read_all(paths: list[Path], prefetch: ParsePrefetch | None = None) -> list[_Read]:
+def _read_all(
+    paths: list[Path], prefetch: ParsePrefetch | None = None, cache: ParseCache | None = None
+) -> list[_Read]:
     """Every path read; with ``prefetch``, the documents its child parsed taken from it, in
-    the order it gives (``ParsePrefetch.schedule``)."""
+    the order it gives (``ParsePrefetch.schedule``); with ``cache``, what an earlier start
+    parsed."""
     if prefetch is None:
-        return [_read_one(path) for path in paths]
+        return [_read_one(path, cache=cache) for path in paths]
     reads: dict[int, _Read] = {}
     for n, prefetched in prefetch.schedule(paths):
-        reads[n] = _read_one(paths[n], prefetched)
+        reads[n] = _read_one(paths[n], prefetched, cache)
     return [reads[n] for n in range(len(paths))]
 
 
@@ -135,6 +149,8 @@ class FileSyncer:
     missing_report: float = 10.0
     #: The first read's files, parsed ahead by a worker (``ParsePrefetch``); used once.
     prefetch: ParsePrefetch | None = None
+    #: What earlier starts parsed (``ParseCache``): the first read's, which prunes it after.
+    cache: ParseCache | None = None
     _files: dict[Path, dict[Identity, Located | Direct]] = attrs.Factory(dict)
     #: What each identity stands for now: its resource, or (for a plain endpoint, which goes
     #: straight to the model) its model key and value.
@@ -182,9 +198,14 @@ class FileSyncer:
         try:
             self.callbacks.on_status(SyncStatus.RESYNC_IN_PROGRESS)
             prefetch, self.prefetch = self.prefetch, None
-            await self._refresh(self._all_manifests(), prefetch)
+            cache, self.cache = self.cache, None
+            started = time.time()
+            await self._refresh(self._all_manifests(), prefetch, cache)
             self.callbacks.on_status(SyncStatus.IN_SYNC)
             task_status.started()
+            if cache is not None:
+                # What this read did not touch (a second of slack for coarse file times).
+                await trio.to_thread.run_sync(cache.prune, started - 1.0)
             if watcher is not None:
                 await self._watch(watcher)
             else:
@@ -314,7 +335,12 @@ class FileSyncer:
             return None
         return (stat.st_mtime_ns, stat.st_size)
 
-    async def _refresh(self, paths: Iterable[Path], prefetch: ParsePrefetch | None = None) -> None:
+    async def _refresh(
+        self,
+        paths: Iterable[Path],
+        prefetch: ParsePrefetch | None = None,
+        cache: ParseCache | None = None,
+    ) -> None:
         """Re-read ``paths`` and emit the Updates of the resources that changed.
 
         Reading and parsing run in a worker thread (a 50 MB file must not stop the Trio loop,
@@ -324,7 +350,7 @@ class FileSyncer:
         file holds, not what the whole directory holds.
         """
         ordered = sorted(set(paths))
-        reads = await trio.to_thread.run_sync(_read_all, ordered, prefetch)
+        reads = await trio.to_thread.run_sync(_read_all, ordered, prefetch, cache)
         affected: set[Identity] = set()
         for path, read in zip(ordered, reads, strict=True):
             before = set(self._files.get(path, {}))
