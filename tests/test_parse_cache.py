@@ -10,6 +10,7 @@ import pytest
 import trio
 
 from pyfelix import cli
+from pyfelix.agent import _felix_configurations
 from pyfelix.resources import parse_cache, shared_parse
 from pyfelix.resources.loader import parse_text
 from pyfelix.resources.parse_cache import ParseCache, cache_base
@@ -219,3 +220,34 @@ def test_a_restarted_agent_prints_what_it_printed_the_first_time(
     (store,) = cache_dir.iterdir()
     assert (store / "datastore").read_text() == str(manifests.resolve())
     assert len(list(store.glob("*.marshal"))) == len(list(manifests.glob("*.yaml")))
+
+
+CONFIGS = """apiVersion: projectcalico.org/v3
+kind: FelixConfiguration
+metadata: {name: default}
+spec: {workloadSourceSpoofing: Any}
+---
+apiVersion: v1
+kind: List
+items:
+- apiVersion: projectcalico.org/v3
+  kind: FelixConfiguration
+  metadata: {name: node.a}
+  spec: {routeSource: WorkloadIPs}
+"""
+
+
+def test_the_start_up_configurations_come_through_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The FelixConfigurations read before the graph starts, from a file that also holds
+    policies and endpoints: the same with the cache as without, and from it once filled."""
+    directory = tmp_path / "cluster"
+    paths = _cluster(directory)
+    paths[0].write_text(CONFIGS + "---\n" + paths[0].read_text())
+    expected = _felix_configurations(directory)
+    assert sorted(r.name for r in expected) == ["default", "node.a"]
+    parsed = _parsing_counted(monkeypatch)
+    assert _felix_configurations(directory, _cache(tmp_path, directory)) == expected
+    assert _felix_configurations(directory, _cache(tmp_path, directory)) == expected
+    assert parsed == ["m0.yaml"]

@@ -39,13 +39,20 @@ from pyfelix.datastore.prefetch import ListingPrefetch
 from pyfelix.errors import ManifestError, RestartRequired, Shutdown
 from pyfelix.health import DATAPLANE, HEALTH_INTERVAL, HealthAggregator
 from pyfelix.logs import configure_logging
-from pyfelix.resources import Resource
-from pyfelix.resources.loader import load_text, manifest_files, read_manifest
+from pyfelix.resources import FelixConfiguration, Resource
+from pyfelix.resources.loader import (
+    LoadResult,
+    load_parsed,
+    manifest_files,
+    parse_text,
+    read_manifest,
+)
 from pyfelix.resources.parse_cache import ParseCache
 from pyfelix.resources.shared_parse import ParsePrefetch
 from pyfelix.status import EtcdNodeStore, EtcdStatusReporter, WireguardKeyUpdater
 from pyfelix.syncer.etcd import EtcdSyncer
 from pyfelix.syncer.files import FileSyncer
+from pyfelix.syncer.plain_workloads import plain_fields
 from pyfelix.validation import context_from
 from pyfelix_dataplane.linux.driver import LinuxDriver
 from pyfelix_dataplane.printing import PrintingDriver
@@ -87,14 +94,14 @@ async def _stop_on_signal(scope: trio.CancelScope) -> None:
 
 
 async def startup_configurations(
-    datastore: str, client: EtcdClient | None, hostname: str
+    datastore: str, client: EtcdClient | None, hostname: str, cache: ParseCache | None = None
 ) -> list[Resource]:
     """The FelixConfigurations the calculation graph starts with: what validation needs
     (WorkloadSourceSpoofing) and what the graph is built with (RouteSource), read first as Felix
     loads its configuration before its calculation graph starts; a change later restarts the
-    agent (they are not live settings)."""
+    agent (they are not live settings). From files, through the first read's ``cache``."""
     if client is None:
-        return await trio.to_thread.run_sync(_felix_configurations, Path(datastore))
+        return await trio.to_thread.run_sync(_felix_configurations, Path(datastore), cache)
     resources: list[Resource] = []
     for name in ("default", f"node.{hostname}"):
         key = f"/calico/resources/v3/projectcalico.org/felixconfigurations/{name}"
@@ -109,17 +116,37 @@ async def startup_configurations(
     return resources
 
 
-def _felix_configurations(root: Path) -> list[Resource]:
-    """The resources of the manifest files under ``root`` that mention FelixConfiguration."""
+def _felix_configurations(root: Path, cache: ParseCache | None = None) -> list[Resource]:
+    """The FelixConfigurations of the manifest files under ``root``: only the files that
+    mention the kind are parsed, and of those only the documents of that kind (or lists) are
+    decoded (the same file may hold a thousand policies, which the first read decodes)."""
     found: list[Resource] = []
     for path in manifest_files(root) if root.exists() else []:
         try:
             text = read_manifest(path)
         except (OSError, UnicodeDecodeError):
             continue
-        if "FelixConfiguration" in text:
-            found += [item.resource for item in load_text(text, str(path)).resources]
-    return found
+        if "FelixConfiguration" not in text:
+            continue
+        if cache is not None:
+            parsed = cache.parse(text, str(path), plain_fields)
+        else:
+            parsed = parse_text(text, str(path))
+        if isinstance(parsed, LoadResult):
+            continue
+        candidates = [entry for entry in parsed if _may_configure(entry[0])]
+        found += [item.resource for item in load_parsed(candidates, str(path)).resources]
+    return [r for r in found if isinstance(r, FelixConfiguration)]
+
+
+def _may_configure(document: object) -> bool:
+    """Whether a parsed document is, or may hold, a FelixConfiguration."""
+    if isinstance(document, list):
+        return True
+    if type(document) is not dict:
+        return False  # a plain endpoint's checked fields
+    kind = document.get("kind")
+    return kind == "FelixConfiguration" or (isinstance(kind, str) and kind.endswith("List"))
 
 
 def dataplane_timeout(config: FelixConfig) -> float:
@@ -225,7 +252,9 @@ async def run_agent(options: AgentOptions, out: TextIO = sys.stdout) -> int:
                     prefetch=options.prefetch,
                     cache=options.parse_cache,
                 )
-            startup = await startup_configurations(options.datastore, client, options.hostname)
+            startup = await startup_configurations(
+                options.datastore, client, options.hostname, options.parse_cache
+            )
             config = startup_config(startup, options.hostname)
             if isinstance(driver, LinuxDriver):
                 driver.startup_config = config  # the kernel is probed with it before InSync
