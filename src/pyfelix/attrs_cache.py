@@ -83,8 +83,9 @@ class MethodCache:
         if self._entries is None:
             self._entries = {}
             try:
-                with self.path.open("rb") as file:
-                    loaded = marshal.load(file)
+                # Read whole, then decoded: marshal.load on the file reads it object by
+                # object through the buffered reader's methods, 14 ms against 3 ms.
+                loaded = marshal.loads(self.path.read_bytes())
             except (OSError, EOFError, ValueError, TypeError):
                 return self._entries  # none yet, or unreadable: compiled and rewritten
             if isinstance(loaded, dict):
