@@ -3,14 +3,17 @@ same final scripts directly; then the latency from a label change in the file da
 kernel, p50 and p99 over 200 changes, back to back and 100 ms apart.
 
 Run: sudo .venv/bin/python bench/bench_driver.py [ENDPOINTS POLICIES CHANGES ROUNDS [ipv4]
-[nftables | both]]
+[nftables | both] [cold]]
 
 With ``ipv4`` the cluster is IPv4-only as calico.yaml deploys one (FelixConfiguration
 ipv6Support: false), so the agent and the floor leave IPv6 alone; by default, as Felix's own
 default, both IPv4 and IPv6 tables are written. With ``nftables`` the agent runs in the
 nftables mode (FELIX_NFTABLESMODE=Enabled) and the floor is loading the same final nft
 scripts with ``nft -f``; ``both`` measures the iptables mode and the nftables mode round by
-round, alternating, on the same cluster.
+round, alternating, on the same cluster. The agents keep their parse cache
+(``pyfelix.resources.parse_cache``) in a directory of the benchmark's: by default one start
+before the rounds fills it, as a restarted agent finds it; with ``cold`` it is emptied before
+every start, as on a node's first start.
 
 Scenario: ENDPOINTS workload endpoints (200 on the node, their veth interfaces present) and
 POLICIES global policies selecting by app label and admitting traffic from role=client.
@@ -19,6 +22,7 @@ POLICIES global policies selecting by app label and admitting traffic from role=
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -186,17 +190,52 @@ def wait_for(log_path: Path, text: str, agent: subprocess.Popen[bytes]) -> str:
         time.sleep(0.005)
 
 
+@attrs.define
+class AgentCache:
+    """The agents' parse cache (PYFELIX_CACHE_DIR), emptied before each start when ``cold``."""
+
+    path: Path = Path()
+    cold: bool = False
+
+
+#: Set by main.
+AGENT_CACHE = AgentCache()
+
+
 def start_agent(
     ns: str, directory: Path, log_file: Any, mode: str = "iptables"
 ) -> subprocess.Popen[bytes]:
     argv = ["run", "--hostname", NODE, "--datastore", str(directory)]
     nftables = "Enabled" if mode == "nftables" else "Disabled"
+    if AGENT_CACHE.cold:
+        shutil.rmtree(AGENT_CACHE.path, ignore_errors=True)
     return subprocess.Popen(
         ["ip", "netns", "exec", ns, sys.executable, "-m", "pyfelix", *argv],
         stdout=subprocess.DEVNULL,
         stderr=log_file,
-        env={**os.environ, "FELIX_NFTABLESMODE": nftables},
+        env={
+            **os.environ,
+            "FELIX_NFTABLESMODE": nftables,
+            "PYFELIX_CACHE_DIR": str(AGENT_CACHE.path),
+        },
     )
+
+
+def fill_cache(directory: Path, logs: Path) -> None:
+    """One unmeasured start (in a namespace of its own), for the cache the rounds find."""
+    ns = f"pfb-fill-{os.getpid()}"
+    agent = None
+    try:
+        subprocess.run(["ip", "netns", "add", ns], check=True)
+        log_path = logs / "agent-fill.log"
+        with log_path.open("w") as log_file:
+            agent = start_agent(ns, directory, log_file)
+            wait_for(log_path, "in sync:", agent)
+    finally:
+        if agent is not None:
+            agent.terminate()
+            agent.wait()
+        subprocess.run(["ip", "netns", "del", ns], check=False, stderr=subprocess.DEVNULL)
 
 
 #: Between two changes of the "spaced" series: each change is then alone in the pipeline.
@@ -255,9 +294,12 @@ def main() -> None:
         modes = ("iptables", "nftables")
     elif "nftables" in options:
         modes = ("nftables",)
+    AGENT_CACHE.cold = "cold" in options
     stack_kind = "IPv4 and IPv6" if ipv6 else "IPv4 only"
+    cache = "an empty parse cache" if AGENT_CACHE.cold else "the parse cache of an earlier start"
     print(
-        f"{endpoints} endpoints ({LOCAL} local), {policies} policies, {stack_kind}, {rounds} rounds"
+        f"{endpoints} endpoints ({LOCAL} local), {policies} policies, {stack_kind}, "
+        f"{rounds} rounds, {cache}"
     )
     compile_agent()
     with ExitStack() as stack:
@@ -267,6 +309,9 @@ def main() -> None:
         # The agents' logs go beside the datastore, not into it: each line written there would
         # wake the agent's file syncer.
         logs = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        AGENT_CACHE.path = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "cache"
+        if not AGENT_CACHE.cold:
+            fill_cache(directory, logs)
         cluster = Cluster(directory, logs, view, state, ipv6)
         results: dict[str, dict[str, list[float]]] = {
             mode: {"floor": [], "noflush": [], "driver": [], "total": []} for mode in modes
