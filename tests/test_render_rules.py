@@ -45,7 +45,7 @@ ALLOW = ["-m mark --mark 0x10000/0x10000 --jump RETURN"]
 
 def render_parsed(rule: model.Rule, ctx: RuleContext) -> list[Rule]:
     """A rule rendered as it reaches the dataplane: with the scanner's IP set ids."""
-    return render_rule(parse_rule(rule), ctx)
+    return list(render_rule(parse_rule(rule), ctx))
 
 
 def text(rules: list[Rule]) -> list[str]:

@@ -119,8 +119,18 @@ def _set_names(set_ids: Sequence[str], version: int) -> list[str]:
     return [ipset_name(set_id, version) for set_id in set_ids]
 
 
-def render_rule(parsed: m.ParsedRule, ctx: RuleContext) -> list[Rule]:
-    """The iptables rules for one Calico rule (empty when it cannot match this IP version)."""
+#: Rendered rules kept by value: policies repeat rules (the same peers, ports and action in
+#: many namespaces' policies), and a kept rule's text is built once for all its chains.
+RULE_CACHE = 32768
+
+
+@functools.lru_cache(maxsize=RULE_CACHE)
+def render_rule(parsed: m.ParsedRule, ctx: RuleContext) -> tuple[Rule, ...]:
+    """The iptables rules for one Calico rule (none when it cannot match this IP version)."""
+    return tuple(_render_rule(parsed, ctx))
+
+
+def _render_rule(parsed: m.ParsedRule, ctx: RuleContext) -> list[Rule]:
     rule, sets = parsed.rule, parsed.ipsets
     version = ctx.version
     if rule.ip_version not in (None, version):
