@@ -194,7 +194,7 @@ def wait_for(log_path: Path, text: str, agent: subprocess.Popen[bytes]) -> str:
 class AgentCache:
     """The agents' parse cache (PYFELIX_CACHE_DIR), emptied before each start when ``cold``."""
 
-    path: Path = Path()
+    path: Path | None = None
     cold: bool = False
 
 
@@ -207,17 +207,16 @@ def start_agent(
 ) -> subprocess.Popen[bytes]:
     argv = ["run", "--hostname", NODE, "--datastore", str(directory)]
     nftables = "Enabled" if mode == "nftables" else "Disabled"
-    if AGENT_CACHE.cold:
-        shutil.rmtree(AGENT_CACHE.path, ignore_errors=True)
+    env = {**os.environ, "FELIX_NFTABLESMODE": nftables}
+    if AGENT_CACHE.path is not None:
+        env["PYFELIX_CACHE_DIR"] = str(AGENT_CACHE.path)
+        if AGENT_CACHE.cold:
+            shutil.rmtree(AGENT_CACHE.path, ignore_errors=True)
     return subprocess.Popen(
         ["ip", "netns", "exec", ns, sys.executable, "-m", "pyfelix", *argv],
         stdout=subprocess.DEVNULL,
         stderr=log_file,
-        env={
-            **os.environ,
-            "FELIX_NFTABLESMODE": nftables,
-            "PYFELIX_CACHE_DIR": str(AGENT_CACHE.path),
-        },
+        env=env,
     )
 
 
