@@ -374,15 +374,17 @@ class FileSyncer:
 
     def _winner(self, identity: Identity) -> Resource | KV | None:
         """The definition from the first path (in sort order) that defines ``identity``."""
-        paths = sorted(self._providers.get(identity, ()))
-        if not paths:
+        providers = self._providers.get(identity)
+        if not providers:
             self._providers.pop(identity, None)
             return None
-        if len(paths) > 1:
-            log.warning(
-                "%s defined in %s; using %s", identity, ", ".join(map(str, paths)), paths[0]
-            )
-        item = self._files.get(paths[0], {}).get(identity)
+        if len(providers) == 1:
+            (path,) = providers  # nearly always: no sorting
+        else:
+            paths = sorted(providers)
+            path = paths[0]
+            log.warning("%s defined in %s; using %s", identity, ", ".join(map(str, paths)), path)
+        item = self._files.get(path, {}).get(identity)
         if item is None:
             return None
         return item.resource if isinstance(item, Located) else cast(KV, item.value)

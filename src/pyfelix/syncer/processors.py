@@ -722,13 +722,17 @@ class Converter:
         """As ``update``, for a source already converted (``new``: what it stands for now)."""
         old = self._produced.get(source)
         owners = self._owners
-        if old is None and not any(key in owners for key, _ in new):
-            # A new source with keys of its own: what it produced is what goes downstream.
-            if new:
-                self._produced[source] = new
+        if old is None:
             for key, _ in new:
-                owners[key] = [source]
-            return [Update(k, v, revision, UpdateType.NEW) for k, v in new if v is not None]
+                if key in owners:
+                    break
+            else:
+                # A new source with keys of its own: what it produced is what goes downstream.
+                if new:
+                    self._produced[source] = new
+                for key, _ in new:
+                    owners[key] = [source]
+                return [Update(k, v, revision, UpdateType.NEW) for k, v in new if v is not None]
         old_keys = [key for key, _ in old or ()]
         keys = old_keys + [key for key, _ in new if key not in old_keys]
         new_keys = {key for key, _ in new}
