@@ -738,3 +738,34 @@ def test_the_fast_workload_check_agrees_with_the_full_one(variant: dict[str, Any
     check_metadata(full, wep)
     _CHECKS[WorkloadEndpoint](full, wep, ValidationContext())
     assert validate_resource(wep, ValidationContext()) == full.problems
+
+
+def test_a_rule_repeated_anywhere_is_reported_where_it_is() -> None:
+    """A rule checked once is not checked again (its problems are kept by value), yet each
+    copy's problems name the field where that copy is (at the rule itself and deeper), and the
+    same rule in the other direction gets that direction's checks."""
+    bad = rule(protocol="ICMP", ipVersion=6, source={"nets": ["10.0.0.0/33"]}, icmp={"code": 1})
+    bad["destination"] = {"services": {"name": "s"}}
+    mixed = rule(source={"nets": ["10.0.0.0/8"]}, destination={"nets": ["fd00::/8"]})
+
+    def found(**rules: list[Doc]) -> list[tuple[str, str]]:
+        return sorted((p.field, p.message) for p in problems_of(gnp(**rules)))
+
+    icmp = ("protocol", "protocol ICMP requires ipVersion 4")
+    code = ("icmp.code", "ICMP code specified without an ICMP type")
+    cidr = ("source.nets[0]", "invalid CIDR '10.0.0.0/33'")
+    ingress_only = ("destination.services", "not allowed in ingress rule destination")
+    namespace = ("destination.services.namespace", "must specify a namespace in a global policy")
+    both = ("", "rule contains both IPv4 and IPv6 CIDRs")
+
+    def at(base: str, *problems: tuple[str, str]) -> list[tuple[str, str]]:
+        return [(f"{base}.{path}" if path else base, message) for path, message in problems]
+
+    for _ in range(2):  # checked, then from what was kept
+        assert found(ingress=[mixed, bad]) == sorted(
+            at("spec.ingress[0]", both) + at("spec.ingress[1]", icmp, code, cidr, ingress_only)
+        )
+        assert found(egress=[rule(), rule(), bad], ingress=[bad]) == sorted(
+            at("spec.ingress[0]", icmp, code, cidr, ingress_only)
+            + at("spec.egress[2]", icmp, code, cidr, namespace)
+        )

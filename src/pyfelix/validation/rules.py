@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pyfelix.errors import FieldProblem
 from pyfelix.ipnet import IPNetwork
 from pyfelix.resources.rules import EntityRule, ICMPFields, Rule
 from pyfelix.validation.common import (
@@ -106,8 +107,44 @@ def _check_icmp(c: Checker, icmp: ICMPFields | None) -> None:
         c.at("code").check(icmp.type is not None, "ICMP code specified without an ICMP type")
 
 
+#: Rules checked, by value, with what was found: policies repeat rules (the same peers, ports
+#: and action in many namespaces' policies), and a rule's problems depend on nothing else.
+_CHECKED: dict[tuple[Rule, str, bool], tuple[tuple[str, str], ...]] = {}
+#: How many are kept (forgotten all at once beyond).
+CHECKED_RULES = 16384
+
+
 def check_rule(c: Checker, rule: Rule, *, direction: str, global_policy: bool = False) -> None:
-    """One rule; ``direction`` is "ingress" or "egress" (for the service-side checks)."""
+    """One rule; ``direction`` is "ingress" or "egress" (for the service-side checks). A rule
+    checked before (an equal value, anywhere) has its problems repeated at ``c``'s path."""
+    key = (rule, direction, global_policy)
+    try:
+        found = _CHECKED.get(key)
+    except TypeError:  # a value that cannot be hashed (an http match's lists): checked here
+        _check_rule(c, rule, direction=direction, global_policy=global_policy)
+        return
+    if found is None:
+        scratch = Checker()
+        _check_rule(scratch, rule, direction=direction, global_policy=global_policy)
+        found = tuple((problem.field, problem.message) for problem in scratch.problems)
+        if len(_CHECKED) >= CHECKED_RULES:
+            _CHECKED.clear()
+        _CHECKED[key] = found
+    if found:
+        base = c.path
+        c.problems.extend(FieldProblem(_under(base, path), message) for path, message in found)
+
+
+def _under(base: str, path: str) -> str:
+    """``path`` (found from a rule's own root) below ``base``, as ``Checker.at`` joins them."""
+    if not path:
+        return base
+    if path.startswith("[") or not base:
+        return base + path
+    return f"{base}.{path}"
+
+
+def _check_rule(c: Checker, rule: Rule, *, direction: str, global_policy: bool) -> None:
     if not rule.action:
         c.at("action").error("an action is required")
     else:
