@@ -149,6 +149,11 @@ def _may_configure(document: object) -> bool:
     return kind == "FelixConfiguration" or (isinstance(kind, str) and kind.endswith("List"))
 
 
+#: How long the health and metrics servers wait, once the configuration is known, for the first
+#: apply to hand its tables to the kernel's tools.
+HEALTH_START_DELAY = 1.0
+
+
 def dataplane_timeout(config: FelixConfig) -> float:
     """Felix's dataplane health timeout: DataplaneWatchdogTimeout, at least two intervals."""
     return max(config.dataplane_watchdog_timeout, 2 * HEALTH_INTERVAL)
@@ -168,8 +173,13 @@ async def _serve_health(
     """Once the configuration is known, serve health (/liveness, /readiness) and Felix's
     metrics (/metrics, over TLS when configured) on their ports, each if enabled. The servers
     are imported only then, and Prometheus' client only if metrics are enabled (off by
-    default, as in Felix): 0.03 s of every start otherwise, while the first read runs."""
+    default, as in Felix): 0.03 s of every start otherwise, while the first read runs. The
+    configuration comes with InSync, when the first apply is about to render: the servers
+    wait until its tables are with the kernel's tools (at most HEALTH_START_DELAY)."""
     await config_known.wait()
+    if isinstance(driver, LinuxDriver):
+        with trio.move_on_after(HEALTH_START_DELAY):
+            await driver.writing.wait()
     config = connector.felix_config
     assert config is not None
     from pyfelix.health import health_routes  # noqa: PLC0415

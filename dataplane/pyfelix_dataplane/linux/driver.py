@@ -222,6 +222,9 @@ class LinuxDriver:
     _started: float = 0.0
     _probe: KernelProbe | None = None
     _probed: trio.Event = attrs.Factory(trio.Event)
+    #: Set once the first apply has handed its tables to the kernel's tools (or failed): from
+    #: then on this process mostly waits for them, and work that can wait may run.
+    writing: trio.Event = attrs.Factory(trio.Event)
 
     async def apply(self, msg: m.ToDataplane) -> None:
         self.state.apply(msg)
@@ -514,6 +517,8 @@ class LinuxDriver:
                     await trio.lowlevel.checkpoint()
                 mark("routes started")
                 nursery.start_soon(area, partial(self._apply_routing, managers), "routes")
+            self.writing.set()
+        self.writing.set()
         if failed:
             raise failed[0]
         if nftables is not None:
