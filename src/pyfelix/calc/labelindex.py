@@ -178,6 +178,16 @@ class LabelIndex:
         self, item_id: ItemID, labels: Mapping[str, str], parents: Sequence[str] = ()
     ) -> None:
         old = self._items.get(item_id)
+        if old is None and not parents:
+            # A new item of its own labels (a snapshot's endpoints, nearly all): only the
+            # selectors that could match it are tested.
+            self._items[item_id] = _Item(labels, ())
+            self._file_item(item_id, labels)
+            selectors = self._selectors
+            for sel_id in self._candidate_selectors(labels):
+                if selectors[sel_id].evaluate(labels):
+                    self._start(sel_id, item_id)
+            return
         parents = tuple(parents)
         filed = None
         if old is not None:
