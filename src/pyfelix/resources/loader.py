@@ -386,6 +386,12 @@ def load_parsed(documents: Parsed, source: str, direct: DirectDecoder | None = N
     entries: list[Located | Direct] = []
     problems: list[Problem] = []
     for data, line, item_lines in documents:
+        if type(data) is tuple and direct is not None:
+            # A plain endpoint's checked fields (a parsed document is never a tuple).
+            taken = direct(data)
+            if taken is not None:
+                entries.append(Direct(taken[0], taken[1], source, line))
+                continue
         for doc, doc_line in _expand(data, line, item_lines):
             if direct is not None and type(doc) in (dict, tuple):
                 taken = direct(doc)
