@@ -360,12 +360,18 @@ class FileSyncer:
             elif read.resources is not None:
                 self._files[path] = read.resources
                 self._stats[path] = read.stat
-            after = set(self._files.get(path, {}))
+            after = self._files.get(path, {}).keys()
+            providers = self._providers
             for identity in before - after:
-                self._providers.get(identity, set()).discard(path)
+                providers.get(identity, set()).discard(path)
             for identity in after:
-                self._providers.setdefault(identity, set()).add(path)
-            affected |= before | after
+                found = providers.get(identity)
+                if found is None:
+                    providers[identity] = {path}
+                else:
+                    found.add(path)
+            affected |= before
+            affected |= after
         identities = sorted(affected)
         for start in range(0, len(identities), EMIT_CHUNK):
             if start:
