@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
 import logging
 import marshal
 import os
@@ -27,9 +28,6 @@ import shutil
 import sys
 from pathlib import Path
 from typing import Any
-
-import yaml
-import yaml_rs
 
 from pyfelix import __version__
 from pyfelix.resources.loader import Digest, LoadResult, Parsed, parse_text
@@ -57,10 +55,15 @@ def cache_base() -> Path | None:
 
 
 def code_identity() -> bytes:
-    """What the parsed documents depend on besides the text: Python's, the parsers' and
-    pyfelix's versions, and every pyfelix source file's size and modification time (as
-    bytecode is checked)."""
-    parts = [sys.version, yaml_rs.__version__, yaml.__version__, __version__]
+    """What the parsed documents depend on besides the text: Python's and pyfelix's versions,
+    the parsers' files, and every pyfelix source file (each by its size and modification
+    time, as bytecode is checked; PyYAML is found, not imported: most starts never need it)."""
+    parts = [sys.version, __version__]
+    for parser in ("yaml_rs", "yaml", "_yaml"):
+        spec = importlib.util.find_spec(parser)
+        if spec is not None and spec.origin is not None and os.path.exists(spec.origin):
+            stat = os.stat(spec.origin)
+            parts.append(f"{spec.origin}:{stat.st_mtime_ns}:{stat.st_size}")
     for directory, subdirectories, files in sorted(os.walk(_PACKAGE)):
         subdirectories.sort()
         for name in sorted(files):
