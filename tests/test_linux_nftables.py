@@ -4,6 +4,8 @@ writer), and another tool's table left alone."""
 
 from __future__ import annotations
 
+import threading
+
 import attrs
 import pytest
 import trio
@@ -11,6 +13,7 @@ import trio.testing
 
 from pyfelix.dryrun import compute
 from pyfelix.errors import DataplaneWriteError
+from pyfelix_dataplane.linux.libnftables import Nft
 from pyfelix_dataplane.linux.managers import CHECK_ATTEMPTS
 from pyfelix_dataplane.linux.nft_elements import ElementChange, ElementWriter
 from pyfelix_dataplane.linux.nftables import NftablesWriter, delta, parse_listing
@@ -300,3 +303,31 @@ def test_a_rule_on_new_ports_brings_its_port_set_and_takes_it_away(netns: str) -
     )
     assert in_netns(netns, _element_steps, [grown, table], "ip") == [False, True]
     assert "calipt-81_8000-8080" not in nft(netns, "list", "table", "ip", "calico")
+
+
+def _listings_at_once(threads: int, listings: int) -> int:
+    """In the namespace: a table of sets with concatenated types, listed as JSON by
+    ``threads`` libnftables contexts at once, ``listings`` times each; how many were read."""
+    sets = "".join(
+        f"  set s{n} {{ type ipv4_addr . inet_service . ipv4_addr; }}\n" for n in range(200)
+    )
+    trio.run(Nft().transaction, f"table ip race {{\n{sets}}}\n")
+    read: list[int] = []
+
+    def lister() -> None:
+        nft = Nft()
+        for _ in range(listings):
+            read.append(len(trio.run(nft.listing, "list table ip race")))
+
+    workers = [threading.Thread(target=lister) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return sum(1 for size in read if size > 10_000)
+
+
+def test_listings_from_several_threads_at_once_leave_the_agent_alive(netns: str) -> None:
+    """libnftables' JSON output splits set type names with strtok, the process's: listings at
+    once (each version's read-back in its thread) aborted the agent. They take turns now."""
+    assert in_netns(netns, _listings_at_once, 4, 150) == 600

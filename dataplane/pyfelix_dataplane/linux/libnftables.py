@@ -5,11 +5,16 @@ Measured with a 5000-chain table (bench/RESULTS.md): a one-element transaction c
 this way against 24 ms for a run of the nft program, which starts, loads its libraries and
 reads the table back into its cache every time; a label change's latency in the nftables mode
 is mostly that. A context is not thread-safe: one is kept per writer and used under a lock,
-in a worker thread. Where the library cannot be loaded, the nft program is run instead.
+in a worker thread. Nor is the library's JSON output, across contexts: nftables up to 1.0.x
+splits each set's type name with ``strtok``, whose state is the process's, and two listings
+at once abort the process (an assertion in json.c, seen in the tests: a node's agent killed);
+listings take a lock of the process. Where the library cannot be loaded, the nft program is
+run instead.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import logging
@@ -46,6 +51,8 @@ def _load() -> ctypes.CDLL | None:
 
 _LIB: ctypes.CDLL | None = None
 _LOADED = False
+#: One JSON listing at a time in this process (see above); transactions need no such lock.
+_LISTING = threading.Lock()
 
 
 def _library() -> ctypes.CDLL | None:
@@ -74,7 +81,7 @@ class Nft:
     def _run_here(self, text: str, json: bool) -> tuple[int, str, str]:
         assert self._lib is not None
         ctx = self._json if json else self._ctx
-        with self._lock:
+        with self._lock, _LISTING if json else contextlib.nullcontext():
             code = self._lib.nft_run_cmd_from_buffer(ctx, text.encode())
             output = self._lib.nft_ctx_get_output_buffer(ctx) or b""
             error = self._lib.nft_ctx_get_error_buffer(ctx) or b""
