@@ -220,8 +220,19 @@ def start_agent(
     )
 
 
+def wait_for_index(cache: Path | None, limit: float = 30.0) -> None:
+    """Until the agent has indexed its parse cache (some seconds after InSync): a restart
+    that finds the index reads its files without a child."""
+    deadline = time.monotonic() + limit
+    while cache is not None and not any(cache.glob("*/index")):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the agent did not index its parse cache in {cache}")
+        time.sleep(0.1)
+
+
 def fill_cache(directory: Path, logs: Path) -> None:
-    """One unmeasured start (in a namespace of its own), for the cache the rounds find."""
+    """One unmeasured start (in a namespace of its own), for the cache (and its index) the
+    rounds find."""
     ns = f"pfb-fill-{os.getpid()}"
     agent = None
     try:
@@ -230,6 +241,7 @@ def fill_cache(directory: Path, logs: Path) -> None:
         with log_path.open("w") as log_file:
             agent = start_agent(ns, directory, log_file)
             wait_for(log_path, "in sync:", agent)
+            wait_for_index(AGENT_CACHE.path)
     finally:
         if agent is not None:
             agent.terminate()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import marshal
 import os
 import time
 from pathlib import Path
@@ -183,9 +184,9 @@ def test_where_the_cache_lives(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
 
 
 async def test_the_file_syncer_keeps_its_first_read_and_no_later_one(tmp_path: Path) -> None:
-    """The syncer's first read fills the cache (and prunes it: an entry of an earlier content
-    goes); an edit after it is read without it, since nothing an earlier start parsed can
-    hold an edit made now."""
+    """The syncer's first read fills the cache (then indexes it, and prunes it: an entry of an
+    earlier content goes); an edit after it is read without it, since nothing an earlier
+    start parsed can hold an edit made now."""
     directory = tmp_path / "cluster"
     directory.mkdir()
     write(directory / "tiers.yaml", tier("a", 1))
@@ -194,7 +195,8 @@ async def test_the_file_syncer_keeps_its_first_read_and_no_later_one(tmp_path: P
     long_ago = time.time() - 3600
     for entry in cache.directory.glob("*.marshal"):
         os.utime(entry, (long_ago, long_ago))
-    async with syncer(directory, cache=_cache(tmp_path, directory)) as (_, recorder):
+    cached = _cache(tmp_path, directory)
+    async with syncer(directory, cache=cached, cache_upkeep_delay=0) as (_, recorder):
         assert await recorder.next_batch()
         with trio.fail_after(5):
             while len(_entries(cache)) != 1:
@@ -251,3 +253,44 @@ def test_the_start_up_configurations_come_through_the_cache(
     assert _felix_configurations(directory, _cache(tmp_path, directory)) == expected
     assert _felix_configurations(directory, _cache(tmp_path, directory)) == expected
     assert parsed == ["m0.yaml"]
+
+
+def test_a_restart_whose_files_are_all_indexed_reads_them_without_a_child(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once a first read's entries are indexed by the files' stats, the next start neither
+    forks nor parses; a file changed since sends it back to the child and to the parser."""
+    monkeypatch.setattr(shared_parse, "MIN_PREFETCH_BYTES", 0)
+    directory = tmp_path / "cluster"
+    paths = _cluster(directory)
+    expected = _read_all(paths)
+    _read_all(paths, cache=_cache(tmp_path, directory))
+    _cache(tmp_path, directory).write_index(paths)
+    parsed = _parsing_counted(monkeypatch)
+    cache = _cache(tmp_path, directory)
+    prefetch = shared_parse.ParsePrefetch(directory, cli._endpoint_checks, cache)
+    assert not prefetch._pid
+    assert _read_all(paths, prefetch, cache) == expected
+    assert parsed == []
+    (directory / "m5.yaml").write_text(POLICY.format(i="changed"))
+    cache = _cache(tmp_path, directory)
+    prefetch = shared_parse.ParsePrefetch(directory, cli._endpoint_checks, cache)
+    assert prefetch._pid
+    prefetch.close()
+    reads = _read_all(paths, cache=cache)
+    assert parsed == ["m5.yaml"]
+    assert {n for _, _, n in reads[paths.index(directory / "m5.yaml")].resources or ()} == {
+        "pchanged"
+    }
+
+
+def test_an_unreadable_index_is_no_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    directory = tmp_path / "cluster"
+    paths = _cluster(directory)
+    expected = _read_all(paths)
+    cache = _cache(tmp_path, directory)
+    _read_all(paths, cache=cache)
+    for garbage in (b"\xff", marshal.dumps({"x": 1}), marshal.dumps([1, 2])):
+        (cache.directory / "index").write_bytes(garbage)
+        assert not _cache(tmp_path, directory).fresh(paths)
+        assert _read_all(paths, cache=_cache(tmp_path, directory)) == expected

@@ -9,8 +9,9 @@ sources' stats, the parsers' and Python's versions): an edited file, or another 
 nothing and is parsed; an entry that cannot be read is a miss, one that cannot be written is
 not kept. Entries live in a directory per datastore, under /var/cache/pyfelix for root and the
 user's cache directory otherwise (``PYFELIX_CACHE_DIR`` moves them, ``none`` turns this off);
-each first read touches what it used and then removes the rest, and the directories of
-datastores that no longer exist.
+each first read touches what it used, and the syncer then indexes it by the files' stats (so
+that the next start finds unchanged files without reading them) and removes the rest, and
+the directories of datastores that no longer exist.
 
 What this leaves to the caller: parsing on a miss, and deciding which reads use it (the first
 only: later reads are of edited files).
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from pyfelix import __version__
-from pyfelix.resources.loader import Digest, LoadResult, Parsed, parse_text
+from pyfelix.resources.loader import Digest, LoadResult, Parsed, parse_text, read_manifest
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +40,27 @@ CACHE_DIR_ENV = "PYFELIX_CACHE_DIR"
 SYSTEM_CACHE_DIR = Path("/var/cache/pyfelix")
 #: The file in each datastore's directory naming that datastore.
 ROOT_FILE = "datastore"
+#: The file in each datastore's directory mapping each manifest path, as its stat was, to its
+#: entry: a restart finds its unchanged files without reading them.
+INDEX_FILE = "index"
 _SUFFIX = ".marshal"
 _PACKAGE = Path(__file__).resolve().parent.parent
+
+
+Stat = tuple[int, int, int]
+
+
+def stat_key(stat: os.stat_result) -> Stat:
+    """What says a file is the one parsed: (inode, mtime in ns, size)."""
+    return (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+
+
+def file_stat(path: Path) -> Stat | None:
+    """``stat_key`` of ``path``; None if it is gone."""
+    try:
+        return stat_key(path.stat())
+    except OSError:
+        return None
 
 
 def cache_base() -> Path | None:
@@ -83,6 +103,7 @@ class ParseCache:
         self._purpose = purpose.encode()
         self._salt: bytes | None = None
         self._writable = True
+        self._index: dict[str, tuple[Stat, str]] | None = None
 
     @classmethod
     def for_datastore(cls, root: Path, purpose: str) -> ParseCache | None:
@@ -134,6 +155,63 @@ class ParseCache:
             with contextlib.suppress(OSError):
                 partial.unlink(missing_ok=True)
 
+    def _indexed(self) -> dict[str, tuple[Stat, str]]:
+        if self._index is None:
+            self._index = {}
+            try:
+                loaded = marshal.loads((self.directory / INDEX_FILE).read_bytes())
+                self._index = {
+                    str(path): (tuple(stat), str(key)) for path, (stat, key) in loaded.items()
+                }
+            except (OSError, EOFError, ValueError, TypeError, AttributeError):
+                pass  # none yet, or unreadable: every file is looked up by its text
+        return self._index
+
+    def lookup(self, path: Path, stat: Stat) -> Parsed | None:
+        """The documents of ``path`` if its entry was indexed for the file as ``stat`` says
+        it is (the stat the prefetch trusts, as bytecode trusts a source's time and size)."""
+        found = self._indexed().get(str(path))
+        if found is None or found[0] != stat:
+            return None
+        return self.get(found[1])
+
+    def fresh(self, paths: list[Path]) -> bool:
+        """Whether every one of ``paths`` has an indexed entry for the file as it is now."""
+        index = self._indexed()
+        for path in paths:
+            found = index.get(str(path))
+            if found is None or found[0] != file_stat(path):
+                return False
+            if not (self.directory / (found[1] + _SUFFIX)).exists():
+                return False
+        return True
+
+    def write_index(self, paths: list[Path]) -> None:
+        """Index the entries of ``paths`` as the files are now (read again and hashed: after
+        InSync, off the start's path); a file changed while it was read is left out."""
+        index: dict[str, tuple[Stat, str]] = {}
+        for path in paths:
+            try:
+                before = file_stat(path)
+                key = self.key(read_manifest(path))
+            except (OSError, UnicodeDecodeError):
+                continue
+            entry = self.directory / (key + _SUFFIX)
+            if before is not None and before == file_stat(path) and entry.exists():
+                index[str(path)] = (before, key)
+        if not self._writable or not self.directory.is_dir():
+            return
+        target = self.directory / INDEX_FILE
+        partial = target.with_name(f"{INDEX_FILE}.{os.getpid()}.tmp")
+        try:
+            partial.write_bytes(marshal.dumps(index))
+            os.replace(partial, target)
+        except OSError as exc:
+            log.debug("cannot write %s: %s", target, exc)
+            with contextlib.suppress(OSError):
+                partial.unlink(missing_ok=True)
+        self._index = index
+
     def parse(self, text: str, source: str, digest: Digest | None) -> Parsed | LoadResult:
         """``parse_text`` with each dict document ``digest`` takes as what it gives, from the
         entry for ``text`` when there is one; kept when it parses."""
@@ -156,7 +234,7 @@ class ParseCache:
         try:
             with os.scandir(self.directory) as entries:
                 for entry in entries:
-                    if entry.name == ROOT_FILE:
+                    if entry.name in (ROOT_FILE, INDEX_FILE):
                         continue
                     if entry.name.endswith(".tmp") or entry.stat().st_mtime < before:
                         os.unlink(entry.path)

@@ -38,7 +38,7 @@ from pyfelix.resources.loader import (
     parse_text,
     read_manifest,
 )
-from pyfelix.resources.parse_cache import ParseCache, digested
+from pyfelix.resources.parse_cache import ParseCache, Stat, digested, file_stat
 
 log = logging.getLogger(__name__)
 
@@ -61,22 +61,6 @@ def file_size(path: Path) -> int:
         return path.stat().st_size
     except OSError:
         return 0
-
-
-Stat = tuple[int, int, int]
-
-
-def stat_key(stat: os.stat_result) -> Stat:
-    """What says a file is the one parsed: (inode, mtime in ns, size)."""
-    return (stat.st_ino, stat.st_mtime_ns, stat.st_size)
-
-
-def file_stat(path: Path) -> Stat | None:
-    """``stat_key`` of ``path``; None if it is gone."""
-    try:
-        return stat_key(path.stat())
-    except OSError:
-        return None
 
 
 def _spool() -> BinaryIO:
@@ -259,6 +243,10 @@ class ParsePrefetch:
         files = manifest_files_and_links(root)[0] if root.is_dir() else []
         yaml_bytes = sum(file_size(f) for f in files if f.suffix != ".json")
         if yaml_bytes < MIN_PREFETCH_BYTES or available_cores() < 2:
+            return
+        if cache is not None and cache.fresh(files):
+            # A restart's files, all in the cache as they are now: read here, nothing to
+            # parse (a fork would cost this process more than the child could save it).
             return
         self._claims = mmap.mmap(-1, len(files))  # anonymous and shared with the child
         worker = fork_worker(lambda spool: self._parse_forwards(spool, files, digest, cache))

@@ -51,8 +51,8 @@ from pyfelix.resources.loader import (
     read_manifest,
 )
 from pyfelix.resources.meta import Resource
-from pyfelix.resources.parse_cache import ParseCache
-from pyfelix.resources.shared_parse import ParsePrefetch, Stat, stat_key
+from pyfelix.resources.parse_cache import ParseCache, Stat, stat_key
+from pyfelix.resources.shared_parse import ParsePrefetch
 from pyfelix.syncer.api import SyncerCallbacks, SyncStatus, Update
 from pyfelix.syncer.inotify import Event, Inotify, InotifyUnavailable
 from pyfelix.syncer.plain_workloads import plain_fields, plain_workload_entry
@@ -89,7 +89,9 @@ def _read_one(
         if prefetched is not None and prefetched[0] == stat_key(stat):
             result = load_parsed(prefetched[1], str(path), plain_workload_entry)
         elif cache is not None:
-            parsed = cache.parse(read_manifest(path), str(path), plain_fields)
+            parsed = cache.lookup(path, stat_key(stat)) or cache.parse(
+                read_manifest(path), str(path), plain_fields
+            )
             if isinstance(parsed, LoadResult):
                 result = parsed
             else:
@@ -149,8 +151,10 @@ class FileSyncer:
     missing_report: float = 10.0
     #: The first read's files, parsed ahead by a worker (``ParsePrefetch``); used once.
     prefetch: ParsePrefetch | None = None
-    #: What earlier starts parsed (``ParseCache``): the first read's, which prunes it after.
+    #: What earlier starts parsed (``ParseCache``): the first read's, which indexes and prunes
+    #: it ``cache_upkeep_delay`` seconds after.
     cache: ParseCache | None = None
+    cache_upkeep_delay: float = 5.0
     _files: dict[Path, dict[Identity, Located | Direct]] = attrs.Factory(dict)
     #: What each identity stands for now: its resource, or (for a plain endpoint, which goes
     #: straight to the model) its model key and value.
@@ -203,16 +207,24 @@ class FileSyncer:
             await self._refresh(self._all_manifests(), prefetch, cache)
             self.callbacks.on_status(SyncStatus.IN_SYNC)
             task_status.started()
-            if cache is not None:
-                # What this read did not touch (a second of slack for coarse file times).
-                await trio.to_thread.run_sync(cache.prune, started - 1.0)
-            if watcher is not None:
-                await self._watch(watcher)
-            else:
-                await self._poll()
+            async with trio.open_nursery() as nursery:
+                if cache is not None:
+                    nursery.start_soon(self._keep, cache, started)
+                if watcher is not None:
+                    await self._watch(watcher)
+                else:
+                    await self._poll()
         finally:
             if self._watcher is not None:
                 self._watcher.close()
+
+    async def _keep(self, cache: ParseCache, started: float) -> None:
+        """The first read's cache kept for the next start, once the first apply has started
+        (this would slow it): indexed by the files' stats, and what the read did not touch
+        removed (a second of slack for coarse file times)."""
+        await trio.sleep(self.cache_upkeep_delay)
+        await trio.to_thread.run_sync(cache.write_index, self._all_manifests())
+        await trio.to_thread.run_sync(cache.prune, started - 1.0)
 
     def _readable(self) -> bool:
         return self.root.is_dir() or self.root.is_file()
