@@ -88,7 +88,11 @@ def code_identity() -> bytes:
         subdirectories.sort()
         for name in sorted(files):
             if name.endswith(".py"):
-                stat = os.stat(os.path.join(directory, name))
+                try:
+                    stat = os.stat(os.path.join(directory, name))
+                except OSError:  # gone since the walk listed it (an upgrade under way)
+                    parts.append(f"{directory}/{name}:gone")
+                    continue
                 parts.append(f"{directory}/{name}:{stat.st_mtime_ns}:{stat.st_size}")
     return hashlib.blake2b("\n".join(parts).encode(), digest_size=16).digest()
 

@@ -223,8 +223,11 @@ class FileSyncer:
         (this would slow it): indexed by the files' stats, and what the read did not touch
         removed (a second of slack for coarse file times)."""
         await trio.sleep(self.cache_upkeep_delay)
-        await trio.to_thread.run_sync(cache.write_index, self._all_manifests())
-        await trio.to_thread.run_sync(cache.prune, started - 1.0)
+        try:
+            await trio.to_thread.run_sync(cache.write_index, self._all_manifests())
+            await trio.to_thread.run_sync(cache.prune, started - 1.0)
+        except OSError as exc:  # a cache is never worth the datastore's watch
+            log.warning("cannot keep the parsed manifests in %s: %s", cache.directory, exc)
 
     def _readable(self) -> bool:
         return self.root.is_dir() or self.root.is_file()
