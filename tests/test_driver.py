@@ -131,6 +131,23 @@ async def test_first_apply_programs_sets_before_the_tables_that_use_them(
         assert r.node.routes, "local workloads are routed"
 
 
+async def test_sets_that_fail_leave_the_tables_unwritten_until_they_are_written(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The sets' tool runs while the first version's tables are rendered, but no table is
+    written before the sets are: when they fail, none is, and the retry writes both."""
+    node = FakeNode(fail={"ipsets": [DataplaneWriteError("ipset restore", "boom", "")]})
+    async with running(node) as r:
+        await r.send(messages_for(example_state()))
+        await r.settle(0.05)
+        assert r.driver.stats.failures == 1
+        assert not any("committed" in entry for entry in node.log)
+        await r.settle(5)
+        assert "cali-FORWARD" in node.tables[4]["filter"]
+        first_table = min(i for i, entry in enumerate(node.log) if "committed" in entry)
+        assert all(i < first_table for i, e in enumerate(node.log) if e.startswith("ipset create"))
+
+
 async def test_a_set_goes_only_after_no_rule_uses_it(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

@@ -503,12 +503,23 @@ class LinuxDriver:
                     # Each version is rendered while the one before is written: from a copy,
                     # as the messages arriving meanwhile change the state.
                     rendering = rendering.snapshot()
-                try:
-                    await managers.ipsets.apply(desired_sets)
-                except DataplaneWriteError as exc:
-                    failed.append(exc)  # the rules would refer to missing sets: no tables
-                mark("ipsets")
-                for version in managers.tables.versions if not failed else ():
+                sets_written = trio.Event()
+                sets_failed: list[DataplaneWriteError] = []
+
+                async def write_sets() -> None:
+                    try:
+                        await managers.ipsets.apply(desired_sets)
+                    except DataplaneWriteError as exc:
+                        sets_failed.append(exc)
+                    finally:
+                        mark("ipsets")
+                        sets_written.set()
+
+                # The sets' tool runs while the first version is rendered and planned; no
+                # table is written before the sets are (the rules would refer to missing
+                # sets: none is, if they failed).
+                nursery.start_soon(write_sets)
+                for version in managers.tables.versions:
                     chains = managers.tables.render(rendering, placement, version)
                     mark(f"IPv{version} rendered")
                     try:
@@ -517,6 +528,9 @@ class LinuxDriver:
                         failed.append(exc)
                         continue
                     mark(f"IPv{version} planned")
+                    await sets_written.wait()
+                    if sets_failed:
+                        break
                     wrote_tables = wrote_tables or bool(script)
                     write = partial(managers.tables.write, version, script, tables)
                     # The write starts its tool (on the other core) before the next version
@@ -524,6 +538,8 @@ class LinuxDriver:
                     await nursery.start(area, write, f"IPv{version} written")
                 mark("routes started")
                 nursery.start_soon(area, partial(self._apply_routing, managers), "routes")
+                await sets_written.wait()
+                failed[:0] = sets_failed
             self.writing.set()
         self.writing.set()
         if failed:
