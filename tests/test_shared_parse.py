@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pyfelix import cli
-from pyfelix.resources import load_paths, shared_parse
+from pyfelix.resources import load_paths, parse_cache, shared_parse
 from pyfelix.resources.loader import Digest, load_file, parse_text
 from pyfelix.syncer.files import _read_all
 from pyfelix.syncer.plain_workloads import plain_workload_entry
@@ -218,7 +218,7 @@ def test_while_the_child_is_slow_this_process_parses_from_the_end(
             time.sleep(0.3)
         return parse_text(text, source)
 
-    monkeypatch.setattr(shared_parse, "parse_text", slow_in_the_child)
+    monkeypatch.setattr(parse_cache, "parse_text", slow_in_the_child)  # the child's parser
     prefetch = shared_parse.ParsePrefetch(directory)
     schedule = list(prefetch.schedule(paths))
     assert sorted(n for n, _ in schedule) == list(range(len(paths)))

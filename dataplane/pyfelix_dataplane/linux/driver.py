@@ -541,7 +541,6 @@ class LinuxDriver:
                 await sets_written.wait()
                 failed[:0] = sets_failed
             self.writing.set()
-        self.writing.set()
         if failed:
             raise failed[0]
         if nftables is not None:

@@ -193,6 +193,8 @@ class ParseCache:
     def write_index(self, paths: list[Path]) -> None:
         """Index the entries of ``paths`` as the files are now (read again and hashed: after
         InSync, off the start's path); a file changed while it was read is left out."""
+        if not self._writable or not self.directory.is_dir():
+            return
         index: dict[str, tuple[Stat, str]] = {}
         for path in paths:
             try:
@@ -203,8 +205,6 @@ class ParseCache:
             entry = self.directory / (key + _SUFFIX)
             if before is not None and before == file_stat(path) and entry.exists():
                 index[str(path)] = (before, key)
-        if not self._writable or not self.directory.is_dir():
-            return
         target = self.directory / INDEX_FILE
         partial = target.with_name(f"{INDEX_FILE}.{os.getpid()}.tmp")
         try:
@@ -223,12 +223,9 @@ class ParseCache:
         parsed = self.get(key)
         if parsed is not None:
             return parsed
-        result = parse_text(text, source)
-        if isinstance(result, LoadResult):
-            return result
-        if digest is not None:
-            result = [digested(entry, digest) for entry in result]
-        self.put(key, result)
+        result = parse_digested(text, source, digest)
+        if not isinstance(result, LoadResult):
+            self.put(key, result)
         return result
 
     def prune(self, before: float) -> int:
@@ -260,6 +257,14 @@ class ParseCache:
                 continue
             if not os.path.exists(root):
                 shutil.rmtree(sibling, ignore_errors=True)
+
+
+def parse_digested(text: str, source: str, digest: Digest | None) -> Parsed | LoadResult:
+    """``parse_text``, each dict document ``digest`` takes given as what it gives."""
+    parsed = parse_text(text, source)
+    if isinstance(parsed, LoadResult) or digest is None:
+        return parsed
+    return [digested(entry, digest) for entry in parsed]
 
 
 def digested(entry: tuple[Any, int, list[int]], digest: Digest) -> tuple[Any, int, list[int]]:

@@ -35,10 +35,9 @@ from pyfelix.resources.loader import (
     manifest_files_and_links,
     manifest_sources,
     merge,
-    parse_text,
     read_manifest,
 )
-from pyfelix.resources.parse_cache import ParseCache, Stat, digested, file_stat
+from pyfelix.resources.parse_cache import ParseCache, Stat, file_stat, parse_digested
 
 log = logging.getLogger(__name__)
 
@@ -182,9 +181,7 @@ def _parse_into(
         if cache is not None:
             parsed = cache.parse(text, str(file), digest)
         else:
-            parsed = parse_text(text, str(file))
-            if not isinstance(parsed, LoadResult) and digest is not None:
-                parsed = [digested(entry, digest) for entry in parsed]
+            parsed = parse_digested(text, str(file), digest)
         if isinstance(parsed, LoadResult):
             continue
         try:

@@ -89,9 +89,9 @@ def _read_one(
         if prefetched is not None and prefetched[0] == stat_key(stat):
             result = load_parsed(prefetched[1], str(path), plain_workload_entry)
         elif cache is not None:
-            parsed = cache.lookup(path, stat_key(stat)) or cache.parse(
-                read_manifest(path), str(path), plain_fields
-            )
+            parsed: Parsed | LoadResult | None = cache.lookup(path, stat_key(stat))
+            if parsed is None:
+                parsed = cache.parse(read_manifest(path), str(path), plain_fields)
             if isinstance(parsed, LoadResult):
                 result = parsed
             else:
