@@ -166,21 +166,11 @@ def plain_fields_at(key: str, document: dict[str, Any]) -> PlainFields | None:
 
 def from_fields(fields: PlainFields) -> tuple[Identity, KV]:
     """The identity and model (key, value) of a plain endpoint's checked fields."""
-    (name, namespace, node, orchestrator, workload, endpoint, account, interface, mac) = fields[:9]
+    name, namespace, node, orchestrator, workload, endpoint, account, interface, mac = fields[:9]
     profiles, networks, labels = fields[9:]
-    if node and endpoint and workload:  # as workload_key_of finds it, without its call
-        key = model.WorkloadEndpointKey(
-            node, orchestrator or "k8s", f"{namespace}/{workload}", endpoint
-        )
-    else:
-        key = workload_key_of(
-            name,
-            namespace,
-            node=node,
-            orchestrator=orchestrator,
-            workload=workload,
-            endpoint=endpoint,
-        )
+    key = workload_key_of(
+        name, namespace, node=node, orchestrator=orchestrator, workload=workload, endpoint=endpoint
+    )
     if not networks:
         return (_KIND, namespace, name), (key, None)
     nets = tuple([n if n.endswith("/32") else n + "/32" for n in networks])
