@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from pyfelix.resources import WorkloadEndpoint
 from pyfelix.resources.meta import load_document
+from pyfelix.syncer import plain_workloads
 from pyfelix.syncer.plain_workloads import plain_workload
 from pyfelix.syncer.processors import convert
 from pyfelix.validation.kinds import ValidationContext, check_resource
@@ -195,3 +196,10 @@ def test_anything_else_is_left_to_the_general_path() -> None:
         section, _, field = path.partition(".")
         doc[section][field] = value
         assert plain_workload(doc) is None, path
+
+
+def test_the_kinds_names_written_here_are_its_classes() -> None:
+    """The decoder names WorkloadEndpoint's kind and plural without importing its class."""
+    assert plain_workloads._KIND == WorkloadEndpoint.KIND
+    assert plain_workloads._PLURAL == WorkloadEndpoint.PLURAL
+    assert WorkloadEndpoint.API_VERSION == "projectcalico.org/v3"

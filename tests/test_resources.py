@@ -23,6 +23,7 @@ from pyfelix.resources import (
     load_text,
     schema,
 )
+from pyfelix.resources.meta import MANIFEST_KIND_MODULES
 from pyfelix.values import Port
 
 V3 = "projectcalico.org/v3"
@@ -279,6 +280,16 @@ def document(kind: str, name: str = "sample") -> dict[str, Any]:
 def test_every_kind_has_a_sample() -> None:
     """Every registered kind is covered by the round-trip table below."""
     assert set(SAMPLES) == set(KINDS)
+
+
+def test_each_kind_is_looked_up_in_the_modules_that_define_it() -> None:
+    """The loader imports a kind's modules when it first meets the kind: the table it goes by
+    names, for each kind manifests spell, exactly the modules whose classes are that kind."""
+    defined: dict[str, set[str]] = {}
+    for cls in KINDS.values():
+        module = cls.__module__.removeprefix("pyfelix.resources.")
+        defined.setdefault(cls.manifest_kind(), set()).add(module)
+    assert {kind: set(modules) for kind, modules in MANIFEST_KIND_MODULES.items()} == defined
 
 
 @pytest.mark.parametrize("kind", sorted(SAMPLES))

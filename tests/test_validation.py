@@ -736,7 +736,7 @@ def test_the_fast_workload_check_agrees_with_the_full_one(variant: dict[str, Any
         return
     full = Checker()
     check_metadata(full, wep)
-    _CHECKS[WorkloadEndpoint](full, wep, ValidationContext())
+    _CHECKS["WorkloadEndpoint"](full, wep, ValidationContext())
     assert validate_resource(wep, ValidationContext()) == full.problems
 
 

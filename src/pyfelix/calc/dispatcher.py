@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from pyfelix import model
 from pyfelix.syncer.api import SyncStatus, Update
@@ -48,16 +48,17 @@ def host_config_of(update: Update) -> tuple[str, str, model.ConfigValue | None]:
     return key.hostname, key.name, value_of(update, model.ConfigValue)
 
 
-def passthrough_of(update: Update, kind: type[R]) -> tuple[str, str, R | None] | None:
-    """(namespace, name, resource or None) for a passed-through Kubernetes resource of
-    ``kind``; None for other kinds' updates."""
+def passthrough_of(update: Update, kind: str) -> tuple[str, str, Any] | None:
+    """(namespace, name, resource or None) for a passed-through resource whose KIND is
+    ``kind``; None for other kinds' updates. Named, not given as a class: a kind's classes
+    are imported only where its resources are read."""
     key = update.key
     assert isinstance(key, model.ResourceKey)
-    if key.kind != kind.__name__:
+    if key.kind != kind:
         return None
     passthrough = value_of(update, model.Passthrough)
     resource = passthrough.resource if passthrough is not None else None
-    assert resource is None or isinstance(resource, kind)
+    assert resource is None or kind == resource.KIND
     return key.namespace, key.name, resource
 
 

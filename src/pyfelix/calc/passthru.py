@@ -8,12 +8,16 @@ configuration update.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pyfelix import messages as m
 from pyfelix import model
 from pyfelix.calc.dispatcher import Dispatcher, host_ip_of, passthrough_of, value_of
 from pyfelix.calc.outputs import PassthruOutput
-from pyfelix.resources import BGPConfiguration, Service
 from pyfelix.syncer.api import Update
+
+if TYPE_CHECKING:
+    from pyfelix.resources import BGPConfiguration, Service
 
 
 class DataplanePassthru:
@@ -41,10 +45,10 @@ class DataplanePassthru:
         self.on_wireguard(update.key.hostname, value_of(update, model.Wireguard))
 
     def _on_resource_update(self, update: Update) -> None:
-        service = passthrough_of(update, Service)
+        service = passthrough_of(update, "Service")
         if service is not None:
             self.on_service(*service)
-        bgp = passthrough_of(update, BGPConfiguration)
+        bgp = passthrough_of(update, "BGPConfiguration")
         if bgp is not None and bgp[1] == "default":
             self.on_bgp_configuration(bgp[2])
 

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from pyfelix import model
 from pyfelix.calc.dispatcher import Dispatcher, passthrough_of
 from pyfelix.calc.rule_scanner import IPSetData
-from pyfelix.resources import EndpointSlice
 from pyfelix.syncer.api import Update
+
+if TYPE_CHECKING:
+    from pyfelix.resources import EndpointSlice
 
 
 def _slice_members(eps: EndpointSlice, include_ports: bool) -> set[str]:
@@ -53,7 +56,7 @@ class ServiceIndex:
         updates.register(model.ResourceKey, self._on_resource_update)
 
     def _on_resource_update(self, update: Update) -> None:
-        endpoint_slice = passthrough_of(update, EndpointSlice)
+        endpoint_slice = passthrough_of(update, "EndpointSlice")
         if endpoint_slice is not None:
             self.on_endpoint_slice(*endpoint_slice)
 

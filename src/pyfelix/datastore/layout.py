@@ -13,13 +13,16 @@
 
 from __future__ import annotations
 
+import functools
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyfelix import jsontext
 from pyfelix.errors import ManifestError, Problem
-from pyfelix.resources import KINDS, IPAMBlock, Resource
-from pyfelix.resources.meta import load_document
+from pyfelix.resources.meta import CALICO_API_VERSION, Resource, load_document
+
+if TYPE_CHECKING:
+    from pyfelix.resources import IPAMBlock
 
 RESOURCES_PREFIX = "/calico/resources/v3/"
 IPAM_BLOCK_PREFIX = "/calico/ipam/v2/assignment/"
@@ -30,8 +33,20 @@ def group_of(api_version: str) -> str:
     return api_version.rpartition("/")[0] if "/" in api_version else "core"
 
 
-#: A key's group and plural name its kind (a group's kinds may have different versions).
-_BY_PLURAL = {(group_of(cls.API_VERSION), cls.PLURAL): cls for cls in KINDS.values()}
+@functools.cache
+def _by_plural() -> dict[tuple[str, str], type[Resource]]:
+    """A key's group and plural name its kind (a group's kinds may have different versions).
+    Built on the first key read: it imports every kind, which an agent reading files need not
+    (``pyfelix.resources.meta.MANIFEST_KIND_MODULES``)."""
+    from pyfelix.resources import KINDS  # noqa: PLC0415
+
+    return {(group_of(cls.API_VERSION), cls.PLURAL): cls for cls in KINDS.values()}
+
+
+def _ipam_block() -> type[IPAMBlock]:
+    from pyfelix.resources.networks import IPAMBlock  # noqa: PLC0415
+
+    return IPAMBlock
 
 
 def cidr_segment(cidr: str) -> str:
@@ -45,7 +60,7 @@ def block_name(cidr: str) -> str:
 
 def key_for(kind: type[Resource], namespace: str, name: str, spec: Any = None) -> str:
     """The etcd key of a resource (IPAM blocks need their spec for the CIDR)."""
-    if kind is IPAMBlock:
+    if kind.KIND == "IPAMBlock":
         cidr = spec.cidr if spec is not None else ""
         version = 6 if ":" in cidr else 4
         return f"{IPAM_BLOCK_PREFIX}ipv{version}/block/{cidr_segment(cidr)}"
@@ -61,7 +76,7 @@ def resource_key(resource: Resource) -> str:
 
 
 def list_prefix(kind: type[Resource], namespace: str = "") -> str:
-    if kind is IPAMBlock:
+    if kind.KIND == "IPAMBlock":
         return IPAM_BLOCK_PREFIX
     base = f"{RESOURCES_PREFIX}{group_of(kind.API_VERSION)}/{kind.PLURAL}/"
     return f"{base}{namespace}/" if namespace and kind.NAMESPACED else base
@@ -69,7 +84,7 @@ def list_prefix(kind: type[Resource], namespace: str = "") -> str:
 
 def encode(resource: Resource) -> str:
     """The stored JSON: the manifest without resourceVersion (IPAM blocks in v2 form)."""
-    if isinstance(resource, IPAMBlock):
+    if resource.KIND == "IPAMBlock":
         spec = resource.to_manifest()["spec"]
         return json.dumps(
             {
@@ -107,8 +122,8 @@ def _block_document(key: str, data: dict[str, Any]) -> dict[str, Any]:
         "strictAffinity": bool(data.get("strictAffinity", False)),
     }
     return {
-        "apiVersion": IPAMBlock.API_VERSION,
-        "kind": IPAMBlock.KIND,
+        "apiVersion": CALICO_API_VERSION,
+        "kind": "IPAMBlock",
         "metadata": {"name": block_name(cidr)},
         "spec": spec,
     }
@@ -148,13 +163,15 @@ def _parse(
     if key.startswith(IPAM_BLOCK_PREFIX):
         if "/block/" not in key:
             return None
-        return IPAMBlock, _block_document(key, parsed if parsed is not None else _json(key, value))
+        return _ipam_block(), _block_document(
+            key, parsed if parsed is not None else _json(key, value)
+        )
     if not key.startswith(RESOURCES_PREFIX):
         return None
     parts = key[len(RESOURCES_PREFIX) :].split("/")
     if len(parts) < 3:
         return None
-    cls = _BY_PLURAL.get((parts[0], parts[1]))
+    cls = _by_plural().get((parts[0], parts[1]))
     if cls is None:
         return None
     document = parsed if parsed is not None else _json(key, value)

@@ -6,7 +6,8 @@ are allowed is :mod:`pyfelix.validation`'s job.
 
 The kinds are imported on first use (``from pyfelix.resources import WorkloadEndpoint``
 imports one module): the agent's first-read child needs only the loader, before the agent's
-own imports. The loader's kind lookups import every kind first (``meta.known_kinds``).
+own imports. The loader's kind lookups import the modules of the kind looked up
+(``meta.MANIFEST_KIND_MODULES``); ``KINDS`` imports every kind's.
 """
 
 from __future__ import annotations

@@ -25,12 +25,10 @@ from typing import Any
 import attrs
 
 from pyfelix.errors import Problem
-from pyfelix.resources.fast_yaml import parse_plain
 from pyfelix.resources.meta import (
-    MANIFEST_KINDS,
+    MANIFEST_KIND_MODULES,
     Resource,
     kind_for,
-    known_kinds,
     load_document,
     resource_ident,
 )
@@ -117,8 +115,7 @@ def _is_list_document(data: JSON) -> bool:
         and "items" in data
     ):
         return False
-    known_kinds()
-    return data["kind"] not in MANIFEST_KINDS
+    return data["kind"] not in MANIFEST_KIND_MODULES
 
 
 def _list_item_kind(list_kind: str, api_version: JSON) -> type[Resource] | None:
@@ -152,7 +149,11 @@ def _expand(data: JSON, line: int, item_lines: list[int]) -> Iterator[tuple[JSON
 
 def parse_yaml(text: str) -> Parsed:
     """Every document with its start line; raises yaml.YAMLError on any syntax problem.
-    yaml-rs reads what it reads as YAML 1.1 does (fast_yaml.py), the strict loader the rest."""
+    yaml-rs reads what it reads as YAML 1.1 does (fast_yaml.py), the strict loader the rest.
+    Both are imported on the first file parsed: a restart that finds its files in the parse
+    cache parses none (fast_yaml's patterns and yaml-rs cost 7 ms to import)."""
+    from pyfelix.resources.fast_yaml import parse_plain  # noqa: PLC0415
+
     plain = parse_plain(text)
     if plain is not None:
         return plain

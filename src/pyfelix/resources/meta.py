@@ -167,16 +167,49 @@ def register(cls: R) -> R:
     return cls
 
 
-#: The modules whose classes are the kinds (each registers its own when imported).
-KIND_MODULES = ("cluster", "endpoints", "k8s_policy", "kubernetes", "networks", "pods", "policy")
+#: The modules that define each kind manifests spell (each module registers its classes when
+#: imported): a lookup imports only the modules of the kind it is asked for, so an agent whose
+#: datastore holds endpoints and policies never builds the other kinds' 70-odd classes
+#: (tests/test_resources.py checks this table against what the modules register).
+MANIFEST_KIND_MODULES: dict[str, tuple[str, ...]] = {
+    "AdminNetworkPolicy": ("k8s_policy",),
+    "BGPConfiguration": ("cluster",),
+    "BaselineAdminNetworkPolicy": ("k8s_policy",),
+    "BlockAffinity": ("networks",),
+    "ClusterInformation": ("cluster",),
+    "ClusterNetworkPolicy": ("k8s_policy",),
+    "EndpointSlice": ("kubernetes",),
+    "FelixConfiguration": ("cluster",),
+    "GlobalNetworkPolicy": ("policy",),
+    "GlobalNetworkSet": ("networks",),
+    "HostEndpoint": ("endpoints",),
+    "IPAMBlock": ("networks",),
+    "IPPool": ("networks",),
+    "Namespace": ("kubernetes",),
+    "NetworkPolicy": ("policy", "k8s_policy"),
+    "NetworkSet": ("networks",),
+    "Node": ("cluster",),
+    "Pod": ("pods",),
+    "Profile": ("policy",),
+    "Service": ("kubernetes",),
+    "ServiceAccount": ("kubernetes",),
+    "StagedGlobalNetworkPolicy": ("policy",),
+    "StagedNetworkPolicy": ("policy",),
+    "Tier": ("policy",),
+    "WorkloadEndpoint": ("endpoints",),
+}
+#: Every module that defines kinds.
+KIND_MODULES = tuple(sorted({m for modules in MANIFEST_KIND_MODULES.values() for m in modules}))
+#: The manifest kinds whose modules are imported.
+_IMPORTED: set[str] = set()
 
 
 @functools.cache
 def known_kinds() -> None:
-    """Import every kind's module (once): a lookup must not depend on which kinds other code
-    happened to import before (the package imports its modules on first use)."""
+    """Import every kind's module (once): for what lists every kind (``KINDS``)."""
     for name in KIND_MODULES:
         importlib.import_module(f"pyfelix.resources.{name}")
+    _IMPORTED.update(MANIFEST_KIND_MODULES)
 
 
 def kind_for(kind: Any, api_version: Any) -> type[Resource] | None:
@@ -185,7 +218,13 @@ def kind_for(kind: Any, api_version: Any) -> type[Resource] | None:
     reported)."""
     if not isinstance(kind, str):
         return None
-    known_kinds()
+    if kind not in _IMPORTED:
+        modules = MANIFEST_KIND_MODULES.get(kind)
+        if modules is None:
+            return None
+        for name in modules:
+            importlib.import_module(f"pyfelix.resources.{name}")
+        _IMPORTED.add(kind)
     candidates = MANIFEST_KINDS.get(kind)
     if not candidates:
         return None

@@ -28,7 +28,6 @@ from pyfelix.datastore.etcd import (
 from pyfelix.datastore.layout import WATCH_PREFIX, decode_document, parse
 from pyfelix.datastore.prefetch import Entry, ListingPrefetch
 from pyfelix.errors import ManifestError
-from pyfelix.resources import WorkloadEndpoint
 from pyfelix.syncer.api import SyncerCallbacks, SyncStatus, Update
 from pyfelix.syncer.plain_workloads import PlainFields, from_fields, plain_workload
 from pyfelix.syncer.processors import KV, Converter, convert
@@ -192,7 +191,7 @@ class EtcdSyncer:
             if parsed is None:
                 return ()
             cls, document = parsed
-            if cls is WorkloadEndpoint:
+            if cls.KIND == "WorkloadEndpoint":
                 plain = plain_workload(document)
                 if plain is not None:
                     return (plain,)

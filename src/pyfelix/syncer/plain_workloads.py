@@ -20,13 +20,15 @@ from typing import Any
 
 from pyfelix import model
 from pyfelix.datastore.layout import RESOURCES_PREFIX, group_of
-from pyfelix.resources import WorkloadEndpoint
 from pyfelix.resources.loader import Identity
 from pyfelix.resources.meta import CALICO_API_VERSION
 from pyfelix.syncer.processors import KV, workload_key_of, workload_labels
 from pyfelix.validation.kinds import plain_workload_valid
 
-_KIND = WorkloadEndpoint.KIND
+#: WorkloadEndpoint's KIND and PLURAL (not imported from its class: this module is on every
+#: agent's path, the class only where endpoints are decoded whole; a test compares them).
+_KIND = "WorkloadEndpoint"
+_PLURAL = "workloadendpoints"
 _METADATA_KEYS = frozenset(
     {"name", "namespace", "resourceVersion", "uid", "creationTimestamp", "labels", "annotations"}
 )
@@ -47,9 +49,7 @@ _SPEC_KEYS = frozenset(
 )
 _intern = sys.intern
 #: Where etcd holds workload endpoints (what the etcd syncer decodes as one).
-_ETCD_PREFIX = (
-    f"{RESOURCES_PREFIX}{group_of(WorkloadEndpoint.API_VERSION)}/{WorkloadEndpoint.PLURAL}/"
-)
+_ETCD_PREFIX = f"{RESOURCES_PREFIX}{group_of(CALICO_API_VERSION)}/{_PLURAL}/"
 
 
 def _strings(*values: object) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Callable, Hashable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -31,47 +31,34 @@ from pyfelix.model import (
     SERVICE_ACCOUNT_LABEL_PREFIX,
     SERVICE_ACCOUNT_PROFILE_PREFIX,
 )
-from pyfelix.resources import (
-    BGPConfiguration,
-    BlockAffinity,
-    ClusterInformation,
-    EndpointSlice,
-    FelixConfiguration,
-    GlobalNetworkPolicy,
-    GlobalNetworkSet,
-    HostEndpoint,
-    IPAMBlock,
-    IPPool,
-    KubernetesClusterNetworkPolicy,
-    KubernetesNetworkPolicy,
-    Namespace,
-    NetworkPolicy,
-    NetworkSet,
-    Node,
-    Pod,
-    Profile,
-    Resource,
-    Service,
-    ServiceAccount,
-    StagedGlobalNetworkPolicy,
-    StagedNetworkPolicy,
-    Tier,
-    WorkloadEndpoint,
-)
-from pyfelix.resources.k8s_conversion import (
-    ConversionError,
-    admin_network_policy,
-    baseline_admin_network_policy,
-    cluster_network_policy,
-    network_policy,
-    workload_endpoint,
-)
-from pyfelix.resources.k8s_policy import AdminNetworkPolicy, BaselineAdminNetworkPolicy
 from pyfelix.resources.rules import EntityRule
 from pyfelix.resources.rules import Rule as V3Rule
 from pyfelix.selector import SelectorError, parse_selector
 from pyfelix.syncer.api import Update, UpdateType
 from pyfelix.values import FrozenMap
+
+if TYPE_CHECKING:
+    from pyfelix.resources import (
+        ClusterInformation,
+        FelixConfiguration,
+        GlobalNetworkPolicy,
+        GlobalNetworkSet,
+        HostEndpoint,
+        IPAMBlock,
+        IPPool,
+        KubernetesClusterNetworkPolicy,
+        KubernetesNetworkPolicy,
+        Namespace,
+        NetworkSet,
+        Node,
+        Pod,
+        Profile,
+        Resource,
+        ServiceAccount,
+        Tier,
+        WorkloadEndpoint,
+    )
+    from pyfelix.resources.k8s_policy import AdminNetworkPolicy, BaselineAdminNetworkPolicy
 
 KV = tuple[Hashable, object | None]
 
@@ -242,24 +229,38 @@ def _policy(resource: Any, origin: Resource | None = None, kind: str = "") -> li
     return [(key, value)]
 
 
+# The Kubernetes kinds' conversions import those kinds' classes: when the first of them is
+# converted, not by every agent (see pyfelix.resources.meta.MANIFEST_KIND_MODULES).
+
+
 def _kubernetes_network_policy(policy: KubernetesNetworkPolicy) -> list[KV]:
+    from pyfelix.resources.k8s_conversion import network_policy  # noqa: PLC0415
+
     return _policy(network_policy(policy), origin=policy)
 
 
 def _kubernetes_cluster_network_policy(policy: KubernetesClusterNetworkPolicy) -> list[KV]:
+    from pyfelix.resources.k8s_conversion import cluster_network_policy  # noqa: PLC0415
+
     converted = cluster_network_policy(policy)
     return _policy(converted, origin=policy) if converted is not None else []
 
 
-def _admin_network_policy(policy: AdminNetworkPolicy | BaselineAdminNetworkPolicy) -> list[KV]:
+def _admin_network_policy(policy: AdminNetworkPolicy) -> list[KV]:
     """Calico 3.29-3.31 keyed these as the GlobalNetworkPolicies they became."""
-    if isinstance(policy, AdminNetworkPolicy):
-        converted = admin_network_policy(policy)
-    else:
-        converted = baseline_admin_network_policy(policy)
-    if converted is None:
-        return []
-    return _policy(converted, origin=policy, kind=converted.KIND)
+    from pyfelix.resources.k8s_conversion import admin_network_policy  # noqa: PLC0415
+
+    return _converted_admin_policy(admin_network_policy(policy), policy)
+
+
+def _baseline_admin_network_policy(policy: BaselineAdminNetworkPolicy) -> list[KV]:
+    from pyfelix.resources.k8s_conversion import baseline_admin_network_policy  # noqa: PLC0415
+
+    return _converted_admin_policy(baseline_admin_network_policy(policy), policy)
+
+
+def _converted_admin_policy(converted: GlobalNetworkPolicy | None, origin: Resource) -> list[KV]:
+    return [] if converted is None else _policy(converted, origin=origin, kind=converted.KIND)
 
 
 def _tier(tier: Tier) -> list[KV]:
@@ -387,6 +388,8 @@ def _split_nets(values: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ..
 
 def _pod(pod: Pod) -> list[KV]:
     """The WorkloadEndpoint Calico makes of a pod (none for a host-network pod)."""
+    from pyfelix.resources.k8s_conversion import ConversionError, workload_endpoint  # noqa: PLC0415
+
     try:
         wep = workload_endpoint(pod)
     except ConversionError:
@@ -456,7 +459,7 @@ def _host_endpoint(hep: HostEndpoint) -> list[KV]:
 
 
 def _network_set(netset: GlobalNetworkSet | NetworkSet) -> list[KV]:
-    if isinstance(netset, NetworkSet):
+    if netset.KIND == "NetworkSet":
         labels = {**netset.labels, NAMESPACE_LABEL: netset.namespace}
         value = model.NetworkSet(
             _nets(netset.spec.nets),
@@ -661,39 +664,40 @@ def _passthrough(resource: Resource) -> list[KV]:
     return [(key, model.Passthrough(resource))]
 
 
-_CONVERTERS: dict[type[Resource], Callable[[Any], list[KV]]] = {
-    GlobalNetworkPolicy: _policy,
-    NetworkPolicy: _policy,
-    KubernetesNetworkPolicy: _kubernetes_network_policy,
-    KubernetesClusterNetworkPolicy: _kubernetes_cluster_network_policy,
-    AdminNetworkPolicy: _admin_network_policy,
-    BaselineAdminNetworkPolicy: _admin_network_policy,
-    Pod: _pod,
-    StagedGlobalNetworkPolicy: _policy,
-    StagedNetworkPolicy: _policy,
-    Tier: _tier,
-    Profile: _profile,
-    Namespace: _namespace,
-    ServiceAccount: _service_account,
-    WorkloadEndpoint: _workload_endpoint,
-    HostEndpoint: _host_endpoint,
-    GlobalNetworkSet: _network_set,
-    NetworkSet: _network_set,
-    IPPool: _ip_pool,
-    IPAMBlock: _ipam_block,
-    Node: _node,
-    FelixConfiguration: _felix_configuration,
-    ClusterInformation: _cluster_information,
-    BGPConfiguration: _passthrough,
-    Service: _passthrough,
-    EndpointSlice: _passthrough,
-    BlockAffinity: _passthrough,
+#: Each kind's conversion, by its KIND (the classes are imported only with their kinds).
+_CONVERTERS: dict[str, Callable[[Any], list[KV]]] = {
+    "GlobalNetworkPolicy": _policy,
+    "NetworkPolicy": _policy,
+    "KubernetesNetworkPolicy": _kubernetes_network_policy,
+    "KubernetesClusterNetworkPolicy": _kubernetes_cluster_network_policy,
+    "AdminNetworkPolicy": _admin_network_policy,
+    "BaselineAdminNetworkPolicy": _baseline_admin_network_policy,
+    "Pod": _pod,
+    "StagedGlobalNetworkPolicy": _policy,
+    "StagedNetworkPolicy": _policy,
+    "Tier": _tier,
+    "Profile": _profile,
+    "Namespace": _namespace,
+    "ServiceAccount": _service_account,
+    "WorkloadEndpoint": _workload_endpoint,
+    "HostEndpoint": _host_endpoint,
+    "GlobalNetworkSet": _network_set,
+    "NetworkSet": _network_set,
+    "IPPool": _ip_pool,
+    "IPAMBlock": _ipam_block,
+    "Node": _node,
+    "FelixConfiguration": _felix_configuration,
+    "ClusterInformation": _cluster_information,
+    "BGPConfiguration": _passthrough,
+    "Service": _passthrough,
+    "EndpointSlice": _passthrough,
+    "BlockAffinity": _passthrough,
 }
 
 
 def convert(resource: Resource) -> list[KV]:
     """The model keys and values ``resource`` stands for (None values mean "absent")."""
-    return _CONVERTERS[type(resource)](resource)
+    return _CONVERTERS[resource.KIND](resource)
 
 
 @attrs.define

@@ -5,49 +5,13 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import attrs
 
 from pyfelix.config.text import ParamError, parse_duration
 from pyfelix.errors import FieldProblem
 from pyfelix.ipnet import IPV4_HOST, parse_network
-from pyfelix.resources import (
-    AdminNetworkPolicy,
-    BaselineAdminNetworkPolicy,
-    BGPConfiguration,
-    BlockAffinity,
-    ClusterInformation,
-    EndpointSlice,
-    FelixConfiguration,
-    GlobalNetworkPolicy,
-    GlobalNetworkSet,
-    HostEndpoint,
-    IPAMBlock,
-    IPPool,
-    KubernetesClusterNetworkPolicy,
-    KubernetesNetworkPolicy,
-    Namespace,
-    NetworkPolicy,
-    NetworkSet,
-    Node,
-    Pod,
-    Profile,
-    Resource,
-    Service,
-    ServiceAccount,
-    StagedGlobalNetworkPolicy,
-    StagedNetworkPolicy,
-    Tier,
-    WorkloadEndpoint,
-)
-from pyfelix.resources.endpoints import EndpointPort, WorkloadEndpointPort, WorkloadEndpointSpec
-from pyfelix.resources.k8s_conversion import (
-    POD_IP_ANNOTATION,
-    POD_IPS_ANNOTATION,
-    ConversionError,
-    workload_endpoint,
-)
 from pyfelix.resources.policy import BUILTIN_TIERS, GlobalNetworkPolicySpec, NetworkPolicySpec
 from pyfelix.validation.common import (
     INTERFACE_NAME,
@@ -73,12 +37,29 @@ from pyfelix.validation.common import (
     supports_ports,
 )
 from pyfelix.validation.felixconfig import check_felix_configuration
-from pyfelix.validation.k8s_policy import (
-    check_admin_network_policy,
-    check_cluster_network_policy,
-    check_kubernetes_network_policy,
-)
 from pyfelix.validation.rules import check_rule
+
+if TYPE_CHECKING:
+    from pyfelix.resources import (
+        BGPConfiguration,
+        BlockAffinity,
+        ClusterInformation,
+        EndpointSlice,
+        FelixConfiguration,
+        HostEndpoint,
+        IPAMBlock,
+        IPPool,
+        KubernetesClusterNetworkPolicy,
+        KubernetesNetworkPolicy,
+        Node,
+        Pod,
+        Profile,
+        Resource,
+        Service,
+        Tier,
+        WorkloadEndpoint,
+    )
+    from pyfelix.resources.endpoints import EndpointPort, WorkloadEndpointSpec
 
 _LABEL_RE = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _NAMESPACED_POLICY_NAME = re.compile(
@@ -98,11 +79,13 @@ class ValidationContext:
 
 
 Check = Callable[[Checker, Any, ValidationContext], None]
-_CHECKS: dict[type[Resource], Check] = {}
+#: Each kind's check, by its KIND: a kind's classes are imported only when one of its
+#: resources is read (``pyfelix.resources.meta.MANIFEST_KIND_MODULES``), not by this module.
+_CHECKS: dict[str, Check] = {}
 F = TypeVar("F", bound=Check)
 
 
-def _for(*kinds: type[Resource]) -> Callable[[F], F]:
+def _for(*kinds: str) -> Callable[[F], F]:
     def register(fn: F) -> F:
         for kind in kinds:
             _CHECKS[kind] = fn
@@ -113,8 +96,8 @@ def _for(*kinds: type[Resource]) -> Callable[[F], F]:
 
 def check_metadata(c: Checker, resource: Resource) -> None:
     meta = c.at("metadata")
-    if not isinstance(resource, FelixConfiguration):
-        check_name(meta.at("name"), resource.name, label=isinstance(resource, Tier | Namespace))
+    if resource.KIND != "FelixConfiguration":
+        check_name(meta.at("name"), resource.name, label=resource.KIND in ("Tier", "Namespace"))
     if resource.NAMESPACED:
         check_name(meta.at("namespace"), resource.namespace, label=True)
     check_labels(meta.at("labels"), resource.metadata.labels)
@@ -174,17 +157,17 @@ def plain_workload_valid(
 
 
 def check_resource(resource: Resource, context: ValidationContext) -> Checker:
-    if type(resource) is WorkloadEndpoint and _plain_workload(resource):
+    if resource.KIND == "WorkloadEndpoint" and _plain_workload(cast("WorkloadEndpoint", resource)):
         return Checker()
     c = Checker()
     check_metadata(c, resource)
-    check = _CHECKS.get(type(resource))
+    check = _CHECKS.get(resource.KIND)
     if check is not None:
         check(c, resource, context)
     return c
 
 
-@_for(Tier)
+@_for("Tier")
 def _tier(c: Checker, tier: Tier, _: ValidationContext) -> None:
     spec = c.at("spec")
     if tier.spec.default_action:
@@ -234,7 +217,7 @@ def _policy_spec(c: Checker, spec: NetworkPolicySpec, *, is_global: bool) -> Non
             )
 
 
-@_for(NetworkPolicy, GlobalNetworkPolicy, StagedNetworkPolicy, StagedGlobalNetworkPolicy)
+@_for("NetworkPolicy", "GlobalNetworkPolicy", "StagedNetworkPolicy", "StagedGlobalNetworkPolicy")
 def _policy(c: Checker, policy: Any, _: ValidationContext) -> None:
     is_global = not policy.NAMESPACED
     pattern = _GLOBAL_POLICY_NAME if is_global else _NAMESPACED_POLICY_NAME
@@ -256,7 +239,7 @@ def _policy(c: Checker, policy: Any, _: ValidationContext) -> None:
     _policy_spec(c.at("spec"), spec, is_global=is_global)
 
 
-@_for(Profile)
+@_for("Profile")
 def _profile(c: Checker, profile: Profile, _: ValidationContext) -> None:
     spec = c.at("spec")
     for direction in ("ingress", "egress"):
@@ -290,7 +273,7 @@ _WORKLOAD_NAMES = tuple(
 )
 
 
-@_for(WorkloadEndpoint)
+@_for("WorkloadEndpoint")
 def _workload(c: Checker, wep: WorkloadEndpoint, context: ValidationContext) -> None:
     spec = c.at("spec")
     s = wep.spec
@@ -331,7 +314,7 @@ def _workload(c: Checker, wep: WorkloadEndpoint, context: ValidationContext) -> 
         check_mac(spec.at("mac"), s.mac)
     for index, port in enumerate(s.ports):
         _endpoint_port(spec.at("ports").at(index), port, workload=True)
-        if isinstance(port, WorkloadEndpointPort) and port.host_ip:
+        if port.host_ip:
             check_ip(spec.at("ports").at(index).at("hostIP"), port.host_ip)
     for index, prefix in enumerate(s.allow_spoofed_source_prefixes):
         check_cidr(spec.at("allowSpoofedSourcePrefixes").at(index), prefix)
@@ -354,12 +337,12 @@ PERMISSIVE = ValidationContext(workload_source_spoofing="Any")
 def context_problems(resource: Resource, context: ValidationContext) -> list[FieldProblem]:
     """The problems ``resource`` has only because of the cluster's settings."""
     c = Checker()
-    if isinstance(resource, WorkloadEndpoint):
-        _spoofing(c.at("spec"), resource.spec, context)
+    if resource.KIND == "WorkloadEndpoint":
+        _spoofing(c.at("spec"), cast("WorkloadEndpoint", resource).spec, context)
     return c.problems
 
 
-@_for(HostEndpoint)
+@_for("HostEndpoint")
 def _host_endpoint(c: Checker, hep: HostEndpoint, _: ValidationContext) -> None:
     spec = c.at("spec")
     s = hep.spec
@@ -379,7 +362,7 @@ def _host_endpoint(c: Checker, hep: HostEndpoint, _: ValidationContext) -> None:
         _endpoint_port(spec.at("ports").at(index), port, workload=False)
 
 
-@_for(GlobalNetworkSet, NetworkSet)
+@_for("GlobalNetworkSet", "NetworkSet")
 def _network_set(c: Checker, netset: Any, _: ValidationContext) -> None:
     for index, net in enumerate(netset.spec.nets):
         check_cidr(c.at("spec.nets").at(index), net)
@@ -392,7 +375,7 @@ def _network_set(c: Checker, netset: Any, _: ValidationContext) -> None:
 _LINK_LOCAL = {4: ipaddress.ip_network("169.254.0.0/16"), 6: ipaddress.ip_network("fe80::/10")}
 
 
-@_for(IPPool)
+@_for("IPPool")
 def _ip_pool(c: Checker, pool: IPPool, _: ValidationContext) -> None:
     spec = c.at("spec")
     s = pool.spec
@@ -435,7 +418,7 @@ def _ip_pool(c: Checker, pool: IPPool, _: ValidationContext) -> None:
         )
 
 
-@_for(Node)
+@_for("Node")
 def _node(c: Checker, node: Node, _: ValidationContext) -> None:
     spec = c.at("spec")
     s = node.spec
@@ -484,19 +467,19 @@ def _node(c: Checker, node: Node, _: ValidationContext) -> None:
                 check_wireguard_key(c.at("status").at(name), key)
 
 
-@_for(FelixConfiguration)
+@_for("FelixConfiguration")
 def _felix_configuration(c: Checker, config: FelixConfiguration, _: ValidationContext) -> None:
     check_felix_configuration(c, config)
 
 
-@_for(ClusterInformation)
+@_for("ClusterInformation")
 def _cluster_information(c: Checker, info: ClusterInformation, _: ValidationContext) -> None:
     c.at("metadata.name").check(
         info.name == "default", "ClusterInformation must be named 'default'"
     )
 
 
-@_for(BGPConfiguration)
+@_for("BGPConfiguration")
 def _bgp_configuration(c: Checker, bgp: BGPConfiguration, _: ValidationContext) -> None:
     spec = c.at("spec")
     s = bgp.spec
@@ -519,7 +502,7 @@ def _bgp_configuration(c: Checker, bgp: BGPConfiguration, _: ValidationContext) 
             spec.at("nodeMeshMaxRestartTime").error(str(exc))
 
 
-@_for(IPAMBlock)
+@_for("IPAMBlock")
 def _ipam_block(c: Checker, block: IPAMBlock, _: ValidationContext) -> None:
     check_cidr(c.at("spec.cidr"), block.spec.cidr, strict=True)
     affinity = block.spec.affinity
@@ -530,7 +513,7 @@ def _ipam_block(c: Checker, block: IPAMBlock, _: ValidationContext) -> None:
         )
 
 
-@_for(BlockAffinity)
+@_for("BlockAffinity")
 def _block_affinity(c: Checker, affinity: BlockAffinity, _: ValidationContext) -> None:
     spec = c.at("spec")
     check_enum(spec.at("state"), affinity.spec.state, ("confirmed", "pending", "pendingDeletion"))
@@ -540,7 +523,7 @@ def _block_affinity(c: Checker, affinity: BlockAffinity, _: ValidationContext) -
         check_enum(spec.at("type"), affinity.spec.type, ("host", "virtual"))
 
 
-@_for(Service)
+@_for("Service")
 def _service(c: Checker, service: Service, _: ValidationContext) -> None:
     spec = c.at("spec")
     for ip_field, values in (
@@ -559,7 +542,7 @@ def _service(c: Checker, service: Service, _: ValidationContext) -> None:
         check_port_number(pc.at("port"), port.port)
 
 
-@_for(EndpointSlice)
+@_for("EndpointSlice")
 def _endpoint_slice(c: Checker, eps: EndpointSlice, _: ValidationContext) -> None:
     address_type = eps.spec.address_type
     check_enum(c.at("addressType"), address_type, ("IPv4", "IPv6", "FQDN"))
@@ -580,24 +563,30 @@ def _endpoint_slice(c: Checker, eps: EndpointSlice, _: ValidationContext) -> Non
             check_port_number(pc.at("port"), port.port)
 
 
-@_for(AdminNetworkPolicy, BaselineAdminNetworkPolicy)
+@_for("AdminNetworkPolicy", "BaselineAdminNetworkPolicy")
 def _admin_network_policy(c: Checker, policy: Any, _: ValidationContext) -> None:
+    from pyfelix.validation.k8s_policy import check_admin_network_policy  # noqa: PLC0415
+
     check_admin_network_policy(c, policy)
 
 
-@_for(KubernetesClusterNetworkPolicy)
+@_for("KubernetesClusterNetworkPolicy")
 def _kubernetes_cluster_policy(
     c: Checker, policy: KubernetesClusterNetworkPolicy, _: ValidationContext
 ) -> None:
+    from pyfelix.validation.k8s_policy import check_cluster_network_policy  # noqa: PLC0415
+
     check_cluster_network_policy(c, policy)
 
 
-@_for(KubernetesNetworkPolicy)
+@_for("KubernetesNetworkPolicy")
 def _kubernetes_network_policy(c: Checker, policy: KubernetesNetworkPolicy, _: Any) -> None:
+    from pyfelix.validation.k8s_policy import check_kubernetes_network_policy  # noqa: PLC0415
+
     check_kubernetes_network_policy(c, policy)
 
 
-@_for(Pod)
+@_for("Pod")
 def _pod(c: Checker, pod: Pod, _: ValidationContext) -> None:
     """What Calico reads of a pod: its addresses, its container ports, its annotations."""
     if pod.status is not None:
@@ -617,6 +606,13 @@ def _pod(c: Checker, pod: Pod, _: ValidationContext) -> None:
                 problem = port_name_problem(port.name) if port.name else None
                 if problem:
                     pc.at("name").error(f"invalid port name {port.name!r}: {problem}")
+    from pyfelix.resources.k8s_conversion import (  # noqa: PLC0415
+        POD_IP_ANNOTATION,
+        POD_IPS_ANNOTATION,
+        ConversionError,
+        workload_endpoint,
+    )
+
     annotations = c.at("metadata").at("annotations")
     for key in (POD_IPS_ANNOTATION, POD_IP_ANNOTATION):
         for listed_ip in filter(None, pod.metadata.annotations.get(key, "").split(",")):
@@ -627,6 +623,6 @@ def _pod(c: Checker, pod: Pod, _: ValidationContext) -> None:
         annotations.error(str(exc))
 
 
-@_for(Namespace, ServiceAccount)
+@_for("Namespace", "ServiceAccount")
 def _nothing_more(c: Checker, resource: Any, _: ValidationContext) -> None:
     """Metadata (names, labels) is all Calico reads from these kinds."""

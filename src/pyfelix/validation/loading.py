@@ -20,9 +20,10 @@ import os
 import pickle
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 from pyfelix.errors import Problem
-from pyfelix.resources import FelixConfiguration, LoadResult, Located, WorkloadEndpoint
+from pyfelix.resources import FelixConfiguration, LoadResult, Located
 from pyfelix.resources.loader import (
     Direct,
     DirectDecoder,
@@ -34,6 +35,9 @@ from pyfelix.resources.loader import (
 from pyfelix.resources.shared_parse import available_cores, file_size
 from pyfelix.validation import context_from, validate_loaded, validate_located
 from pyfelix.validation.kinds import PERMISSIVE, context_problems
+
+if TYPE_CHECKING:
+    from pyfelix.resources import WorkloadEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +78,8 @@ def validate_paths(
             if isinstance(item.resource, FelixConfiguration):
                 configurations.append(item.resource)
             found = validate_located(item, PERMISSIVE)
-            spoofing = isinstance(item.resource, WorkloadEndpoint) and bool(
-                item.resource.spec.allow_spoofed_source_prefixes
+            spoofing = item.resource.KIND == "WorkloadEndpoint" and bool(
+                cast("WorkloadEndpoint", item.resource).spec.allow_spoofed_source_prefixes
             )
             if found or spoofing:
                 checked.append((item if spoofing else None, found))
