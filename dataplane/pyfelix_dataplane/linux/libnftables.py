@@ -27,16 +27,24 @@ from pyfelix_dataplane.linux.commands import CALLS, ERRORS, run
 
 log = logging.getLogger(__name__)
 
+#: The library's soname (nftables 0.9.3 to 1.1).
+SONAME = "libnftables.so.1"
 #: libnftables' output flags (libnftables.h).
 OUTPUT_JSON = 1 << 4
 
 
 def _load() -> ctypes.CDLL | None:
-    name = ctypes.util.find_library("nftables") or "libnftables.so.1"
+    # By its soname first: find_library runs ldconfig in a child (a fork of the agent).
     try:
-        lib = ctypes.CDLL(name)
+        lib = ctypes.CDLL(SONAME)
     except OSError:
-        return None
+        name = ctypes.util.find_library("nftables")
+        if name is None:
+            return None
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError:
+            return None
     lib.nft_ctx_new.restype = ctypes.c_void_p
     lib.nft_ctx_new.argtypes = [ctypes.c_uint32]
     for function in ("nft_ctx_buffer_output", "nft_ctx_buffer_error"):

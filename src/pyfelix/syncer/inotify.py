@@ -7,7 +7,6 @@ which paths changed and whether a write to them has finished.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
 import struct
@@ -82,9 +81,10 @@ class Inotify:
     """An inotify instance watching a directory tree; close it when done."""
 
     def __init__(self) -> None:
-        name = ctypes.util.find_library("c")
-        libc = ctypes.CDLL(name, use_errno=True) if name else None
-        if libc is None or not hasattr(libc, "inotify_init1"):
+        # The C library the interpreter is linked with (find_library would run ldconfig in a
+        # child, a fork of the whole agent, for the same answer).
+        libc = ctypes.CDLL(None, use_errno=True)
+        if not hasattr(libc, "inotify_init1"):
             raise InotifyUnavailable(errno.ENOSYS, "inotify is not available")
         self._libc = libc
         fd = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
