@@ -8,7 +8,7 @@ from typing import Any
 from pyfelix import model
 from pyfelix.resources import KINDS, Resource
 from pyfelix.selector import parse_selector
-from pyfelix.syncer.api import UpdateType
+from pyfelix.syncer.api import Update, UpdateType
 from pyfelix.syncer.processors import Converter, convert
 from tests.test_resources import document
 
@@ -323,3 +323,21 @@ def test_converter_resolves_conflicts_by_source_order() -> None:
     assert converter.update("b", None) == []
     (back,) = converter.update("a", None)
     assert back.value is None
+
+
+def test_a_new_source_whose_key_is_taken_is_left_to_the_general_resolution() -> None:
+    """The first read's shortcut takes only a new source with a key of its own; for a key
+    another source has (or a source seen before) it does nothing, and ``produce`` resolves
+    the conflict by source order as for any other source."""
+    converter = Converter()
+    key = model.ResourceKey("Pod", "ns", "p")
+    assert converter.produce_new("b", (key, "from b"), "1") == Update(
+        key, "from b", "1", UpdateType.NEW
+    )
+    assert converter.produce_new("a", (key, "from a"), "2") is None
+    assert converter.produce_new("b", (key, "again"), "2") is None
+    assert converter.produce("a", ((key, "from a"),), "2") == [
+        Update(key, "from a", "2", UpdateType.UPDATED)
+    ]
+    (back,) = converter.produce("a", (), "3")
+    assert back.value == "from b"

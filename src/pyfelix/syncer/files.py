@@ -415,8 +415,24 @@ class FileSyncer:
         self._revision += 1
         revision = str(self._revision)
         updates: list[Update] = []
+        current, providers, files = self._current, self._providers, self._files
+        produce_new = self._converter.produce_new
         for identity in affected:
-            old, new = self._current.get(identity), self._winner(identity)
+            found = providers.get(identity)
+            if found is not None and len(found) == 1 and identity not in current:
+                # Nearly every identity of a first read: new, in one file, and (a plain
+                # endpoint) a model key of its own; taken without the general path's lookups
+                # (a third of a large first read's bookkeeping).
+                (path,) = found
+                item = files[path].get(identity)
+                if isinstance(item, Direct):
+                    kv = cast(KV, item.value)
+                    update = produce_new(identity, kv, revision)
+                    if update is not None:
+                        current[identity] = kv
+                        updates.append(update)
+                        continue
+            old, new = current.get(identity), self._winner(identity)
             if old == new:
                 continue
             if new is None:

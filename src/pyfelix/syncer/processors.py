@@ -762,6 +762,19 @@ class Converter:
             updates.append(Update(key, after, revision, self._update_type(before[key], after)))
         return updates
 
+    def produce_new(self, source: Hashable, kv: KV, revision: str = "") -> Update | None:
+        """``produce`` for a source seen for the first time, standing for one key that no
+        other source has and a value: its Update; None (and nothing done) for any other
+        case, which ``produce`` then takes."""
+        key, value = kv
+        if value is None or source in self._produced:
+            return None
+        sources = [source]
+        if self._owners.setdefault(key, sources) is not sources:
+            return None  # another source's key (setdefault left it as it was)
+        self._produced[source] = (kv,)
+        return Update(key, value, revision, UpdateType.NEW)
+
     def _winning_value(self, key: Hashable) -> object | None:
         sources = self._owners.get(key)
         if not sources:
