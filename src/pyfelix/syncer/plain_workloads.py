@@ -22,8 +22,9 @@ from pyfelix import model
 from pyfelix.datastore.layout import RESOURCES_PREFIX, group_of
 from pyfelix.resources.loader import Identity
 from pyfelix.resources.meta import CALICO_API_VERSION
-from pyfelix.syncer.processors import KV, workload_key_of, workload_labels
+from pyfelix.syncer.processors import KV, workload_key_of, workload_label_dict
 from pyfelix.validation.kinds import plain_workload_valid
+from pyfelix.values import FrozenMap
 
 #: WorkloadEndpoint's KIND and PLURAL (not imported from its class: this module is on every
 #: agent's path, the class only where endpoints are decoded whole; a test compares them).
@@ -75,7 +76,14 @@ def _string_map(value: object) -> bool:
 #: read check endpoints on the core that parsed them (``ParsePrefetch``); a parsed document
 #: is never a tuple.
 PlainFields = tuple[
-    str, str, str, str, str, str, str, str, str, tuple[str, ...], tuple[str, ...], dict[str, str]
+    str,
+    str,
+    tuple[str, str, str, str],
+    str,
+    str,
+    tuple[str, ...],
+    tuple[str, ...],
+    dict[str, str],
 ]
 
 
@@ -146,9 +154,21 @@ def plain_fields(document: dict[str, Any], *, validate: bool = True) -> PlainFie
         annotations=annotations,
     ):
         return None
-    workload = pod or workload
-    fields = (name, namespace, node, orchestrator, workload, endpoint, account, interface, mac)
-    return (*fields, profiles, tuple(networks), labels)
+    # Everything the model value needs is worked out here, on the core that parsed (or once,
+    # for the parse cache): the model key's parts, the addresses as /32s, the labels as
+    # Felix matches them; the agent only builds the objects (``from_fields``).
+    key = workload_key_of(
+        name,
+        namespace,
+        node=node,
+        orchestrator=orchestrator,
+        workload=pod or workload,
+        endpoint=endpoint,
+    )
+    key_parts = (key.hostname, key.orchestrator, key.workload, key.endpoint)
+    nets = tuple([n if n.endswith("/32") else n + "/32" for n in networks])
+    matched = workload_label_dict(labels, namespace, orchestrator or key.orchestrator, account)
+    return (name, namespace, key_parts, interface, mac, profiles, nets, matched)
 
 
 def plain_fields_at(key: str, document: dict[str, Any]) -> PlainFields | None:
@@ -166,21 +186,10 @@ def plain_fields_at(key: str, document: dict[str, Any]) -> PlainFields | None:
 
 def from_fields(fields: PlainFields) -> tuple[Identity, KV]:
     """The identity and model (key, value) of a plain endpoint's checked fields."""
-    name, namespace, node, orchestrator, workload, endpoint, account, interface, mac = fields[:9]
-    profiles, networks, labels = fields[9:]
-    key = workload_key_of(
-        name, namespace, node=node, orchestrator=orchestrator, workload=workload, endpoint=endpoint
-    )
-    if not networks:
+    name, namespace, key_parts, interface, mac, profiles, nets, labels = fields
+    key = model.WorkloadEndpointKey(*key_parts)
+    if not nets:
         return (_KIND, namespace, name), (key, None)
-    nets = tuple([n if n.endswith("/32") else n + "/32" for n in networks])
-    value = model.WorkloadEndpoint(
-        "active",
-        interface,
-        mac,
-        profiles,
-        nets,
-        (),
-        workload_labels(labels, namespace, orchestrator or key.orchestrator, account),
-    )
+    labels_map = FrozenMap.adopt(labels)
+    value = model.WorkloadEndpoint("active", interface, mac, profiles, nets, (), labels_map)
     return (_KIND, namespace, name), (key, value)

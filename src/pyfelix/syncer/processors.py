@@ -368,6 +368,13 @@ def workload_labels(
 ) -> FrozenMap[str]:
     """An endpoint's labels as Felix matches them: Calico's namespace and service account
     labels are its own (labels with their prefixes are dropped), plus the orchestrator."""
+    return FrozenMap.adopt(workload_label_dict(labels, namespace, orchestrator, service_account))
+
+
+def workload_label_dict(
+    labels: Mapping[str, str], namespace: str, orchestrator: str, service_account: str
+) -> dict[str, str]:
+    """``workload_labels`` as a new dict."""
     out = {
         k: v
         for k, v in labels.items()
@@ -377,7 +384,7 @@ def workload_labels(
     out[ORCHESTRATOR_LABEL] = orchestrator
     if service_account:
         out[SERVICE_ACCOUNT_LABEL] = service_account
-    return FrozenMap.adopt(out)
+    return out
 
 
 def _split_nets(values: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
