@@ -290,7 +290,38 @@ def test_an_unreadable_index_is_no_index(tmp_path: Path, monkeypatch: pytest.Mon
     expected = _read_all(paths)
     cache = _cache(tmp_path, directory)
     _read_all(paths, cache=cache)
-    for garbage in (b"\xff", marshal.dumps({"x": 1}), marshal.dumps([1, 2])):
+    old_format = marshal.dumps({str(path): ((0, 0), "x") for path in paths})
+    for garbage in (b"\xff", marshal.dumps({"x": 1}), marshal.dumps([1, 2]), old_format):
         (cache.directory / "index").write_bytes(garbage)
         assert not _cache(tmp_path, directory).fresh(paths)
         assert _read_all(paths, cache=_cache(tmp_path, directory)) == expected
+
+
+def test_an_index_another_pyfelix_wrote_is_not_trusted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After an upgrade, the index still names the entries the old code parsed (in the old
+    code's shapes): the new code looks every file up by its text instead, and reads it as
+    it would without any cache."""
+    package = tmp_path / "package"
+    package.mkdir()
+    source = package / "loader.py"
+    source.write_text("x = 1\n")
+    monkeypatch.setattr(parse_cache, "_PACKAGE", package)
+    directory = tmp_path / "cluster"
+    paths = _cluster(directory)
+    expected = _read_all(paths)
+    _read_all(paths, cache=_cache(tmp_path, directory))
+    _cache(tmp_path, directory).write_index(paths)
+    assert _cache(tmp_path, directory).fresh(paths)
+    index = _cache(tmp_path, directory).directory / "index"
+    _, files = marshal.loads(index.read_bytes())
+    for entry in {key for _, key in files.values()}:
+        # What the old code kept, in a shape the new one cannot read.
+        (index.parent / f"{entry}.marshal").write_bytes(marshal.dumps([(("old",), 1, [])]))
+    source.write_text("x = 22\n")
+    parsed = _parsing_counted(monkeypatch)
+    upgraded = _cache(tmp_path, directory)
+    assert not upgraded.fresh(paths)
+    assert _read_all(paths, cache=upgraded) == expected
+    assert sorted(parsed) == sorted(p.name for p in paths)

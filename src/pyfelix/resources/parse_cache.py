@@ -119,11 +119,15 @@ class ParseCache:
         name = hashlib.blake2b(str(resolved).encode(), digest_size=8).hexdigest()
         return cls(base / name, resolved, purpose)
 
+    def _salted(self) -> bytes:
+        """This pyfelix's and this purpose's part of every key (and of the index)."""
+        if self._salt is None:
+            self._salt = code_identity() + self._purpose
+        return self._salt
+
     def key(self, text: str) -> str:
         """The entry name of a file whose text is ``text``."""
-        if self._salt is None:
-            self._salt = code_identity()
-        digest = hashlib.blake2b(self._salt + self._purpose, digest_size=20)
+        digest = hashlib.blake2b(self._salted(), digest_size=20)
         digest.update(text.encode("utf-8", "surrogatepass"))
         return digest.hexdigest()
 
@@ -160,13 +164,16 @@ class ParseCache:
                 partial.unlink(missing_ok=True)
 
     def _indexed(self) -> dict[str, tuple[Stat, str]]:
+        """The index, if this pyfelix wrote it for this purpose: another's (before an
+        upgrade) names entries of what that one's code parsed, which this one cannot read."""
         if self._index is None:
             self._index = {}
             try:
-                loaded = marshal.loads((self.directory / INDEX_FILE).read_bytes())
-                self._index = {
-                    str(path): (tuple(stat), str(key)) for path, (stat, key) in loaded.items()
-                }
+                salt, files = marshal.loads((self.directory / INDEX_FILE).read_bytes())
+                if salt == self._salted():
+                    self._index = {
+                        str(path): (tuple(stat), str(key)) for path, (stat, key) in files.items()
+                    }
             except (OSError, EOFError, ValueError, TypeError, AttributeError):
                 pass  # none yet, or unreadable: every file is looked up by its text
         return self._index
@@ -208,7 +215,7 @@ class ParseCache:
         target = self.directory / INDEX_FILE
         partial = target.with_name(f"{INDEX_FILE}.{os.getpid()}.tmp")
         try:
-            partial.write_bytes(marshal.dumps(index))
+            partial.write_bytes(marshal.dumps((self._salted(), index)))
             os.replace(partial, target)
         except OSError as exc:
             log.debug("cannot write %s: %s", target, exc)
