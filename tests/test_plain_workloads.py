@@ -8,6 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pyfelix.datastore.layout import list_prefix
 from pyfelix.resources import WorkloadEndpoint
 from pyfelix.resources.meta import load_document
 from pyfelix.syncer import plain_workloads
@@ -199,7 +200,7 @@ def test_anything_else_is_left_to_the_general_path() -> None:
 
 
 def test_the_kinds_names_written_here_are_its_classes() -> None:
-    """The decoder names WorkloadEndpoint's kind and plural without importing its class."""
+    """The decoder names WorkloadEndpoint's kind and etcd prefix without importing its class."""
     assert plain_workloads._KIND == WorkloadEndpoint.KIND
-    assert plain_workloads._PLURAL == WorkloadEndpoint.PLURAL
     assert WorkloadEndpoint.API_VERSION == "projectcalico.org/v3"
+    assert list_prefix(WorkloadEndpoint) == plain_workloads._ETCD_PREFIX

@@ -21,7 +21,7 @@ import signal
 import sys
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import attrs
 import trio
@@ -33,9 +33,6 @@ from pyfelix.calc.decoupler import Decoupler
 from pyfelix.config import FelixConfig
 from pyfelix.connector import SHUTDOWN_PAUSE, DataplaneConnector
 from pyfelix.datastore import is_etcd
-from pyfelix.datastore.etcd import EtcdClient, EtcdConfig, EtcdError
-from pyfelix.datastore.layout import decode
-from pyfelix.datastore.prefetch import ListingPrefetch
 from pyfelix.errors import ManifestError, RestartRequired, Shutdown
 from pyfelix.health import DATAPLANE, HEALTH_INTERVAL, HealthAggregator
 from pyfelix.logs import configure_logging
@@ -49,13 +46,17 @@ from pyfelix.resources.loader import (
 )
 from pyfelix.resources.parse_cache import ParseCache
 from pyfelix.resources.shared_parse import ParsePrefetch
-from pyfelix.status import EtcdNodeStore, EtcdStatusReporter, WireguardKeyUpdater
-from pyfelix.syncer.etcd import EtcdSyncer
 from pyfelix.syncer.files import FileSyncer
 from pyfelix.syncer.plain_workloads import plain_fields
 from pyfelix.validation import context_from
 from pyfelix_dataplane.linux.driver import LinuxDriver
 from pyfelix_dataplane.printing import PrintingDriver
+
+if TYPE_CHECKING:
+    from pyfelix.datastore.etcd import EtcdClient
+    from pyfelix.datastore.prefetch import ListingPrefetch
+    from pyfelix.status import EtcdStatusReporter
+    from pyfelix.syncer.etcd import EtcdSyncer
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +103,9 @@ async def startup_configurations(
     agent (they are not live settings). From files, through the first read's ``cache``."""
     if client is None:
         return await trio.to_thread.run_sync(_felix_configurations, Path(datastore), cache)
+    from pyfelix.datastore.etcd import EtcdError  # noqa: PLC0415
+    from pyfelix.datastore.layout import decode  # noqa: PLC0415
+
     resources: list[Resource] = []
     for name in ("default", f"node.{hostname}"):
         key = f"/calico/resources/v3/projectcalico.org/felixconfigurations/{name}"
@@ -254,6 +258,16 @@ async def run_agent(options: AgentOptions, out: TextIO = sys.stdout) -> int:
             syncer: FileSyncer | EtcdSyncer
             client: EtcdClient | None = None
             if is_etcd(options.datastore):
+                # etcd's client, syncer and reporters, imported only by an agent that reads
+                # etcd (4-6 ms of every other start).
+                from pyfelix.datastore.etcd import EtcdClient, EtcdConfig  # noqa: PLC0415
+                from pyfelix.status import (  # noqa: PLC0415
+                    EtcdNodeStore,
+                    EtcdStatusReporter,
+                    WireguardKeyUpdater,
+                )
+                from pyfelix.syncer.etcd import EtcdSyncer  # noqa: PLC0415
+
                 client = EtcdClient(EtcdConfig.from_url(options.datastore))
                 stack.push_async_callback(client.aclose)
                 syncer = EtcdSyncer(client, decoupler, prefetch=options.listing)

@@ -240,7 +240,6 @@ def _run_agent(
     import trio
 
     from pyfelix.agent import AgentOptions, run_agent
-    from pyfelix.datastore.etcd import EtcdConfig, EtcdError
 
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # Until the datastore's FelixConfiguration arrives, only the environment can say.
@@ -254,6 +253,8 @@ def _run_agent(
         )
         return EXIT_USAGE
     if not source:
+        from pyfelix.datastore.etcd import EtcdConfig
+
         # calico-node's ETCD_ENDPOINTS or Felix's FELIX_ETCD*: every endpoint, for failover.
         source = EtcdConfig.env_url()
     if not source:
@@ -263,6 +264,8 @@ def _run_agent(
         print("pyfelix run programs the kernel and needs root (or use --dry-run)", file=sys.stderr)
         return EXIT_USAGE
     if is_etcd(source):
+        from pyfelix.datastore.etcd import EtcdConfig, EtcdError
+
         try:
             EtcdConfig.from_url(source).ssl_context()  # a TLS file that cannot work: say which
         except EtcdError as exc:

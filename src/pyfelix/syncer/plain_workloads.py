@@ -19,17 +19,15 @@ import sys
 from typing import Any
 
 from pyfelix import model
-from pyfelix.datastore.layout import RESOURCES_PREFIX, group_of
 from pyfelix.resources.loader import Identity
 from pyfelix.resources.meta import CALICO_API_VERSION
 from pyfelix.syncer.processors import KV, workload_key_of, workload_label_dict
 from pyfelix.validation.kinds import plain_workload_valid
 from pyfelix.values import FrozenMap
 
-#: WorkloadEndpoint's KIND and PLURAL (not imported from its class: this module is on every
-#: agent's path, the class only where endpoints are decoded whole; a test compares them).
+#: WorkloadEndpoint's KIND (not imported from its class: this module is on every agent's
+#: path, the class only where endpoints are decoded whole; a test compares them).
 _KIND = "WorkloadEndpoint"
-_PLURAL = "workloadendpoints"
 _METADATA_KEYS = frozenset(
     {"name", "namespace", "resourceVersion", "uid", "creationTimestamp", "labels", "annotations"}
 )
@@ -49,8 +47,9 @@ _SPEC_KEYS = frozenset(
     }
 )
 _intern = sys.intern
-#: Where etcd holds workload endpoints (what the etcd syncer decodes as one).
-_ETCD_PREFIX = f"{RESOURCES_PREFIX}{group_of(CALICO_API_VERSION)}/{_PLURAL}/"
+#: Where etcd holds workload endpoints (what the etcd syncer decodes as one; the layout's
+#: key for the kind, which a test compares).
+_ETCD_PREFIX = "/calico/resources/v3/projectcalico.org/workloadendpoints/"
 
 
 def _strings(*values: object) -> bool:
