@@ -118,8 +118,14 @@ def _side_ipsets(
     return sets
 
 
-def rule_ipsets(rule: model.Rule) -> list[IPSetData]:
-    """Every IP set one rule refers to (the renderer uses the same ids)."""
+@functools.lru_cache(maxsize=1 << 16)
+def rule_ipsets(rule: model.Rule) -> tuple[IPSetData, ...]:
+    """Every IP set one rule refers to (the renderer uses the same ids); kept by value, as
+    ``parse_rule`` is: policies repeat their rules."""
+    return tuple(_rule_ipsets(rule))
+
+
+def _rule_ipsets(rule: model.Rule) -> list[IPSetData]:
     sets = _side_ipsets(
         rule.src_selector, rule.not_src_selector, rule.src_ports, rule.not_src_ports, rule.protocol
     )

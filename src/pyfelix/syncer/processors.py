@@ -11,6 +11,7 @@ canonical form of the folded selector.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -157,6 +158,12 @@ def _nets(values: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(out)
 
 
+#: How many converted rules are kept by value (policies repeat their rules: the same one is
+#: converted once, and its model value is shared).
+RULE_CACHE = 16384
+
+
+@functools.lru_cache(maxsize=RULE_CACHE)
 def convert_rule(rule: V3Rule, namespace: str) -> model.Rule:
     src, dst = rule.source, rule.destination
     icmp, not_icmp = rule.icmp, rule.not_icmp
