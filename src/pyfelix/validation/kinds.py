@@ -1,4 +1,4 @@
-"""Per-kind validation, one function per kind, dispatched by class."""
+"""Per-kind validation, one function per kind, dispatched by its KIND."""
 
 from __future__ import annotations
 
