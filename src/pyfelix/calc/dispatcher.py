@@ -12,7 +12,6 @@ from pyfelix.syncer.api import SyncStatus, Update
 # filter uses that, as Felix's does).
 Receiver = Callable[[Update], bool | None]
 T = TypeVar("T")
-R = TypeVar("R")
 
 
 def value_of(update: Update, cls: type[T]) -> T | None:
