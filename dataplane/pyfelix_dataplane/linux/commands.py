@@ -93,9 +93,68 @@ async def run(argv: Sequence[str], stdin: str | Iterable[str] = "", check: bool 
 
 
 async def _run_process(argv: Sequence[str], stdin: int) -> subprocess.CompletedProcess[bytes]:
-    return await trio.run_process(
-        list(argv), stdin=stdin, capture_stdout=True, capture_stderr=True, check=False
-    )
+    """``argv`` run to its end on ``stdin``, its output collected; killed if cancelled."""
+    return await _finished(*_started(argv, stdin))
+
+
+def _started(argv: Sequence[str], stdin: int) -> tuple[subprocess.Popen[bytes], int, int]:
+    """``argv`` started on ``stdin``, with the read ends of its output and error pipes.
+
+    Started in this thread, not in a worker thread as ``trio.run_process`` starts a tool: the
+    vfork and exec take a fraction of a millisecond, where the worker waited 30-40 ms for
+    the GIL while this thread rendered the next table (the tool started that much later)."""
+    out_read, out_write = os.pipe()
+    err_read, err_write = os.pipe()
+    try:
+        process = subprocess.Popen(list(argv), stdin=stdin, stdout=out_write, stderr=err_write)
+    except BaseException:
+        os.close(out_read)
+        os.close(err_read)
+        raise
+    finally:
+        os.close(out_write)
+        os.close(err_write)
+    return process, out_read, err_read
+
+
+async def _finished(
+    process: subprocess.Popen[bytes], out_read: int, err_read: int
+) -> subprocess.CompletedProcess[bytes]:
+    """What ``process`` wrote to the pipes read at ``out_read`` and ``err_read`` (closed
+    here), once it has exited; it is killed if this is cancelled."""
+    output: dict[int, list[bytes]] = {out_read: [], err_read: []}
+    try:
+        async with trio.open_nursery() as nursery:
+            for pipe, received in output.items():
+                nursery.start_soon(_drain, pipe, received)
+        await _exited(process)
+    except BaseException:
+        process.kill()
+        process.wait()
+        raise
+    stdout, stderr = (b"".join(received) for received in output.values())
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+async def _drain(pipe: int, received: list[bytes]) -> None:
+    """Everything the tool writes to ``pipe`` (which this closes), until it closes it."""
+    async with trio.lowlevel.FdStream(pipe) as stream:
+        while data := await stream.receive_some():
+            received.append(data)
+
+
+async def _exited(process: subprocess.Popen[bytes]) -> None:
+    """Until ``process`` has exited, reaped (its pidfd readable: no thread waits for it)."""
+    try:
+        pidfd = os.pidfd_open(process.pid)
+    except OSError:  # pragma: no cover (kernels before 5.3)
+        await trio.to_thread.run_sync(process.wait, abandon_on_cancel=True)
+        return
+    try:
+        await trio.lowlevel.wait_readable(pidfd)
+    finally:
+        os.close(pidfd)
+    process.wait()
 
 
 def _enlarge(pipe: int) -> None:
@@ -116,30 +175,35 @@ async def _run_streaming(
     _enlarge(write_end)
     sent: list[str] = []
     results: list[subprocess.CompletedProcess[bytes]] = []
+    try:
+        # The tool starts before the first chunk is produced, and parses them as they come.
+        started = _started(argv, read_end)
+    except BaseException:
+        os.close(write_end)
+        raise
+    finally:
+        os.close(read_end)  # the tool's alone: if it stops reading, writing fails
 
     async def process() -> None:
-        results.append(await _run_process(argv, read_end))
+        results.append(await _finished(*started))
 
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(process)
-            async with trio.lowlevel.FdStream(write_end) as pipe:
-                pending: list[str] = []
-                size = 0
-                try:
-                    for chunk in chunks:
-                        pending.append(chunk)
-                        size += len(chunk)
-                        if size >= STREAM_CHUNK:
-                            sent += pending
-                            await pipe.send_all("".join(pending).encode())
-                            pending, size = [], 0
-                    sent += pending
-                    await pipe.send_all("".join(pending).encode())
-                except trio.BrokenResourceError:
-                    pass  # the tool stopped reading: its exit status says why
-    finally:
-        os.close(read_end)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(process)
+        async with trio.lowlevel.FdStream(write_end) as pipe:
+            pending: list[str] = []
+            size = 0
+            try:
+                for chunk in chunks:
+                    pending.append(chunk)
+                    size += len(chunk)
+                    if size >= STREAM_CHUNK:
+                        sent += pending
+                        await pipe.send_all("".join(pending).encode())
+                        pending, size = [], 0
+                sent += pending
+                await pipe.send_all("".join(pending).encode())
+            except trio.BrokenResourceError:
+                pass  # the tool stopped reading: its exit status says why
     return results[0], "".join(sent)
 
 
