@@ -395,6 +395,45 @@ spec:
     ]
 
 
+def test_equal_rules_are_decoded_once_and_a_wrong_one_is_reported_each_time() -> None:
+    """A rule that repeats across policies is one shared value; a wrong rule is reported in
+    every policy that holds it, at its own path."""
+    policy = """\
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata:
+  name: {name}
+spec:
+  {direction}:
+  - action: Allow
+    destination:
+      ports: [80]
+  - action: Allow
+    source:
+      ports: [{port}]
+"""
+    text = "---\n".join(
+        policy.format(name=name, direction=direction, port=port)
+        for name, direction, port in (
+            ("a", "ingress", "443"),
+            ("b", "egress", "443"),
+            ("c", "ingress", "true"),
+            ("d", "egress", "true"),
+        )
+    )
+    result = load_text(text, "m.yaml")
+    a, b = (item.resource for item in result.resources)
+    assert isinstance(a, GlobalNetworkPolicy)
+    assert isinstance(b, GlobalNetworkPolicy)
+    assert a.spec.ingress == b.spec.egress
+    assert a.spec.ingress[0] is b.spec.egress[0]
+    assert [str(p) for p in result.problems] == [
+        f"m.yaml:{line}: GlobalNetworkPolicy/{name}: spec.{direction}[1].source.ports[0]: "
+        "expected a port number, range or name, got True"
+        for line, name, direction in ((27, "c", "ingress"), (40, "d", "egress"))
+    ]
+
+
 def test_missing_name_and_wrong_api_version() -> None:
     """A nameless resource, or one with the wrong apiVersion, is rejected."""
     found = errors("apiVersion: v1\nkind: Tier\nmetadata: {}\nspec: {}\n")

@@ -115,4 +115,4 @@ class Rule(Spec):
     metadata: RuleMetadata | None = field("metadata", Nested(RuleMetadata))
 
 
-RULES = ListOf(Nested(Rule))
+RULES = ListOf(Nested(Rule, shared=True))

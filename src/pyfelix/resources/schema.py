@@ -16,6 +16,7 @@ named and reported with all its problems.
 
 from __future__ import annotations
 
+import marshal
 import math
 import sys
 from collections.abc import Callable, Mapping
@@ -316,15 +317,35 @@ class Spec:
     __attrs_attrs__: ClassVar[tuple[attrs.Attribute[Any], ...]]
 
 
+#: How many distinct values a ``Nested(..., shared=True)`` keeps decoded.
+SHARED_VALUES = 16384
+
+
 @attrs.frozen
 class Nested(Generic[S]):
     cls: type[S]
+    #: Values that repeat across resources (policies' rules: a cluster's thousands of policies
+    #: hold a few hundred distinct ones) are decoded once per distinct JSON and shared: the
+    #: values are frozen, and the JSON is keyed by its marshal form (equal forms, equal JSON).
+    shared: bool = False
+    _decoded: dict[bytes, S] = attrs.field(init=False, factory=dict, eq=False, repr=False)
 
     def decode(self, value: JSON, ctx: Context) -> S | Missing:
         return decode(self.cls, value, ctx)
 
     def fast(self, value: JSON) -> S:
-        return decode_fast(self.cls, value)
+        if not self.shared:
+            return decode_fast(self.cls, value)
+        try:
+            key = marshal.dumps(value)
+        except ValueError:  # not plain JSON
+            return decode_fast(self.cls, value)
+        decoded = self._decoded.get(key)
+        if decoded is None:
+            decoded = decode_fast(self.cls, value)
+            if len(self._decoded) < SHARED_VALUES:
+                self._decoded[key] = decoded
+        return decoded
 
     def encode(self, value: S) -> JSON:
         return encode(value)
