@@ -77,7 +77,7 @@ class ServiceMatch(Spec):
     namespace: str = field("namespace", STR, default="")
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class EntityRule(Spec):
     """One side (source or destination) of a rule."""
 
@@ -99,7 +99,7 @@ class RuleMetadata(Spec):
     annotations: FrozenMap[str] = field("annotations", STR_MAP, factory=FrozenMap)
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class Rule(Spec):
     """A policy or profile rule. ``http`` is carried but not enforced (no L7 proxy here)."""
 
