@@ -11,13 +11,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import trio
 
-from pyfelix import cli
+from pyfelix import cli, model
 from pyfelix.resources import load_paths, parse_cache, shared_parse
 from pyfelix.resources.loader import Digest, load_file, parse_text
-from pyfelix.syncer.files import _read_all
+from pyfelix.syncer.api import SyncStatus, Update
+from pyfelix.syncer.files import FileSyncer, _read_all
 from pyfelix.syncer.plain_workloads import plain_workload_entry
 from tests.test_background_validation import WEP
+from tests.test_file_syncer import Recorder
 
 POLICY = """apiVersion: projectcalico.org/v3
 kind: GlobalNetworkPolicy
@@ -26,7 +29,13 @@ spec: {{selector: app == 'web', ingress: [{{action: Allow}}]}}
 """
 
 
-def _cluster(directory: Path, *, broken: bool = False, duplicate: bool = True) -> list[Path]:
+def _cluster(
+    directory: Path,
+    *,
+    broken: bool = False,
+    duplicate: bool = True,
+    duplicate_net: str = "10.0.0.3/32",
+) -> list[Path]:
     """Ten YAML files (endpoints, policies, a duplicate across the halves, optionally one
     that does not parse and one with an invalid endpoint) and a JSON file."""
     directory.mkdir()
@@ -34,7 +43,7 @@ def _cluster(directory: Path, *, broken: bool = False, duplicate: bool = True) -
         docs = [WEP.format(i=n * 10 + k, net=f"10.0.{n}.{k}/32", spoof="") for k in range(10)]
         docs.append(POLICY.format(i=n))
         if n == 8 and duplicate:
-            docs.append(WEP.format(i=3, net="10.0.0.3/32", spoof=""))  # defined in file 0 first
+            docs.append(WEP.format(i=3, net=duplicate_net, spoof=""))  # defined in file 0 first
         if broken and n == 7:
             docs.append(WEP.format(i=999, net="10.0.0.300/32", spoof=""))
         (directory / f"m{n}.yaml").write_text("---\n".join(docs))
@@ -239,3 +248,86 @@ def test_a_child_that_dies_leaves_its_files_to_this_process(
     prefetch = shared_parse.ParsePrefetch(directory)
     os.kill(prefetch._pid, signal.SIGKILL)
     assert _read_all(paths, prefetch) == expected
+
+
+async def _first_read(directory: Path, prefetch: shared_parse.ParsePrefetch | None) -> Recorder:
+    """The file syncer's updates until InSync, with ``prefetch`` as the agent's first read."""
+    recorder = Recorder()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(FileSyncer(directory, recorder, prefetch=prefetch).run)
+        nursery.cancel_scope.cancel()
+    return recorder
+
+
+def _folded(batches: list[list[Update]]) -> dict[object, object]:
+    state: dict[object, object] = {}
+    for batch in batches:
+        for update in batch:
+            if update.value is None:
+                state.pop(update.key, None)
+            else:
+                state[update.key] = update.value
+    return state
+
+
+@pytest.mark.usefixtures("prefetch_threshold")
+async def test_the_first_read_hands_on_each_file_as_read_and_the_first_path_still_wins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent's first read makes each file's updates as soon as either side has read it:
+    with a slow child, the files this process reads from the end come first, among them one
+    that defines again, differently, an endpoint of the first file. The updates still end
+    where a plain read's end, the first file's definition winning."""
+    directory = tmp_path / "cluster"
+    _cluster(directory, duplicate_net="10.8.8.8/32")
+    parent = os.getpid()
+
+    def slow_in_the_child(text: str, source: str) -> object:
+        if os.getpid() != parent:
+            time.sleep(0.3)
+        return parse_text(text, source)
+
+    monkeypatch.setattr(parse_cache, "parse_text", slow_in_the_child)
+    streamed = await _first_read(directory, shared_parse.ParsePrefetch(directory))
+    plain = await _first_read(directory, None)
+    assert len(plain.batches) == 1
+    assert len(streamed.batches) > 1
+    # The JSON file (the last path) first, read here while the child parsed the first file.
+    assert [u.key for u in streamed.batches[0]] == [model.TierKey("t")]
+    final = _folded(streamed.batches)
+    assert final == _folded(plain.batches)
+    (duplicate,) = [
+        value
+        for key, value in final.items()
+        if isinstance(key, model.WorkloadEndpointKey) and key.workload == "default/pod3"
+    ]
+    assert isinstance(duplicate, model.WorkloadEndpoint)
+    assert duplicate.ipv4_nets == ("10.0.0.3/32",)
+
+
+@pytest.mark.usefixtures("prefetch_threshold")
+async def test_an_agent_stopped_during_its_first_read_stops_cleanly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stopped while the child is still parsing: the read stops at its next file, and the
+    syncer leaves with nothing but the cancellation."""
+    directory = tmp_path / "cluster"
+    _cluster(directory)
+    parent = os.getpid()
+
+    def slow_in_the_child(text: str, source: str) -> object:
+        if os.getpid() != parent:
+            time.sleep(0.3)
+        return parse_text(text, source)
+
+    monkeypatch.setattr(parse_cache, "parse_text", slow_in_the_child)
+    prefetch = shared_parse.ParsePrefetch(directory)
+    recorder = Recorder()
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(FileSyncer(directory, recorder, prefetch=prefetch).run)
+            while not recorder.batches:  # the first file's updates are out
+                await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+    prefetch.close()
+    assert SyncStatus.IN_SYNC not in recorder.statuses

@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import cast
 
@@ -63,6 +63,9 @@ log = logging.getLogger(__name__)
 #: The resources whose updates are made and handed on at a time, the Trio loop let run between
 #: (converting 20,000 took 0.3 s of it in one piece: the health server waited).
 EMIT_CHUNK = 2000
+#: Files the first read's worker may read ahead of the updates made from them (it then waits:
+#: the updates, on the Trio thread, share this process's core with it anyway).
+READS_AHEAD = 4
 
 
 @attrs.frozen
@@ -119,12 +122,24 @@ def _read_all(
     """Every path read; with ``prefetch``, the documents its child parsed taken from it, in
     the order it gives (``ParsePrefetch.schedule``); with ``cache``, what an earlier start
     parsed."""
-    if prefetch is None:
-        return [_read_one(path, cache=cache) for path in paths]
     reads: dict[int, _Read] = {}
-    for n, prefetched in prefetch.schedule(paths):
-        reads[n] = _read_one(paths[n], prefetched, cache)
+    _read_each(paths, prefetch, cache, reads.__setitem__)
     return [reads[n] for n in range(len(paths))]
+
+
+def _read_each(
+    paths: list[Path],
+    prefetch: ParsePrefetch | None,
+    cache: ParseCache | None,
+    deliver: Callable[[int, _Read], object],
+) -> None:
+    """``_read_all``, each read handed to ``deliver`` with its path's index as it is made."""
+    if prefetch is None:
+        for n, path in enumerate(paths):
+            deliver(n, _read_one(path, cache=cache))
+        return
+    for n, prefetched in prefetch.schedule(paths):
+        deliver(n, _read_one(paths[n], prefetched, cache))
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -365,9 +380,42 @@ class FileSyncer:
         file holds, not what the whole directory holds.
         """
         ordered = sorted(set(paths))
+        if prefetch is not None:
+            await self._take_as_read(ordered, prefetch, cache)
+            return
         reads = await trio.to_thread.run_sync(_read_all, ordered, prefetch, cache)
+        await self._take(zip(ordered, reads, strict=True))
+
+    async def _take_as_read(
+        self, ordered: list[Path], prefetch: ParsePrefetch, cache: ParseCache | None
+    ) -> None:
+        """The first read with its parsing worker: each file's updates made as soon as it is
+        read, in whatever order the two sides read them (the child from the first file, this
+        process from the last), so that the graph's work overlaps the child's parsing; the
+        winner of an identity two files define is settled as in any read (the first path in
+        sort order), the other file's definition replaced if it came first."""
+        send, receive = trio.open_memory_channel[tuple[int, _Read]](READS_AHEAD)
+
+        def deliver(n: int, read: _Read) -> None:
+            trio.from_thread.run(send.send, (n, read))
+
+        async def read() -> None:
+            # Cancelled (the loop below failed, or the agent stops), the worker's next
+            # delivery raises Cancelled in it, which ends it.
+            async with send:
+                await trio.to_thread.run_sync(_read_each, ordered, prefetch, cache, deliver)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(read)
+            async with receive:
+                async for n, one in receive:
+                    await self._take([(ordered[n], one)])
+
+    async def _take(self, reads: Iterable[tuple[Path, _Read]]) -> None:
+        """The bookkeeping of ``reads`` (each path with what reading it found), and the
+        Updates of every identity they define or defined."""
         affected: set[Identity] = set()
-        for path, read in zip(ordered, reads, strict=True):
+        for path, read in reads:
             before = set(self._files.get(path, {}))
             if read.gone:
                 self._files.pop(path, None)
