@@ -3,17 +3,20 @@ node, each in a fresh namespace, timed from process start to InSync and to the f
 the medians and the median of the paired differences (the VM's speed drifts by a fifth within
 an hour: a difference between neighbouring starts is what holds).
 
-Run: sudo .venv/bin/python bench/bench_start.py --baseline WORKTREE [PAIRS]
+Run: sudo .venv/bin/python bench/bench_start.py --baseline WORKTREE [--cold] [PAIRS]
 
 The node is bench_driver.py's (10,000 endpoints, 200 local, 1,000 policies, as YAML). Each
 side keeps its parse cache in a directory of its own, filled by one unmeasured start (the
-baseline's bytecode and attrs cache are written first, as this code's are).
+baseline's bytecode and attrs cache are written first, as this code's are); with ``--cold``
+each side's cache is emptied before each of its starts, as on a node's first start (or the
+first after an upgrade).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -29,10 +32,13 @@ FILL_WAIT = 8.0
 
 
 def start(
-    directory: Path, env: dict[str, str], logs: Path, fill: bool = False
+    directory: Path, env: dict[str, str], logs: Path, fill: bool = False, cold: bool = False
 ) -> tuple[float, float]:
     """One start in a fresh namespace: (to InSync, to the first apply) in seconds; with
-    ``fill``, left running until it has kept its parse cache."""
+    ``fill``, left running until it has kept its parse cache; with ``cold``, its parse cache
+    emptied first."""
+    if cold:
+        shutil.rmtree(env["PYFELIX_CACHE_DIR"], ignore_errors=True)
     ns = f"pfb-start-{os.getpid()}"
     subprocess.run(["ip", "netns", "add", ns], check=True)
     agent = None
@@ -67,6 +73,7 @@ def start(
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--baseline", type=Path, required=True, help="a worktree to compare")
+    parser.add_argument("--cold", action="store_true", help="every start with an empty cache")
     parser.add_argument("pairs", type=int, nargs="?", default=10)
     args = parser.parse_args()
     compile_agent()
@@ -84,12 +91,13 @@ def main() -> None:
             "this": {"PYFELIX_CACHE_DIR": str(root / "cache-this")},
         }
         for env in sides.values():
-            start(directory, env, root, fill=True)  # its parse cache, and the index
+            if not args.cold:
+                start(directory, env, root, fill=True)  # its parse cache, and the index
         found: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
         for n in range(args.pairs):
             order = list(sides) if n % 2 == 0 else list(reversed(sides))
             for name in order:
-                found[name].append(start(directory, sides[name], root))
+                found[name].append(start(directory, sides[name], root, cold=args.cold))
     for k, what in ((0, "to InSync"), (1, "to the first apply")):
         base = [times[k] for times in found["base"]]
         this = [times[k] for times in found["this"]]
