@@ -211,6 +211,19 @@ def test_files_the_child_has_delivered_are_not_parsed_again(tmp_path: Path) -> N
     assert not prefetch._pid  # reaped
 
 
+def _slow_child(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The prefetching child parses a file in 0.3 s (its parser patched; this process's
+    parsing is left as it is)."""
+    parent = os.getpid()
+
+    def slow_in_the_child(text: str, source: str) -> object:
+        if os.getpid() != parent:
+            time.sleep(0.3)
+        return parse_text(text, source)
+
+    monkeypatch.setattr(parse_cache, "parse_text", slow_in_the_child)  # the child's parser
+
+
 def test_while_the_child_is_slow_this_process_parses_from_the_end(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -220,14 +233,7 @@ def test_while_the_child_is_slow_this_process_parses_from_the_end(
     directory = tmp_path / "cluster"
     paths = _cluster(directory)
     expected = _read_all(paths)
-    parent = os.getpid()
-
-    def slow_in_the_child(text: str, source: str) -> object:
-        if os.getpid() != parent:
-            time.sleep(0.3)
-        return parse_text(text, source)
-
-    monkeypatch.setattr(parse_cache, "parse_text", slow_in_the_child)  # the child's parser
+    _slow_child(monkeypatch)
     prefetch = shared_parse.ParsePrefetch(directory)
     schedule = list(prefetch.schedule(paths))
     assert sorted(n for n, _ in schedule) == list(range(len(paths)))
@@ -280,14 +286,7 @@ async def test_the_first_read_hands_on_each_file_as_read_and_the_first_path_stil
     where a plain read's end, the first file's definition winning."""
     directory = tmp_path / "cluster"
     _cluster(directory, duplicate_net="10.8.8.8/32")
-    parent = os.getpid()
-
-    def slow_in_the_child(text: str, source: str) -> object:
-        if os.getpid() != parent:
-            time.sleep(0.3)
-        return parse_text(text, source)
-
-    monkeypatch.setattr(parse_cache, "parse_text", slow_in_the_child)
+    _slow_child(monkeypatch)
     streamed = await _first_read(directory, shared_parse.ParsePrefetch(directory))
     plain = await _first_read(directory, None)
     assert len(plain.batches) == 1
@@ -313,14 +312,7 @@ async def test_an_agent_stopped_during_its_first_read_stops_cleanly(
     syncer leaves with nothing but the cancellation."""
     directory = tmp_path / "cluster"
     _cluster(directory)
-    parent = os.getpid()
-
-    def slow_in_the_child(text: str, source: str) -> object:
-        if os.getpid() != parent:
-            time.sleep(0.3)
-        return parse_text(text, source)
-
-    monkeypatch.setattr(parse_cache, "parse_text", slow_in_the_child)
+    _slow_child(monkeypatch)
     prefetch = shared_parse.ParsePrefetch(directory)
     recorder = Recorder()
     with trio.fail_after(10):
