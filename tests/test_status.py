@@ -41,6 +41,29 @@ async def test_process_status_has_a_ttl(etcd: EtcdServer) -> None:
         assert json.loads(last.value)["time"] == "2026-11-29T00:00:00+00:00"
 
 
+async def test_a_ttl_set_while_a_lease_is_being_granted_is_taken_at_the_next_report(
+    etcd: EtcdServer,
+) -> None:
+    """The first report goes out before the configuration arrives: ReportingTTLSecs set
+    while its lease is being granted must not be lost to that grant."""
+    async with EtcdClient(EtcdConfig.from_url(etcd.etcd_url)) as client:
+        reporter = EtcdStatusReporter(client, "node-a")
+        granted: list[int] = []
+        grant = client.grant_lease
+
+        async def grant_while_configured(ttl: int) -> int:
+            granted.append(ttl)
+            reporter.set_ttl(45)  # the configuration arrives meanwhile
+            return await grant(ttl)
+
+        client.grant_lease = grant_while_configured  # type: ignore[method-assign]
+        update = m.ProcessStatusUpdate("2026-11-29T00:00:00+00:00", 1.0)
+        await reporter.report_process(update)
+        await reporter.report_process(update)
+        await reporter.report_process(update)
+        assert granted == [90, 45]
+
+
 async def test_endpoint_status_written_one_per_reporting_delay(etcd: EtcdServer) -> None:
     """EndpointReportingDelaySecs: queued statuses are written oldest first, one per delay
     (with a tenth of jitter); an unchanged status is not queued again; a removal deletes."""

@@ -45,6 +45,9 @@ class EtcdStatusReporter:
     #: EndpointReportingDelaySecs: at most one endpoint status write per this many seconds.
     endpoint_delay: float = 1.0
     _lease: int = 0
+    #: The TTL ``_lease`` was granted with: a TTL set while a grant was under way (the first
+    #: report goes out before the configuration arrives) is taken at the next report.
+    _lease_ttl: int = 0
     _first: bool = True
     #: Each endpoint's status as last queued, and the writes not done yet (None: delete).
     _desired: dict[str, str] = attrs.Factory(dict)
@@ -54,9 +57,7 @@ class EtcdStatusReporter:
 
     def set_ttl(self, seconds: float) -> None:
         """ReportingTTLSecs: the next report takes a lease of the new length."""
-        ttl = max(1, round(seconds))
-        if ttl != self.ttl:
-            self.ttl, self._lease = ttl, 0
+        self.ttl = max(1, round(seconds))
 
     async def report_process(self, status: m.ProcessStatusUpdate) -> None:
         prefix = status_prefix(self.hostname, self.region)
@@ -65,8 +66,11 @@ class EtcdStatusReporter:
         )
         self._first = False
         try:
-            if not self._lease or not await self.client.keep_alive(self._lease):
-                self._lease = await self.client.grant_lease(self.ttl)
+            fresh = self._lease and self._lease_ttl == self.ttl
+            if not fresh or not await self.client.keep_alive(self._lease):
+                ttl = self.ttl
+                self._lease = await self.client.grant_lease(ttl)
+                self._lease_ttl = ttl
             await self.client.put(f"{prefix}/status", value, lease=self._lease)
             await self.client.put(f"{prefix}/last_reported_status", value)
         except EtcdError as exc:
