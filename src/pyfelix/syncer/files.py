@@ -383,7 +383,7 @@ class FileSyncer:
         if prefetch is not None:
             await self._take_as_read(ordered, prefetch, cache)
             return
-        reads = await trio.to_thread.run_sync(_read_all, ordered, prefetch, cache)
+        reads = await trio.to_thread.run_sync(_read_all, ordered, None, cache)
         await self._take(zip(ordered, reads, strict=True))
 
     async def _take_as_read(
