@@ -52,23 +52,6 @@ _intern = sys.intern
 _ETCD_PREFIX = "/calico/resources/v3/projectcalico.org/workloadendpoints/"
 
 
-def _strings(*values: object) -> bool:
-    """Whether every value is a str (``str.join`` checks them in C, and refuses anything else)."""
-    try:
-        "".join(values)  # type: ignore[arg-type]
-    except TypeError:
-        return False
-    return True
-
-
-def _string_list(value: object) -> bool:
-    return type(value) is list and _strings(*value)
-
-
-def _string_map(value: object) -> bool:
-    return type(value) is dict and _strings(*value) and _strings(*value.values())
-
-
 #: A plain endpoint's fields, checked (``plain_fields``): name, namespace, node, orchestrator,
 #: workload (the pod's name when there is one), endpoint, service account, interface, MAC,
 #: profiles, networks and labels. A tuple of strings marshals, which lets the agent's first
@@ -119,22 +102,31 @@ def plain_fields(document: dict[str, Any], *, validate: bool = True) -> PlainFie
     meta = metadata.get
     name, namespace = meta("name", ""), meta("namespace", "")
     labels, annotations = meta("labels", {}), meta("annotations", {})
-    if not _strings(name, namespace, meta("resourceVersion", ""), meta("uid", "")):
-        return None
-    if not (_strings(meta("creationTimestamp", "")) and _string_map(labels)):
-        return None
-    if not _string_map(annotations):
-        return None
     get = spec.get
     orchestrator, node, endpoint = get("orchestrator", ""), get("node", ""), get("endpoint", "")
     workload, pod, account = get("workload", ""), get("pod", ""), get("serviceAccountName", "")
     interface, mac, networks = get("interfaceName", ""), get("mac", ""), get("ipNetworks", [])
     profile_list = get("profiles", [])
-    if not _strings(orchestrator, node, endpoint, workload, pod, account, interface, mac):
+    if type(labels) is not dict or type(annotations) is not dict:
         return None
-    if not (_strings(get("containerID", "")) and _string_list(networks)):
+    if type(networks) is not list or type(profile_list) is not list:
         return None
-    if not _string_list(profile_list):
+    # Every value a string: one join checks them all, in C (it refuses anything else).
+    try:
+        "".join(
+            [
+                *(name, namespace, meta("resourceVersion", ""), meta("uid", "")),
+                *(meta("creationTimestamp", ""), orchestrator, node, endpoint, workload, pod),
+                *(account, interface, mac, get("containerID", "")),
+                *networks,
+                *profile_list,
+                *labels,
+                *labels.values(),
+                *annotations,
+                *annotations.values(),
+            ]
+        )
+    except TypeError:
         return None
     # The decoder interns what repeats across a cluster (SHARED_STR): the same strings here.
     namespace = _intern(namespace or "default")
@@ -156,17 +148,21 @@ def plain_fields(document: dict[str, Any], *, validate: bool = True) -> PlainFie
     # Everything the model value needs is worked out here, on the core that parsed (or once,
     # for the parse cache): the model key's parts, the addresses as /32s, the labels as
     # Felix matches them; the agent only builds the objects (``from_fields``).
-    key = workload_key_of(
-        name,
-        namespace,
-        node=node,
-        orchestrator=orchestrator,
-        workload=pod or workload,
-        endpoint=endpoint,
-    )
-    key_parts = (key.hostname, key.orchestrator, key.workload, key.endpoint)
+    workload = pod or workload
+    if node and endpoint and workload:  # what a CNI plugin writes: workload_key_of's first case
+        key_parts = (node, orchestrator or "k8s", f"{namespace}/{workload}", endpoint)
+    else:
+        key = workload_key_of(
+            name,
+            namespace,
+            node=node,
+            orchestrator=orchestrator,
+            workload=workload,
+            endpoint=endpoint,
+        )
+        key_parts = (key.hostname, key.orchestrator, key.workload, key.endpoint)
     nets = tuple([n if n.endswith("/32") else n + "/32" for n in networks])
-    matched = workload_label_dict(labels, namespace, orchestrator or key.orchestrator, account)
+    matched = workload_label_dict(labels, namespace, orchestrator or key_parts[1], account)
     return (name, namespace, key_parts, interface, mac, profiles, nets, matched)
 
 

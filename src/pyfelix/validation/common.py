@@ -73,10 +73,10 @@ def good_name(name: str, *, label: bool = False) -> bool:
 
 def good_labels(labels: Mapping[str, str]) -> bool:
     """What ``check_labels`` accepts."""
-    return all(
-        qualified_name_problem(key) is None and _good_label_value(value)
-        for key, value in labels.items()
-    )
+    for key, value in labels.items():
+        if qualified_name_problem(key) is not None or not _good_label_value(value):
+            return False
+    return True
 
 
 def good_annotations(annotations: Mapping[str, str]) -> bool:

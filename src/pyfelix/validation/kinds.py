@@ -14,8 +14,10 @@ from pyfelix.errors import FieldProblem
 from pyfelix.ipnet import IPV4_HOST, parse_network
 from pyfelix.resources.policy import BUILTIN_TIERS, GlobalNetworkPolicySpec, NetworkPolicySpec
 from pyfelix.validation.common import (
+    DNS1123_SUBDOMAIN,
     INTERFACE_NAME,
     MAC,
+    MAX_NAME_LENGTH,
     Checker,
     check_annotations,
     check_cidr,
@@ -145,15 +147,24 @@ def plain_workload_valid(
     values: the decoder that skips the v3 object (``syncer.plain_workloads``) asks it too."""
     if mac and not MAC.match(mac):
         return False
-    if not (good_name(name) and good_name(namespace, label=True)):
+    # Loops, not all() over generators: this runs for every endpoint of a snapshot, and a
+    # generator costs more than the check it drives for the one or two items there are.
+    if not (name and len(name) <= MAX_NAME_LENGTH and DNS1123_SUBDOMAIN.match(name)):
+        return False  # each endpoint's own: not worth the names' cache
+    if not (good_name(namespace, label=True) and interface_name):
         return False
-    if not (interface_name and INTERFACE_NAME.match(interface_name)):
+    if not INTERFACE_NAME.match(interface_name):
         return False
-    if not all(IPV4_HOST.fullmatch(net) for net in ip_networks):
-        return False
-    if not all(good_name(n) for n in names if n) or not all(good_name(p) for p in profiles):
-        return False
-    return good_labels(labels) and good_annotations(annotations)
+    for net in ip_networks:
+        if not IPV4_HOST.fullmatch(net):
+            return False
+    for each in names:
+        if each and not good_name(each):
+            return False
+    for profile in profiles:
+        if not good_name(profile):
+            return False
+    return good_labels(labels) and (not annotations or good_annotations(annotations))
 
 
 def check_resource(resource: Resource, context: ValidationContext) -> Checker:
