@@ -43,6 +43,8 @@ class EtcdServer:
         self.client_port = free_port()
         self.peer_port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
+        #: More of etcd's flags, for the next start.
+        self.flags: list[str] = []
         self._log = open(os.path.join(data_dir, "etcd.log"), "ab")  # noqa: SIM115 (kept open)
 
     @property
@@ -111,6 +113,7 @@ class EtcdServer:
                 "--log-level",
                 "error",
                 *self._tls_flags(),
+                *self.flags,
             ],
             stdout=subprocess.DEVNULL,
             stderr=self._log,

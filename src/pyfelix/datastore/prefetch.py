@@ -31,11 +31,16 @@ from pyfelix.resources.shared_parse import available_cores, fork_worker, stop_wo
 
 if TYPE_CHECKING:
     import queue
-    from http.client import HTTPConnection
+    import ssl
     from typing import TypeAlias
+    from urllib.parse import ParseResult
 
-    #: The child's fetched pages (revision, envelope), then None or what stopped it.
-    Fetched: TypeAlias = queue.Queue[tuple[int, dict[str, Any]] | BaseException | None]
+    from pyfelix.datastore.etcd_grpc import KeyValue, RangeChannel
+
+    #: A page as fetched: its revision, whether more follow, its keys.
+    Listed: TypeAlias = tuple[int, bool, list[KeyValue]]
+    #: The child's fetched pages, then None or what stopped it.
+    Fetched: TypeAlias = queue.Queue[Listed | BaseException | None]
 
 log = logging.getLogger(__name__)
 
@@ -51,18 +56,13 @@ Page = tuple[int, bool, list[Entry]]
 KeyedDigest = Callable[[str, dict[str, Any]], tuple[Any, ...] | None]
 
 
-def _entry(kv: dict[str, Any], checks: KeyedDigest | None = None) -> Entry:
-    """One key of a range response, out of base64, its value's JSON parsed where it is an
-    object (what the syncer reads), or what ``checks`` made of it; else the raw value,
-    which the syncer judges itself."""
-    import binascii  # noqa: PLC0415 (in the child only)
+def _entry(kv: KeyValue, checks: KeyedDigest | None = None) -> Entry:
+    """One key of a page, its value's JSON parsed where it is an object (what the syncer
+    reads), or what ``checks`` made of it; else the raw value, which the syncer judges."""
+    from pyfelix import jsontext  # noqa: PLC0415 (in the child only)
 
-    from pyfelix import jsontext  # noqa: PLC0415
-
-    raw_key = kv.get("key")
-    key = binascii.a2b_base64(raw_key).decode("utf-8", "surrogateescape") if raw_key else ""
-    raw_value = kv.get("value")
-    value = binascii.a2b_base64(raw_value) if raw_value else b""
+    raw_key, create, modified, version, value, lease = kv
+    key = raw_key.decode("utf-8", "surrogateescape")
     document: Any = None
     try:
         document = jsontext.loads(value)
@@ -74,106 +74,177 @@ def _entry(kv: dict[str, Any], checks: KeyedDigest | None = None) -> Entry:
         fields = checks(key, document)
         if fields is not None:
             document = fields
-    return (
-        key,
-        int(kv.get("mod_revision", 0)),
-        int(kv.get("create_revision", 0)),
-        int(kv.get("version", 0)),
-        int(kv.get("lease", 0)),
-        document,
-        b"" if document is not None else value,
-    )
+    return (key, modified, create, version, lease, document, b"" if document is not None else value)
 
 
 def _list_into(spool: BinaryIO, url: str, digest: Callable[[], KeyedDigest] | None) -> None:
     """The child: every page of the syncer's prefix into ``spool``, over the first endpoint
     that answers (raises, ending the child non-zero, when none does or a page is refused).
-    A thread fetches the next page while this one's keys are parsed: etcd's gateway takes
-    about as long to serve a page as this takes to parse it."""
-    import http.client  # noqa: PLC0415 (in the child only, after the fork)
-    import queue  # noqa: PLC0415
+    A thread fetches the next page while this one's keys are parsed: etcd takes about as
+    long to serve a page as this takes to parse it."""
+    import queue  # noqa: PLC0415 (in the child only, after the fork)
     import threading  # noqa: PLC0415
     from urllib.parse import urlparse  # noqa: PLC0415
 
-    from pyfelix.datastore.etcd import REQUEST_TIMEOUT, EtcdConfig  # noqa: PLC0415
+    from pyfelix.datastore.etcd import EtcdConfig  # noqa: PLC0415
 
     config = EtcdConfig.from_url(url)
     context = config.ssl_context()
     for endpoint in config.endpoints:
-        target = urlparse(endpoint)
-        connection: http.client.HTTPConnection
-        if target.scheme == "https":
-            tls = context if not isinstance(context, bool) else None
-            connection = http.client.HTTPSConnection(
-                target.netloc, timeout=REQUEST_TIMEOUT, context=tls
-            )
-        else:
-            connection = http.client.HTTPConnection(target.netloc, timeout=REQUEST_TIMEOUT)
-        try:
-            connection.connect()
-        except OSError:
+        pages = _first_page_from(urlparse(endpoint), context)
+        if pages is None:
             continue
         # Two pages ahead at most: each is a few MB.
         fetched: Fetched = queue.Queue(2)
         checks: KeyedDigest | None = None
-        threading.Thread(target=_fetch, args=(connection, fetched), daemon=True).start()
+        threading.Thread(target=_fetch, args=(pages, fetched), daemon=True).start()
         while (item := fetched.get()) is not None:
             if isinstance(item, BaseException):
                 raise item
-            revision, listed = item
+            revision, more, kvs = item
             if digest is not None and checks is None:
                 checks = digest()  # imported here, once the first page is in
-            entries = [_entry(kv, checks) for kv in listed.get("kvs", [])]
-            more = bool(listed.get("more")) and bool(entries)
-            record = marshal.dumps((revision, more, entries))
+            entries = [_entry(kv, checks) for kv in kvs]
+            record = marshal.dumps((revision, more and bool(entries), entries))
             spool.write(len(record).to_bytes(_LENGTH, "little") + record)
             spool.flush()
         return
     raise OSError("no etcd endpoint answered")
 
 
-def _fetch(connection: HTTPConnection, fetched: Fetched) -> None:
-    """The child's fetching thread: each page of the listing (``_pages``), then None, or the
-    exception that stopped it."""
+def _first_page_from(
+    target: ParseResult, context: ssl.SSLContext | bool
+) -> Iterator[Listed] | None:
+    """The listing's pages from the endpoint at ``target``, its first page fetched (None:
+    the endpoint does not answer): over gRPC, or through the JSON gateway when the endpoint
+    does not speak gRPC (a proxy that knows only HTTP/1.1, say)."""
+    import itertools  # noqa: PLC0415 (in the child only)
+    import ssl  # noqa: PLC0415
+
+    from pyfelix.datastore.etcd import REQUEST_TIMEOUT  # noqa: PLC0415
+    from pyfelix.datastore.etcd_grpc import GrpcError, RangeChannel  # noqa: PLC0415
+
+    tls: ssl.SSLContext | None = None
+    if target.scheme == "https":
+        tls = context if isinstance(context, ssl.SSLContext) else ssl.create_default_context()
+    host, port = target.hostname or "localhost", target.port or 2379
     try:
-        for page in _pages(connection):
+        channel = RangeChannel(host, port, tls=tls, timeout=REQUEST_TIMEOUT)
+    except OSError:
+        return None
+    except GrpcError as exc:
+        log.info("etcd at %s: %s; listing through its JSON gateway", target.netloc, exc)
+        pages = _gateway_pages(target, tls)
+    else:
+        try:
+            pages = _grpc_pages(channel)
+            first = next(pages)
+        except (GrpcError, OSError) as exc:
+            channel.close()
+            log.info("etcd at %s: %s; listing through its JSON gateway", target.netloc, exc)
+            pages = _gateway_pages(target, tls)
+        else:
+            return itertools.chain([first], pages)
+    try:
+        first = next(pages)
+    except OSError:
+        return None
+    return itertools.chain([first], pages)
+
+
+def _fetch(pages: Iterator[Listed], fetched: Fetched) -> None:
+    """The child's fetching thread: each page of the listing, then None, or the exception
+    that stopped it."""
+    try:
+        for page in pages:
             fetched.put(page)
         fetched.put(None)
     except BaseException as exc:
         fetched.put(exc)
 
 
-def _pages(connection: HTTPConnection) -> Iterator[tuple[int, dict[str, Any]]]:
-    """The pages of the listing, each with the first page's revision and its envelope
-    parsed, every page at that revision."""
+def _grpc_pages(channel: RangeChannel) -> Iterator[Listed]:
+    """The pages of the listing over gRPC, every page at the first page's revision."""
+    from pyfelix.datastore.etcd import LIST_PAGE, prefix_end  # noqa: PLC0415
+    from pyfelix.datastore.etcd_grpc import parse_range_response  # noqa: PLC0415
+    from pyfelix.datastore.layout import WATCH_PREFIX  # noqa: PLC0415
+
+    start, revision = _raw(WATCH_PREFIX), 0
+    end = _raw(prefix_end(WATCH_PREFIX))
+    try:
+        while True:
+            answer = channel.range(start, end, LIST_PAGE, revision)
+            listed_at, more, kvs = parse_range_response(answer)
+            revision = revision or listed_at
+            yield revision, more, kvs
+            if not more or not kvs:
+                return
+            start = kvs[-1][0] + b"\0"
+    finally:
+        channel.close()
+
+
+def _gateway_pages(target: ParseResult, tls: ssl.SSLContext | None) -> Iterator[Listed]:
+    """The pages of the listing through etcd's JSON gateway, each with the first page's
+    revision, every page at that revision (raises OSError when it does not answer)."""
     import base64  # noqa: PLC0415 (in the child only)
+    import binascii  # noqa: PLC0415
+    import http.client  # noqa: PLC0415
     import json  # noqa: PLC0415
 
     from pyfelix import jsontext  # noqa: PLC0415
-    from pyfelix.datastore.etcd import LIST_PAGE, prefix_end  # noqa: PLC0415
+    from pyfelix.datastore.etcd import LIST_PAGE, REQUEST_TIMEOUT, prefix_end  # noqa: PLC0415
     from pyfelix.datastore.layout import WATCH_PREFIX  # noqa: PLC0415
 
-    def b64(text: str) -> str:
-        return base64.b64encode(text.encode("utf-8", "surrogateescape")).decode()
+    connection: http.client.HTTPConnection
+    if tls is not None:
+        connection = http.client.HTTPSConnection(
+            target.netloc, timeout=REQUEST_TIMEOUT, context=tls
+        )
+    else:
+        connection = http.client.HTTPConnection(target.netloc, timeout=REQUEST_TIMEOUT)
 
-    start, revision, end = WATCH_PREFIX, 0, b64(prefix_end(WATCH_PREFIX))
-    while True:
-        body: dict[str, str] = {"key": b64(start), "range_end": end, "limit": str(LIST_PAGE)}
-        if revision:
-            body["revision"] = str(revision)
-        headers = {"Content-Type": "application/json"}
-        connection.request("POST", "/v3/kv/range", json.dumps(body), headers)
-        response = connection.getresponse()
-        data = response.read()
-        if response.status != 200:
-            raise OSError(f"etcd answered {response.status}")
-        listed = jsontext.loads(data)
-        revision = revision or int(listed.get("header", {}).get("revision", 0))
-        yield revision, listed
-        kvs = listed.get("kvs", [])
-        if not listed.get("more") or not kvs:
-            return
-        start = base64.b64decode(kvs[-1]["key"]).decode("utf-8", "surrogateescape") + "\0"
+    def b64(raw: bytes) -> str:
+        return base64.b64encode(raw).decode()
+
+    def unpacked(kv: dict[str, Any]) -> KeyValue:
+        raw_key, raw_value = kv.get("key"), kv.get("value")
+        return (
+            binascii.a2b_base64(raw_key) if raw_key else b"",
+            int(kv.get("create_revision", 0)),
+            int(kv.get("mod_revision", 0)),
+            int(kv.get("version", 0)),
+            binascii.a2b_base64(raw_value) if raw_value else b"",
+            int(kv.get("lease", 0)),
+        )
+
+    start, revision, end = _raw(WATCH_PREFIX), 0, b64(_raw(prefix_end(WATCH_PREFIX)))
+    try:
+        while True:
+            body: dict[str, str] = {"key": b64(start), "range_end": end, "limit": str(LIST_PAGE)}
+            if revision:
+                body["revision"] = str(revision)
+            headers = {"Content-Type": "application/json"}
+            connection.request("POST", "/v3/kv/range", json.dumps(body), headers)
+            response = connection.getresponse()
+            data = response.read()
+            if response.status != 200:
+                raise OSError(f"etcd answered {response.status}")
+            listed = jsontext.loads(data)
+            revision = revision or int(listed.get("header", {}).get("revision", 0))
+            kvs = [unpacked(kv) for kv in listed.get("kvs", [])]
+            more = bool(listed.get("more"))
+            yield revision, more, kvs
+            if not more or not kvs:
+                return
+            start = kvs[-1][0] + b"\0"
+    finally:
+        connection.close()
+
+
+def _raw(key: str) -> bytes:
+    """A key as etcd holds it (keys that are not UTF-8 carry surrogates here)."""
+    return key.encode("utf-8", "surrogateescape")
 
 
 def _record(descriptor: int, offset: int) -> tuple[Page, int] | None:
