@@ -146,9 +146,9 @@ def test_the_pages_of_a_child_that_failed_end_in_none() -> None:
     assert pages == [None]
 
 
-async def test_updates_arrive_in_one_batch_as_without_the_child(etcd: EtcdServer) -> None:
-    """Downstream still sees one consistent snapshot: every update in one call before
-    IN_SYNC."""
+async def test_a_page_arrives_in_one_batch_as_without_the_child(etcd: EtcdServer) -> None:
+    """The child's listing is sent as the syncer's own is: each page in one call (here the
+    only one), before IN_SYNC."""
     await fill(etcd.etcd_url, 10)
     calls: list[int] = []
 

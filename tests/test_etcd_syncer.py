@@ -205,9 +205,10 @@ async def test_hostile_keys_and_values_are_absent_at_start_and_in_the_watch(
 @attrs.define
 class FailingOnce:
     """A client whose first listing breaks off after its first page, as etcd going away
-    mid-listing does; the rest is the real client."""
+    mid-listing does, with ``gone`` deleted meanwhile; the rest is the real client."""
 
     client: EtcdClient
+    gone: str = ""
     failed: bool = False
 
     async def list_pages(self, prefix: str, page: int) -> AsyncIterator[tuple[list[Any], int]]:
@@ -215,30 +216,82 @@ class FailingOnce:
             yield batch
             if not self.failed:
                 self.failed = True
+                if self.gone:
+                    await self.client.delete(self.gone)
                 raise EtcdUnavailable("gone mid-listing")
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.client, name)
 
 
-async def test_listing_in_pages_and_one_broken_off(etcd: EtcdServer) -> None:
-    """A listing of many pages (decoded while the next is fetched) sends everything in one
-    batch before IN_SYNC; one that breaks off half way sends nothing and changes nothing, and
-    the retry sends all of it."""
+@attrs.define
+class Batches(State):
+    """``State``, with each call's updates and each status in the order they came."""
+
+    calls: list[list[Update] | SyncStatus] = attrs.Factory(list)
+
+    def on_updates(self, updates: Sequence[Update]) -> None:
+        self.calls.append(list(updates))
+        super().on_updates(updates)
+
+    def on_status(self, status: SyncStatus) -> None:
+        self.calls.append(status)
+        super().on_status(status)
+
+    def batches(self) -> list[list[Update]]:
+        return [call for call in self.calls if isinstance(call, list)]
+
+
+async def test_the_first_listing_is_sent_page_by_page_and_a_broken_one_mended(
+    etcd: EtcdServer,
+) -> None:
+    """Before the first IN_SYNC (nothing is programmed yet) each page is sent as it is
+    decoded, so the calculation graph works beside the listing; a first listing that breaks
+    off is listed again, and what it sent of a key deleted meanwhile is deleted, before the
+    one IN_SYNC."""
     async with EtcdClient(EtcdConfig.from_url(etcd.etcd_url)) as writer:
         for index in range(9):
             await put_tier(writer, f"t{index}", index)
-        state = State()
-        flaky = FailingOnce(writer)
+        state = Batches()
+        flaky = FailingOnce(writer, gone=resource_key(tier("t0", 0)))
         syncer = EtcdSyncer(flaky, state, page_size=2)  # type: ignore[arg-type]
         async with trio.open_nursery() as nursery:
             await nursery.start(syncer.run)
-            assert flaky.failed
-            assert state.tiers() == {f"t{index}": float(index) for index in range(9)}
-            assert state.statuses.count(SyncStatus.IN_SYNC) == 1
-            assert state.statuses[-2:] == [SyncStatus.RESYNC_IN_PROGRESS, SyncStatus.IN_SYNC]
-            assert syncer.resyncs == 1
             nursery.cancel_scope.cancel()
+    assert flaky.failed
+    assert state.tiers() == {f"t{index}": float(index) for index in range(1, 9)}
+    assert state.calls[-1] is SyncStatus.IN_SYNC
+    assert SyncStatus.IN_SYNC not in state.calls[:-1]
+    sizes = [len(batch) for batch in state.batches()]
+    # The broken listing's first page (t0, t1), then the listing again: its pages with
+    # what changed (t1 is as sent), and t0's deletion at the end.
+    assert sizes == [2, 1, 2, 2, 2, 1]
+    assert state.batches()[-1][0].value is None
+    assert syncer.resyncs == 1
+
+
+async def test_a_listing_after_the_first_sends_its_differences_at_once(etcd: EtcdServer) -> None:
+    """Once in sync, a listing again (here after the watch fell behind a compaction) sends
+    nothing until every page is in, then what changed in one batch: downstream never sees
+    half a snapshot."""
+    async with EtcdClient(EtcdConfig.from_url(etcd.etcd_url)) as client:
+        for index in range(6):
+            await put_tier(client, f"t{index}", index)
+        state = Batches()
+        syncer = EtcdSyncer(client, state, page_size=2)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(syncer.run)
+            nursery.cancel_scope.cancel()
+        assert [len(batch) for batch in state.batches()] == [2, 2, 2]
+        await client.delete(resource_key(tier("t0", 0)))
+        await put_tier(client, "t5", 50)
+        await put_tier(client, "t6", 6)
+        state.calls.clear()
+        await syncer._resync()
+    assert [len(batch) for batch in state.batches()] == [3]
+    assert state.calls[0] is SyncStatus.RESYNC_IN_PROGRESS
+    assert state.calls[-1] is SyncStatus.IN_SYNC
+    assert state.tiers() == {"t1": 1.0, "t2": 2.0, "t3": 3.0, "t4": 4.0, "t5": 50.0, "t6": 6.0}
 
 
 async def test_kubernetes_kinds_read_back_as_calico_converts_them(etcd: EtcdServer) -> None:

@@ -91,16 +91,24 @@ class EtcdSyncer:
 
         Pages are fetched one ahead while the current one is decoded, so etcd (and the HTTP
         round trip) works on the next page beside this process; decoding yields every
-        CHECKPOINT_EVERY keys so the fetch can go out. Decoding changes no state: only once
-        every page is in are the revisions recorded and the resources converted, so a listing
-        that fails half way leaves the syncer as it was. Everything is sent at once, at the
-        end: downstream sees one consistent snapshot."""
+        CHECKPOINT_EVERY keys so the fetch can go out. A listing after the watch broke
+        changes no state until every page is in: then the revisions are recorded and the
+        differences sent at once, so downstream sees one consistent snapshot, and a listing
+        that fails half way leaves the syncer as it was. Until the first IN_SYNC there is
+        nothing downstream to keep consistent (nothing is programmed before it, as in
+        Felix), so the first listing sends each page as it is decoded: the calculation
+        graph works through it while etcd and the listing's child serve the next pages,
+        not all of it after the last. A first listing that breaks off and starts again
+        sends what changed and, at its end, the deletions of what it no longer finds."""
         pages: trio.MemorySendChannel[_Page | EtcdError | None]
         pages, arriving = trio.open_memory_channel(PAGES_AHEAD)
         seen: set[str] = set()
         changed: list[tuple[KeyValue, tuple[KV, ...]]] = []
         revision = 0
         failure: EtcdError | None = None
+        streaming = not self._started
+        if streaming:
+            self.callbacks.on_status(SyncStatus.RESYNC_IN_PROGRESS)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._fetch_pages, pages)
             async for item in arriving:
@@ -108,8 +116,8 @@ class EtcdSyncer:
                     failure = item  # raised below, outside the nursery (not in a group)
                     break
                 if item is None:
-                    # The prefetched listing broke off: what it gave is dropped, the client's
-                    # own listing follows.
+                    # The prefetched listing broke off: what it gave is dropped (or, sent
+                    # already, corrected), the client's own listing follows.
                     seen.clear()
                     changed.clear()
                     continue
@@ -120,19 +128,32 @@ class EtcdSyncer:
                         changed.append((kv, self._produce(kv, document)))
                     if index % CHECKPOINT_EVERY == CHECKPOINT_EVERY - 1:
                         await trio.lowlevel.checkpoint()
+                if streaming and changed:
+                    self._send(self._changes(changed))
+                    changed.clear()
         if failure is not None:
             raise failure
-        self.callbacks.on_status(SyncStatus.RESYNC_IN_PROGRESS)
+        if not streaming:
+            self.callbacks.on_status(SyncStatus.RESYNC_IN_PROGRESS)
         self.resyncs += 1
         updates: list[Update] = []
         for key in [k for k in self._revisions if k not in seen]:
             updates.extend(self._record(key, None, (), revision))
-        for kv, produced in changed:
-            updates.extend(self._record(kv.key, kv, produced, kv.mod_revision))
-        if updates:
-            self.callbacks.on_updates(updates)
+        updates.extend(self._changes(changed))
+        self._send(updates)
         self.callbacks.on_status(SyncStatus.IN_SYNC)
         return revision
+
+    def _changes(self, changed: list[tuple[KeyValue, tuple[KV, ...]]]) -> list[Update]:
+        """The Updates of keys listed with a revision other than the one last sent (recorded)."""
+        updates: list[Update] = []
+        for kv, produced in changed:
+            updates.extend(self._record(kv.key, kv, produced, kv.mod_revision))
+        return updates
+
+    def _send(self, updates: list[Update]) -> None:
+        if updates:
+            self.callbacks.on_updates(updates)
 
     async def _fetch_pages(self, pages: trio.MemorySendChannel[_Page | EtcdError | None]) -> None:
         """The listing's pages (the prefetched one, the first time, while it lasts; then
