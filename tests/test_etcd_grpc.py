@@ -56,12 +56,14 @@ def test_a_range_response_is_read_field_by_field() -> None:
         + b"\x00" * 8
     )
     empty = _field(1, b"/calico/b")
+    negative = _field(1, b"/calico/c") + _field(6, (1 << 64) - 1)  # int64 -1, as protobuf has it
     message = (
         _field(1, header)
         + _field(2, kv)
         + _varint(9 << 3 | 5)
         + b"\x01\x02\x03\x04"
         + _field(2, empty)
+        + _field(2, negative)
         + _field(3, 1)
         + _field(4, 5)
     )
@@ -71,6 +73,7 @@ def test_a_range_response_is_read_field_by_field() -> None:
     assert kvs == [
         (b"/calico/a", 100, 300, 3, b'{"x": 1}', 1 << 40),
         (b"/calico/b", 0, 0, 0, b"", 0),
+        (b"/calico/c", 0, 0, 0, b"", -1),
     ]
     assert parse_range_response(b"") == (0, False, [])
 
@@ -81,6 +84,7 @@ def test_a_range_response_is_read_field_by_field() -> None:
         _field(2, _field(1, b"/calico/a"))[:-2],  # cut inside the key
         b"\x12\x80",  # a length whose varint never ends
         _field(2, b"\x0b"),  # wire type 3 (a group), which etcd never sends
+        _field(2, b"\x0a\x05ab") + _field(3, 1),  # a key running past its KeyValue
     ],
 )
 def test_an_answer_cut_short_or_malformed_is_refused(message: bytes) -> None:

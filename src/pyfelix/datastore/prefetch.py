@@ -56,25 +56,29 @@ Page = tuple[int, bool, list[Entry]]
 KeyedDigest = Callable[[str, dict[str, Any]], tuple[Any, ...] | None]
 
 
-def _entry(kv: KeyValue, checks: KeyedDigest | None = None) -> Entry:
-    """One key of a page, its value's JSON parsed where it is an object (what the syncer
+def _entries(kvs: list[KeyValue], checks: KeyedDigest | None = None) -> list[Entry]:
+    """Each key of a page, its value's JSON parsed where it is an object (what the syncer
     reads), or what ``checks`` made of it; else the raw value, which the syncer judges."""
-    from pyfelix import jsontext  # noqa: PLC0415 (in the child only)
+    from pyfelix.jsontext import loads  # noqa: PLC0415 (in the child only)
 
-    raw_key, create, modified, version, value, lease = kv
-    key = raw_key.decode("utf-8", "surrogateescape")
-    document: Any = None
-    try:
-        document = jsontext.loads(value)
-    except (ValueError, RecursionError):
-        document = None
-    if not isinstance(document, dict):
-        document = None
-    elif checks is not None:
-        fields = checks(key, document)
-        if fields is not None:
-            document = fields
-    return (key, modified, create, version, lease, document, b"" if document is not None else value)
+    entries: list[Entry] = []
+    append = entries.append
+    for raw_key, create, modified, version, value, lease in kvs:
+        key = raw_key.decode("utf-8", "surrogateescape")
+        document: Any
+        try:
+            document = loads(value)
+        except (ValueError, RecursionError):
+            document = None
+        if not isinstance(document, dict):
+            document = None
+        elif checks is not None:
+            fields = checks(key, document)
+            if fields is not None:
+                document = fields
+        raw = b"" if document is not None else value
+        append((key, modified, create, version, lease, document, raw))
+    return entries
 
 
 def _list_into(spool: BinaryIO, url: str, digest: Callable[[], KeyedDigest] | None) -> None:
@@ -104,7 +108,7 @@ def _list_into(spool: BinaryIO, url: str, digest: Callable[[], KeyedDigest] | No
             revision, more, kvs = item
             if digest is not None and checks is None:
                 checks = digest()  # imported here, once the first page is in
-            entries = [_entry(kv, checks) for kv in kvs]
+            entries = _entries(kvs, checks)
             record = marshal.dumps((revision, more and bool(entries), entries))
             spool.write(len(record).to_bytes(_LENGTH, "little") + record)
             spool.flush()
