@@ -106,26 +106,44 @@ def wait_for(process: subprocess.Popen[str], needle: str, timeout: float = 20.0)
     raise AssertionError(f"{needle!r} not seen in {seen[-20:]}")
 
 
-def start_dry_run_agent(manifests: Path) -> subprocess.Popen[str]:
-    """``pyfelix run --dry-run`` for node-a on ``manifests``, output unbuffered for reading."""
+def start_dry_run_agent(
+    manifests: Path | None, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """``pyfelix run --dry-run`` for node-a on ``manifests`` (None: the datastore the
+    environment names), output unbuffered for reading."""
+    datastore = [] if manifests is None else ["--datastore", str(manifests)]
     return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "pyfelix",
-            "run",
-            "--dry-run",
-            "--hostname",
-            "node-a",
-            "--datastore",
-            str(manifests),
-        ],
+        [sys.executable, "-m", "pyfelix", "run", "--dry-run", "--hostname", "node-a", *datastore],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         cwd=REPO,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
     )
+
+
+def test_run_reads_the_etcd_the_environment_names(etcd: EtcdServer) -> None:
+    """With calico-node's ETCD_ENDPOINTS and no --datastore, the agent reads that etcd (the
+    first endpoint named is down: the next one serves) and follows its changes."""
+    applied = pyfelix("datastore", "--datastore", etcd.etcd_url, "apply", "-f", "examples/")
+    assert applied.returncode == 0, applied.stderr
+    env = {"ETCD_ENDPOINTS": f"http://127.0.0.1:9,{etcd.url}"}  # the first one is down
+    process = start_dry_run_agent(None, env)
+    try:
+        policy = "security/GlobalNetworkPolicy/security.block-bad-actors"
+        seen = wait_for(process, "InSync")
+        assert any(line.startswith("WorkloadEndpointUpdate") for line in seen)
+        assert any(line.startswith(f"ActivePolicyUpdate {policy}") for line in seen)
+        wait_for(process, "# IPv4 filter: chain cali-FORWARD")
+        name = policy.rsplit("/", 1)[1]
+        deleted = pyfelix(
+            "datastore", "--datastore", etcd.etcd_url, "delete", "globalnetworkpolicy", name
+        )
+        assert deleted.returncode == 0, deleted.stderr
+        wait_for(process, f"ActivePolicyRemove {policy}")
+    finally:
+        process.kill()
+        process.wait()
 
 
 @contextmanager

@@ -190,6 +190,11 @@ def _refuse(problems: Sequence[Problem]) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     """The agent."""
     source = args.datastore or os.environ.get("PYFELIX_DATASTORE", "")
+    if not source and os.environ.get("FELIX_DATASTORETYPE", "").lower() != "kubernetes":
+        from pyfelix.datastore.etcd import EtcdConfig
+
+        # calico-node's ETCD_ENDPOINTS or Felix's FELIX_ETCD*: every endpoint, for failover.
+        source = EtcdConfig.env_url()
     # The first read (a directory's parse, or etcd's listing) starts now, on the other core,
     # beside the imports below.
     prefetch: ParsePrefetch | ListingPrefetch | None = None
@@ -252,11 +257,6 @@ def _run_agent(
             file=sys.stderr,
         )
         return EXIT_USAGE
-    if not source:
-        from pyfelix.datastore.etcd import EtcdConfig
-
-        # calico-node's ETCD_ENDPOINTS or Felix's FELIX_ETCD*: every endpoint, for failover.
-        source = EtcdConfig.env_url()
     if not source:
         print("no datastore: use --datastore DIR|etcd://HOST:PORT", file=sys.stderr)
         return EXIT_USAGE
