@@ -2,9 +2,12 @@
 loaded by the file syncer from a manifest directory and by the etcd syncer from a real etcd.
 
 Run: .venv/bin/python bench/bench_datastores.py [--endpoints 100000] [--policies 1000] [--agent]
+     sudo .venv/bin/python bench/bench_datastores.py --baseline WORKTREE [--pairs N]
 
 With ``--agent`` (root), ``pyfelix run`` itself is timed on node-0 of the same cluster in
 etcd, from process start to its first apply (the dataplane in sync) in a network namespace.
+With ``--baseline`` only that is timed, N times for this code and for the worktree's,
+alternately (the VM's speed drifts: paired differences are what hold).
 
 Each scenario runs in its own process so peak RSS is that scenario's alone. etcd is Debian's
 etcd-server on a free 127.0.0.1 port; the resources are written to it with batched
@@ -19,6 +22,7 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,7 +34,7 @@ from typing import Any
 import trio
 import yaml
 
-from bytecode import compile_agent
+from bytecode import compile_agent, compile_bytecode, write_attrs_cache
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -139,7 +143,9 @@ async def fill_etcd(url: str, docs: list[dict[str, Any]]) -> None:
         await client.put_many(items)
 
 
-def agent_from_etcd(endpoints: int, policies: int) -> dict[str, Any]:
+def agent_from_etcd(
+    endpoints: int, policies: int, env: dict[str, str] | None = None
+) -> dict[str, Any]:
     """``pyfelix run`` (root) on node-0 of the same cluster in etcd: process start to the
     driver's first apply (the dataplane in sync), and the agent's peak RSS at that moment.
     etcd runs inside the agent's network namespace, filled from a child there."""
@@ -161,6 +167,7 @@ def agent_from_etcd(endpoints: int, policies: int) -> dict[str, Any]:
                 ["ip", "netns", "exec", namespace, sys.executable, "-m", "pyfelix", *run],
                 stdout=subprocess.DEVNULL,
                 stderr=log,
+                env={**os.environ, **(env or {})},
             )
             while "apply 1:" not in Path(log.name).read_text():
                 if agent.poll() is not None:
@@ -217,6 +224,8 @@ def main() -> None:
     parser.add_argument("--child", nargs=2, metavar=("MODE", "TARGET"))
     parser.add_argument("--fill", metavar="ETCD_URL", help=argparse.SUPPRESS)
     parser.add_argument("--agent", action="store_true", help="also time `pyfelix run` (root)")
+    parser.add_argument("--baseline", type=Path, help="time `pyfelix run` against a worktree's")
+    parser.add_argument("--pairs", type=int, default=4)
     args = parser.parse_args()
     if args.child:
         child(*args.child)
@@ -224,9 +233,12 @@ def main() -> None:
     if args.fill:
         trio.run(fill_etcd, args.fill, documents(args.endpoints, args.policies))
         return
-    docs = documents(args.endpoints, args.policies)
     print(f"{args.endpoints} workload endpoints, {args.policies} policies")
     compile_agent()
+    if args.baseline:
+        paired_agents(args.endpoints, args.policies, args.baseline.resolve(), args.pairs)
+        return
+    docs = documents(args.endpoints, args.policies)
     with tempfile.TemporaryDirectory(prefix="pfb-") as directory:
         for start in range(0, len(docs), PER_FILE):
             path = Path(directory) / f"m{start // PER_FILE:05}.yaml"
@@ -251,6 +263,27 @@ def main() -> None:
         )
         print(f"       {str(result['in_sync']).split(': ', 1)[-1]}")
         print(f"       first apply: {result['first_apply']}")
+
+
+def paired_agents(endpoints: int, policies: int, baseline: Path, pairs: int) -> None:
+    """``agent_from_etcd`` for the baseline's code and this one, alternately."""
+    path = f"{baseline / 'src'}:{baseline / 'dataplane'}"
+    compile_bytecode(baseline / "src", baseline / "dataplane")
+    write_attrs_cache({**os.environ, "PYTHONPATH": path})
+    sides: dict[str, dict[str, str]] = {"base": {"PYTHONPATH": path}, "this": {}}
+    found: dict[str, list[float]] = {name: [] for name in sides}
+    for n in range(pairs):
+        for name in list(sides) if n % 2 == 0 else list(reversed(sides)):
+            result = agent_from_etcd(endpoints, policies, sides[name])
+            found[name].append(result["seconds"])
+            print(f"{name}: {result['seconds']:.2f} s; first apply: {result['first_apply']}")
+    base, this = found["base"], found["this"]
+    paired = [b - a for a, b in zip(base, this, strict=True)]
+    print(
+        f"to the dataplane in sync: base median {statistics.median(base):.2f} s, this "
+        f"{statistics.median(this):.2f} s; paired difference median "
+        f"{statistics.median(paired):+.2f} s (each: {', '.join(f'{d:+.2f}' for d in paired)})"
+    )
 
 
 if __name__ == "__main__":
