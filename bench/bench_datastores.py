@@ -47,6 +47,8 @@ from pyfelix.syncer.files import FileSyncer
 from tests.etcd_server import EtcdServer, running_etcd
 
 PER_FILE = 1000
+#: Seconds between filling etcd (and syncing its files) and starting the agent.
+SETTLE = 2.0
 
 
 def workload(i: int) -> dict[str, Any]:
@@ -160,6 +162,9 @@ def agent_from_etcd(
         fill = [sys.executable, __file__, "--fill", etcd.etcd_url]
         fill += ["--endpoints", str(endpoints), "--policies", str(policies)]
         subprocess.run(["ip", "netns", "exec", namespace, *fill], check=True)
+        # etcd's writes on disk before the agent starts, as on a node whose etcd has been up.
+        subprocess.run(["sync"], check=True)
+        time.sleep(SETTLE)
         with tempfile.NamedTemporaryFile("w+", prefix="pfb-agent-", suffix=".log") as log:
             started = time.perf_counter()
             run = ["run", "--hostname", "node-0", "--datastore", etcd.etcd_url]
