@@ -2,10 +2,11 @@
 
 The old Python Felix ran its etcd driver as a process of its own; pyfelix forks one for the
 first listing only. Started before the agent imports its pipeline, the child lists the
-datastore's prefix as the syncer would (pages at the first page's revision), takes each key
-and value out of the gateway's base64 and parses each value's JSON: a third of the listing's
-work (about 1.2 s of 3.5 s for 100,000 endpoints), done on the other core while this process
-imports and starts. It also runs the checks of plain workload endpoints, the bulk of a
+datastore's prefix as the syncer would (pages at the first page's revision), over gRPC
+(``etcd_grpc``: etcd spends a quarter of the CPU its JSON gateway needs) or, where the
+endpoint does not speak HTTP/2, through the gateway, and parses each value's JSON: a third
+of the listing's work, done on the other core while this process imports and starts. It
+also runs the checks of plain workload endpoints, the bulk of a
 cluster (``syncer.plain_workloads.plain_fields_at``, which the command line hands it): such
 an endpoint goes back as its checked fields, and the syncer only builds its model value.
 Each page goes back as one marshal record (revision, whether more follow, and per key its
