@@ -143,6 +143,16 @@ class EtcdServer:
         self.process = None
 
 
+def client_tls_env(directory: Path) -> dict[str, str]:
+    """calico-node's variables naming the CA and the client certificate and key that
+    ``make_certificates`` wrote into ``directory``."""
+    return {
+        "ETCD_CA_CERT_FILE": str(directory / "ca.pem"),
+        "ETCD_CERT_FILE": str(directory / "client.pem"),
+        "ETCD_KEY_FILE": str(directory / "client-key.pem"),
+    }
+
+
 def make_certificates(directory: Path) -> None:
     """A CA, a server certificate for 127.0.0.1 and a client certificate, with openssl."""
 

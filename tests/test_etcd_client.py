@@ -14,7 +14,13 @@ from pyfelix.datastore.etcd import (
     EtcdTLSError,
     EtcdUnavailable,
 )
-from tests.etcd_server import EtcdServer, free_port, make_certificates, running_etcd
+from tests.etcd_server import (
+    EtcdServer,
+    client_tls_env,
+    free_port,
+    make_certificates,
+    running_etcd,
+)
 
 
 async def test_put_get_range_delete(etcd: EtcdServer) -> None:
@@ -99,11 +105,7 @@ async def test_tls_with_client_certificates(tmp_path: Path) -> None:
     """TLS files configured like calico-node reach an etcd that demands client certificates;
     without a client certificate the connection is refused."""
     make_certificates(tmp_path)
-    env = {
-        "ETCD_CA_CERT_FILE": str(tmp_path / "ca.pem"),
-        "ETCD_CERT_FILE": str(tmp_path / "client.pem"),
-        "ETCD_KEY_FILE": str(tmp_path / "client-key.pem"),
-    }
+    env = client_tls_env(tmp_path)
     with running_etcd(tls=tmp_path) as server:
         config = EtcdConfig.from_url(server.etcd_url, env)
         assert config.endpoints[0].startswith("https://")

@@ -19,26 +19,18 @@ import trio
 
 from pyfelix.datastore.etcd import EtcdClient, EtcdConfig
 from pyfelix.datastore.etcd_grpc import GrpcError, RangeChannel, parse_range_response
+from pyfelix.datastore.etcd_grpc import _varint as varint  # checked against etcd below
 from pyfelix.datastore.layout import WATCH_PREFIX
 from pyfelix.datastore.prefetch import ListingPrefetch
-from tests.etcd_server import EtcdServer, make_certificates, running_etcd
+from tests.etcd_server import EtcdServer, client_tls_env, make_certificates, running_etcd
 
 NOT_UTF8 = (WATCH_PREFIX.encode() + b"resources/v3/x/\xff").decode("utf-8", "surrogateescape")
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _field(number: int, payload: bytes | int) -> bytes:
     if isinstance(payload, int):
-        return _varint(number << 3) + _varint(payload)
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+        return varint(number << 3) + varint(payload)
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
 
 
 def test_a_range_response_is_read_field_by_field() -> None:
@@ -52,7 +44,7 @@ def test_a_range_response_is_read_field_by_field() -> None:
         + _field(4, 3)
         + _field(5, b'{"x": 1}')
         + _field(6, 1 << 40)
-        + _varint(7 << 3 | 1)
+        + varint(7 << 3 | 1)
         + b"\x00" * 8
     )
     empty = _field(1, b"/calico/b")
@@ -60,7 +52,7 @@ def test_a_range_response_is_read_field_by_field() -> None:
     message = (
         _field(1, header)
         + _field(2, kv)
-        + _varint(9 << 3 | 5)
+        + varint(9 << 3 | 5)
         + b"\x01\x02\x03\x04"
         + _field(2, empty)
         + _field(2, negative)
@@ -166,11 +158,7 @@ def test_the_first_listing_over_tls_with_client_certificates(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     make_certificates(tmp_path)
-    env = {
-        "ETCD_CA_CERT_FILE": str(tmp_path / "ca.pem"),
-        "ETCD_CERT_FILE": str(tmp_path / "client.pem"),
-        "ETCD_KEY_FILE": str(tmp_path / "client-key.pem"),
-    }
+    env = client_tls_env(tmp_path)
     with running_etcd(tls=tmp_path) as server:
         trio.run(_fill, server.etcd_url, env)
         expected = _through_gateway(server.etcd_url, env)

@@ -168,30 +168,46 @@ def _fetch(pages: Iterator[Listed], fetched: Fetched) -> None:
         fetched.put(exc)
 
 
-def _grpc_pages(channel: RangeChannel) -> Iterator[Listed]:
-    """The pages of the listing over gRPC, every page at the first page's revision."""
-    from pyfelix.datastore.etcd import LIST_PAGE, prefix_end  # noqa: PLC0415
-    from pyfelix.datastore.etcd_grpc import parse_range_response  # noqa: PLC0415
-    from pyfelix.datastore.layout import WATCH_PREFIX  # noqa: PLC0415
+#: One page of the listing from ``start`` (a key) at ``revision`` (0: the latest): the
+#: revision it was listed at, whether more follow, its keys.
+PageFetch = Callable[[bytes, int], "Listed"]
+
+
+def _paged(fetch: PageFetch, close: Callable[[], object]) -> Iterator[Listed]:
+    """The pages of the listing, every page at the first page's revision; ``close`` at the
+    end, or when the caller stops early."""
+    from pyfelix.datastore.layout import WATCH_PREFIX  # noqa: PLC0415 (in the child only)
 
     start, revision = _raw(WATCH_PREFIX), 0
-    end = _raw(prefix_end(WATCH_PREFIX))
     try:
         while True:
-            answer = channel.range(start, end, LIST_PAGE, revision)
-            listed_at, more, kvs = parse_range_response(answer)
+            listed_at, more, kvs = fetch(start, revision)
             revision = revision or listed_at
             yield revision, more, kvs
             if not more or not kvs:
                 return
             start = kvs[-1][0] + b"\0"
     finally:
-        channel.close()
+        close()
+
+
+def _grpc_pages(channel: RangeChannel) -> Iterator[Listed]:
+    """The pages of the listing over gRPC."""
+    from pyfelix.datastore.etcd import LIST_PAGE, prefix_end  # noqa: PLC0415
+    from pyfelix.datastore.etcd_grpc import parse_range_response  # noqa: PLC0415
+    from pyfelix.datastore.layout import WATCH_PREFIX  # noqa: PLC0415
+
+    end = _raw(prefix_end(WATCH_PREFIX))
+
+    def fetch(start: bytes, revision: int) -> Listed:
+        return parse_range_response(channel.range(start, end, LIST_PAGE, revision))
+
+    return _paged(fetch, channel.close)
 
 
 def _gateway_pages(target: ParseResult, tls: ssl.SSLContext | None) -> Iterator[Listed]:
-    """The pages of the listing through etcd's JSON gateway, each with the first page's
-    revision, every page at that revision (raises OSError when it does not answer)."""
+    """The pages of the listing through etcd's JSON gateway (raises OSError when it does not
+    answer)."""
     import base64  # noqa: PLC0415 (in the child only)
     import binascii  # noqa: PLC0415
     import http.client  # noqa: PLC0415
@@ -223,28 +239,24 @@ def _gateway_pages(target: ParseResult, tls: ssl.SSLContext | None) -> Iterator[
             int(kv.get("lease", 0)),
         )
 
-    start, revision, end = _raw(WATCH_PREFIX), 0, b64(_raw(prefix_end(WATCH_PREFIX)))
-    try:
-        while True:
-            body: dict[str, str] = {"key": b64(start), "range_end": end, "limit": str(LIST_PAGE)}
-            if revision:
-                body["revision"] = str(revision)
-            headers = {"Content-Type": "application/json"}
-            connection.request("POST", "/v3/kv/range", json.dumps(body), headers)
-            response = connection.getresponse()
-            data = response.read()
-            if response.status != 200:
-                raise OSError(f"etcd answered {response.status}")
-            listed = jsontext.loads(data)
-            revision = revision or int(listed.get("header", {}).get("revision", 0))
-            kvs = [unpacked(kv) for kv in listed.get("kvs", [])]
-            more = bool(listed.get("more"))
-            yield revision, more, kvs
-            if not more or not kvs:
-                return
-            start = kvs[-1][0] + b"\0"
-    finally:
-        connection.close()
+    end = b64(_raw(prefix_end(WATCH_PREFIX)))
+
+    def fetch(start: bytes, revision: int) -> Listed:
+        body: dict[str, str] = {"key": b64(start), "range_end": end, "limit": str(LIST_PAGE)}
+        if revision:
+            body["revision"] = str(revision)
+        headers = {"Content-Type": "application/json"}
+        connection.request("POST", "/v3/kv/range", json.dumps(body), headers)
+        response = connection.getresponse()
+        data = response.read()
+        if response.status != 200:
+            raise OSError(f"etcd answered {response.status}")
+        listed = jsontext.loads(data)
+        listed_at = int(listed.get("header", {}).get("revision", 0))
+        kvs = [unpacked(kv) for kv in listed.get("kvs", [])]
+        return listed_at, bool(listed.get("more")), kvs
+
+    return _paged(fetch, connection.close)
 
 
 def _raw(key: str) -> bytes:
