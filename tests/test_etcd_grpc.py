@@ -144,6 +144,19 @@ def test_the_first_listing_speaks_grpc(etcd: EtcdServer) -> None:
     assert _by_child(etcd.etcd_url) == expected
 
 
+def test_the_first_listing_from_an_ipv6_endpoint(tmp_path: Path) -> None:
+    """An etcd on ::1, named in brackets in the URL (and so in HTTP/2's authority)."""
+    data = tmp_path / "etcd"
+    data.mkdir()
+    server = EtcdServer(str(data), host="[::1]")
+    try:
+        server.start()
+        trio.run(_fill, server.etcd_url)
+        assert _by_child(server.etcd_url) == _through_gateway(server.etcd_url)
+    finally:
+        server.stop()
+
+
 def test_a_refused_range_names_etcds_reason(etcd: EtcdServer) -> None:
     channel = RangeChannel("127.0.0.1", etcd.client_port, tls=None, timeout=5)
     try:

@@ -200,7 +200,7 @@ class RangeChannel:
     def __init__(self, host: str, port: int, *, tls: ssl.SSLContext | None, timeout: float) -> None:
         """Connects (raises OSError, or GrpcError when the endpoint does not speak HTTP/2);
         ``tls`` None: plaintext, with HTTP/2 from the first byte, as etcd accepts it."""
-        self._authority = f"{host}:{port}"
+        self._authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self._scheme = "https" if tls is not None else "http"
         self._socket = _connect(host, port, tls, timeout)
         config = h2.config.H2Configuration(client_side=True, header_encoding=None)
