@@ -132,6 +132,33 @@ def test_an_unreadable_entry_is_parsed_and_kept_again(
     assert parsed == []
 
 
+def test_spoilt_entries_handed_on_by_the_child_are_read_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The child hands a cache entry on as its bytes, unread: entries spoilt on disk (empty,
+    not marshal, not documents) make the first read parse those files here, with the same
+    result, and keep them again."""
+    monkeypatch.setattr(shared_parse, "MIN_PREFETCH_BYTES", 0)
+    directory = tmp_path / "cluster"
+    paths = _cluster(directory)
+    expected = _read_all(paths)
+    cache = _cache(tmp_path, directory)
+    _read_all(paths, cache=cache)
+    spoilt = [b"", b"\xff not marshal", marshal.dumps({"not": "documents"})]
+    for n, entry in enumerate(sorted(cache.directory.glob("*.marshal"))):
+        entry.write_bytes(spoilt[n % 3])
+    parsed = _parsing_counted(monkeypatch)
+    prefetch = shared_parse.ParsePrefetch(
+        directory, cli._endpoint_checks, _cache(tmp_path, directory)
+    )
+    _child_done(prefetch)
+    assert _read_all(paths, prefetch, _cache(tmp_path, directory)) == expected
+    assert len(parsed) == len(paths)  # each parsed here (the child's parses are not counted)
+    parsed.clear()
+    assert _read_all(paths, cache=_cache(tmp_path, directory)) == expected
+    assert parsed == []
+
+
 def test_a_cache_in_a_file_s_place_changes_nothing_but_the_time(
     tmp_path: Path, cache_dir: Path
 ) -> None:

@@ -133,31 +133,52 @@ class ParseCache:
 
     def get(self, key: str) -> Parsed | None:
         """The documents kept under ``key`` (touched: this read used them), or None."""
-        path = self.directory / (key + _SUFFIX)
+        data = self.get_marshalled(key)
+        if data is None:
+            return None
         try:
-            with path.open("rb") as file:
-                parsed = marshal.loads(file.read())
-            os.utime(path)
-        except (OSError, EOFError, ValueError, TypeError):
+            parsed = marshal.loads(data)
+        except (EOFError, ValueError, TypeError):
             return None
         return parsed if isinstance(parsed, list) else None
 
+    def get_marshalled(self, key: str) -> bytes | None:
+        """``get`` as its entry's bytes, not checked (a reader that cannot load them parses
+        the file itself), or None."""
+        path = self.directory / (key + _SUFFIX)
+        try:
+            with path.open("rb") as file:
+                data = file.read()
+            os.utime(path)
+        except OSError:
+            return None
+        return data
+
     def put(self, key: str, parsed: Parsed) -> None:
-        """Keep ``parsed`` under ``key``: written aside and renamed, so a reader finds the whole
-        entry or none; a failure turns writing off for this process (said once, at debug)."""
+        """Keep ``parsed`` under ``key`` (``put_marshalled``)."""
+        try:
+            data = marshal.dumps(parsed)
+        except ValueError as exc:
+            log.debug("not keeping parsed manifests in %s: %s", self.directory, exc)
+            return
+        self.put_marshalled(key, data)
+
+    def put_marshalled(self, key: str, data: bytes) -> None:
+        """Keep documents already marshalled under ``key``: written aside and renamed, so a
+        reader finds the whole entry or none; a failure turns writing off for this process
+        (said once, at debug)."""
         if not self._writable:
             return
         path = self.directory / (key + _SUFFIX)
         partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         try:
-            data = marshal.dumps(parsed)
             self.directory.mkdir(parents=True, exist_ok=True)
             marker = self.directory / ROOT_FILE
             if not marker.exists():
                 marker.write_text(str(self._root))
             partial.write_bytes(data)
             os.replace(partial, path)
-        except (OSError, ValueError) as exc:
+        except OSError as exc:
             log.debug("not keeping parsed manifests in %s: %s", self.directory, exc)
             self._writable = False
             with contextlib.suppress(OSError):
@@ -234,6 +255,24 @@ class ParseCache:
         if not isinstance(result, LoadResult):
             self.put(key, result)
         return result
+
+    def parse_marshalled(self, text: str, source: str, digest: Digest | None) -> bytes | None:
+        """``parse`` as marshalled documents (an entry's bytes as they are kept: a hit is
+        handed on without loading it, a miss marshalled once for the entry and the caller);
+        None when the text does not parse or its documents do not marshal."""
+        key = self.key(text)
+        data = self.get_marshalled(key)
+        if data is not None:
+            return data
+        result = parse_digested(text, source, digest)
+        if isinstance(result, LoadResult):
+            return None
+        try:
+            data = marshal.dumps(result)
+        except ValueError:
+            return None
+        self.put_marshalled(key, data)
+        return data
 
     def prune(self, before: float) -> int:
         """Remove this datastore's entries not used since ``before`` (a time.time()), and the

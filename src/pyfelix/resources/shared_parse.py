@@ -35,6 +35,7 @@ from pyfelix.resources.loader import (
     manifest_files_and_links,
     manifest_sources,
     merge,
+    parse_text,
     read_manifest,
 )
 from pyfelix.resources.parse_cache import ParseCache, Stat, file_stat, parse_digested
@@ -161,39 +162,58 @@ class SharedParse:
                 yield source, parsed
 
 
-def _parse_into(
-    spool: BinaryIO,
-    files: list[Path],
-    stat: Stat | None = None,
-    digest: Digest | None = None,
-    cache: ParseCache | None = None,
-) -> int:
-    """Each file's documents as a length-prefixed marshal record (with ``stat`` when given;
-    each document ``digest`` takes as the tuple it gives; from ``cache`` when it holds them);
-    a file that cannot be read, parsed or marshalled is left out (the parent loads it, and
-    reports its problem). The records are flushed; how many were written."""
+def _parse_into(spool: BinaryIO, files: list[Path]) -> int:
+    """Each file's documents as a length-prefixed marshal record; a file that cannot be
+    read, parsed or marshalled is left out (the parent loads it, and reports its problem).
+    The records are flushed; how many were written."""
     written = 0
     for file in files:
         try:
-            text = read_manifest(file)
-        except (OSError, UnicodeDecodeError):
+            parsed = parse_text(read_manifest(file), str(file))
+            if isinstance(parsed, LoadResult):
+                continue
+            record = marshal.dumps((str(file), parsed))
+        except (OSError, UnicodeDecodeError, ValueError):
             continue
-        if cache is not None:
-            parsed = cache.parse(text, str(file), digest)
-        else:
-            parsed = parse_digested(text, str(file), digest)
-        if isinstance(parsed, LoadResult):
-            continue
-        try:
-            fields = (str(file), parsed) if stat is None else (str(file), stat, parsed)
-            record = marshal.dumps(fields)
-        except ValueError:
-            continue
-        spool.write(len(record).to_bytes(_LENGTH, "little"))
-        spool.write(record)
+        _write_record(spool, record)
         written += 1
     spool.flush()
     return written
+
+
+def _prefetch_into(
+    spool: BinaryIO, file: Path, stat: Stat | None, digest: Digest | None, cache: ParseCache | None
+) -> bool:
+    """One file of the prefetch as a record (its path, ``stat`` as the file was when read,
+    its documents marshalled, each ``digest`` takes as the tuple it gives), from ``cache``
+    when it holds them (their bytes handed on as kept: one marshal a file, or none); whether
+    it was written (a file gone, or one that cannot be read, parsed or marshalled, is the
+    parent's)."""
+    if stat is None:
+        return False
+    try:
+        text = read_manifest(file)
+    except (OSError, UnicodeDecodeError):
+        return False
+    data: bytes | None
+    if cache is not None:
+        data = cache.parse_marshalled(text, str(file), digest)
+    else:
+        parsed = parse_digested(text, str(file), digest)
+        try:
+            data = None if isinstance(parsed, LoadResult) else marshal.dumps(parsed)
+        except ValueError:
+            data = None
+    if data is None:
+        return False
+    _write_record(spool, marshal.dumps((str(file), stat, data)))
+    spool.flush()
+    return True
+
+
+def _write_record(spool: BinaryIO, record: bytes) -> None:
+    spool.write(len(record).to_bytes(_LENGTH, "little"))
+    spool.write(record)
 
 
 #: What became of a file of the prefetch, in its byte of shared memory: nobody's yet, claimed
@@ -236,7 +256,7 @@ class ParsePrefetch:
         self._spool: BinaryIO | None = None
         self._index: dict[Path, int] = {}
         self._offset = 0
-        self._records: dict[str, Prefetched] = {}
+        self._records: dict[str, tuple[Stat, bytes]] = {}
         files = manifest_files_and_links(root)[0] if root.is_dir() else []
         yaml_bytes = sum(file_size(f) for f in files if f.suffix != ".json")
         if yaml_bytes < MIN_PREFETCH_BYTES or available_cores() < 2:
@@ -267,7 +287,7 @@ class ParsePrefetch:
             claims[n] = _CHILD
             stat = file_stat(file)
             # The state changes once the record is flushed: the parent reads it only then.
-            written = _parse_into(spool, [file], stat, checks, cache)
+            written = _prefetch_into(spool, file, stat, checks, cache)
             claims[n] = _DELIVERED if written else _SKIPPED
 
     def schedule(self, paths: list[Path]) -> Iterator[tuple[int, Prefetched | None]]:
@@ -329,12 +349,15 @@ class ParsePrefetch:
             if len(header) < _LENGTH:
                 return None
             length = int.from_bytes(header, "little")
-            source, stat, parsed = marshal.loads(
-                os.pread(descriptor, length, self._offset + _LENGTH)
-            )
+            source, stat, data = marshal.loads(os.pread(descriptor, length, self._offset + _LENGTH))
             self._offset += _LENGTH + length
-            self._records[source] = (tuple(stat), parsed)
-        return self._records.pop(wanted)
+            self._records[source] = (tuple(stat), data)
+        stat, data = self._records.pop(wanted)
+        try:
+            parsed = marshal.loads(data)
+        except (EOFError, ValueError, TypeError):
+            parsed = None  # a cache entry spoilt on disk: the file is read here
+        return (stat, parsed) if isinstance(parsed, list) else None
 
     def close(self) -> None:
         """Stop and reap the child (done, or parsing a file this process has read too)."""
