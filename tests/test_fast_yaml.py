@@ -14,6 +14,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pyfelix.resources import fast_yaml
 from pyfelix.resources.fast_yaml import parse_plain
 from pyfelix.resources.loader import load_text, parse_strict, parse_yaml
 from tests.conftest import REPO
@@ -74,6 +75,25 @@ def test_yaml_rs_reads_what_the_strict_loader_reads(
         text = text[:at] + inserted + text[at:]
     fast, strict = readings(text)
     assert fast == strict, text
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.from_regex(fast_yaml._SIMPLE, fullmatch=True))
+def test_lines_plain_at_a_glance_pass_every_check(line: str) -> None:
+    """What the glance takes out of the checks, the checks would have passed."""
+    assert fast_yaml._lines_plain("\n" + line + "\n"), line
+
+
+def test_tricky_words_are_never_plain_at_a_glance_where_the_checks_object() -> None:
+    words = [w for w in TRICKY if "\n" not in w] + ["a.b", "x1", "k8s", "ab-"]
+    for key in words:
+        for value in words:
+            for indent in ("", "  ", "- ", "    - ", " " * 25):
+                line = f"{indent}{key}: {value}"
+                if fast_yaml._SIMPLE.fullmatch(line):
+                    assert fast_yaml._lines_plain("\n" + line + "\n"), line
+    assert fast_yaml._SIMPLE.fullmatch("  name: wep-4001")
+    assert fast_yaml._SIMPLE.fullmatch("    - 10.0.15.161/32")
 
 
 @pytest.mark.parametrize(

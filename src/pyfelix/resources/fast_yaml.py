@@ -97,6 +97,19 @@ _FLOW = re.compile(r"[\[{](?![\]}])")
 _START = re.compile(r"\n---(?=[ \n]|$)")
 #: A line with content: not blank, not only a comment.
 _CONTENT = re.compile(r"^[ ]*[^ \n#]", re.MULTILINE)
+#: YAML 1.1's booleans that YAML 1.2 reads as strings (as in _DIFFERENT).
+_WORDS = "yes|Yes|YES|no|No|NO|on|On|ON|off|Off|OFF"
+#: Lines plain at a glance, the bulk of a CNI-written manifest's lines found nowhere else (a
+#: name, a pod, an interface, an address): a key and a value that are words starting with a
+#: letter, neither one of _WORDS (a value of letters, digits and ``-./``), or an IPv4
+#: address as a list item, indented at most 24 columns, one block indicator at most. None of
+#: the checks below can find anything in them (tests/test_fast_yaml.py generates such lines
+#: and asks the checks); they are taken out before the checks run.
+_SIMPLE = re.compile(
+    rf"[ ]{{0,24}}(?:-[ ])?(?!(?:{_WORDS}):)[A-Za-z][A-Za-z0-9]*:"
+    rf"[ ](?!(?:{_WORDS})$)[A-Za-z][-A-Za-z0-9./]*"
+    r"|[ ]{0,24}-[ ][0-9]{1,3}(?:\.[0-9]{1,3}){3}(?:/[0-9]{1,2})?"
+)
 #: Lines found plain already, in any file (each check is about one line): manifests repeat
 #: most of theirs. Bounded: once full, new lines are checked every time they come.
 _PLAIN_LINES: set[str] = set()
@@ -121,20 +134,27 @@ def _plain_text(text: str) -> bool:
     """Whether nothing in ``text`` may read differently, or go deeper than the strict
     loader allows (its 64 levels: 24 columns of indentation nest at most 26 levels, four
     indicators on a line four more; parse_plain takes no flow collection but ``{}`` and
-    ``[]``). Each check is about one line, so lines seen plain before are not checked."""
+    ``[]``). Each check is about one line, so lines seen plain before are not checked, nor
+    are lines plain at a glance (``_SIMPLE``)."""
     fresh = set(text.split("\n"))
     fresh.difference_update(_PLAIN_LINES)
     if not fresh:
         return True
-    lines = "\n" + "\n".join(fresh) + "\n"
-    if _UNUSUAL.search(lines) or _SHAPES.search(lines) or _FLOW_KEY.search(lines):
-        return False
-    suspects = _suspect_lines(lines)
-    if suspects and _DIFFERENT.search("\n".join(suspects)):
+    simple = _SIMPLE.fullmatch
+    rest = [line for line in fresh if not simple(line)]
+    if rest and not _lines_plain("\n" + "\n".join(rest) + "\n"):
         return False
     if len(_PLAIN_LINES) + len(fresh) <= _PLAIN_LINES_LIMIT:
         _PLAIN_LINES.update(fresh)
     return True
+
+
+def _lines_plain(lines: str) -> bool:
+    """The checks of ``_plain_text`` on ``lines`` (lines between line breaks)."""
+    if _UNUSUAL.search(lines) or _SHAPES.search(lines) or _FLOW_KEY.search(lines):
+        return False
+    suspects = _suspect_lines(lines)
+    return not (suspects and _DIFFERENT.search("\n".join(suspects)))
 
 
 def _marked(text: str, start: int) -> bool:
