@@ -50,13 +50,13 @@ from pyfelix.syncer.files import FileSyncer
 from pyfelix.syncer.plain_workloads import plain_fields
 from pyfelix.validation import context_from
 from pyfelix_dataplane.linux.driver import LinuxDriver
-from pyfelix_dataplane.printing import PrintingDriver
 
 if TYPE_CHECKING:
     from pyfelix.datastore.etcd import EtcdClient
     from pyfelix.datastore.prefetch import ListingPrefetch
     from pyfelix.status import EtcdStatusReporter
     from pyfelix.syncer.etcd import EtcdSyncer
+    from pyfelix_dataplane.printing import PrintingDriver
 
 log = logging.getLogger(__name__)
 
@@ -231,6 +231,9 @@ async def run_agent(options: AgentOptions, out: TextIO = sys.stdout) -> int:
 
     driver: PrintingDriver | LinuxDriver
     if options.dry_run:
+        # The printer (and the messages' descriptions) only for --dry-run: 5 ms of a start.
+        from pyfelix_dataplane.printing import PrintingDriver  # noqa: PLC0415
+
         driver = PrintingDriver(
             out, from_send, status_interval=options.status_interval, report_health=report_dataplane
         )
