@@ -17,7 +17,9 @@ Every exception pyfelix raises is a PyfelixError; those that are also a kind of 
     │                            (pyfelix.syncer.inotify)
     ├── EtcdError                an etcd request failed (pyfelix.datastore.etcd)
     │   ├── EtcdUnavailable      no configured endpoint could be reached
-    │   └── EtcdCompacted        a watch fell behind a compaction: re-list
+    │   ├── EtcdCompacted        a watch fell behind a compaction: re-list
+    │   └── GrpcError            the first listing's gRPC call refused, or its answer
+    │                            unreadable (pyfelix.datastore.etcd_grpc; its child only)
     ├── CommandError             a `pyfelix datastore` command cannot be carried out
     ├── MetricsTLSError          a PrometheusMetrics* TLS file is missing or unusable (OSError)
     │                            (pyfelix.metrics)

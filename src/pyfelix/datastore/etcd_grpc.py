@@ -2,8 +2,8 @@
 
 etcd serves its JSON gateway (what ``EtcdClient`` speaks) by translating each call to gRPC
 and the answer back, with every key and value in base64: for a listing of 100,000 endpoints
-that costs etcd 4.2 s of CPU, against 0.8 s to answer the same listing over gRPC, as
-etcdctl and Go Felix ask (bench/RESULTS.md). On a node where etcd, the agent and the
+that costs etcd 3-4.4 s of CPU, against 0.8-1.5 s to answer the same listing over gRPC, as
+etcdctl and Go Felix ask (bench/bench_etcd_listing.py). On a node where etcd, the agent and the
 listing's child share two cores, that CPU is the start's. So the first listing speaks gRPC:
 one blocking HTTP/2 connection (``h2`` keeps the protocol: frames, header compression, flow
 control), one unary call per page, the request and the answer in protobuf's wire format,
@@ -26,6 +26,8 @@ import h2.events
 import h2.exceptions
 import h2.settings
 
+from pyfelix.datastore.etcd import EtcdError
+
 #: The Range method's path (etcd's etcdserverpb.KV service).
 RANGE_PATH = "/etcdserverpb.KV/Range"
 #: How much etcd may send before this side acknowledges it (per stream and per connection):
@@ -37,7 +39,7 @@ _READ = 1 << 20
 KeyValue = tuple[bytes, int, int, int, bytes, int]
 
 
-class GrpcError(Exception):
+class GrpcError(EtcdError):
     """A call etcd refused (its grpc-status and message) or an answer that does not parse."""
 
 
