@@ -8,6 +8,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 from pyfelix.config import ParamError
 from pyfelix.datastore.commands import CommandError
 from pyfelix.datastore.etcd import EtcdCompacted, EtcdError, EtcdUnavailable
+from pyfelix.datastore.etcd_grpc import GrpcError
 from pyfelix.errors import DataplaneWriteError, ManifestError, PyfelixError, RestartRequired
 from pyfelix.resources.schema import TooDeep
 from pyfelix.selector import SelectorError
@@ -28,6 +29,7 @@ from pyfelix_dataplane.rules.marks import MarkMaskTooSmall
         EtcdError,
         EtcdUnavailable,
         EtcdCompacted,
+        GrpcError,
         CommandError,
         DataplaneWriteError,
         RestartRequired,
