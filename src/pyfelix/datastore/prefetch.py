@@ -123,8 +123,7 @@ def _first_page_from(
     """The listing's pages from the endpoint at ``target``, its first page fetched (None:
     the endpoint does not answer): over gRPC, or through the JSON gateway when the endpoint
     does not speak gRPC (a proxy that knows only HTTP/1.1, say)."""
-    import itertools  # noqa: PLC0415 (in the child only)
-    import ssl  # noqa: PLC0415
+    import ssl  # noqa: PLC0415 (in the child only)
 
     from pyfelix.datastore.etcd import REQUEST_TIMEOUT  # noqa: PLC0415
     from pyfelix.datastore.etcd_grpc import GrpcError, RangeChannel  # noqa: PLC0415
@@ -133,27 +132,30 @@ def _first_page_from(
     if target.scheme == "https":
         tls = context if isinstance(context, ssl.SSLContext) else ssl.create_default_context()
     host, port = target.hostname or "localhost", target.port or 2379
+    reason: Exception
     try:
         channel = RangeChannel(host, port, tls=tls, timeout=REQUEST_TIMEOUT)
     except OSError:
         return None
     except GrpcError as exc:
-        log.info("etcd at %s: %s; listing through its JSON gateway", target.netloc, exc)
-        pages = _gateway_pages(target, tls)
+        reason = exc
     else:
         try:
-            pages = _grpc_pages(channel)
-            first = next(pages)
+            return _started(_grpc_pages(channel))  # the pages close the channel if this fails
         except (GrpcError, OSError) as exc:
-            channel.close()
-            log.info("etcd at %s: %s; listing through its JSON gateway", target.netloc, exc)
-            pages = _gateway_pages(target, tls)
-        else:
-            return itertools.chain([first], pages)
+            reason = exc
+    log.info("etcd at %s: %s; listing through its JSON gateway", target.netloc, reason)
     try:
-        first = next(pages)
+        return _started(_gateway_pages(target, tls))
     except OSError:
         return None
+
+
+def _started(pages: Iterator[Listed]) -> Iterator[Listed]:
+    """``pages`` with the first one fetched already (what fetching it raised, raised)."""
+    import itertools  # noqa: PLC0415 (in the child only)
+
+    first = next(pages)
     return itertools.chain([first], pages)
 
 
