@@ -264,14 +264,9 @@ class ParseCache:
         data = self.get_marshalled(key)
         if data is not None:
             return data
-        result = parse_digested(text, source, digest)
-        if isinstance(result, LoadResult):
-            return None
-        try:
-            data = marshal.dumps(result)
-        except ValueError:
-            return None
-        self.put_marshalled(key, data)
+        data = parse_marshalled(text, source, digest)
+        if data is not None:
+            self.put_marshalled(key, data)
         return data
 
     def prune(self, before: float) -> int:
@@ -311,6 +306,18 @@ def parse_digested(text: str, source: str, digest: Digest | None) -> Parsed | Lo
     if isinstance(parsed, LoadResult) or digest is None:
         return parsed
     return [digested(entry, digest) for entry in parsed]
+
+
+def parse_marshalled(text: str, source: str, digest: Digest | None) -> bytes | None:
+    """``parse_digested``'s documents marshalled; None when the text does not parse or
+    its documents do not marshal (the reader parses the file itself, and reports it)."""
+    parsed = parse_digested(text, source, digest)
+    if isinstance(parsed, LoadResult):
+        return None
+    try:
+        return marshal.dumps(parsed)
+    except ValueError:
+        return None
 
 
 def digested(entry: tuple[Any, int, list[int]], digest: Digest) -> tuple[Any, int, list[int]]:

@@ -38,7 +38,7 @@ from pyfelix.resources.loader import (
     parse_text,
     read_manifest,
 )
-from pyfelix.resources.parse_cache import ParseCache, Stat, file_stat, parse_digested
+from pyfelix.resources.parse_cache import ParseCache, Stat, file_stat, parse_marshalled
 
 log = logging.getLogger(__name__)
 
@@ -195,15 +195,10 @@ def _prefetch_into(
         text = read_manifest(file)
     except (OSError, UnicodeDecodeError):
         return False
-    data: bytes | None
     if cache is not None:
         data = cache.parse_marshalled(text, str(file), digest)
     else:
-        parsed = parse_digested(text, str(file), digest)
-        try:
-            data = None if isinstance(parsed, LoadResult) else marshal.dumps(parsed)
-        except ValueError:
-            data = None
+        data = parse_marshalled(text, str(file), digest)
     if data is None:
         return False
     _write_record(spool, marshal.dumps((str(file), stat, data)))
