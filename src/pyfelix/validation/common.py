@@ -63,12 +63,15 @@ def check_name(c: Checker, name: str, *, label: bool = False) -> None:
         )
 
 
-@functools.lru_cache(maxsize=1 << 16)
-def good_name(name: str, *, label: bool = False) -> bool:
-    """What ``check_name`` accepts, without a Checker (names repeat: nodes, namespaces)."""
+def name_accepted(name: str, *, label: bool = False) -> bool:
+    """What ``check_name`` accepts, without a Checker."""
     limit = MAX_LABEL_NAME_LENGTH if label else MAX_NAME_LENGTH
     pattern = DNS1123_LABEL if label else DNS1123_SUBDOMAIN
     return bool(name) and len(name) <= limit and bool(pattern.match(name))
+
+
+#: ``name_accepted``, cached: names repeat (nodes, namespaces, profiles).
+good_name = functools.lru_cache(maxsize=1 << 16)(name_accepted)
 
 
 def good_labels(labels: Mapping[str, str]) -> bool:

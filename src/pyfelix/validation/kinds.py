@@ -14,10 +14,8 @@ from pyfelix.errors import FieldProblem
 from pyfelix.ipnet import IPV4_HOST, parse_network
 from pyfelix.resources.policy import BUILTIN_TIERS, GlobalNetworkPolicySpec, NetworkPolicySpec
 from pyfelix.validation.common import (
-    DNS1123_SUBDOMAIN,
     INTERFACE_NAME,
     MAC,
-    MAX_NAME_LENGTH,
     Checker,
     check_annotations,
     check_cidr,
@@ -35,6 +33,7 @@ from pyfelix.validation.common import (
     good_annotations,
     good_labels,
     good_name,
+    name_accepted,
     port_name_problem,
     supports_ports,
 )
@@ -149,7 +148,7 @@ def plain_workload_valid(
         return False
     # Loops, not all() over generators: this runs for every endpoint of a snapshot, and a
     # generator costs more than the check it drives for the one or two items there are.
-    if not (name and len(name) <= MAX_NAME_LENGTH and DNS1123_SUBDOMAIN.match(name)):
+    if not name_accepted(name):
         return False  # each endpoint's own: not worth the names' cache
     if not (good_name(namespace, label=True) and interface_name):
         return False
