@@ -34,7 +34,7 @@ from typing import Any
 import trio
 import yaml
 
-from bytecode import compile_agent, compile_bytecode, write_attrs_cache
+from bytecode import compile_agent, compile_baseline
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -272,9 +272,7 @@ def main() -> None:
 
 def paired_agents(endpoints: int, policies: int, baseline: Path, pairs: int) -> None:
     """``agent_from_etcd`` for the baseline's code and this one, alternately."""
-    path = f"{baseline / 'src'}:{baseline / 'dataplane'}"
-    compile_bytecode(baseline / "src", baseline / "dataplane")
-    write_attrs_cache({**os.environ, "PYTHONPATH": path})
+    path = compile_baseline(baseline)
     sides: dict[str, dict[str, str]] = {"base": {"PYTHONPATH": path}, "this": {}}
     found: dict[str, list[float]] = {name: [] for name in sides}
     for n in range(pairs):

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from bench_driver import NODE, add_interfaces, settle, wait_for, write_manifests
-from bytecode import compile_agent, compile_bytecode, write_attrs_cache
+from bytecode import compile_agent, compile_baseline
 
 #: How long the unmeasured first start of each side runs on after its first apply.
 FILL_WAIT = 8.0
@@ -77,10 +77,7 @@ def main() -> None:
     parser.add_argument("pairs", type=int, nargs="?", default=10)
     args = parser.parse_args()
     compile_agent()
-    baseline = args.baseline.resolve()
-    path = f"{baseline / 'src'}:{baseline / 'dataplane'}"
-    compile_bytecode(baseline / "src", baseline / "dataplane")
-    write_attrs_cache({**os.environ, "PYTHONPATH": path})
+    path = compile_baseline(args.baseline.resolve())
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)
         directory = root / "manifests"

@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from bytecode import compile_agent, compile_bytecode, write_attrs_cache
+from bytecode import compile_agent, compile_baseline
 
 HOST = "host-local"
 PER_FILE = 1000
@@ -196,10 +196,7 @@ def main() -> None:
     baseline_env = None
     compile_agent()
     if args.baseline is not None:
-        base = args.baseline.resolve()
-        baseline_env = dict(os.environ, PYTHONPATH=f"{base / 'src'}:{base / 'dataplane'}")
-        compile_bytecode(base / "src", base / "dataplane")
-        write_attrs_cache(baseline_env)
+        baseline_env = dict(os.environ, PYTHONPATH=compile_baseline(args.baseline.resolve()))
     for shape in args.shapes:
         with tempfile.TemporaryDirectory(prefix=f"pfbench-{shape}-") as tmp:
             directory = Path(tmp)

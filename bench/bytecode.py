@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import compileall
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -56,3 +57,12 @@ def compile_agent() -> None:
     """The bytecode of the agent this process would run (a baseline's, under its PYTHONPATH)."""
     compile_bytecode(*package_dirs("pyfelix", "pyfelix_dataplane"))
     write_attrs_cache()
+
+
+def compile_baseline(worktree: Path) -> str:
+    """The agent of another checkout (a worktree to compare with) compiled as this one's is;
+    the PYTHONPATH that runs it."""
+    path = f"{worktree / 'src'}:{worktree / 'dataplane'}"
+    compile_bytecode(worktree / "src", worktree / "dataplane")
+    write_attrs_cache({**os.environ, "PYTHONPATH": path})
+    return path
