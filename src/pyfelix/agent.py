@@ -175,22 +175,24 @@ async def _serve_health(
     config_known: trio.Event,
 ) -> None:
     """Once the configuration is known, serve health (/liveness, /readiness) and Felix's
-    metrics (/metrics, over TLS when configured) on their ports, each if enabled. The servers
-    are imported only then, and Prometheus' client only if metrics are enabled (off by
-    default, as in Felix): 0.03 s of every start otherwise, while the first read runs. The
-    configuration comes with InSync, when the first apply is about to render: the servers
-    wait until its tables are with the kernel's tools (at most HEALTH_START_DELAY)."""
+    metrics (/metrics, over TLS when configured) on their ports, each if enabled. What serves
+    them is imported only for what is enabled (the HTTP server 0.045 s, Prometheus' client
+    0.03 s), and only once the first apply's tables are with the kernel's tools (at most
+    HEALTH_START_DELAY): the configuration comes with InSync, as the first apply renders."""
     await config_known.wait()
+    config = connector.felix_config
+    assert config is not None
+    if not (config.health_enabled or config.prometheus_metrics_enabled):
+        return
     if isinstance(driver, LinuxDriver):
         with trio.move_on_after(HEALTH_START_DELAY):
             await driver.writing.wait()
-    config = connector.felix_config
-    assert config is not None
-    from pyfelix.health import health_routes  # noqa: PLC0415
     from pyfelix.httpserver import HttpServer  # noqa: PLC0415
 
     async with trio.open_nursery() as nursery:
         if config.health_enabled:
+            from pyfelix.health import health_routes  # noqa: PLC0415
+
             health = HttpServer(health_routes(calc.health, lambda: connector.dataplane_in_sync))
             await nursery.start(health.serve, config.health_host, config.health_port)
         if config.prometheus_metrics_enabled:
