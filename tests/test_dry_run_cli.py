@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -92,13 +94,59 @@ def test_dry_run_from_etcd(etcd: EtcdServer) -> None:
     assert json.loads(from_etcd.stdout) == json.loads(from_files.stdout)
 
 
-def wait_for(process: subprocess.Popen[str], needle: str, timeout: float = 20.0) -> list[str]:
-    assert process.stdout is not None
+class DryRunAgent(subprocess.Popen[str]):
+    """``pyfelix run --dry-run``, both its outputs read as they come by threads: a pipe that
+    nobody reads fills up (64 KB; the example cluster prints 69 KB after InSync) and stops the
+    agent at its next print, so a test waiting for what it does next timed out."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        super().__init__(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env
+        )
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self._errors: list[str] = []
+        self._readers = [
+            threading.Thread(target=self._read_lines, daemon=True),
+            threading.Thread(target=self._read_errors, daemon=True),
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    def _read_lines(self) -> None:
+        assert self.stdout is not None
+        for line in self.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def _read_errors(self) -> None:
+        assert self.stderr is not None
+        self._errors.append(self.stderr.read())
+
+    def next_line(self, timeout: float = 20.0) -> str | None:
+        """The next line printed, None at the end of the output (or after ``timeout``)."""
+        try:
+            return self.lines.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def error_output(self, timeout: float = 20.0) -> str:
+        """What the agent wrote to stderr, once it has exited."""
+        self.wait(timeout=timeout)
+        self._readers[1].join(timeout=timeout)
+        return "".join(self._errors)
+
+    def stop(self) -> str:
+        """Terminate the agent; what it wrote to stderr."""
+        self.terminate()
+        return self.error_output(timeout=10)
+
+
+def wait_for(process: DryRunAgent, needle: str, timeout: float = 20.0) -> list[str]:
     seen = []
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line:
+    while (remaining := deadline - time.monotonic()) > 0:
+        line = process.next_line(remaining)
+        if line is None:
             break
         seen.append(line.rstrip())
         if needle in line:
@@ -106,18 +154,12 @@ def wait_for(process: subprocess.Popen[str], needle: str, timeout: float = 20.0)
     raise AssertionError(f"{needle!r} not seen in {seen[-20:]}")
 
 
-def start_dry_run_agent(
-    manifests: Path | None, env: dict[str, str] | None = None
-) -> subprocess.Popen[str]:
+def start_dry_run_agent(manifests: Path | None, env: dict[str, str] | None = None) -> DryRunAgent:
     """``pyfelix run --dry-run`` for node-a on ``manifests`` (None: the datastore the
     environment names), output unbuffered for reading."""
     datastore = [] if manifests is None else ["--datastore", str(manifests)]
-    return subprocess.Popen(
+    return DryRunAgent(
         [sys.executable, "-m", "pyfelix", "run", "--dry-run", "--hostname", "node-a", *datastore],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
         env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
     )
 
@@ -147,7 +189,7 @@ def test_run_reads_the_etcd_the_environment_names(etcd: EtcdServer) -> None:
 
 
 @contextmanager
-def running_dry_run_agent(manifests: Path) -> Iterator[subprocess.Popen[str]]:
+def running_dry_run_agent(manifests: Path) -> Iterator[DryRunAgent]:
     """``start_dry_run_agent``, killed on the way out if it is still running."""
     process = start_dry_run_agent(manifests)
     try:
@@ -175,8 +217,7 @@ def test_run_dry_run_follows_changes_and_restarts_on_config(manifests: Path) -> 
             config.read_text().replace("logSeverityScreen: Info", "logSeverityScreen: Warning")
         )
         assert process.wait(timeout=20) == 129
-        assert process.stderr is not None
-        assert "configuration changed: LogSeverityScreen" in process.stderr.read()
+        assert "configuration changed: LogSeverityScreen" in process.error_output()
 
 
 def test_run_warns_about_invalid_resources_and_goes_on(manifests: Path) -> None:
@@ -191,8 +232,7 @@ def test_run_warns_about_invalid_resources_and_goes_on(manifests: Path) -> None:
         seen = wait_for(process, "InSync")
         assert not any("broken" in line for line in seen)
     finally:
-        process.terminate()
-        _, stderr = process.communicate(timeout=10)
+        stderr = process.stop()
     assert "invalid GlobalNetworkPolicy/broken treated as absent" in stderr
 
 
@@ -213,8 +253,7 @@ def test_log_severity_screen(
     try:
         wait_for(process, "# IPv4 filter: chain cali-FORWARD")
     finally:
-        process.terminate()
-        _, stderr = process.communicate(timeout=10)
+        stderr = process.stop()
     assert (" DEBUG " in stderr) is debug_shown
     assert (" INFO " in stderr) is debug_shown
 
@@ -283,12 +322,11 @@ def test_the_agent_validates_with_the_configured_source_spoofing(manifests: Path
     process = start_dry_run_agent(manifests)
     try:
         wait_for(process, "# IPv4 raw: chain cali-rpf-skip")
-        assert process.stdout is not None
-        first_rule = process.stdout.readline()  # the chain's first rule, or the next chain
+        first_rule = process.next_line()  # the chain's first rule, or the next chain
+        assert first_rule is not None
         assert "--source 192.0.2.0/24 --jump ACCEPT" in first_rule
     finally:
-        process.terminate()
-        _, stderr = process.communicate(timeout=10)
+        stderr = process.stop()
     assert "treated as absent" not in stderr
 
 
@@ -310,5 +348,4 @@ def test_run_restarts_on_sighup_and_stops_as_a_failure_when_the_datastore_is_not
         assert "datastoreReady: true" in text
         cluster.write_text(text.replace("datastoreReady: true", "datastoreReady: false"))
         assert process.wait(timeout=20) == 1
-        assert process.stderr is not None
-        assert "stopping: datastore is not ready" in process.stderr.read()
+        assert "stopping: datastore is not ready" in process.error_output()
