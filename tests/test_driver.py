@@ -4,7 +4,7 @@ root (the writers themselves are tested against the real kernel in test_linux_*.
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from pyfelix.validation import ValidationContext
 from pyfelix.values import FrozenMap
 from pyfelix_dataplane.linux.driver import LinuxDriver
 from pyfelix_dataplane.linux.ipip import IpipDevice
-from pyfelix_dataplane.linux.kernel import Kernel, KernelProbe
+from pyfelix_dataplane.linux.kernel import Kernel, KernelProbe, TableReader
 from pyfelix_dataplane.linux.managers.endpoints import EndpointManager
 from pyfelix_dataplane.linux.routes import RouteTarget
 from pyfelix_dataplane.rules.ipsets import ipset_name
@@ -626,7 +626,12 @@ async def test_the_kernel_is_probed_before_insync_with_the_startup_configuration
         return fake_kernel(node)
 
     driver = LinuxDriver(
-        send, "node-a", open_kernel=open_kernel, probe_kernel=probe, startup_config=startup
+        send,
+        "node-a",
+        open_kernel=open_kernel,
+        probe_kernel=probe,
+        table_readers=lambda config, probe: fake_kernel(node).tables,
+        startup_config=startup,
     )
     async with trio.open_nursery() as nursery:
         await nursery.start(driver.run)
@@ -638,6 +643,55 @@ async def test_the_kernel_is_probed_before_insync_with_the_startup_configuration
         await trio.sleep(1)
         assert opened == [None if fails else made]
         assert driver.stats.failures == 0
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("backend_changed", [False, True])
+async def test_a_restarted_nodes_tables_are_read_while_the_snapshot_loads(
+    backend_changed: bool, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Reading the tables takes a second here, and the snapshot arrives two seconds after the
+    start: the tables are read with the probe, so the first apply plans at once from those
+    readings and is done well within a second of InSync. Unless the snapshot's configuration
+    chose another backend than the one probed: then the readings are not taken, and the
+    first apply reads for itself."""
+    node = FakeNode(table_read_seconds=1.0)
+    send, receive = trio.open_memory_channel[Any](1000)
+    startup = FelixConfig()
+    made = KernelProbe(startup.iptables_backend, startup.nftables_mode, "nft", False)
+    read_for: list[FelixConfig] = []
+
+    async def probe(config: FelixConfig) -> KernelProbe:
+        return made
+
+    async def open_kernel(config: FelixConfig, probe: KernelProbe | None) -> Kernel:
+        return fake_kernel(node)
+
+    def readers(config: FelixConfig, probe: KernelProbe) -> Mapping[int, TableReader]:
+        read_for.append(config)
+        return fake_kernel(node).tables
+
+    driver = LinuxDriver(
+        send,
+        "node-a",
+        open_kernel=open_kernel,
+        probe_kernel=probe,
+        table_readers=readers,
+        startup_config=startup,
+    )
+    messages = messages_for(example_state())
+    if backend_changed:
+        messages = _with_config(messages, IptablesBackend="Legacy")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(driver.run)
+        await trio.sleep(2)
+        assert read_for == [startup]
+        r = Running(driver, node, receive)
+        in_sync = trio.current_time()
+        await _first_apply(r, messages)
+        took = trio.current_time() - in_sync
+        assert (took >= 1.0) == backend_changed, took
+        assert node.plans_read_ahead == 2
         nursery.cancel_scope.cancel()
 
 

@@ -1,6 +1,7 @@
-"""The kernel probe against the real tools, in a namespace: the iptables backend that already
-holds rules is the one chosen (nft when neither does, or as configured), and a probe made for
-other settings is not taken for the current ones."""
+"""The kernel probe against the real tools, in a namespace: the iptables backend whose mangle
+table holds kubelet's hint chain, else the one that already holds rules, is the one chosen (nft
+when neither does, or as configured); the tables it read to count them are not read again; and
+a probe made for other settings is not taken for the current ones."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import trio
 
 from pyfelix.config import FelixConfig
 from pyfelix.config.felix_config import IptablesBackend, NFTablesMode
-from pyfelix_dataplane.linux.kernel import KernelProbe, linux_kernel, probe_kernel
+from pyfelix_dataplane.linux.iptables import IptablesWriter
+from pyfelix_dataplane.linux.kernel import KernelProbe, linux_kernel, probe_kernel, table_readers
+from pyfelix_dataplane.rules.render import TABLES
 from tests.netns import in_netns, run_in, temporary_netns
 
 
@@ -55,3 +58,37 @@ def test_the_probe_finds_the_backend_that_holds_rules() -> None:
         # Made for these settings: taken as it is (it says nft; the tools would say legacy).
         current = KernelProbe(auto, off, "nft", False)
         assert in_netns(ns, _opened_with, current).startswith("iptables-nft")
+
+
+def _readings() -> tuple[dict[int, str], bool]:
+    """The reader of each version the probe leads to (by kind), and whether what they read
+    is what the tool reads now. Runs inside the namespace."""
+
+    async def main() -> tuple[dict[int, str], bool]:
+        config = FelixConfig(nftables_mode=NFTablesMode.DISABLED)
+        readers = table_readers(config, await probe_kernel(config))
+        same = True
+        for version, reader in readers.items():
+            now = await IptablesWriter(version, "nft").read(TABLES)
+            same = same and await reader.read(TABLES) == now
+        return {v: type(reader).__name__ for v, reader in readers.items()}, same
+
+    return trio.run(main)
+
+
+@pytest.mark.netns
+def test_the_hint_chain_decides_and_the_counted_tables_are_not_read_again() -> None:
+    with temporary_netns("probe") as ns:
+        # An empty node: nothing was saved to count, so the tables are read when needed.
+        assert in_netns(ns, _readings) == ({4: "IptablesWriter", 6: "IptablesWriter"}, True)
+        for tool in ("iptables-nft", "ip6tables-nft"):
+            assert run_in(ns, tool, "-N", "cali-probe").returncode == 0
+            assert run_in(ns, tool, "-A", "INPUT", "-j", "cali-probe").returncode == 0
+        assert in_netns(ns, _readings) == ({4: "SavedTables", 6: "SavedTables"}, True)
+        # kubelet's hint in the legacy mangle table outweighs the nft rules.
+        assert (
+            run_in(ns, "iptables-legacy", "-t", "mangle", "-N", "KUBE-IPTABLES-HINT").returncode
+            == 0
+        )
+        auto, off = IptablesBackend.AUTO, NFTablesMode.DISABLED
+        assert in_netns(ns, _backends, [(auto, off)]) == ["legacy iptables"]

@@ -16,14 +16,15 @@ reported as DataplaneInSync; process status goes out every ReportingIntervalSecs
 What the kernel is comes from ``open_kernel`` (the real one, or a test's fake). With the
 start-up configuration (``startup_config``), the kernel's tools are probed (the iptables
 backend, the nftables mode) beside the first read, read-only, as Felix detects its backend
-when its dataplane starts; the probe stands at InSync if the settings it was made for hold.
+when its dataplane starts, and the tables they lead to are read; the probe and the readings
+stand at InSync if the settings they were made for hold.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -37,13 +38,20 @@ from pyfelix.config import FelixConfig
 from pyfelix.errors import DataplaneWriteError, FatalShutdown, RestartRequired
 from pyfelix.stats import DataplaneStats
 from pyfelix.throttle import LeakyBucket
-from pyfelix_dataplane.linux.kernel import Kernel, KernelProbe, linux_kernel, probe_kernel
+from pyfelix_dataplane.linux.kernel import (
+    Kernel,
+    KernelProbe,
+    TableReader,
+    linux_kernel,
+    probe_kernel,
+    table_readers,
+)
 from pyfelix_dataplane.linux.managers import Checking, Manager
 from pyfelix_dataplane.linux.managers.endpoints import EndpointManager
 from pyfelix_dataplane.linux.managers.ipip import IpipManager
 from pyfelix_dataplane.linux.managers.ipsets import IpsetsManager
 from pyfelix_dataplane.linux.managers.routes import RoutesManager
-from pyfelix_dataplane.linux.managers.tables import TablesManager
+from pyfelix_dataplane.linux.managers.tables import TableReading, TablesManager, read_tables
 from pyfelix_dataplane.linux.managers.vxlan import VxlanManager
 from pyfelix_dataplane.linux.managers.wireguard import WireguardManager
 from pyfelix_dataplane.linux.mtu import (
@@ -205,6 +213,8 @@ class LinuxDriver:
     report_health: Callable[[bool], None] = lambda ready: None
     open_kernel: Callable[[FelixConfig, KernelProbe | None], Awaitable[Kernel]] = linux_kernel
     probe_kernel: Callable[[FelixConfig], Awaitable[KernelProbe]] = probe_kernel
+    #: The tables to read with the probe, before InSync (``table_readers``).
+    table_readers: Callable[[FelixConfig, KernelProbe], Mapping[int, TableReader]] = table_readers
     #: The configuration the agent starts with (its FelixConfigurations and environment, as
     #: the calculation graph will send it): the kernel is probed with it before InSync.
     startup_config: FelixConfig | None = None
@@ -222,6 +232,8 @@ class LinuxDriver:
     _started: float = 0.0
     _probe: KernelProbe | None = None
     _probed: trio.Event = attrs.Factory(trio.Event)
+    #: The tables read after the early probe, per IP version.
+    _early_readings: dict[int, TableReading] = attrs.Factory(dict)
     #: Set when the first apply starts its devices and routes, and once the MTUs they need
     #: are known (``_mtus``).
     _routing_started: trio.Event = attrs.Factory(trio.Event)
@@ -263,7 +275,7 @@ class LinuxDriver:
         self._started = trio.current_time()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._report_status)
-            nursery.start_soon(self._probe_early)
+            nursery.start_soon(self._probe_early, nursery)
             task_status.started()
             # The configuration (IptablesBackend, refresh intervals) arrives with the snapshot:
             # nothing is written, nor the backend chosen, before InSync (_probe_early only
@@ -286,6 +298,10 @@ class LinuxDriver:
             self.managers = managers = Managers.build(
                 self.state, kernel, self.hostname, self.to_calc
             )
+            early, self._early_readings = self._early_readings, {}
+            if self._probe is not None and self._probe.answers(self.state.config):
+                # The kernel was opened with the probe the early readings were made with.
+                managers.tables.adopt(early)
             log.info("programming with %s", kernel.description)
             nursery.start_soon(self._mtus, kernel, managers)
             nursery.start_soon(self._rescan_interfaces, kernel)
@@ -295,9 +311,14 @@ class LinuxDriver:
                 )
             await self._loop(managers, nursery)
 
-    async def _probe_early(self) -> None:
+    async def _probe_early(self, nursery: trio.Nursery) -> None:
         """The kernel's tools probed with the start-up configuration, beside the first read.
-        A failure here is left for the probe at InSync, where it counts."""
+        A failure here is left for the probe at InSync, where it counts. Then the tables it
+        leads to are read, while the snapshot still loads: a restarted node's tables hold the
+        last run's rules, whose reading (a fifth of a second of the tools' time on a large
+        node) the first apply's plans would otherwise wait for. A table changed between this
+        reading and that apply's write makes the write fail (and the apply retry, reading
+        again) or is put right by the check after it, as for any reading."""
         try:
             if self.startup_config is not None:
                 self._probe = await self.probe_kernel(self.startup_config)
@@ -305,6 +326,11 @@ class LinuxDriver:
             log.debug("probing the kernel before InSync failed (%s); probing at InSync", exc)
         finally:
             self._probed.set()
+        if self._probe is not None and self.startup_config is not None:
+            readers = self.table_readers(self.startup_config, self._probe)
+            self._early_readings = read_tables(readers, nursery)
+            # The tables' text (megabytes on a large node) lives on in the readers only.
+            self._probe = attrs.evolve(self._probe, saved={})
 
     async def _follow_kube_proxy(self, detect: Callable[[], Awaitable[bool]], now: bool) -> None:
         """NFTablesMode Auto, as Felix: when kube-proxy's mode (nftables or not) changes, the

@@ -25,6 +25,7 @@ from pyfelix_dataplane.linux.ipsets import DesiredSets, IpsetWriter
 from pyfelix_dataplane.linux.iptables import (
     Desired,
     IptablesWriter,
+    SavedTables,
     Script,
     TableState,
     detect_backend,
@@ -59,13 +60,17 @@ class IpsetWriting(Protocol):
     async def apply_deletions(self, desired: DesiredSets) -> list[str]: ...
 
 
-class TableWriting(Protocol):
+class TableReader(Protocol):
+    """One IP version's tables as the kernel holds them now."""
+
+    async def read(self, tables: Collection[str]) -> dict[str, TableState]: ...
+
+
+class TableWriting(TableReader, Protocol):
     """One IP version's tables: plan a restore against the kernel as it is (read now, or by
     ``read`` a moment before), then write it."""
 
     version: int
-
-    async def read(self, tables: Collection[str]) -> dict[str, TableState]: ...
 
     async def prepare(
         self, desired: Mapping[str, Desired], states: Mapping[str, TableState] | None = None
@@ -210,6 +215,8 @@ class KernelProbe:
     nftables_mode: NFTablesMode
     backend: str
     nftables: bool
+    #: The backend's whole save output per IP version, where the detection read it.
+    saved: Mapping[int, str] = attrs.field(factory=dict, eq=False, repr=False)
 
     def answers(self, config: FelixConfig) -> bool:
         """Whether this probe was made for ``config``'s settings."""
@@ -221,9 +228,29 @@ class KernelProbe:
 
 async def probe_kernel(config: FelixConfig) -> KernelProbe:
     """The backend and the nftables mode ``config``'s settings lead to on this node."""
-    backend = await detect_backend(config.iptables_backend)
+    detected = await detect_backend(config.iptables_backend)
     nftables = await nftables_wanted(config)
-    return KernelProbe(config.iptables_backend, config.nftables_mode, backend, nftables)
+    return KernelProbe(
+        config.iptables_backend, config.nftables_mode, detected.backend, nftables, detected.saved
+    )
+
+
+def _iptables_versions(config: FelixConfig, backend: str) -> list[int]:
+    """The IP versions whose iptables tables ``config`` programs: IPv6 only where it is enabled
+    and ip6tables exists."""
+    return [v for v in ip_versions(config) if v == 4 or available(f"ip6tables-{backend}")]
+
+
+def table_readers(config: FelixConfig, probe: KernelProbe) -> dict[int, TableReader]:
+    """The iptables tables the kernel opened with ``config`` and ``probe`` will program, to
+    be read before then (none in the nftables mode): from what the probe saved, where it
+    did."""
+    if probe.nftables:
+        return {}
+    return {
+        v: SavedTables(probe.saved[v]) if v in probe.saved else IptablesWriter(v, probe.backend)
+        for v in _iptables_versions(config, probe.backend)
+    }
 
 
 async def linux_kernel(config: FelixConfig, probe: KernelProbe | None = None) -> Kernel:
@@ -268,7 +295,7 @@ async def linux_kernel(config: FelixConfig, probe: KernelProbe | None = None) ->
             remove_other_mode=remove_iptables_mode,
             kube_proxy_nftables=auto,
         )
-    versions = [v for v in ip_versions(config) if v == 4 or available(f"ip6tables-{backend}")]
+    versions = _iptables_versions(config, backend)
 
     async def remove_nftables_mode() -> None:
         """After the first apply: the nftables mode's tables, if a previous run left them."""

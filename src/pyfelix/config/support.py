@@ -51,8 +51,10 @@ ACTED_ON: dict[str, str] = {
     "IPv4NormalRoutePriority": "the metric of the IPv4 workload routes (and floating IPs')",
     "IPv6NormalRoutePriority": "the metric of the IPv6 workload routes (and floating IPs')",
     "IptablesBackend": (
-        "Legacy or NFT, or (Auto) the backend already holding rules (probed at start with the"
-        " start-up configuration, again at InSync if the snapshot's setting differs)"
+        "Legacy or NFT, or (Auto, as Felix) the backend whose mangle table holds kubelet's or"
+        " kube-proxy's hint chain, else the one holding more rules; nft on a tie, where Felix"
+        " picks legacy (probed at start with the start-up configuration, again at InSync if the"
+        " snapshot's setting differs)"
     ),
     "IptablesFilterAllowAction": "ACCEPT or RETURN: the filter table's accepts (established "
     "connections flagged accepted first when RETURN), as Felix",

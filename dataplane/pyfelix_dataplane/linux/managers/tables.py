@@ -12,7 +12,7 @@ import trio
 
 from pyfelix.errors import DataplaneWriteError
 from pyfelix_dataplane.linux.iptables import Script, TableState
-from pyfelix_dataplane.linux.kernel import TableWriting
+from pyfelix_dataplane.linux.kernel import TableReader, TableWriting
 from pyfelix_dataplane.linux.managers import CHECK_ATTEMPTS
 from pyfelix_dataplane.rules.model import Chain
 from pyfelix_dataplane.rules.render import HOOKS, TABLES, render_chains
@@ -26,12 +26,32 @@ Tables = dict[str, tuple[Chain, ...]]
 
 
 @attrs.define(eq=False)
-class _Reading:
+class TableReading:
     """A version's tables read ahead of its plan: their states once read (None: the read
     failed, and the plan reads them itself, reporting why)."""
 
     done: trio.Event = attrs.Factory(trio.Event)
     states: Mapping[str, TableState] | None = None
+
+
+def read_tables(
+    readers: Mapping[int, TableReader], nursery: trio.Nursery
+) -> dict[int, TableReading]:
+    """Each version's tables read in the background (the versions at once), for a plan to
+    take when it comes (``TablesManager.adopt``, ``TablesManager.read_ahead``)."""
+    readings = {version: TableReading() for version in readers}
+    for version, reading in readings.items():
+        nursery.start_soon(_read, readers[version], version, reading)
+    return readings
+
+
+async def _read(reader: TableReader, version: int, reading: TableReading) -> None:
+    try:
+        reading.states = await reader.read(TABLES)
+    except DataplaneWriteError as exc:
+        log.debug("reading the IPv%d tables ahead failed (%s): the plan reads", version, exc)
+    finally:
+        reading.done.set()
 
 
 @attrs.define(eq=False)
@@ -48,7 +68,9 @@ class TablesManager:
     #: Counts each write's start and end: a reading that one overlapped proves nothing.
     _writes: int = 0
     #: This apply's readings ahead of the plans, per version (``read_ahead``).
-    _ahead: dict[int, _Reading] = attrs.Factory(dict)
+    _ahead: dict[int, TableReading] = attrs.Factory(dict)
+    #: Readings made before this manager was (``adopt``), for the first apply's plans.
+    _adopted: dict[int, TableReading] = attrs.Factory(dict)
 
     @property
     def versions(self) -> tuple[int, ...]:
@@ -62,24 +84,24 @@ class TablesManager:
     def invalidate(self) -> None:
         self._written.clear()
 
+    def adopt(self, readings: Mapping[int, TableReading]) -> None:
+        """Readings of this manager's versions made before it existed (the driver reads a
+        restarted node's tables while the snapshot loads): the next apply plans from them
+        instead of reading again. Only that apply: a later one reads for itself."""
+        self._adopted = {v: reading for v, reading in readings.items() if v in self.writers}
+
     def read_ahead(self, nursery: trio.Nursery) -> None:
         """At an apply's start, read the tables of each version none of whose tables is known
         written (its plan needs them all: the first apply, or after ``invalidate``) in the
         background: beside the rendering, and before the other version's restore, which
         slowed such a read from 4 to 25-35 ms (both tools wait on the kernel's table lock).
-        The readings serve this apply's plans only."""
+        A version with an adopted reading takes that instead. The readings serve this apply's
+        plans only."""
         known = {version for version, _ in self._written}
-        self._ahead = {v: _Reading() for v in self.versions if v not in known}
-        for version, reading in self._ahead.items():
-            nursery.start_soon(self._read, version, reading)
-
-    async def _read(self, version: int, reading: _Reading) -> None:
-        try:
-            reading.states = await self.writers[version].read(TABLES)
-        except DataplaneWriteError as exc:
-            log.debug("reading the IPv%d tables ahead failed (%s): the plan reads", version, exc)
-        finally:
-            reading.done.set()
+        adopted, self._adopted = self._adopted, {}
+        unread = [v for v in self.versions if v not in known and v not in adopted]
+        self._ahead = read_tables({v: self.writers[v] for v in unread}, nursery)
+        self._ahead.update((v, r) for v, r in adopted.items() if v not in known)
 
     def rendered(self, key: Hashable) -> bool:
         """Whether every version's chains for ``key`` are rendered already."""
