@@ -3,7 +3,7 @@ same final scripts directly; then the latency from a label change in the file da
 kernel, p50 and p99 over 200 changes, back to back and 100 ms apart.
 
 Run: sudo .venv/bin/python bench/bench_driver.py [ENDPOINTS POLICIES CHANGES ROUNDS [ipv4]
-[nftables | both] [cold]]
+[nftables | both] [cold] [inplace]]
 
 With ``ipv4`` the cluster is IPv4-only as calico.yaml deploys one (FelixConfiguration
 ipv6Support: false), so the agent and the floor leave IPv6 alone; by default, as Felix's own
@@ -13,7 +13,10 @@ scripts with ``nft -f``; ``both`` measures the iptables mode and the nftables mo
 round, alternating, on the same cluster. The agents keep their parse cache
 (``pyfelix.resources.parse_cache``) in a directory of the benchmark's: by default one start
 before the rounds fills it, as a restarted agent finds it; with ``cold`` it is emptied before
-every start, as on a node's first start.
+every start, as on a node's first start. With ``inplace`` every round also restarts the agent in
+the namespace its first agent programmed (a node's restart: the tables hold the last run's
+rules), timed the same way. Besides the floor (loading the final scripts into an empty
+namespace), the floor as an agent must load them (``--noflush``) is measured and shown.
 
 Scenario: ENDPOINTS workload endpoints (200 on the node, their veth interfaces present) and
 POLICIES global policies selecting by app label and admitting traffic from role=client.
@@ -323,25 +326,34 @@ def main() -> None:
         AGENT_CACHE.path = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "cache"
         if not AGENT_CACHE.cold:
             fill_cache(directory, logs)
-        cluster = Cluster(directory, logs, view, state, ipv6)
-        results: dict[str, dict[str, list[float]]] = {
-            mode: {"floor": [], "noflush": [], "driver": [], "total": []} for mode in modes
-        }
+        cluster = Cluster(directory, logs, view, state, ipv6, "inplace" in options)
+        keys = ("floor", "noflush", "driver", "total", "inplace driver", "inplace total")
+        results: dict[str, dict[str, list[float]]] = {m: {k: [] for k in keys} for m in modes}
         for n in range(rounds):
             for mode in modes:
                 run_round(stack, cluster, n, mode, results[mode])
         for mode in modes:
-            found = results[mode]
-            floor, driver, total = (
-                statistics.median(found[k]) for k in ("floor", "driver", "total")
-            )
-            print(
-                f"{mode} medians: floor {floor:.2f} s, InSync to programmed {driver:.2f} s "
-                f"({driver / floor:.2f}x), process start to programmed {total:.2f} s "
-                f"({total / floor:.2f}x)"
-            )
+            report_medians(mode, results[mode])
         for mode in modes:
             measure_mode_changes(stack, directory, cluster.logs, mode, changes)
+
+
+def report_medians(mode: str, found: dict[str, list[float]]) -> None:
+    """The rounds' medians, as ratios to the floor measured in the same rounds."""
+    floor = statistics.median(found["floor"])
+    if found["noflush"]:
+        noflush = statistics.median(found["noflush"])
+        print(f"{mode} medians: floor {floor:.2f} s, with --noflush {noflush:.2f} s")
+    else:
+        print(f"{mode} medians: floor {floor:.2f} s")
+    for label, prefix in (("start", ""), ("restart in place", "inplace ")):
+        if not found[f"{prefix}total"]:
+            continue
+        driver, total = (statistics.median(found[f"{prefix}{k}"]) for k in ("driver", "total"))
+        print(
+            f"  {label}: InSync to programmed {driver:.2f} s ({driver / floor:.2f}x), "
+            f"process start to programmed {total:.2f} s ({total / floor:.2f}x)"
+        )
 
 
 def measure_mode_changes(
@@ -375,6 +387,7 @@ class Cluster:
     view: dict[str, Any]
     state: NodeState
     ipv6: bool
+    inplace: bool
 
 
 def run_round(
@@ -399,29 +412,35 @@ def run_round(
                 subprocess.run(["ip", "netns", "del", floor_ns], check=True)
         subprocess.run(["ip", "netns", "add", ns], check=True)
         add_interfaces(ns)
-        log_path = cluster.logs / f"agent-{mode}-{n}.log"
-        log_file = stack.enter_context(log_path.open("w"))
-        settle()
-        start = time.perf_counter()
-        agent = start_agent(ns, cluster.directory, log_file, mode)
-        # The driver logs when the complete snapshot (InSync) reaches it, and each apply
-        # when it has finished writing.
-        wait_for(log_path, "in sync:", agent)
-        in_sync = time.perf_counter() - start
-        first_apply = wait_for(log_path, "apply 1:", agent)
-        total = time.perf_counter() - start
-        versions = ("iptables", "ip6tables") if cluster.ipv6 else ("iptables",)
-        if not programmed(ns, versions, mode):
-            raise SystemExit("the agent reported its first apply, the kernel disagrees")
-        results["total"].append(total)
-        results["driver"].append(total - in_sync)
         floor = results["floor"][-1]
-        print(
-            f"round {n + 1} {mode}: floor {floor:.2f} s; agent process start to programmed "
-            f"{total:.2f} s, of which InSync to programmed {results['driver'][-1]:.2f} s "
-            f"({results['driver'][-1] / floor:.2f}x the floor)"
-        )
-        print("  first apply, as the driver timed it:", first_apply.split("apply 1: ")[1])
+        for prefix, label in (("", "start"), ("inplace ", "restart in place")):
+            if prefix and not cluster.inplace:
+                break
+            if agent is not None:
+                agent.terminate()
+                agent.wait()
+            log_path = cluster.logs / f"agent-{mode}-{n}{prefix.strip()}.log"
+            log_file = stack.enter_context(log_path.open("w"))
+            settle()
+            start = time.perf_counter()
+            agent = start_agent(ns, cluster.directory, log_file, mode)
+            # The driver logs when the complete snapshot (InSync) reaches it, and each apply
+            # when it has finished writing.
+            wait_for(log_path, "in sync:", agent)
+            in_sync = time.perf_counter() - start
+            first_apply = wait_for(log_path, "apply 1:", agent)
+            total = time.perf_counter() - start
+            versions = ("iptables", "ip6tables") if cluster.ipv6 else ("iptables",)
+            if not programmed(ns, versions, mode):
+                raise SystemExit("the agent reported its first apply, the kernel disagrees")
+            results[f"{prefix}total"].append(total)
+            results[f"{prefix}driver"].append(total - in_sync)
+            print(
+                f"round {n + 1} {mode} {label}: floor {floor:.2f} s; agent process start to "
+                f"programmed {total:.2f} s ({total / floor:.2f}x), of which InSync to "
+                f"programmed {total - in_sync:.2f} s"
+            )
+            print("  first apply, as the driver timed it:", first_apply.split("apply 1: ")[1])
     finally:
         if agent is not None:
             agent.terminate()
