@@ -4,7 +4,7 @@ root (the writers themselves are tested against the real kernel in test_linux_*.
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from pyfelix.validation import ValidationContext
 from pyfelix.values import FrozenMap
 from pyfelix_dataplane.linux.driver import LinuxDriver
 from pyfelix_dataplane.linux.ipip import IpipDevice
-from pyfelix_dataplane.linux.kernel import Kernel, KernelProbe, TableReader
+from pyfelix_dataplane.linux.kernel import EarlyReaders, Kernel, KernelProbe
 from pyfelix_dataplane.linux.managers.endpoints import EndpointManager
 from pyfelix_dataplane.linux.routes import RouteTarget
 from pyfelix_dataplane.rules.ipsets import ipset_name
@@ -630,7 +630,7 @@ async def test_the_kernel_is_probed_before_insync_with_the_startup_configuration
         "node-a",
         open_kernel=open_kernel,
         probe_kernel=probe,
-        table_readers=lambda config, probe: fake_kernel(node).tables,
+        early_readers=lambda config, probe: EarlyReaders(tables=fake_kernel(node).tables),
         startup_config=startup,
     )
     async with trio.open_nursery() as nursery:
@@ -667,16 +667,16 @@ async def test_a_restarted_nodes_tables_are_read_while_the_snapshot_loads(
     async def open_kernel(config: FelixConfig, probe: KernelProbe | None) -> Kernel:
         return fake_kernel(node)
 
-    def readers(config: FelixConfig, probe: KernelProbe) -> Mapping[int, TableReader]:
+    def readers(config: FelixConfig, probe: KernelProbe) -> EarlyReaders:
         read_for.append(config)
-        return fake_kernel(node).tables
+        return EarlyReaders(tables=fake_kernel(node).tables)
 
     driver = LinuxDriver(
         send,
         "node-a",
         open_kernel=open_kernel,
         probe_kernel=probe,
-        table_readers=readers,
+        early_readers=readers,
         startup_config=startup,
     )
     messages = messages_for(example_state())

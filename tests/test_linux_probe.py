@@ -11,7 +11,7 @@ import trio
 from pyfelix.config import FelixConfig
 from pyfelix.config.felix_config import IptablesBackend, NFTablesMode
 from pyfelix_dataplane.linux.iptables import IptablesWriter
-from pyfelix_dataplane.linux.kernel import KernelProbe, linux_kernel, probe_kernel, table_readers
+from pyfelix_dataplane.linux.kernel import KernelProbe, early_readers, linux_kernel, probe_kernel
 from pyfelix_dataplane.rules.render import TABLES
 from tests.netns import in_netns, run_in, temporary_netns
 
@@ -66,7 +66,7 @@ def _readings() -> tuple[dict[int, str], bool]:
 
     async def main() -> tuple[dict[int, str], bool]:
         config = FelixConfig(nftables_mode=NFTablesMode.DISABLED)
-        readers = table_readers(config, await probe_kernel(config))
+        readers = early_readers(config, await probe_kernel(config)).tables
         same = True
         for version, reader in readers.items():
             now = await IptablesWriter(version, "nft").read(TABLES)

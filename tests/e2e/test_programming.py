@@ -1,6 +1,6 @@
 """The agent programs a node: routes and policy with live edits and repair, health and metrics, a
-clean stop, restart with an established connection, python-iptables reading the legacy backend,
-a refused table write, ChainInsertMode and backend detection."""
+clean stop, restart with an established connection and after an edit, python-iptables reading
+the legacy backend, a refused table write, ChainInsertMode and backend detection."""
 
 from __future__ import annotations
 
@@ -149,6 +149,26 @@ def test_restart_keeps_established_connections(cluster: Cluster) -> None:
     time.sleep(2)
     assert echo("after") == "after"
     assert cluster.connects(CLIENT_IP, SERVER_IP, 8080)
+
+
+@pytest.mark.both_modes
+def test_a_policy_changed_while_the_agent_was_stopped_holds_after_its_restart(
+    cluster: Cluster,
+) -> None:
+    """A restarted agent finds its last run's rules in place (read while its snapshot loads)
+    and plans from them: the policy edited while no agent ran is the one in force, the port
+    it no longer allows closed."""
+    (cluster.manifests / "policy.yaml").write_text(POLICY.replace("PORT", "http"))
+    cluster.start_agent()
+    assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 8080))
+    assert cluster.agent is not None
+    cluster.agent.terminate()
+    assert cluster.agent.wait(timeout=10) == 0
+    (cluster.manifests / "policy.yaml").write_text(POLICY.replace("PORT", "9090"))
+    assert cluster.connects(CLIENT_IP, SERVER_IP, 8080), "the rules stay while no agent runs"
+    cluster.start_agent()
+    assert eventually(lambda: cluster.connects(CLIENT_IP, SERVER_IP, 9090))
+    assert not cluster.connects(CLIENT_IP, SERVER_IP, 8080)
 
 
 def test_python_iptables_agrees_with_the_legacy_backend(cluster: Cluster) -> None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -39,12 +39,12 @@ from pyfelix.errors import DataplaneWriteError, FatalShutdown, RestartRequired
 from pyfelix.stats import DataplaneStats
 from pyfelix.throttle import LeakyBucket
 from pyfelix_dataplane.linux.kernel import (
+    EarlyReaders,
     Kernel,
     KernelProbe,
-    TableReader,
+    early_readers,
     linux_kernel,
     probe_kernel,
-    table_readers,
 )
 from pyfelix_dataplane.linux.managers import Checking, Manager
 from pyfelix_dataplane.linux.managers.endpoints import EndpointManager
@@ -63,10 +63,12 @@ from pyfelix_dataplane.linux.mtu import (
     state_dir,
     write_mtu_file,
 )
+from pyfelix_dataplane.linux.reading import Reading, start_reading
 from pyfelix_dataplane.state import NodeState
 
 if TYPE_CHECKING:
     from pyfelix_dataplane.linux.managers.nftables import NftablesManager
+    from pyfelix_dataplane.linux.nftables import KernelTable
     from pyfelix_dataplane.rules.nft import NftTable
 
 log = logging.getLogger(__name__)
@@ -213,8 +215,8 @@ class LinuxDriver:
     report_health: Callable[[bool], None] = lambda ready: None
     open_kernel: Callable[[FelixConfig, KernelProbe | None], Awaitable[Kernel]] = linux_kernel
     probe_kernel: Callable[[FelixConfig], Awaitable[KernelProbe]] = probe_kernel
-    #: The tables to read with the probe, before InSync (``table_readers``).
-    table_readers: Callable[[FelixConfig, KernelProbe], Mapping[int, TableReader]] = table_readers
+    #: What to read after the probe, before InSync (``early_readers``).
+    early_readers: Callable[[FelixConfig, KernelProbe], EarlyReaders] = early_readers
     #: The configuration the agent starts with (its FelixConfigurations and environment, as
     #: the calculation graph will send it): the kernel is probed with it before InSync.
     startup_config: FelixConfig | None = None
@@ -232,8 +234,9 @@ class LinuxDriver:
     _started: float = 0.0
     _probe: KernelProbe | None = None
     _probed: trio.Event = attrs.Factory(trio.Event)
-    #: The tables read after the early probe, per IP version.
-    _early_readings: dict[int, TableReading] = attrs.Factory(dict)
+    #: The tables read after the early probe, per IP version: iptables', nftables'.
+    _early_tables: dict[int, TableReading] = attrs.Factory(dict)
+    _early_nftables: dict[int, Reading[KernelTable | None]] = attrs.Factory(dict)
     #: Set when the first apply starts its devices and routes, and once the MTUs they need
     #: are known (``_mtus``).
     _routing_started: trio.Event = attrs.Factory(trio.Event)
@@ -298,10 +301,13 @@ class LinuxDriver:
             self.managers = managers = Managers.build(
                 self.state, kernel, self.hostname, self.to_calc
             )
-            early, self._early_readings = self._early_readings, {}
+            tables, nftables = self._early_tables, self._early_nftables
+            self._early_tables, self._early_nftables = {}, {}
             if self._probe is not None and self._probe.answers(self.state.config):
                 # The kernel was opened with the probe the early readings were made with.
-                managers.tables.adopt(early)
+                managers.tables.adopt(tables)
+                if managers.nftables is not None:
+                    managers.nftables.adopt(nftables)
             log.info("programming with %s", kernel.description)
             nursery.start_soon(self._mtus, kernel, managers)
             nursery.start_soon(self._rescan_interfaces, kernel)
@@ -327,8 +333,12 @@ class LinuxDriver:
         finally:
             self._probed.set()
         if self._probe is not None and self.startup_config is not None:
-            readers = self.table_readers(self.startup_config, self._probe)
-            self._early_readings = read_tables(readers, nursery)
+            readers = self.early_readers(self.startup_config, self._probe)
+            self._early_tables = read_tables(readers.tables, nursery)
+            self._early_nftables = {
+                v: start_reading(reader.read, nursery, f"IPv{v} nftables table")
+                for v, reader in readers.nftables.items()
+            }
             # The tables' text (megabytes on a large node) lives on in the readers only.
             self._probe = attrs.evolve(self._probe, saved={})
 

@@ -44,7 +44,7 @@ from pyfelix_dataplane.linux.wireguard import WireguardDevice, sync_wireguard
 from pyfelix_dataplane.rules.render import TABLES, ip_versions
 
 if TYPE_CHECKING:
-    from pyfelix_dataplane.linux.nftables import NftablesWriter
+    from pyfelix_dataplane.linux.nftables import KernelTable, NftablesWriter
 
 log = logging.getLogger(__name__)
 
@@ -241,16 +241,35 @@ def _iptables_versions(config: FelixConfig, backend: str) -> list[int]:
     return [v for v in ip_versions(config) if v == 4 or available(f"ip6tables-{backend}")]
 
 
-def table_readers(config: FelixConfig, probe: KernelProbe) -> dict[int, TableReader]:
-    """The iptables tables the kernel opened with ``config`` and ``probe`` will program, to
-    be read before then (none in the nftables mode): from what the probe saved, where it
-    did."""
+class NftReader(Protocol):
+    """One IP version's ``calico`` table as the kernel holds it now (None: there is none)."""
+
+    async def read(self) -> KernelTable | None: ...
+
+
+@attrs.frozen
+class EarlyReaders:
+    """What the kernel opened with a configuration and a probe will program, per IP version,
+    to be read before then: its iptables tables, or in the nftables mode its tables."""
+
+    tables: Mapping[int, TableReader] = attrs.Factory(dict)
+    nftables: Mapping[int, NftReader] = attrs.Factory(dict)
+
+
+def early_readers(config: FelixConfig, probe: KernelProbe) -> EarlyReaders:
+    """The readers of what ``linux_kernel(config, probe)`` will program; the iptables tables
+    from what the probe saved, where it did."""
     if probe.nftables:
-        return {}
-    return {
-        v: SavedTables(probe.saved[v]) if v in probe.saved else IptablesWriter(v, probe.backend)
-        for v in _iptables_versions(config, probe.backend)
-    }
+        from pyfelix_dataplane.linux.nftables import NftablesWriter  # noqa: PLC0415
+        from pyfelix_dataplane.rules.nft import family  # noqa: PLC0415
+
+        return EarlyReaders(nftables={v: NftablesWriter(family(v)) for v in ip_versions(config)})
+    return EarlyReaders(
+        tables={
+            v: SavedTables(probe.saved[v]) if v in probe.saved else IptablesWriter(v, probe.backend)
+            for v in _iptables_versions(config, probe.backend)
+        }
+    )
 
 
 async def linux_kernel(config: FelixConfig, probe: KernelProbe | None = None) -> Kernel:

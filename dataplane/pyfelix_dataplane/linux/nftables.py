@@ -29,6 +29,7 @@ from pyfelix.errors import DataplaneWriteError
 from pyfelix_dataplane.linux.commands import KERNEL_ERRORS
 from pyfelix_dataplane.linux.libnftables import Nft
 from pyfelix_dataplane.linux.nft_elements import ElementChange, ElementWriter
+from pyfelix_dataplane.linux.reading import Reading
 from pyfelix_dataplane.rules.nft import TABLE, NftChain, NftSet, NftTable
 
 log = logging.getLogger(__name__)
@@ -234,6 +235,8 @@ class NftablesWriter:
     _desired: NftTable | None = None
     #: Counts each write's start and end: a reading that one overlapped proves nothing.
     _writes: int = 0
+    #: A reading made before this writer was (``adopt``), for its first ``know``.
+    _adopted: Reading[KernelTable | None] | None = None
 
     @property
     def written(self) -> bool:
@@ -242,6 +245,12 @@ class NftablesWriter:
 
     def invalidate(self) -> None:
         self._known = False
+
+    def adopt(self, reading: Reading[KernelTable | None]) -> None:
+        """The table read before this writer existed (the driver reads a restarted node's
+        table while the snapshot loads): the next ``know`` (the first apply's: the refresh
+        schedule invalidates every writer before it) takes it instead of reading."""
+        self._adopted = reading
 
     async def read(self) -> KernelTable | None:
         """The table as the kernel has it (None when there is none)."""
@@ -259,7 +268,14 @@ class NftablesWriter:
         every set is compared at the next apply)."""
         if self._known:
             return self._reread
-        self._current, self._layout = await self.read(), None
+        reading, self._adopted = self._adopted, None
+        if reading is not None:
+            await reading.done.wait()
+        if reading is not None and reading.ok:
+            self._current = reading.value
+        else:
+            self._current = await self.read()
+        self._layout = None
         self._known = self._reread = True
         return True
 

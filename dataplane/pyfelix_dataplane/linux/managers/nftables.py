@@ -16,7 +16,8 @@ import trio
 
 from pyfelix.errors import DataplaneWriteError
 from pyfelix_dataplane.linux.managers import CHECK_ATTEMPTS
-from pyfelix_dataplane.linux.nftables import NftablesWriter
+from pyfelix_dataplane.linux.nftables import KernelTable, NftablesWriter
+from pyfelix_dataplane.linux.reading import Reading
 from pyfelix_dataplane.rules.ipsets import SPECIAL_IDS
 from pyfelix_dataplane.rules.nft import (
     NftChain,
@@ -117,6 +118,12 @@ class NftablesManager:
             # The port sets follow the chains: compared with the kernel on every apply (a few).
             self._changed[version] = None if names is None else names | ports.keys()
             yield version, NftTable(family(version), chains, {**sets[version], **ports}, maps)
+
+    def adopt(self, readings: Mapping[int, Reading[KernelTable | None]]) -> None:
+        """Each version's table read before this manager was (``NftablesWriter.adopt``)."""
+        for version, reading in readings.items():
+            if version in self.writers:
+                self.writers[version].adopt(reading)
 
     async def read_unknown(self) -> None:
         """Read every table whose contents are not known (at the start, after a refresh or

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Hashable, Mapping
+from functools import partial
 
 import attrs
 import trio
 
-from pyfelix.errors import DataplaneWriteError
 from pyfelix_dataplane.linux.iptables import Script, TableState
 from pyfelix_dataplane.linux.kernel import TableReader, TableWriting
 from pyfelix_dataplane.linux.managers import CHECK_ATTEMPTS
+from pyfelix_dataplane.linux.reading import Reading, start_reading
 from pyfelix_dataplane.rules.model import Chain
 from pyfelix_dataplane.rules.render import HOOKS, TABLES, render_chains
 from pyfelix_dataplane.rules.settings import Settings
@@ -25,13 +26,8 @@ log = logging.getLogger(__name__)
 Tables = dict[str, tuple[Chain, ...]]
 
 
-@attrs.define(eq=False)
-class TableReading:
-    """A version's tables read ahead of its plan: their states once read (None: the read
-    failed, and the plan reads them itself, reporting why)."""
-
-    done: trio.Event = attrs.Factory(trio.Event)
-    states: Mapping[str, TableState] | None = None
+#: A version's tables read ahead of its plan.
+TableReading = Reading[Mapping[str, TableState]]
 
 
 def read_tables(
@@ -39,19 +35,10 @@ def read_tables(
 ) -> dict[int, TableReading]:
     """Each version's tables read in the background (the versions at once), for a plan to
     take when it comes (``TablesManager.adopt``, ``TablesManager.read_ahead``)."""
-    readings = {version: TableReading() for version in readers}
-    for version, reading in readings.items():
-        nursery.start_soon(_read, readers[version], version, reading)
-    return readings
-
-
-async def _read(reader: TableReader, version: int, reading: TableReading) -> None:
-    try:
-        reading.states = await reader.read(TABLES)
-    except DataplaneWriteError as exc:
-        log.debug("reading the IPv%d tables ahead failed (%s): the plan reads", version, exc)
-    finally:
-        reading.done.set()
+    return {
+        version: start_reading(partial(reader.read, TABLES), nursery, f"IPv{version} tables")
+        for version, reader in readers.items()
+    }
 
 
 @attrs.define(eq=False)
@@ -132,7 +119,7 @@ class TablesManager:
         states = None
         if reading is not None and desired:
             await reading.done.wait()
-            states = reading.states
+            states = reading.value
         script = await self.writers[version].prepare(desired, states) if desired else Script()
         return script, {table: chains[table] for table in desired}
 
