@@ -60,12 +60,12 @@ def test_the_probe_finds_the_backend_that_holds_rules() -> None:
         assert in_netns(ns, _opened_with, current).startswith("iptables-nft")
 
 
-def _readings() -> tuple[dict[int, str], bool]:
+def _readings(backend: IptablesBackend) -> tuple[dict[int, str], bool]:
     """The reader of each version the probe leads to (by kind), and whether what they read
     is what the tool reads now. Runs inside the namespace."""
 
     async def main() -> tuple[dict[int, str], bool]:
-        config = FelixConfig(nftables_mode=NFTablesMode.DISABLED)
+        config = FelixConfig(iptables_backend=backend, nftables_mode=NFTablesMode.DISABLED)
         readers = early_readers(config, await probe_kernel(config)).tables
         same = True
         for version, reader in readers.items():
@@ -78,17 +78,20 @@ def _readings() -> tuple[dict[int, str], bool]:
 
 @pytest.mark.netns
 def test_the_hint_chain_decides_and_the_counted_tables_are_not_read_again() -> None:
+    auto, nft = IptablesBackend.AUTO, IptablesBackend.NFT
+    saved, read = {4: "SavedTables", 6: "SavedTables"}, {4: "IptablesWriter", 6: "IptablesWriter"}
     with temporary_netns("probe") as ns:
-        # An empty node: nothing was saved to count, so the tables are read when needed.
-        assert in_netns(ns, _readings) == ({4: "IptablesWriter", 6: "IptablesWriter"}, True)
+        # What the detection read stands for the tables, empty ones too; a configured backend
+        # is not detected, and its tables are read.
+        assert in_netns(ns, _readings, auto) == (saved, True)
+        assert in_netns(ns, _readings, nft) == (read, True)
         for tool in ("iptables-nft", "ip6tables-nft"):
             assert run_in(ns, tool, "-N", "cali-probe").returncode == 0
             assert run_in(ns, tool, "-A", "INPUT", "-j", "cali-probe").returncode == 0
-        assert in_netns(ns, _readings) == ({4: "SavedTables", 6: "SavedTables"}, True)
+        assert in_netns(ns, _readings, auto) == (saved, True)
         # kubelet's hint in the legacy mangle table outweighs the nft rules.
         assert (
             run_in(ns, "iptables-legacy", "-t", "mangle", "-N", "KUBE-IPTABLES-HINT").returncode
             == 0
         )
-        auto, off = IptablesBackend.AUTO, NFTablesMode.DISABLED
-        assert in_netns(ns, _backends, [(auto, off)]) == ["legacy iptables"]
+        assert in_netns(ns, _backends, [(auto, NFTablesMode.DISABLED)]) == ["legacy iptables"]

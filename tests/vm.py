@@ -21,8 +21,9 @@ GUEST_ENV = "PYFELIX_VM_GUEST"
 PACKAGES = ("qemu-system-x86", "linux-image-amd64", "busybox-static")
 #: The guest's pace against this machine's, for the tests' waits (tests.netns.SLOWDOWN).
 GUEST_SLOWDOWN = 20
-#: A boot takes 25-45 s here, guest code runs several times slower than on the host.
-BOOT_TIMEOUT = 1500
+#: The longest a guest's run may take, against a hang: a boot takes 25-45 s here and guest
+#: code runs several times slower than on the host; the in-VM tests took 17-25 minutes.
+BOOT_TIMEOUT = 2400
 
 
 def in_guest() -> bool:

@@ -19,6 +19,7 @@ from pathlib import Path
 import attrs
 import trio
 
+from pyfelix.errors import DataplaneWriteError
 from pyfelix_dataplane.linux.commands import run
 from pyfelix_dataplane.rules.model import Chain, Rule
 
@@ -310,19 +311,19 @@ class Detected:
 
 
 async def _saves(backend: str) -> dict[int, str]:
-    """Each IP version's save output of ``backend``, the versions at once; empty where the
-    tool is missing or the legacy backend not loaded."""
-    found = dict.fromkeys((4, 6), "")
+    """Each IP version's save output of ``backend``, the versions at once; only those its
+    tool gave (not where it is missing or failed, or the legacy backend is not loaded)."""
+    found: dict[int, str] = {}
 
     async def save(version: int) -> None:
         if backend == "legacy" and not LEGACY_LOADED[version].exists():
             return
         tool = f"ip{'6' if version == 6 else ''}tables-{backend}-save"
-        with contextlib.suppress(OSError):
-            found[version] = await run([tool], check=False)
+        with contextlib.suppress(OSError, DataplaneWriteError):
+            found[version] = await run([tool])
 
     async with trio.open_nursery() as nursery:
-        for version in found:
+        for version in (4, 6):
             nursery.start_soon(save, version)
     return found
 
@@ -350,7 +351,7 @@ async def detect_backend(configured: str = "auto") -> Detected:
             for backend, texts in saved.items()
         }
         chosen = "legacy" if rules["legacy"] > rules["nft"] else "nft"
-    return Detected(chosen, {v: text for v, text in saved[chosen].items() if text})
+    return Detected(chosen, saved[chosen])
 
 
 def _mangle(text: str) -> str:
