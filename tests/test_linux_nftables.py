@@ -13,10 +13,10 @@ import trio.testing
 
 from pyfelix.dryrun import compute
 from pyfelix.errors import DataplaneWriteError
-from pyfelix_dataplane.linux.libnftables import Nft
+from pyfelix_dataplane.linux.libnftables import LISTING_OPTIONS, Nft
 from pyfelix_dataplane.linux.managers import CHECK_ATTEMPTS
 from pyfelix_dataplane.linux.nft_elements import ElementChange, ElementWriter
-from pyfelix_dataplane.linux.nftables import NftablesWriter, delta, parse_listing
+from pyfelix_dataplane.linux.nftables import KernelTable, NftablesWriter, delta, parse_listing
 from pyfelix_dataplane.rules.nft import NftRule, NftSet, NftTable, render_nftables
 from tests.netns import in_netns, run_in
 from tests.test_render_kernel import example_resources
@@ -50,6 +50,11 @@ def nft(ns: str, *argv: str) -> str:
     return done.stdout
 
 
+def listed(ns: str, family: str) -> KernelTable:
+    """The table as the nft program lists it, read as the writer reads its own listings."""
+    return parse_listing(nft(ns, *LISTING_OPTIONS, "list", "table", family, "calico"))
+
+
 def test_the_table_its_deltas_and_nothing_when_nothing_changed(netns: str) -> None:
     table = example_table()
     forward = table.chains["filter-cali-FORWARD"]
@@ -64,10 +69,10 @@ def test_the_table_its_deltas_and_nothing_when_nothing_changed(netns: str) -> No
         sets={**table.sets, some_set: grown},
     )
     assert in_netns(netns, _apply, [table, table, changed]) == [True, False, True]
-    listed = nft(netns, "list", "table", "ip", "calico")
-    assert "198.18.0.0/24" in listed
-    assert listed.count("chain filter-cali-FORWARD {") == 1
-    kernel = parse_listing(nft(netns, "-j", "list", "table", "ip", "calico"))
+    text = nft(netns, "list", "table", "ip", "calico")
+    assert "198.18.0.0/24" in text
+    assert text.count("chain filter-cali-FORWARD {") == 1
+    kernel = listed(netns, "ip")
     assert kernel.chains["filter-cali-FORWARD"][0] == changed_chain.hashes
     assert kernel.sets[some_set].elements == grown.elements
     assert delta(kernel, changed) == "", "what the kernel holds is what was written"
@@ -106,7 +111,7 @@ def test_tampering_is_repaired_after_a_read_back_and_foreign_tables_stay(netns: 
         ["add", "chain", "ip", "calico", "ufw-intruder"],
     ]
     assert in_netns(netns, _tamper_and_repair, table, tampering) == [False, True]
-    kernel = parse_listing(nft(netns, "-j", "list", "table", "ip", "calico"))
+    kernel = listed(netns, "ip")
     assert element in kernel.sets[some_set].elements
     assert kernel.chains["filter-cali-INPUT"][0] == table.chains["filter-cali-INPUT"].hashes
     assert kernel.chains["filter-FORWARD"][0] == table.chains["filter-FORWARD"].hashes
@@ -143,7 +148,7 @@ def test_a_check_finds_what_another_program_changed_and_the_next_apply_repairs_i
     another program changed is, and the apply after it puts it right."""
     table = example_table()
     assert in_netns(netns, _check_tampering, table, tampering) == [False, True, False]
-    kernel = parse_listing(nft(netns, "-j", "list", "table", "ip", "calico"))
+    kernel = listed(netns, "ip")
     assert kernel.chains["filter-cali-INPUT"][0] == table.chains["filter-cali-INPUT"].hashes
 
 
@@ -205,7 +210,7 @@ def test_a_failed_write_is_followed_by_a_whole_replacement(netns: str) -> None:
         sets={**table.sets, some_set: NftSet("ipv4_addr", True, frozenset({"fd00::1"}))},
     )
     assert "nft" in in_netns(netns, _fail_then_replace, table, broken)
-    kernel = parse_listing(nft(netns, "-j", "list", "table", "ip", "calico"))
+    kernel = listed(netns, "ip")
     assert kernel.sets[some_set].elements == table.sets[some_set].elements
 
 
@@ -240,11 +245,11 @@ def test_member_changes_alone_go_as_set_elements(netns: str, version: int) -> No
     grown = with_members(extra, frozenset({ports}))
     family = "ip" if version == 4 else "ip6"
     assert in_netns(netns, _element_steps, [table, grown], family) == [True, True]
-    kernel = parse_listing(nft(netns, "-j", "list", "table", family, "calico"))
+    kernel = listed(netns, family)
     assert kernel.sets[interval].elements >= extra
     assert ports in kernel.sets[named].elements
     assert in_netns(netns, _element_steps, [grown, table], family) == [False, True]
-    kernel = parse_listing(nft(netns, "-j", "list", "table", family, "calico"))
+    kernel = listed(netns, family)
     assert not kernel.sets[interval].elements & extra
     assert kernel.sets[named].elements == table.sets[named].elements
     assert delta(kernel, table) == ""
@@ -295,19 +300,15 @@ def test_a_rule_on_new_ports_brings_its_port_set_and_takes_it_away(netns: str) -
         sets={**table.sets, "calipt-81_8000-8080": ports},
     )
     assert in_netns(netns, _element_steps, [table, grown], "ip") == [True, True]
-    listed = nft(netns, "list", "table", "ip", "calico")
-    assert "tcp dport @calipt-81_8000-8080" in listed
-    assert (
-        parse_listing(nft(netns, "-j", "list", "table", "ip", "calico")).sets["calipt-81_8000-8080"]
-        == ports
-    )
+    assert "tcp dport @calipt-81_8000-8080" in nft(netns, "list", "table", "ip", "calico")
+    assert listed(netns, "ip").sets["calipt-81_8000-8080"] == ports
     assert in_netns(netns, _element_steps, [grown, table], "ip") == [False, True]
     assert "calipt-81_8000-8080" not in nft(netns, "list", "table", "ip", "calico")
 
 
 def _listings_at_once(threads: int, listings: int) -> int:
-    """In the namespace: a table of sets with concatenated types, listed as JSON by
-    ``threads`` libnftables contexts at once, ``listings`` times each; how many were read."""
+    """In the namespace: a table of sets with concatenated types, listed by ``threads``
+    libnftables contexts at once, ``listings`` times each; how many were read."""
     sets = "".join(
         f"  set s{n} {{ type ipv4_addr . inet_service . ipv4_addr; }}\n" for n in range(200)
     )
@@ -328,6 +329,7 @@ def _listings_at_once(threads: int, listings: int) -> int:
 
 
 def test_listings_from_several_threads_at_once_leave_the_agent_alive(netns: str) -> None:
-    """libnftables' JSON output splits set type names with strtok, the process's: listings at
-    once (each version's read-back in its thread) aborted the agent. They take turns now."""
+    """Each version's read-back runs in its thread, at the same time as the other's.
+    libnftables' JSON output splits set type names with strtok, the process's, and two JSON
+    listings at once aborted the agent; its text output, read now, does not."""
     assert in_netns(netns, _listings_at_once, 4, 150) == 600

@@ -1,8 +1,8 @@
 """The nftables writer: one family's ``calico`` table, a transaction (``nft -f`` input, run by
 libnftables in this process: linux/libnftables.py) a write.
 
-What the kernel holds is known from the last write, or read back (``nft -j list table``) when
-the refresh asks or a write failed. A write brings the table from there to the desired one:
+What the kernel holds is known from the last write, or read back (``nft list table``, its text)
+when the refresh asks or a write failed. A write brings the table from there to the desired one:
 new sets, maps and chains are added, every chain whose rule ids (the ``cali:`` comments)
 differ is flushed and written whole, set and map elements are added and deleted one by one,
 and what is no longer wanted (or was never ours: another tool's chain in our table) is
@@ -14,13 +14,11 @@ the table is half there.
 
 from __future__ import annotations
 
-import json
 import logging
 import operator
 import re
 import time
 from collections.abc import Collection, Iterable, Mapping
-from typing import Any
 
 import attrs
 import trio
@@ -34,7 +32,7 @@ from pyfelix_dataplane.rules.nft import TABLE, NftChain, NftSet, NftTable
 
 log = logging.getLogger(__name__)
 
-_HASH = re.compile(r"^cali:([A-Za-z0-9_-]+);")
+_RULE_ID = re.compile(r'comment "cali:([A-Za-z0-9_-]+);')
 
 
 @attrs.frozen
@@ -56,56 +54,68 @@ class KernelTable:
         )
 
 
-def _element(value: Any) -> str:
-    """One set element of ``nft -j`` output in the form the rendering writes it."""
-    if isinstance(value, dict):
-        if "prefix" in value:
-            return f"{value['prefix']['addr']}/{value['prefix']['len']}"
-        if "range" in value:
-            low, high = value["range"]
-            return f"{low}-{high}"
-        if "concat" in value:
-            return " . ".join(_element(v) for v in value["concat"])
-        if "elem" in value:
-            return _element(value["elem"]["val"])
-    return str(value)
+def _unquoted(text: str) -> str:
+    return text[1:-1] if len(text) > 1 and text[0] == text[-1] == '"' else text
 
 
-def _hook(chain: Mapping[str, Any]) -> str:
-    if "hook" not in chain:
-        return ""
-    policy = chain.get("policy", "accept")
-    return f"type {chain['type']} hook {chain['hook']} priority {chain['prio']}; policy {policy};"
+def _element_list(text: str) -> list[str]:
+    """The elements between an ``elements = {`` and its ``}``, as listed."""
+    inner = text[text.index("{") + 1 : text.rindex("}")]
+    return [item.strip() for item in inner.split(",") if item.strip()]
 
 
 def parse_listing(text: str) -> KernelTable:
-    """The table from ``nft -j list table FAMILY calico``."""
+    """The table from ``nft --stateless --numeric-priority list table FAMILY calico``.
+
+    nft's own text, read line by line: a chain's rules one a line, its hook first; a set's or
+    map's elements between ``elements = {`` and ``}``, over several lines. A line this does
+    not know is taken for a rule without an id (its chain then differs from ours and is
+    rewritten), never for agreement."""
     chains: dict[str, tuple[list[str], str]] = {}
     sets: dict[str, NftSet] = {}
     maps: dict[str, dict[str, str]] = {}
-    for item in json.loads(text).get("nftables", []):
-        if "chain" in item:
-            chain = item["chain"]
-            chains[chain["name"]] = ([], _hook(chain))
-        elif "set" in item:
-            found = item["set"]
-            kind = found["type"]
-            kind = " . ".join(kind) if isinstance(kind, list) else kind
-            elements = frozenset(_element(e) for e in found.get("elem", ()))
-            sets[found["name"]] = NftSet(kind, "interval" in found.get("flags", ()), elements)
-        elif "map" in item:
-            found = item["map"]
+    lines = iter(text.splitlines())
+    for line in lines:
+        words = line.split()
+        if len(words) < 3 or words[-1] != "{" or words[0] not in ("chain", "set", "map"):
+            continue
+        kind, name = words[0], _unquoted(words[1])
+        if kind == "chain":
+            rules: list[str] = []
+            hook = ""
+            for body in lines:
+                stripped = body.strip()
+                if stripped == "}":
+                    break
+                if stripped.startswith("type ") and " hook " in stripped and not rules:
+                    hook = stripped
+                    continue
+                match = _RULE_ID.search(stripped)
+                rules.append(match.group(1) if match else "")
+            chains[name] = (rules, hook)
+            continue
+        set_type, interval, elements = "", False, []
+        for body in lines:
+            stripped = body.strip()
+            if stripped == "}":
+                break
+            if stripped.startswith("type "):
+                set_type = stripped.removeprefix("type ")
+            elif stripped.startswith("flags "):
+                interval = "interval" in stripped.removeprefix("flags ").split(",")
+            elif stripped.startswith("elements = {"):
+                while not stripped.endswith("}"):
+                    stripped += " " + next(lines).strip()
+                elements = _element_list(stripped)
+        if kind == "set":
+            members = frozenset(_unquoted(element) for element in elements)
+            sets[name] = NftSet(set_type, interval, members)
+        else:
             entries = {}
-            for key, verdict in found.get("elem", ()):
-                (verb, target), *_ = verdict.items()
-                entries[str(key)] = (
-                    f"{verb} {target['target']}" if isinstance(target, dict) else verb
-                )
-            maps[found["name"]] = entries
-        elif "rule" in item:
-            rule = item["rule"]
-            match = _HASH.match(rule.get("comment", ""))
-            chains.setdefault(rule["chain"], ([], ""))[0].append(match.group(1) if match else "")
+            for element in elements:
+                key, _, verdict = element.partition(" : ")
+                entries[_unquoted(key)] = verdict
+            maps[name] = entries
     return KernelTable({k: (tuple(v), hook) for k, (v, hook) in chains.items()}, sets, maps)
 
 
