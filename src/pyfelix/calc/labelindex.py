@@ -178,28 +178,29 @@ class LabelIndex:
         self, item_id: ItemID, labels: Mapping[str, str], parents: Sequence[str] = ()
     ) -> None:
         old = self._items.get(item_id)
-        if old is None and not parents:
-            # A new item of its own labels (a snapshot's endpoints, nearly all): only the
-            # selectors that could match it are tested.
-            self._items[item_id] = _Item(labels, ())
+        parents = tuple(parents)
+        if old is None:
+            # A new item (a snapshot's endpoints, nearly all): it matches nothing yet, so only
+            # the selectors that could match it are tested.
+            item = self._items[item_id] = _Item(labels, parents)
+            if parents:
+                for parent in parents:
+                    self._parent_items.setdefault(parent, set()).add(item_id)
+                labels = item.effective = self._effective(item)
             self._file_item(item_id, labels)
             selectors = self._selectors
             for sel_id in self._candidate_selectors(labels):
                 if selectors[sel_id].evaluate(labels):
                     self._start(sel_id, item_id)
             return
-        parents = tuple(parents)
-        filed = None
-        if old is not None:
-            if old.own == labels and old.parents == parents:
-                return
-            filed = old.effective
-            for parent in old.parents:
-                self._parent_items.get(parent, set()).discard(item_id)
+        if old.own == labels and old.parents == parents:
+            return
+        for parent in old.parents:
+            self._parent_items.get(parent, set()).discard(item_id)
         self._items[item_id] = _Item(labels, parents)
         for parent in parents:
             self._parent_items.setdefault(parent, set()).add(item_id)
-        self._recalculate(item_id, filed)
+        self._recalculate(item_id, old.effective)
 
     def delete_item(self, item_id: ItemID) -> None:
         item = self._items.get(item_id)
@@ -231,6 +232,9 @@ class LabelIndex:
             self._recalculate(item_id, self._items[item_id].effective)
 
     def _effective(self, item: _Item) -> Mapping[str, str]:
+        if len(item.parents) == 1:  # a pod's namespace profile: one merge, in C
+            parent = self._parent_labels.get(item.parents[0])
+            return {**parent, **item.own} if parent else item.own
         inherited = [self._parent_labels[p] for p in item.parents if p in self._parent_labels]
         if not inherited:
             return item.own
@@ -274,12 +278,21 @@ class LabelIndex:
         if not self._item_side_built:
             return
         by_label = self._items_by_label
+        # _bucket_add, inlined: every label of every item passes here once the item side is
+        # built (a fifth of the graph's time for Felix's 250,000-endpoint benchmark).
         for key, value in labels.items():
             values = by_label.get(key)
             if values is None:
                 by_label[key] = {value: (item_id,)}
+                continue
+            bucket = values.get(value)
+            if bucket is None:
+                values[value] = (item_id,)
+            elif isinstance(bucket, tuple):
+                if bucket[0] != item_id:
+                    values[value] = {bucket[0], item_id}
             else:
-                _bucket_add(values, value, item_id)
+                bucket.add(item_id)
 
     def _unfile_item(self, item_id: ItemID, labels: Mapping[str, str]) -> None:
         if not self._item_side_built:
