@@ -80,3 +80,12 @@ def test_chains_sets_and_maps_as_the_writer_compares_them() -> None:
 def test_an_empty_listing_is_an_empty_table() -> None:
     table = parse_listing("table ip calico {\n}\n")
     assert (table.chains, table.sets, table.maps) == ({}, {}, {})
+
+
+def test_a_listing_cut_short_is_read_as_far_as_it_goes() -> None:
+    """The elements of a set whose listing ends early, and no chain it never reached: the
+    writer then finds differences to write, and is not stopped by the reading."""
+    cut = LISTING[: LISTING.index("198.51.100.7")]
+    table = parse_listing(cut)
+    assert table.sets["cali40s-nets"].elements == {"10.0.0.0/8", "192.0.2.1"}
+    assert not table.chains

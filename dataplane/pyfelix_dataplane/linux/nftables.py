@@ -105,7 +105,8 @@ def parse_listing(text: str) -> KernelTable:
                 interval = "interval" in stripped.removeprefix("flags ").split(",")
             elif stripped.startswith("elements = {"):
                 while not stripped.endswith("}"):
-                    stripped += " " + next(lines).strip()
+                    # A listing cut short ends the elements where it ends.
+                    stripped += " " + next(lines, "}").strip()
                 elements = _element_list(stripped)
         if kind == "set":
             members = frozenset(_unquoted(element) for element in elements)
