@@ -179,28 +179,26 @@ class LabelIndex:
     ) -> None:
         old = self._items.get(item_id)
         parents = tuple(parents)
-        if old is None:
-            # A new item (a snapshot's endpoints, nearly all): it matches nothing yet, so only
-            # the selectors that could match it are tested.
-            item = self._items[item_id] = _Item(labels, parents)
-            if parents:
-                for parent in parents:
-                    self._parent_items.setdefault(parent, set()).add(item_id)
-                labels = item.effective = self._effective(item)
-            self._file_item(item_id, labels)
-            selectors = self._selectors
-            for sel_id in self._candidate_selectors(labels):
-                if selectors[sel_id].evaluate(labels):
-                    self._start(sel_id, item_id)
-            return
-        if old.own == labels and old.parents == parents:
-            return
-        for parent in old.parents:
-            self._parent_items.get(parent, set()).discard(item_id)
-        self._items[item_id] = _Item(labels, parents)
+        if old is not None:
+            if old.own == labels and old.parents == parents:
+                return
+            for parent in old.parents:
+                self._parent_items.get(parent, set()).discard(item_id)
+        item = self._items[item_id] = _Item(labels, parents)
         for parent in parents:
             self._parent_items.setdefault(parent, set()).add(item_id)
-        self._recalculate(item_id, old.effective)
+        if old is not None:
+            self._recalculate(item_id, old.effective)
+            return
+        # A new item (a snapshot's endpoints, nearly all): it matches nothing yet, so only the
+        # selectors that could match it are tested.
+        if parents:
+            labels = item.effective = self._effective(item)
+        self._file_item(item_id, labels)
+        selectors = self._selectors
+        for sel_id in self._candidate_selectors(labels):
+            if selectors[sel_id].evaluate(labels):
+                self._start(sel_id, item_id)
 
     def delete_item(self, item_id: ItemID) -> None:
         item = self._items.get(item_id)
