@@ -4,11 +4,13 @@ order, and a worker that fails changes nothing but the time."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from pyfelix import cli
+from pyfelix import cli, dryrun
 from pyfelix.resources import load_paths
 from pyfelix.syncer.plain_workloads import plain_workload_entry
 from pyfelix.validation import loading, validate_loaded
@@ -153,3 +155,82 @@ def test_a_failed_worker_still_refuses_what_the_trusting_load_took(
     monkeypatch.setattr(loading, "validate_paths", broken)
     assert cli.main(["dry-run", "--hostname", "node", str(directory)]) == 1
     assert capsys.readouterr().out == without.out
+
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+WORKLOAD_IPS = """apiVersion: projectcalico.org/v3
+kind: FelixConfiguration
+metadata: {name: node.node-a}
+spec: {routeSource: WorkloadIPs}
+"""
+
+
+def _streamed(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The worker forced on; the list fills with each streamed computation's result."""
+    monkeypatch.setattr(loading, "PARALLEL_MIN_BYTES", 0)
+    computed: list[object] = []
+    original = dryrun.compute_files
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        computed.append(result := original(*args, **kwargs))
+        return result
+
+    monkeypatch.setattr(dryrun, "compute_files", counted)
+    return computed
+
+
+def test_a_late_route_source_has_the_streamed_dry_run_computed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The streamed dry-run starts computing before it has read every FelixConfiguration;
+    one in the last file that sets RouteSource (which the graph is built with) has the whole
+    computed again with it."""
+    late = tmp_path / "late"
+    late.mkdir()
+    (late / "zz.yaml").write_text(WORKLOAD_IPS)
+    command = ["dry-run", "--hostname", "node-a", "--format", "json", str(EXAMPLES), str(late)]
+    assert cli.main(command) == 0
+    alone = capsys.readouterr().out
+    routes = [route["dst"] for route in json.loads(alone)["routes"]]
+    assert "10.65.1.2/32" in routes  # a remote workload's own route: WorkloadIPs
+    assert "10.65.1.0/26" not in routes  # no IPAM block routes
+    computed = _streamed(monkeypatch)
+    assert cli.main(command) == 0
+    assert capsys.readouterr().out == alone
+    assert len(computed) == 1
+
+
+@pytest.mark.parametrize("valid", [True, False])
+def test_a_worker_dying_mid_stream_changes_nothing_but_the_time(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    valid: bool,
+) -> None:
+    """The child hands on its first file, then dies: the rest is loaded here, everything is
+    validated here, and the output (or the refusal) is the same."""
+    source = EXAMPLES if valid else _cluster(tmp_path / "cluster", False)
+    command = ["dry-run", "--hostname", "node-a", "--format", "json", str(source)]
+    code = cli.main(command)
+    alone = capsys.readouterr()
+    assert code == (0 if valid else 1)
+    handing_on = loading._handing_on
+
+    def dying(out: Any, digest: Any) -> Any:
+        load = handing_on(out, digest)
+        handed: list[Path] = []
+
+        def load_once(file: Path, direct: Any) -> Any:
+            if handed:
+                os._exit(3)
+            handed.append(file)
+            return load(file, direct)
+
+        return load_once
+
+    computed = _streamed(monkeypatch)
+    monkeypatch.setattr(loading, "_handing_on", dying)
+    assert cli.main(command) == code
+    streamed = capsys.readouterr()
+    assert streamed.out == alone.out
+    assert len(computed) == 1

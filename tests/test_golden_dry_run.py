@@ -12,8 +12,12 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from pyfelix import cli, dryrun
+from pyfelix.validation import loading
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -42,3 +46,25 @@ def test_dry_run_output_is_unchanged(name: str, fmt: str) -> None:
     )
     assert result.returncode == 0, result.stderr.decode()
     assert result.stdout == (GOLDEN / f"{name}.{fmt}").read_bytes()
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_streamed_dry_run_prints_the_same(
+    name: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Big inputs are parsed and checked by a child that hands each file on as the dry-run
+    computes it: forced on for these small ones, the output is the same, byte for byte."""
+    monkeypatch.setattr(loading, "PARALLEL_MIN_BYTES", 0)
+    streamed: list[object] = []
+    compute_files = dryrun.compute_files
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        streamed.append(args)
+        return compute_files(*args, **kwargs)
+
+    monkeypatch.setattr(dryrun, "compute_files", counted)
+    node, sources = CASES[name]
+    command = ["dry-run", "--hostname", node, "--format", "json", *map(str, sources)]
+    assert cli.main(command) == 0
+    assert capsys.readouterr().out == (GOLDEN / f"{name}.json").read_text()
+    assert len(streamed) == 1

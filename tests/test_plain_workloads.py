@@ -127,8 +127,14 @@ def test_the_direct_path_gives_what_the_general_path_gives(
     documents with other fields, such as named ports)."""
     doc = document(changes, top)
     direct = plain_workload(copy.deepcopy(doc))
+    entry = plain_workloads.plain_workload_entry(copy.deepcopy(doc))
+    identity = plain_workloads.plain_workload_identity(copy.deepcopy(doc))
+    # The validating child's identity-only path takes what the direct path takes.
+    assert (identity is None) == (entry is None) == (direct is None)
     if direct is None:
         return
+    assert entry is not None
+    assert identity == (entry[0], None)
     general = general_path(doc)
     assert general == [direct]
     assert [str(key) for key, _ in general] == [str(direct[0])]

@@ -144,30 +144,42 @@ def _dry_run_manifests(sources: list[str], hostname: str) -> dict[str, Any] | in
     endpoints (most of a big cluster) go from their document straight to the model.
 
     Big YAML is parsed on both cores (parsing is most of its cost), then validated and
-    computed here. Otherwise the manifests are validated on the second core while this one
-    loads and computes without checking plain endpoints' values; what is computed is printed
-    only once that validation found nothing."""
-    from pyfelix.dryrun import compute
+    computed here. Otherwise, when they are big enough, a child on the second core parses and
+    validates each file, handing its documents on (plain endpoints as their checked fields)
+    while this process computes the files it has; what is computed is printed only once that
+    validation found nothing."""
+    from pyfelix.dryrun import compute, compute_files
     from pyfelix.resources import load_paths
     from pyfelix.resources.shared_parse import SharedParse
-    from pyfelix.syncer.plain_workloads import plain_workload_entry
+    from pyfelix.syncer.plain_workloads import (
+        plain_fields,
+        plain_workload_entry,
+        plain_workload_identity,
+    )
     from pyfelix.validation import validate_loaded
     from pyfelix.validation.loading import BackgroundValidation
 
     shared = SharedParse(list(sources))
     if shared.active:
-        result = shared.load(direct=plain_workload_entry)
-        problems = validate_loaded(result)
+        whole = shared.load(direct=plain_workload_entry)
+        problems = validate_loaded(whole)
         if problems:
             return _refuse(problems)
-        resources = (item.resource for item in result.resources)
-        return compute(resources, hostname, validated=True, direct=result.direct)[0]
-    validation = BackgroundValidation(list(sources), direct=plain_workload_entry)
-    direct = partial(plain_workload_entry, validate=not validation.pid)
-    result = load_paths(sources, direct=direct)
+        resources = (item.resource for item in whole.resources)
+        return compute(resources, hostname, validated=True, direct=whole.direct)[0]
+    validation = BackgroundValidation(
+        list(sources), direct=plain_workload_identity, hand_on=plain_fields
+    )
+    result: LoadResult | None = None
     try:
-        resources = (item.resource for item in result.resources)
-        view, _ = compute(resources, hostname, validated=True, direct=result.direct)
+        if validation.pid:
+            # The child parses and checks each file; this process computes it as it comes.
+            trusted = partial(plain_workload_entry, validate=False)
+            view, _ = compute_files(validation.loaded(trusted), hostname)
+        else:
+            result = load_paths(sources, direct=plain_workload_entry)
+            resources = (item.resource for item in result.resources)
+            view, _ = compute(resources, hostname, validated=True, direct=result.direct)
         failure: Exception | None = None
     except Exception as exc:  # invalid input may break it: the verdict decides
         failure = exc

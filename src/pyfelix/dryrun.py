@@ -8,19 +8,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from pyfelix.calc.config_batcher import startup_config
-from pyfelix.calc.pipeline import build_pipeline
+from pyfelix.calc.pipeline import Pipeline, build_pipeline
 from pyfelix.config import NFTablesMode, parse_config
 from pyfelix.resources import Resource
-from pyfelix.resources.loader import Direct
+from pyfelix.resources.loader import Direct, Identity, LoadResult, Located
 from pyfelix.syncer.processors import KV
 from pyfelix.validation import context_from
 from pyfelix_dataplane.dryrun import snapshot
 from pyfelix_dataplane.rules.nft import render_nftables
 from pyfelix_dataplane.rules.render import TABLES, render
 from pyfelix_dataplane.state import NodeState
+
+_Item = TypeVar("_Item", Located, Direct)
 
 
 def compute(
@@ -42,6 +44,45 @@ def compute(
         hostname, dataplane.apply, context, validated=validated, route_source=route_source
     )
     pipeline.load(resources, ((d.key, cast(KV, d.value)) for d in direct))
+    return _view(pipeline, dataplane, hostname), dataplane
+
+
+def compute_files(files: Iterable[LoadResult], hostname: str) -> tuple[dict[str, Any], NodeState]:
+    """``compute`` of validated files' loads, each computed as it comes (the first of each
+    resource kept, as ``merge`` keeps it), so that the computing overlaps the loading. The
+    graph is built with the RouteSource of the environment; should the files' own
+    FelixConfigurations say otherwise (which the start-up configuration takes from them), the
+    whole is computed again with theirs."""
+    dataplane = NodeState()
+    route_source = startup_config((), hostname).route_source
+    pipeline = build_pipeline(hostname, dataplane.apply, validated=True, route_source=route_source)
+    seen: set[Identity] = set()
+    resources: list[Resource] = []
+    direct: list[Direct] = []
+    for result in files:
+        mine = [item.resource for item in _first(result.resources, seen)]
+        theirs = _first(result.direct, seen)
+        resources += mine
+        direct += theirs
+        pipeline.add(mine, ((d.key, cast(KV, d.value)) for d in theirs))
+    if startup_config(resources, hostname).route_source != route_source:
+        return compute(resources, hostname, validated=True, direct=direct)
+    pipeline.finish()
+    return _view(pipeline, dataplane, hostname), dataplane
+
+
+def _first(items: Iterable[_Item], seen: set[Identity]) -> list[_Item]:
+    """The items whose identity is not in ``seen`` yet (which then holds them too)."""
+    kept = []
+    for item in items:
+        if item.key not in seen:
+            seen.add(item.key)
+            kept.append(item)
+    return kept
+
+
+def _view(pipeline: Pipeline, dataplane: NodeState, hostname: str) -> dict[str, Any]:
+    """The snapshot of the computed ``dataplane``, with its rendered tables."""
 
     def describe(set_id: str) -> dict[str, str]:
         data = pipeline.graph.ipsets.get(set_id)
@@ -54,13 +95,13 @@ def compute(
             f"ipv{version}": table.script()
             for version, table in sorted(render_nftables(dataplane).items())
         }
-        return view, dataplane
+        return view
     rendered = render(dataplane)
     view["iptables"] = {
         f"ipv{version}": dict(tables) for version, tables in sorted(rendered.iptables.items())
     }
     view["ipset_restore"] = rendered.ipset_restore
-    return view, dataplane
+    return view
 
 
 def render_json(view: dict[str, Any]) -> str:

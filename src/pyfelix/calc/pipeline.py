@@ -63,6 +63,13 @@ class Pipeline:
         in sync and flushed (the dry-run's and the benchmarks' one-shot computation).
         ``produced``: sources converted already (the loader's direct path), with what each
         stands for."""
+        self.add(resources, produced)
+        self.finish()
+
+    def add(
+        self, resources: Iterable[Resource], produced: Iterable[tuple[Hashable, KV]] = ()
+    ) -> None:
+        """Part of a snapshot (``load`` in steps: the dry-run's files as they are loaded)."""
         updates: list[Update] = []
         for resource in resources:
             key = (resource.KIND, resource.namespace, resource.name)
@@ -70,6 +77,9 @@ class Pipeline:
         for source, kv in produced:
             updates.extend(self.converter.produce(source, (kv,)))
         self.on_updates(updates)
+
+    def finish(self) -> None:
+        """The snapshot complete: in sync, and flushed."""
         self.on_status(SyncStatus.IN_SYNC)
         self.flush()
 

@@ -81,6 +81,15 @@ def plain_workload_entry(
     return None if fields is None else from_fields(fields)
 
 
+def plain_workload_identity(
+    document: dict[str, Any] | PlainFields,
+) -> tuple[Identity, None] | None:
+    """``plain_workload_entry``'s identity without the model value, for a load that only
+    checks (the dry-run's validating child): a document's fields are checked in full."""
+    fields = document if isinstance(document, tuple) else plain_fields(document)
+    return None if fields is None else ((_KIND, fields[1], fields[0]), None)
+
+
 def plain_workload(document: dict[str, Any], *, validate: bool = True) -> KV | None:
     """The model (key, value) of a plain WorkloadEndpoint document, or None if it is not one
     (another kind, another field, a type or value the general path would report)."""

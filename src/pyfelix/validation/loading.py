@@ -15,22 +15,29 @@ are then found here.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
+import marshal
 import os
 import pickle
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from pyfelix.errors import Problem
 from pyfelix.resources import FelixConfiguration, LoadResult, Located
 from pyfelix.resources.loader import (
+    Digest,
     Direct,
     DirectDecoder,
     duplicate_problem,
     load_file,
+    load_parsed,
     load_paths,
     manifest_sources,
+    parse_text,
+    read_manifest,
 )
 from pyfelix.resources.shared_parse import available_cores, file_size
 from pyfelix.validation import context_from, validate_loaded, validate_located
@@ -45,15 +52,22 @@ log = logging.getLogger(__name__)
 PARALLEL_MIN_BYTES = 8 << 20
 
 
+#: How ``validate_paths`` loads a file (``load_file``, or one that hands its documents on).
+FileLoader = Callable[[Path, DirectDecoder | None], LoadResult]
+
+
 def _worth_a_worker(files: list[Path]) -> bool:
     return available_cores() >= 2 and sum(map(file_size, files)) >= PARALLEL_MIN_BYTES
 
 
 def validate_paths(
-    paths: Iterable[Path | str], direct: DirectDecoder | None = None
+    paths: Iterable[Path | str],
+    direct: DirectDecoder | None = None,
+    load: FileLoader = load_file,
 ) -> list[Problem]:
-    """``validate_loaded(load_paths(paths, direct))``, one file at a time: only problems are
-    kept (a direct decoder takes only valid documents: those are checked for duplicates).
+    """``validate_loaded(load_paths(paths, direct))``, one file at a time (each loaded by
+    ``load``, ``load_file``'s equal): only problems are kept (a direct decoder takes only
+    valid documents: those are checked for duplicates).
 
     Problems come in validate_loaded's order: the load's (paths, then each file's), the
     duplicates across files, then each kept resource's, each followed by those that depend on
@@ -64,7 +78,7 @@ def validate_paths(
     first: dict[tuple[str, str, str], tuple[str, int | None]] = {}
     configurations = []
     for file in files:
-        result = load_file(file, direct)
+        result = load(file, direct)
         load_problems.extend(result.problems)
         entries: tuple[Direct | Located, ...] = (*result.direct, *result.resources)
         for item in entries:
@@ -95,17 +109,38 @@ def validate_paths(
     return sorted(problems, key=lambda p: (p.source, p.line or 0))
 
 
+#: How many bytes of handed-on documents the child may write ahead of this process's reading
+#: (the pipe's size: a few files of endpoints); beyond it the child waits, so its documents
+#: never pile up in memory.
+HAND_ON_PIPE_BYTES = 1 << 20
+_LENGTH = 8
+
+
 class BackgroundValidation:
     """``validate_paths(paths, direct)`` in a forked child, started now; ``problems`` collects
-    it."""
+    it.
 
-    def __init__(self, paths: list[Path | str], direct: DirectDecoder | None = None) -> None:
+    With ``hand_on``, the child also hands each file's documents on as it reads them, before
+    checking them, with those ``hand_on`` takes replaced by the tuple it gives (plain
+    endpoints' checked fields): ``loaded`` then gives each file's load from them, so this
+    process neither parses nor checks anything the child does, and can compute each file as it
+    arrives while the child goes on."""
+
+    def __init__(
+        self,
+        paths: list[Path | str],
+        direct: DirectDecoder | None = None,
+        hand_on: Digest | None = None,
+    ) -> None:
         self.paths = paths
         self.direct = direct
         self.pid = 0
-        self.fd = -1
-        files, _ = manifest_sources(paths)
-        if not _worth_a_worker(files):
+        self._reader: BinaryIO | None = None
+        self._files, _ = manifest_sources(paths)
+        #: Whether every file ``loaded`` gave was the child's (else the child's verdict may
+        #: miss what this process trusted).
+        self._all_handed_on = True
+        if not _worth_a_worker(self._files):
             return
         try:
             read, write = os.pipe()
@@ -117,32 +152,113 @@ class BackgroundValidation:
             status = 1
             try:
                 os.close(read)
-                data = pickle.dumps(validate_paths(paths, direct), pickle.HIGHEST_PROTOCOL)
+                with contextlib.suppress(OSError):
+                    fcntl.fcntl(write, fcntl.F_SETPIPE_SZ, HAND_ON_PIPE_BYTES)
                 with os.fdopen(write, "wb") as out:
-                    out.write(data)
+                    load = load_file if hand_on is None else _handing_on(out, hand_on)
+                    problems = validate_paths(paths, direct, load)
+                    _write_record(out, "", pickle.dumps(problems, pickle.HIGHEST_PROTOCOL))
                 status = 0
             finally:
                 os._exit(status)
         os.close(write)
-        self.pid, self.fd = pid, read
+        self.pid, self._reader = pid, os.fdopen(read, "rb")
 
-    def problems(self, result: LoadResult) -> list[Problem]:
-        """Every problem of ``result`` (this process's load of the same paths)."""
-        if self.pid:
-            with os.fdopen(self.fd, "rb") as source:
-                data = source.read()
-            _, status = os.waitpid(self.pid, 0)
-            self.pid = 0
-            if status == 0:
-                try:
-                    found = pickle.loads(data)
-                except (pickle.UnpicklingError, EOFError, ValueError) as exc:
-                    log.warning("validation worker's output unreadable (%s)", exc)
-                else:
-                    if isinstance(found, list):
-                        return found
+    def loaded(self, direct: DirectDecoder | None = None) -> Iterator[LoadResult]:
+        """Each file's load (``load_file(file, direct)``), in load order: from the documents
+        the child handed on, or read here (a file the child could not parse, or every file
+        left once the child has gone)."""
+        for file in self._files:
+            record = self._record() if self._reader is not None else None
+            if record is not None and record[0] == str(file) and record[1] is not None:
+                yield load_parsed(record[1], record[0], direct)
+                continue
+            if record is None or record[0] != str(file):
+                self._all_handed_on = False
+            yield load_file(file, direct)
+
+    def _record(self) -> tuple[str, Any] | None:
+        """The child's next record (source, documents or its verdict), None at its end."""
+        assert self._reader is not None
+        header = self._reader.read(_LENGTH)
+        if len(header) < _LENGTH:
+            return None
+        data = self._reader.read(int.from_bytes(header, "little"))
+        try:
+            source, payload = marshal.loads(data)
+        except (EOFError, ValueError, TypeError):
+            return None
+        return source, payload
+
+    def problems(self, result: LoadResult | None = None) -> list[Problem]:
+        """Every problem of ``result`` (this process's load of the same paths; None: the
+        loads ``loaded`` gave)."""
+        if not self.pid:
+            return validate_loaded(result if result is not None else load_paths(self.paths))
+        assert self._reader is not None
+        verdict = None
+        with self._reader:
+            while (record := self._record()) is not None:
+                if record[0] == "":
+                    verdict = record[1]
+        self._reader = None
+        _, status = os.waitpid(self.pid, 0)
+        self.pid = 0
+        if status != 0:
+            log.warning("validation worker failed (status %d): validating here", status)
+        elif not isinstance(verdict, bytes):
+            log.warning("validation worker's output unreadable: validating here")
+        else:
+            try:
+                found = pickle.loads(verdict)
+            except (pickle.UnpicklingError, EOFError, ValueError) as exc:
+                log.warning("validation worker's output unreadable (%s)", exc)
             else:
-                log.warning("validation worker failed (status %d): validating here", status)
-            # The load beside the worker may have trusted what the worker was to check.
-            return validate_loaded(load_paths(self.paths, self.direct))
-        return validate_loaded(result)
+                if isinstance(found, list) and self._all_handed_on:
+                    return found
+        # The load beside the worker may have trusted what the worker was to check.
+        return validate_loaded(load_paths(self.paths, self.direct))
+
+
+def _handing_on(out: BinaryIO, digest: Digest) -> FileLoader:
+    """``load_file`` that first writes the file's documents to ``out`` as a record, those
+    ``digest`` takes as its tuple (a file that cannot be read, parsed or marshalled: a record
+    without documents, and the reader loads it itself)."""
+
+    def load(file: Path, direct: DirectDecoder | None) -> LoadResult:
+        source = str(file)
+        try:
+            parsed = parse_text(read_manifest(file), source)
+        except (OSError, UnicodeDecodeError):
+            parsed = None
+        if not isinstance(parsed, list):
+            _write_record(out, source, None)
+            return load_file(file, direct)
+        parsed = [_digested(entry, digest) for entry in parsed]
+        try:
+            _write_record(out, source, parsed)
+        except ValueError:  # does not marshal
+            _write_record(out, source, None)
+        return load_parsed(parsed, source, direct)
+
+    return load
+
+
+def _digested(entry: tuple[Any, int, list[int]], digest: Digest) -> tuple[Any, int, list[int]]:
+    """A parsed document, or a top-level list's items (JSON manifests), as ``digest`` takes
+    them (a dict it recognises becomes its tuple)."""
+    data, line, item_lines = entry
+    if type(data) is dict:
+        return (digest(data) or data, line, item_lines)
+    if type(data) is list:
+        items = [(digest(item) or item) if type(item) is dict else item for item in data]
+        return (items, line, item_lines)
+    return entry
+
+
+def _write_record(out: BinaryIO, source: str, payload: Any) -> None:
+    """One length-prefixed marshal record: a file's documents, or (source "") the verdict."""
+    data = marshal.dumps((source, payload))
+    out.write(len(data).to_bytes(_LENGTH, "little"))
+    out.write(data)
+    out.flush()
