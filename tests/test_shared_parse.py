@@ -1,4 +1,5 @@
-"""YAML parsed on two cores loads exactly what one process loads, whatever the child does."""
+"""YAML parsed on two cores (the agent's first read, the dry-run's handing-on child) loads
+exactly what one process loads, whatever the child does."""
 
 from __future__ import annotations
 
@@ -14,11 +15,11 @@ import pytest
 import trio
 
 from pyfelix import cli, model
-from pyfelix.resources import load_paths, parse_cache, shared_parse
-from pyfelix.resources.loader import Digest, load_file, parse_text
+from pyfelix.resources import parse_cache, shared_parse
+from pyfelix.resources.loader import Digest, parse_text
 from pyfelix.syncer.api import SyncStatus, Update
 from pyfelix.syncer.files import FileSyncer, _read_all
-from pyfelix.syncer.plain_workloads import plain_workload_entry
+from pyfelix.validation import loading
 from tests.test_background_validation import WEP
 from tests.test_file_syncer import Recorder
 
@@ -58,65 +59,16 @@ def _cluster(
 
 
 @pytest.fixture
-def small_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(shared_parse, "MIN_YAML_BYTES", 0)
-
-
-@pytest.fixture
 def prefetch_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(shared_parse, "MIN_PREFETCH_BYTES", 0)
 
 
-@pytest.mark.parametrize("broken", [False, True])
-@pytest.mark.usefixtures("small_threshold")
-def test_the_shared_load_is_the_single_process_load(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, broken: bool
-) -> None:
-    """Resources, direct entries, problems (a file that does not parse, a duplicate across
-    the halves) and unparsable files are load_paths'; the child's files are not parsed here."""
-    directory = tmp_path / "cluster"
-    _cluster(directory, broken=broken)
-    expected = load_paths([directory], direct=plain_workload_entry)
-    assert any("duplicate" in p.message for p in expected.problems)
-    parsed_here: list[str] = []
-
-    def counting(file: Path, direct: object = None) -> object:
-        parsed_here.append(file.name)
-        return load_file(file, direct)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(shared_parse, "load_file", counting)
-    shared = shared_parse.SharedParse([directory])
-    assert shared.active
-    assert shared.load(direct=plain_workload_entry) == expected
-    # The child took the later files; the one it could not parse came back here.
-    assert "m8.yaml" not in parsed_here
-    assert ("m9.yaml" in parsed_here) == broken
-    assert "m0.yaml" in parsed_here
-
-
-@pytest.mark.usefixtures("small_threshold")
-def test_a_failed_child_changes_nothing_but_the_time(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    directory = tmp_path / "cluster"
-    _cluster(directory)
-    expected = load_paths([directory], direct=plain_workload_entry)
-
-    def broken(spool: object, files: object) -> None:
-        raise RuntimeError("child broke")
-
-    monkeypatch.setattr(shared_parse, "_parse_into", broken)
-    shared = shared_parse.SharedParse([directory])
-    assert shared.active
-    assert shared.load(direct=plain_workload_entry) == expected
-
-
-@pytest.mark.usefixtures("small_threshold")
 def test_dry_run_of_big_yaml_refuses_and_prints_as_before(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The dry-run through the shared parse prints the same view, and refuses an invalid
-    input with the same problems, as the load in one process."""
+    """The dry-run through the child that parses, checks and hands on prints the same view,
+    and refuses an invalid input with the same problems, as the load in one process."""
+    monkeypatch.setattr(loading, "PARALLEL_MIN_BYTES", 0)
     directory = tmp_path / "cluster"
     _cluster(directory, duplicate=False)
     argv = ["dry-run", "--hostname", "node", "--format", "json", str(directory)]
@@ -131,7 +83,7 @@ def test_dry_run_of_big_yaml_refuses_and_prints_as_before(
         return code, out, broken_code, capsys.readouterr().out
 
     shared = runs()
-    monkeypatch.setattr(shared_parse, "MIN_YAML_BYTES", 1 << 40)
+    monkeypatch.setattr(loading, "PARALLEL_MIN_BYTES", 1 << 40)
     assert runs() == shared
     assert shared[0] == 0
     assert shared[2] == 1

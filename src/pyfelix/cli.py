@@ -143,30 +143,19 @@ def _dry_run_manifests(sources: list[str], hostname: str) -> dict[str, Any] | in
     """The dry-run's view of manifest files, or the exit code of refusing them. Plain
     endpoints (most of a big cluster) go from their document straight to the model.
 
-    Big YAML is parsed on both cores (parsing is most of its cost), then validated and
-    computed here. Otherwise, when they are big enough, a child on the second core parses and
-    validates each file, handing its documents on (plain endpoints as their checked fields)
-    while this process computes the files it has; what is computed is printed only once that
-    validation found nothing."""
+    When they are big enough, a child on the second core parses and validates each file,
+    handing its documents on (plain endpoints as their checked fields) while this process
+    computes the files it has; what is computed is printed only once that validation found
+    nothing."""
     from pyfelix.dryrun import compute, compute_files
     from pyfelix.resources import load_paths
-    from pyfelix.resources.shared_parse import SharedParse
     from pyfelix.syncer.plain_workloads import (
         plain_fields,
         plain_workload_entry,
         plain_workload_identity,
     )
-    from pyfelix.validation import validate_loaded
     from pyfelix.validation.loading import BackgroundValidation
 
-    shared = SharedParse(list(sources))
-    if shared.active:
-        whole = shared.load(direct=plain_workload_entry)
-        problems = validate_loaded(whole)
-        if problems:
-            return _refuse(problems)
-        resources = (item.resource for item in whole.resources)
-        return compute(resources, hostname, validated=True, direct=whole.direct)[0]
     validation = BackgroundValidation(
         list(sources), direct=plain_workload_identity, hand_on=plain_fields
     )

@@ -1,15 +1,14 @@
-"""Big YAML loads parsed on two cores: a forked child parses the later half of the files and
-hands their documents back (``SharedParse`` for the dry-run's load, ``ParsePrefetch`` for the
-agent's first read of its datastore, which starts before the agent's imports).
+"""The agent's first read of a big YAML directory, parsed on two cores (``ParsePrefetch``,
+which starts before the agent's imports), and the forked worker it runs in.
 
 Parsing is most of a YAML load (libyaml composes a node tree that Python then walks: some
-80 us a document against 4 us for JSON), and validation on the second core
-(``validation/loading.py``) cannot help, since that worker parses every file too. Here the
-child parses the files of the second half (by size) while this process parses the first; each
-file's documents go back as one marshal record (a few us a document) through an unlinked
-temporary file, which the child writes without waiting for this process to read. A file the
-child could not read or parse, or records of a child that failed, are loaded here instead:
-the result is always ``load_paths``'.
+80 us a document against 4 us for JSON; yaml-rs 14-17 us). Here a child parses the files in
+order while this process, its imports done, decodes what the child delivers and parses files
+from the end itself; each file's documents go back as one marshal record (a few us a
+document) through an unlinked temporary file, which the child writes without waiting for
+this process to read. A file the child could not read or parse, or records of a child that
+failed, are loaded here instead. (The dry-run's child, which validates as well, hands its
+files on through ``pyfelix.validation.loading``.)
 """
 
 from __future__ import annotations
@@ -28,23 +27,14 @@ from typing import BinaryIO
 
 from pyfelix.resources.loader import (
     Digest,
-    DirectDecoder,
-    LoadResult,
     Parsed,
-    load_file,
-    load_parsed,
     manifest_files_and_links,
-    manifest_sources,
-    merge,
-    parse_text,
     read_manifest,
 )
 from pyfelix.resources.parse_cache import ParseCache, Stat, file_stat, parse_marshalled
 
 log = logging.getLogger(__name__)
 
-#: Below this many bytes of YAML a fork costs more than it saves.
-MIN_YAML_BYTES = 8 << 20
 _LENGTH = 8
 
 
@@ -101,89 +91,6 @@ def stop_worker(pid: int, spool: BinaryIO | None) -> None:
         os.waitpid(pid, 0)
     if spool is not None:
         spool.close()
-
-
-class SharedParse:
-    """``load_paths(paths, direct)`` with the later half of the YAML parsed by a child, which
-    starts at once when the YAML is worth it (``active``)."""
-
-    def __init__(self, paths: list[Path | str]) -> None:
-        self._files, self._problems = manifest_sources(paths)
-        self._theirs: set[Path] = set()
-        self._pid = 0
-        self._spool: BinaryIO | None = None
-        sizes = [file_size(f) if f.suffix != ".json" else 0 for f in self._files]
-        total = sum(sizes)
-        if total < MIN_YAML_BYTES or available_cores() < 2:
-            return
-        mine = 0
-        for file, size in zip(self._files, sizes, strict=True):
-            if mine >= total / 2 and size:
-                self._theirs.add(file)
-            mine += size
-        theirs = [f for f in self._files if f in self._theirs]
-        worker = fork_worker(lambda spool: _parse_into(spool, theirs))
-        if worker is None:
-            self._theirs = set()
-            return
-        self._pid, self._spool = worker
-
-    @property
-    def active(self) -> bool:
-        return bool(self._pid)
-
-    def load(self, direct: DirectDecoder | None = None) -> LoadResult:
-        """Every file loaded, in order: this process's half parsed here, the child's from its
-        records (each file it did not deliver parsed here)."""
-        results = []
-        records: Iterator[tuple[str, Parsed]] | None = None
-        pending: tuple[str, Parsed] | None = None
-        for file in self._files:
-            if file in self._theirs:
-                if records is None:
-                    records = self._records()
-                    pending = next(records, None)
-                if pending is not None and pending[0] == str(file):
-                    results.append(load_parsed(pending[1], pending[0], direct))
-                    pending = next(records, None)
-                    continue
-            results.append(load_file(file, direct))
-        return merge(results, self._problems)
-
-    def _records(self) -> Iterator[tuple[str, Parsed]]:
-        """The child's records, in its files' order, once it has exited; none if it failed
-        (its files are then parsed here)."""
-        assert self._spool is not None
-        _, status = os.waitpid(self._pid, 0)
-        self._pid = 0
-        with self._spool as spool:
-            if status != 0:
-                log.warning("parsing worker failed (status %d): parsing here", status)
-                return
-            spool.seek(0)
-            while header := spool.read(_LENGTH):
-                record = spool.read(int.from_bytes(header, "little"))
-                source, parsed = marshal.loads(record)
-                yield source, parsed
-
-
-def _parse_into(spool: BinaryIO, files: list[Path]) -> int:
-    """Each file's documents as a length-prefixed marshal record; a file that cannot be
-    read, parsed or marshalled is left out (the parent loads it, and reports its problem).
-    The records are flushed; how many were written."""
-    written = 0
-    for file in files:
-        try:
-            parsed = parse_text(read_manifest(file), str(file))
-            if isinstance(parsed, LoadResult):
-                continue
-            record = marshal.dumps((str(file), parsed))
-        except (OSError, UnicodeDecodeError, ValueError):
-            continue
-        _write_record(spool, record)
-        written += 1
-    spool.flush()
-    return written
 
 
 def _prefetch_into(
