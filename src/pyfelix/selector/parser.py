@@ -57,14 +57,20 @@ class Selector:
 
     root: Node
     canonical: str = attrs.field(init=False)
-    unique_id: str = attrs.field(init=False)
-    _evaluate: Evaluator = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
-        canonical = self.root.canonical()
-        object.__setattr__(self, "canonical", canonical)
-        object.__setattr__(self, "unique_id", make_unique_id("s", canonical))
-        object.__setattr__(self, "_evaluate", compile_node(self.root))
+        object.__setattr__(self, "canonical", self.root.canonical())
+
+    # The id and the compiled evaluator on first use: a cluster's namespaced policies and
+    # rules each have a selector of their own, and most are never evaluated (the label index
+    # finds them no candidate) nor become an IP set (their policy is not active here).
+    @functools.cached_property
+    def unique_id(self) -> str:
+        return make_unique_id("s", self.canonical)
+
+    @functools.cached_property
+    def _evaluate(self) -> Evaluator:
+        return compile_node(self.root)
 
     def evaluate(self, labels: Mapping[str, str]) -> bool:
         return self._evaluate(labels)
