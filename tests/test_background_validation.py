@@ -12,6 +12,7 @@ import pytest
 
 from pyfelix import cli, dryrun
 from pyfelix.resources import load_paths
+from pyfelix.syncer.plain_namespaces import plain_entry, plain_identity
 from pyfelix.syncer.plain_workloads import plain_workload_entry
 from pyfelix.validation import loading, validate_loaded
 
@@ -95,6 +96,9 @@ def test_the_direct_path_finds_the_same_problems(tmp_path: Path) -> None:
     assert sum("duplicate" in p.message for p in expected) == 3
     assert validate_loaded(direct) == expected
     assert loading.validate_paths([directory], direct=plain_workload_entry) == expected
+    # The dry-run's: namespaces too, and the child's identity-only form.
+    assert validate_loaded(load_paths([directory], direct=plain_entry)) == expected
+    assert loading.validate_paths([directory], direct=plain_identity) == expected
 
 
 def test_worker_and_its_failure_give_the_same_problems(

@@ -141,7 +141,8 @@ def cmd_dry_run(args: argparse.Namespace) -> int:
 
 def _dry_run_manifests(sources: list[str], hostname: str) -> dict[str, Any] | int:
     """The dry-run's view of manifest files, or the exit code of refusing them. Plain
-    endpoints (most of a big cluster) go from their document straight to the model.
+    endpoints and namespaces (most of a big cluster) go from their document straight to the
+    model.
 
     When they are big enough, a child on the second core parses and validates each file,
     handing its documents on (plain endpoints as their checked fields) while this process
@@ -149,24 +150,18 @@ def _dry_run_manifests(sources: list[str], hostname: str) -> dict[str, Any] | in
     nothing."""
     from pyfelix.dryrun import compute, compute_files
     from pyfelix.resources import load_paths
-    from pyfelix.syncer.plain_workloads import (
-        plain_fields,
-        plain_workload_entry,
-        plain_workload_identity,
-    )
+    from pyfelix.syncer.plain_namespaces import plain_digest, plain_entry, plain_identity
     from pyfelix.validation.loading import BackgroundValidation
 
-    validation = BackgroundValidation(
-        list(sources), direct=plain_workload_identity, hand_on=plain_fields
-    )
+    validation = BackgroundValidation(list(sources), direct=plain_identity, hand_on=plain_digest)
     result: LoadResult | None = None
     try:
         if validation.pid:
             # The child parses and checks each file; this process computes it as it comes.
-            trusted = partial(plain_workload_entry, validate=False)
+            trusted = partial(plain_entry, validate=False)
             view, _ = compute_files(validation.loaded(trusted), hostname)
         else:
-            result = load_paths(sources, direct=plain_workload_entry)
+            result = load_paths(sources, direct=plain_entry)
             resources = (item.resource for item in result.resources)
             view, _ = compute(resources, hostname, validated=True, direct=result.direct)
         failure: Exception | None = None

@@ -35,7 +35,7 @@ def compute(
     """The snapshot of ``hostname``'s dataplane for this datastore content, with the rendered
     iptables-restore scripts (per IP version and table) and ipset restore script.
     ``validated``: every resource has been validated already (invalid ones left out);
-    ``direct``: documents the loader turned into model values itself (plain endpoints)."""
+    ``direct``: documents the loader turned into model values itself (``plain_entry``)."""
     resources = list(resources)
     dataplane = NodeState()
     context = context_from(resources)
@@ -43,7 +43,7 @@ def compute(
     pipeline = build_pipeline(
         hostname, dataplane.apply, context, validated=validated, route_source=route_source
     )
-    pipeline.load(resources, ((d.key, cast(KV, d.value)) for d in direct))
+    pipeline.load(resources, ((d.key, cast(tuple[KV, ...], d.value)) for d in direct))
     return _view(pipeline, dataplane, hostname), dataplane
 
 
@@ -64,7 +64,7 @@ def compute_files(files: Iterable[LoadResult], hostname: str) -> tuple[dict[str,
         theirs = _first(result.direct, seen)
         resources += mine
         direct += theirs
-        pipeline.add(mine, ((d.key, cast(KV, d.value)) for d in theirs))
+        pipeline.add(mine, ((d.key, cast(tuple[KV, ...], d.value)) for d in theirs))
     if startup_config(resources, hostname).route_source != route_source:
         return compute(resources, hostname, validated=True, direct=direct)
     pipeline.finish()

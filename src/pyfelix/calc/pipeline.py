@@ -35,6 +35,9 @@ from pyfelix.syncer.api import SyncerCallbacks, SyncStatus, Update
 from pyfelix.syncer.processors import KV, Converter
 from pyfelix.validation.kinds import ValidationContext
 
+#: A source converted already, with the (key, value) pairs it stands for.
+Produced = tuple[Hashable, tuple[KV, ...]]
+
 
 @attrs.define(eq=False)
 class Pipeline:
@@ -56,26 +59,22 @@ class Pipeline:
         """Let the deferred calculators emit, then hand the sequencer's messages on."""
         self.graph.flush()
 
-    def load(
-        self, resources: Iterable[Resource], produced: Iterable[tuple[Hashable, KV]] = ()
-    ) -> None:
+    def load(self, resources: Iterable[Resource], produced: Iterable[Produced] = ()) -> None:
         """Datastore resources as one snapshot, converted as the syncers convert them, then
         in sync and flushed (the dry-run's and the benchmarks' one-shot computation).
-        ``produced``: sources converted already (the loader's direct path), with what each
+        ``produced``: sources converted already (the loader's direct path), with all each
         stands for."""
         self.add(resources, produced)
         self.finish()
 
-    def add(
-        self, resources: Iterable[Resource], produced: Iterable[tuple[Hashable, KV]] = ()
-    ) -> None:
+    def add(self, resources: Iterable[Resource], produced: Iterable[Produced] = ()) -> None:
         """Part of a snapshot (``load`` in steps: the dry-run's files as they are loaded)."""
         updates: list[Update] = []
         for resource in resources:
             key = (resource.KIND, resource.namespace, resource.name)
             updates.extend(self.converter.update(key, resource))
-        for source, kv in produced:
-            updates.extend(self.converter.produce(source, (kv,)))
+        for source, kvs in produced:
+            updates.extend(self.converter.produce(source, kvs))
         self.on_updates(updates)
 
     def finish(self) -> None:

@@ -280,7 +280,7 @@ def _profile_kvs(
     labels: Mapping[str, str],
     ingress: tuple[model.Rule, ...],
     egress: tuple[model.Rule, ...],
-    origin: Resource,
+    origin: Resource | None,
 ) -> list[KV]:
     label_value = model.ProfileLabels(FrozenMap(labels), origin=origin) if labels else None
     return [
@@ -305,10 +305,16 @@ _ALLOW_ALL = (model.Rule(action="allow"),)
 
 
 def _namespace(ns: Namespace) -> list[KV]:
-    """Kubernetes' conversion: profile kns.<ns> applying pcns.* labels, allowing all."""
-    labels = {f"{NAMESPACE_LABEL_PREFIX}{k}": v for k, v in ns.labels.items()}
-    labels[f"{NAMESPACE_LABEL_PREFIX}{NAME_LABEL}"] = ns.name
-    return _profile_kvs(f"{NAMESPACE_PROFILE_PREFIX}{ns.name}", labels, _ALLOW_ALL, _ALLOW_ALL, ns)
+    return namespace_kvs(ns.name, ns.labels, ns)
+
+
+def namespace_kvs(name: str, labels: Mapping[str, str], origin: Resource | None) -> list[KV]:
+    """Kubernetes' conversion of a namespace: profile kns.<name> applying pcns.* labels,
+    allowing all (``origin``: the Namespace, or None where none was built)."""
+    applied = {f"{NAMESPACE_LABEL_PREFIX}{k}": v for k, v in labels.items()}
+    applied[f"{NAMESPACE_LABEL_PREFIX}{NAME_LABEL}"] = name
+    profile = f"{NAMESPACE_PROFILE_PREFIX}{name}"
+    return _profile_kvs(profile, applied, _ALLOW_ALL, _ALLOW_ALL, origin)
 
 
 def _service_account(sa: ServiceAccount) -> list[KV]:

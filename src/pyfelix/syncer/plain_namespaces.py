@@ -1,0 +1,137 @@
+"""Namespaces straight from their document to the profile Kubernetes' conversion makes of
+them, skipping the v3 object; and the dry-run's direct path, which takes plain endpoints
+(``plain_workloads``) and plain namespaces.
+
+A cluster of isolated tenants has a namespace for every few pods, and the general path
+decodes each field by field (10 us) before converting it. Nearly every namespace is *plain*:
+a name, labels, annotations and the bookkeeping Kubernetes adds (uid, resourceVersion,
+creationTimestamp, the ``kubernetes`` finalizer, phase Active), each a string, each valid.
+For such a document :func:`plain_namespace_fields` gives its name and labels, checked as
+``check_metadata`` checks them; for anything else None, and the general path names every
+problem. The profile's values record no ``origin``: only the validation filter reads it, and
+the dry-run validates beforehand. tests/test_plain_namespaces.py checks both paths agree.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from pyfelix.resources.loader import Identity
+from pyfelix.syncer.plain_workloads import (
+    PlainFields,
+    plain_fields,
+    plain_workload_entry,
+    plain_workload_identity,
+)
+from pyfelix.syncer.processors import KV, namespace_kvs
+from pyfelix.validation.common import good_annotations, good_labels, name_accepted
+
+_KIND = "Namespace"
+_TOP_KEYS = frozenset({"apiVersion", "kind", "metadata", "spec", "status"})
+_METADATA_KEYS = frozenset(
+    {"name", "uid", "resourceVersion", "creationTimestamp", "labels", "annotations"}
+)
+
+#: A plain namespace's fields, checked: the kind (what tells them from an endpoint's), its
+#: name and its labels. A tuple of strings and a dict: it marshals, for the dry-run's child.
+NamespaceFields = tuple[str, str, dict[str, str]]
+
+
+def plain_namespace_fields(
+    document: dict[str, Any], *, validate: bool = True
+) -> NamespaceFields | None:
+    """A plain Namespace document's kind, name and labels, checked, or None if it is not one
+    (another kind, another field, a type or value the general path would report)."""
+    if document.get("kind") != _KIND or document.get("apiVersion") != "v1":
+        return None
+    if not document.keys() <= _TOP_KEYS:
+        return None
+    metadata = document.get("metadata")
+    if type(metadata) is not dict or not metadata.keys() <= _METADATA_KEYS:
+        return None
+    spec, status = document.get("spec", {}), document.get("status", {})
+    if type(spec) is not dict or type(status) is not dict:
+        return None
+    if not (spec.keys() <= {"finalizers"} and status.keys() <= {"phase"}):
+        return None
+    finalizers = spec.get("finalizers", [])
+    labels, annotations = metadata.get("labels", {}), metadata.get("annotations", {})
+    if type(finalizers) is not list or type(labels) is not dict or type(annotations) is not dict:
+        return None
+    name = metadata.get("name", "")
+    try:  # every value a string: one join checks them all, in C
+        "".join(
+            [
+                *(name, metadata.get("uid", ""), metadata.get("resourceVersion", "")),
+                *(metadata.get("creationTimestamp", ""), status.get("phase", "")),
+                *finalizers,
+                *labels,
+                *labels.values(),
+                *annotations,
+                *annotations.values(),
+            ]
+        )
+    except TypeError:
+        return None
+    if validate and not (
+        name_accepted(name, label=True)
+        and good_labels(labels)
+        and (not annotations or good_annotations(annotations))
+    ):
+        return None
+    return (_KIND, sys.intern(name), labels)
+
+
+def namespace_entry(fields: NamespaceFields) -> tuple[Identity, tuple[KV, ...]]:
+    """The identity (Kind, namespace, name) and the model (key, value) pairs of a plain
+    namespace's checked fields: its profile's labels and rules."""
+    _, name, labels = fields
+    return (_KIND, "", name), tuple(namespace_kvs(name, labels, None))
+
+
+# ---------------------------------------------------------------- the dry-run's direct path
+
+
+def plain_digest(document: dict[str, Any]) -> PlainFields | NamespaceFields | None:
+    """A plain endpoint's or namespace's fields, checked (what the dry-run's child hands on in
+    their document's place), or None to leave the document as it is."""
+    kind = document.get("kind")
+    if kind == "WorkloadEndpoint":
+        return plain_fields(document)
+    if kind == _KIND:
+        return plain_namespace_fields(document)
+    return None
+
+
+def plain_entry(
+    document: dict[str, Any] | PlainFields | NamespaceFields, *, validate: bool = True
+) -> tuple[Identity, tuple[KV, ...]] | None:
+    """The dry-run's direct decoder: a plain endpoint's or namespace's identity and all it
+    stands for in the model, from its document or from the fields ``plain_digest`` gave.
+    ``validate=False`` trusts the values (a child checks the same files)."""
+    if isinstance(document, tuple):
+        if len(document) == 3:
+            return namespace_entry(document)
+        endpoint = plain_workload_entry(document)
+    elif document.get("kind") == _KIND:
+        fields = plain_namespace_fields(document, validate=validate)
+        return None if fields is None else namespace_entry(fields)
+    else:
+        endpoint = plain_workload_entry(document, validate=validate)
+    return None if endpoint is None else (endpoint[0], (endpoint[1],))
+
+
+def plain_identity(
+    document: dict[str, Any] | PlainFields | NamespaceFields,
+) -> tuple[Identity, None] | None:
+    """``plain_entry``'s identity without the model values, for the load that only checks
+    (the dry-run's validating child): a document's fields are checked in full."""
+    if isinstance(document, tuple):
+        if len(document) == 3:
+            return (_KIND, "", document[1]), None
+        return plain_workload_identity(document)
+    if document.get("kind") == _KIND:
+        fields = plain_namespace_fields(document)
+        return None if fields is None else ((_KIND, "", fields[1]), None)
+    return plain_workload_identity(document)

@@ -1,0 +1,144 @@
+"""The dry-run's direct path for namespaces agrees with decode + validate + convert."""
+
+from __future__ import annotations
+
+import copy
+import marshal
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pyfelix.resources.meta import load_document
+from pyfelix.syncer.plain_namespaces import (
+    plain_digest,
+    plain_entry,
+    plain_identity,
+    plain_namespace_fields,
+)
+from pyfelix.syncer.processors import convert
+from pyfelix.validation.kinds import ValidationContext, check_resource
+
+Doc = dict[str, Any]
+ABSENT = object()
+
+NAMES = ["tenant-1", "kube-system", "Upper", "", "a" * 63, "a" * 64, "-x", "a.b", 7, None]
+LABELS = [
+    ABSENT,
+    {},
+    {"team": "a", "example.com/tier": "gold"},
+    {"bad key!": "x"},
+    {"team": "bad value!"},
+    {"team": 3},
+    ["team"],
+    None,
+]
+ANNOTATIONS = [ABSENT, {}, {"note": "anything at all"}, {"bad key!": "x"}, {"n": 1}, "x"]
+EXTRA_METADATA = [
+    ABSENT,
+    ("uid", "0c0ffee0-0000-4000-8000-000000000001"),
+    ("resourceVersion", "12"),
+    ("creationTimestamp", "2026-12-01T10:00:00Z"),
+    ("namespace", "default"),
+    ("generation", 2),
+    ("uid", 5),
+]
+SPECS = [ABSENT, {}, {"finalizers": ["kubernetes"]}, {"finalizers": "kubernetes"}, None, []]
+STATUSES = [ABSENT, {}, {"phase": "Active"}, {"phase": 1}, {"conditions": []}]
+TOPS = [ABSENT, ("apiVersion", "v2"), ("kind", "NamespaceList"), ("extra", 1)]
+
+
+def document(name: object, *choices: object) -> Doc:
+    labels, annotations, extra, spec, status, top = choices
+    metadata: Doc = {"name": name}
+    if labels is not ABSENT:
+        metadata["labels"] = copy.deepcopy(labels)
+    if annotations is not ABSENT:
+        metadata["annotations"] = copy.deepcopy(annotations)
+    if isinstance(extra, tuple):
+        metadata[extra[0]] = extra[1]
+    doc: Doc = {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
+    if spec is not ABSENT:
+        doc["spec"] = copy.deepcopy(spec)
+    if status is not ABSENT:
+        doc["status"] = copy.deepcopy(status)
+    if isinstance(top, tuple):
+        doc[top[0]] = top[1]
+    return doc
+
+
+DOCUMENTS = st.builds(
+    document,
+    st.sampled_from(NAMES),
+    st.sampled_from(LABELS),
+    st.sampled_from(ANNOTATIONS),
+    st.sampled_from(EXTRA_METADATA),
+    st.sampled_from(SPECS),
+    st.sampled_from(STATUSES),
+    st.sampled_from(TOPS),
+)
+
+
+def general_path(doc: Doc) -> tuple[tuple[str, str, str], list[Any]] | None:
+    """The identity and what decode + validate + convert give, or None where either refuses."""
+    resource, _ = load_document(copy.deepcopy(doc), "<test>")
+    if resource is None or check_resource(resource, ValidationContext()).problems:
+        return None
+    return (resource.KIND, resource.namespace, resource.name), list(convert(resource))
+
+
+@settings(max_examples=2000, deadline=None)
+@given(doc=DOCUMENTS)
+def test_the_direct_path_gives_what_the_general_path_gives(doc: Doc) -> None:
+    """Where the direct path takes a namespace, the general path accepts it and converts it
+    to the same profile; where it does not, the general path decides. The fields the child
+    hands on marshal and give the same, and the child's identity is the same."""
+    entry = plain_entry(copy.deepcopy(doc))
+    identity = plain_identity(copy.deepcopy(doc))
+    fields = plain_digest(copy.deepcopy(doc))
+    assert (entry is None) == (identity is None) == (fields is None)
+    if entry is None:
+        return
+    assert fields is not None
+    general = general_path(doc)
+    assert general is not None, "the direct path took a document the general path refuses"
+    assert entry[0] == general[0]
+    assert identity == (general[0], None)
+    assert list(entry[1]) == general[1]
+    assert plain_entry(marshal.loads(marshal.dumps(fields))) == entry
+
+
+def test_a_namespace_as_kubernetes_lists_it_takes_the_direct_path() -> None:
+    """``kubectl get namespace -o json``'s bookkeeping (uid, finalizer, phase) is plain."""
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": "prod",
+            "uid": "0c0ffee0-0000-4000-8000-000000000001",
+            "resourceVersion": "12",
+            "creationTimestamp": "2026-12-01T10:00:00Z",
+            "labels": {"kubernetes.io/metadata.name": "prod", "team": "a"},
+        },
+        "spec": {"finalizers": ["kubernetes"]},
+        "status": {"phase": "Active"},
+    }
+    entry = plain_entry(doc)
+    assert entry is not None
+    (labels_key, labels), (rules_key, rules) = entry[1]
+    assert str(labels_key) == "/calico/v1/policy/profile/kns.prod/labels"
+    assert str(rules_key) == "/calico/v1/policy/profile/kns.prod/rules"
+    assert [rule.action for rule in rules.inbound_rules + rules.outbound_rules] == ["allow"] * 2  # type: ignore[union-attr]
+    assert dict(labels.labels) == {  # type: ignore[union-attr]
+        "pcns.kubernetes.io/metadata.name": "prod",
+        "pcns.team": "a",
+        "pcns.projectcalico.org/name": "prod",
+    }
+    assert entry == (general_path(doc)[0], tuple(general_path(doc)[1]))  # type: ignore[index]
+
+
+def test_a_managed_namespace_is_left_to_the_general_path() -> None:
+    """Fields the direct path does not know (managedFields, ownerReferences) go the long way."""
+    doc = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a", "managedFields": []}}
+    assert plain_namespace_fields(doc) is None
+    assert general_path(doc) is not None
