@@ -51,17 +51,17 @@ TOPS = [ABSENT, ("apiVersion", "v2"), ("kind", "NamespaceList"), ("extra", 1)]
 def document(name: object, *choices: object) -> Doc:
     labels, annotations, extra, spec, status, top = choices
     metadata: Doc = {"name": name}
-    if labels is not ABSENT:
-        metadata["labels"] = copy.deepcopy(labels)
-    if annotations is not ABSENT:
-        metadata["annotations"] = copy.deepcopy(annotations)
+    doc: Doc = {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
+    for section, field, value in [
+        (metadata, "labels", labels),
+        (metadata, "annotations", annotations),
+        (doc, "spec", spec),
+        (doc, "status", status),
+    ]:
+        if value is not ABSENT:
+            section[field] = copy.deepcopy(value)
     if isinstance(extra, tuple):
         metadata[extra[0]] = extra[1]
-    doc: Doc = {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
-    if spec is not ABSENT:
-        doc["spec"] = copy.deepcopy(spec)
-    if status is not ABSENT:
-        doc["status"] = copy.deepcopy(status)
     if isinstance(top, tuple):
         doc[top[0]] = top[1]
     return doc
