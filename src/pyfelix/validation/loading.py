@@ -39,6 +39,7 @@ from pyfelix.resources.loader import (
     parse_text,
     read_manifest,
 )
+from pyfelix.resources.parse_cache import digested
 from pyfelix.resources.shared_parse import available_cores, file_size
 from pyfelix.validation import context_from, validate_loaded, validate_located
 from pyfelix.validation.kinds import PERMISSIVE, context_problems
@@ -194,7 +195,9 @@ class BackgroundValidation:
         """Every problem of ``result`` (this process's load of the same paths; None: the
         loads ``loaded`` gave)."""
         if not self.pid:
-            return validate_loaded(result if result is not None else load_paths(self.paths))
+            return validate_loaded(
+                result if result is not None else load_paths(self.paths, self.direct)
+            )
         assert self._reader is not None
         verdict = None
         with self._reader:
@@ -228,12 +231,14 @@ def _handing_on(out: BinaryIO, digest: Digest) -> FileLoader:
     def load(file: Path, direct: DirectDecoder | None) -> LoadResult:
         source = str(file)
         try:
-            parsed = parse_text(read_manifest(file), source)
+            text = read_manifest(file)
         except (OSError, UnicodeDecodeError):
-            parsed = None
-        if not isinstance(parsed, list):
             _write_record(out, source, None)
-            return load_file(file, direct)
+            return load_file(file, direct)  # which reports why it cannot be read
+        parsed = parse_text(text, source)
+        if isinstance(parsed, LoadResult):  # it does not parse: that is its load
+            _write_record(out, source, None)
+            return parsed
         parsed = [_digested(entry, digest) for entry in parsed]
         try:
             _write_record(out, source, parsed)
@@ -248,12 +253,10 @@ def _digested(entry: tuple[Any, int, list[int]], digest: Digest) -> tuple[Any, i
     """A parsed document, or a top-level list's items (JSON manifests), as ``digest`` takes
     them (a dict it recognises becomes its tuple)."""
     data, line, item_lines = entry
-    if type(data) is dict:
-        return (digest(data) or data, line, item_lines)
     if type(data) is list:
         items = [(digest(item) or item) if type(item) is dict else item for item in data]
         return (items, line, item_lines)
-    return entry
+    return digested(entry, digest)
 
 
 def _write_record(out: BinaryIO, source: str, payload: Any) -> None:
