@@ -5,6 +5,7 @@ data directory, stopped by PID. It can be stopped and started again on the same 
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -20,11 +21,29 @@ from pathlib import Path
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 
 
+#: Listening ports come from below the kernel's ephemeral range (32768-60999 by default):
+#: a port the kernel handed out and took back could be handed to any outgoing connection
+#: before etcd binds it (it happened in CI).
+LISTEN_PORTS = range(20000, 32768)
+
+#: A first start whose ports were taken after all tries fresh ones this many times.
+PORT_TRIES = 5
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A 127.0.0.1 TCP port nothing listens on now, outside the ephemeral range."""
+    while True:
+        port = random.choice(LISTEN_PORTS)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+
+
+class PortTaken(RuntimeError):
+    """etcd could not bind a port that was free when chosen."""
 
 
 class EtcdServer:
@@ -46,6 +65,8 @@ class EtcdServer:
         #: More of etcd's flags, for the next start.
         self.flags: list[str] = []
         self._log = open(os.path.join(data_dir, "etcd.log"), "ab")  # noqa: SIM115 (kept open)
+        #: Whether it has started once: its clients know its ports from then on.
+        self._served = False
 
     @property
     def url(self) -> str:
@@ -90,6 +111,22 @@ class EtcdServer:
             return sock.connect_ex(("127.0.0.1", self.client_port)) == 0
 
     def start(self, timeout: float = 20.0) -> None:
+        """A restart keeps its ports (clients hold the URL); a first start whose ports were
+        taken meanwhile moves to fresh ones."""
+        for tries_left in reversed(range(PORT_TRIES)):
+            try:
+                self._start(timeout)
+            except PortTaken:
+                if self._served or not tries_left:
+                    raise
+                self.client_port = free_port()
+                self.peer_port = free_port()
+            else:
+                self._served = True
+                return
+
+    def _start(self, timeout: float) -> None:
+        logged = os.path.getsize(self._log.name)
         peer = f"http://127.0.0.1:{self.peer_port}"
         inside = ["ip", "netns", "exec", self.netns] if self.netns else []
         self.process = subprocess.Popen(
@@ -121,7 +158,11 @@ class EtcdServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                log = Path(self.data_dir, "etcd.log").read_text(errors="replace")[-2000:]
+                with open(os.path.join(self.data_dir, "etcd.log"), "rb") as written:
+                    written.seek(logged)
+                    log = written.read().decode(errors="replace")[-2000:]
+                if "address already in use" in log:
+                    raise PortTaken(log)
                 raise RuntimeError(f"etcd exited with {self.process.returncode}:\n{log}")
             if self._healthy():
                 return

@@ -14,6 +14,7 @@ from pyfelix.calc.decoupler import Decoupler
 from pyfelix.health import CALC_GRAPH, HealthAggregator, health_routes
 from pyfelix.httpserver import HttpServer
 from pyfelix.syncer.api import SyncStatus
+from tests.etcd_server import free_port
 
 
 async def test_component_times_out_and_override_replaces_timeout(
@@ -69,13 +70,6 @@ async def test_stuck_calc_loop_turns_not_live(autojump_clock: trio.testing.MockC
     del receive
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 async def _get(port: int, path: str) -> tuple[int, str]:
     stream = await trio.open_tcp_stream("127.0.0.1", port)
     async with stream:
@@ -95,7 +89,7 @@ def _server() -> HttpServer:
 
 
 async def test_reset_and_garbage_clients_do_not_stop_the_server() -> None:
-    port = _free_port()
+    port = free_port()
     async with trio.open_nursery() as nursery:
         await nursery.start(_server().serve, "127.0.0.1", port)
         assert (await _get(port, "/liveness"))[0] == 200
@@ -115,7 +109,7 @@ async def test_reset_and_garbage_clients_do_not_stop_the_server() -> None:
 
 
 async def test_port_in_use_is_retried_not_fatal() -> None:
-    port = _free_port()
+    port = free_port()
     holder = socket.socket()
     holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     holder.bind(("127.0.0.1", port))
