@@ -333,3 +333,36 @@ def test_listings_from_several_threads_at_once_leave_the_agent_alive(netns: str)
     libnftables' JSON output splits set type names with strtok, the process's, and two JSON
     listings at once aborted the agent; its text output, read now, does not."""
     assert in_netns(netns, _listings_at_once, 4, 150) == 600
+
+
+def _interface_listings_at_once(threads: int, listings: int) -> int:
+    """In the namespace: a chain with a rule naming an interface index (the ``fib`` rule our
+    tables hold), listed by ``threads`` contexts at once, ``listings`` times each; how many
+    listings showed the rule."""
+    trio.run(
+        Nft().transaction,
+        "table ip race {\n chain c {\n  fib saddr . mark . iif oif 0 drop\n }\n}\n",
+    )
+    read: list[bool] = []
+
+    def lister() -> None:
+        nft = Nft()
+        for _ in range(listings):
+            read.append("oif 0" in trio.run(nft.listing, "list chain ip race c"))
+
+    workers = [threading.Thread(target=lister) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return sum(read)
+
+
+def test_commands_naming_interfaces_from_several_threads_leave_the_agent_alive(
+    netns: str,
+) -> None:
+    """libnftables frees a process-wide cache of interface names at the end of every command
+    that filled it: the two families' writers and read-backs, each in its thread, aborted the
+    agent ("double free or corruption") until every call took one lock. Without it this
+    crashed two runs in three here."""
+    assert in_netns(netns, _interface_listings_at_once, 8, 800) == 8 * 800

@@ -4,13 +4,19 @@ input as ``nft -f``, run in this process.
 Measured with a 5000-chain table (bench/RESULTS.md): a one-element transaction costs 3.5 ms
 this way against 24 ms for a run of the nft program, which starts, loads its libraries and
 reads the table back into its cache every time; a label change's latency in the nftables mode
-is mostly that. A context is not thread-safe: one is kept per writer and used under a lock,
-in a worker thread. Listings are nft's text, not its JSON: the JSON output costs three times
-as much (a 10,000-endpoint node's table: 0.3-0.5 s against 0.11-0.13 s, and its parse
-0.12-0.2 s against 0.01-0.02 s), and it is not safe across contexts either (nftables up to
-1.0.x splits set type names with the process's ``strtok``: two JSON listings at once abort
-the process), where two text listings run at once. Where the library cannot be loaded, the nft
-program is run instead.
+is mostly that. Listings are nft's text, not
+its JSON: the JSON output costs three times as much (a 10,000-endpoint node's table: 0.3-0.5 s
+against 0.11-0.13 s, and its parse 0.12-0.2 s against 0.01-0.02 s).
+
+The library is not safe in two threads at once, even with a context each: it keeps
+process-wide state. Every command ends by freeing a global cache of interface names, which
+any command that parses or prints an interface index fills (our ``fib ... oif`` rules do): two
+such commands at once corrupt the heap and abort the agent (reproduced: eight threads listing
+a chain with one such rule, "double free or corruption"). Up to 1.0.x the JSON output also
+splits set type names with the process's ``strtok``. So every call into the library, on any
+context, holds one process-wide lock; the two families' commands take turns (the kernel's
+work for one is inside its call). Where the library cannot be loaded, the nft program is run
+instead (a process each: no shared state).
 """
 
 from __future__ import annotations
@@ -63,6 +69,8 @@ def _load() -> ctypes.CDLL | None:
 
 _LIB: ctypes.CDLL | None = None
 _LOADED = False
+#: Held by every call into the library, whichever context it runs on (see above).
+_CALLS = threading.Lock()
 
 
 def _library() -> ctypes.CDLL | None:
@@ -79,7 +87,6 @@ class Nft:
     program."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
         lib = _library()
         self._lib = lib
         if lib is not None:
@@ -92,7 +99,7 @@ class Nft:
     def _run_here(self, text: str, listing: bool) -> tuple[int, str, str]:
         assert self._lib is not None
         ctx = self._listing if listing else self._ctx
-        with self._lock:
+        with _CALLS:
             code = self._lib.nft_run_cmd_from_buffer(ctx, text.encode())
             output = self._lib.nft_ctx_get_output_buffer(ctx) or b""
             error = self._lib.nft_ctx_get_error_buffer(ctx) or b""
