@@ -300,15 +300,18 @@ def test_a_restart_whose_files_are_all_indexed_reads_them_without_a_child(
     assert _read_all(paths, prefetch, cache) == expected
     assert parsed == []
     (directory / "m5.yaml").write_text(POLICY.format(i="changed"))
-    cache = _cache(tmp_path, directory)
-    prefetch = shared_parse.ParsePrefetch(directory, cli._endpoint_checks, cache)
-    assert prefetch._pid
-    prefetch.close()
-    reads = _read_all(paths, cache=cache)
+    # Read before a child is started: a child parsing the file first would leave its entry
+    # in the cache, and the parsing here would depend on how far it got.
+    reads = _read_all(paths, cache=_cache(tmp_path, directory))
     assert parsed == ["m5.yaml"]
     assert {n for _, _, n in reads[paths.index(directory / "m5.yaml")].resources or ()} == {
         "pchanged"
     }
+    prefetch = shared_parse.ParsePrefetch(
+        directory, cli._endpoint_checks, _cache(tmp_path, directory)
+    )
+    assert prefetch._pid
+    prefetch.close()
 
 
 def test_an_unreadable_index_is_no_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
