@@ -135,7 +135,11 @@ def cmd_dry_run(args: argparse.Namespace) -> int:
         if isinstance(computed, int):
             return computed
         view = computed
-    sys.stdout.write(render_json(view) if args.format == "json" else render_text(view))
+    if args.format == "json":
+        sys.stdout.flush()
+        sys.stdout.buffer.write(render_json(view))
+    else:
+        sys.stdout.write(render_text(view))
     return EXIT_OK
 
 

@@ -1,0 +1,49 @@
+"""The dry-run's JSON text: written by orjson where that gives the standard library's text,
+held to ``json.dumps(indent=2, sort_keys=True)`` byte for byte on any value without floats
+(whose exponents orjson writes shorter), and to the same numbers with them."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pyfelix.jsontext import dumps_indented
+
+_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**64 - 1)
+    | st.text()
+    | st.text(st.characters(max_codepoint=0x7F))
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(st.characters(max_codepoint=0x7F)) | st.text(), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+def standard(value: Any) -> bytes:
+    return (json.dumps(value, indent=2, sort_keys=True) + "\n").encode()
+
+
+@given(_VALUES)
+def test_the_text_is_the_standard_librarys(value: Any) -> None:
+    assert dumps_indented(value) == standard(value)
+
+
+@given(st.lists(st.floats(allow_nan=False, allow_infinity=False) | st.integers(), max_size=4))
+def test_floats_are_the_same_numbers(value: list[float]) -> None:
+    assert json.loads(dumps_indented(value)) == value
+
+
+def test_keys_that_are_not_strings_are_written_as_the_standard_library_writes_them() -> None:
+    value = {"b": {2: "x", 1: [True, None]}, "a": ()}
+    assert dumps_indented(value) == standard(value)
