@@ -306,8 +306,18 @@ class LabelIndex:
     # ------------------------------------------------------------------------------ matches
 
     def _start(self, sel_id: SelectorID, item_id: ItemID) -> None:
-        self._matches.setdefault(sel_id, set()).add(item_id)
-        self._item_matches.setdefault(item_id, set()).add(sel_id)
+        # Once for every (selector, item) pair (2M of them for 10,000 policies on 200 local
+        # endpoints): no empty set made for a ``setdefault`` that does not need it.
+        items = self._matches.get(sel_id)
+        if items is None:
+            self._matches[sel_id] = {item_id}
+        else:
+            items.add(item_id)
+        selectors = self._item_matches.get(item_id)
+        if selectors is None:
+            self._item_matches[item_id] = {sel_id}
+        else:
+            selectors.add(sel_id)
         self._started(sel_id, item_id)
 
     def _stop(self, sel_id: SelectorID, item_id: ItemID) -> None:

@@ -60,8 +60,11 @@ class PolicyResolver:
         self._tiers: dict[str, model.Tier] = {}
         self._policies: dict[model.PolicyKey, model.Policy] = {}
         self._endpoints: dict[EndpointKey, Endpoint] = {}
+        #: Each local endpoint's matching policies. No index the other way: a policy's
+        #: change scans these (a node's few hundred endpoints, microseconds), where keeping
+        #: one cost a set operation for each of a snapshot's (policy, endpoint) pairs, 2M
+        #: for 10,000 policies on 200 endpoints, and 80 MB.
         self._matches: dict[EndpointKey, set[model.PolicyKey]] = {}
-        self._policy_endpoints: dict[model.PolicyKey, set[EndpointKey]] = {}
         self._dirty: set[EndpointKey] = set()
         self._sent: set[EndpointKey] = set()
         self._in_sync = False
@@ -109,20 +112,22 @@ class PolicyResolver:
             self._ids.pop(key, None)
         else:
             self._policies[key] = policy
-        self._dirty.update(self._policy_endpoints.get(key, ()))
+        for endpoint, policies in self._matches.items():
+            if key in policies:
+                self._dirty.add(endpoint)
 
     def on_match_started(self, key: model.PolicyKey, endpoint: EndpointKey) -> None:
-        self._matches.setdefault(endpoint, set()).add(key)
-        self._policy_endpoints.setdefault(key, set()).add(endpoint)
+        policies = self._matches.get(endpoint)
+        if policies is None:
+            self._matches[endpoint] = {key}
+        else:
+            policies.add(key)
         self._dirty.add(endpoint)
 
     def on_match_stopped(self, key: model.PolicyKey, endpoint: EndpointKey) -> None:
-        self._matches.get(endpoint, set()).discard(key)
-        users = self._policy_endpoints.get(key)
-        if users is not None:
-            users.discard(endpoint)
-            if not users:
-                del self._policy_endpoints[key]
+        policies = self._matches.get(endpoint)
+        if policies is not None:
+            policies.discard(key)
         self._dirty.add(endpoint)
 
     def on_endpoint(self, key: EndpointKey, endpoint: Endpoint | None) -> None:
