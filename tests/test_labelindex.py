@@ -54,18 +54,32 @@ def effective(
 def test_matches_equal_brute_force(
     ops: list[tuple[str, object, dict[str, str], list[str]]],
 ) -> None:
-    """After any sequence of changes, reported matches = evaluating everything from scratch."""
+    """After any sequence of changes, reported matches = evaluating everything from scratch,
+    and a selector is reported matching something from before its first match is reported
+    to after its last one stops."""
     reported: set[tuple[Hashable, Hashable]] = set()
+    matching: set[Hashable] = set()
 
     def started(sel: Hashable, item: Hashable) -> None:
         assert (sel, item) not in reported
+        assert sel in matching
         reported.add((sel, item))
 
     def stopped(sel: Hashable, item: Hashable) -> None:
         assert (sel, item) in reported
         reported.discard((sel, item))
 
-    index = LabelIndex(started, stopped)
+    def first(sel: Hashable) -> None:
+        assert sel not in matching
+        assert not any(s == sel for s, _ in reported)
+        matching.add(sel)
+
+    def last(sel: Hashable) -> None:
+        assert sel in matching
+        assert not any(s == sel for s, _ in reported)
+        matching.discard(sel)
+
+    index = LabelIndex(started, stopped, first, last)
     items: dict[int, tuple[dict[str, str], list[str]]] = {}
     parents: dict[str, dict[str, str]] = {}
     selectors: set[int] = set()
@@ -101,6 +115,7 @@ def test_matches_equal_brute_force(
             if parse_selector(SELECTORS[s]).evaluate(effective(own, ps, parents))
         }
         assert reported == expected
+        assert matching == {s for s, _ in expected}
 
 
 def test_selector_on_a_value_only_tests_items_with_that_value() -> None:

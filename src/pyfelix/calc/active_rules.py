@@ -16,7 +16,7 @@ from typing import cast
 
 from pyfelix import model
 from pyfelix.calc.dispatcher import Dispatcher, endpoint_of, value_of
-from pyfelix.calc.labelindex import LabelIndex, MatchCallback
+from pyfelix.calc.labelindex import LabelIndex, MatchCallback, SelectorCallback
 from pyfelix.selector import SelectorError, parse_selector
 from pyfelix.syncer.api import Update
 
@@ -37,18 +37,18 @@ class ActiveRulesCalculator:
         on_match_stopped: Callable[[model.PolicyKey, EndpointKey], None],
     ) -> None:
         self._policy_active = on_policy_active
-        self._policy_inactive = on_policy_inactive
         self._profile_active = on_profile_active
         self._profile_inactive = on_profile_inactive
-        self._match_started = on_match_started
-        self._match_stopped = on_match_stopped
         # The index hands back the ids it was given: policy keys as selectors, endpoint keys
-        # as items (typed once here, not asserted for each of a snapshot's 2M matches).
+        # as items (typed once here, not asserted for each of a snapshot's 2M matches); a
+        # policy is active from its first match to its last, which the index tells.
         self._index = LabelIndex(
-            cast(MatchCallback, self._started), cast(MatchCallback, self._stopped)
+            cast(MatchCallback, on_match_started),
+            cast(MatchCallback, on_match_stopped),
+            cast(SelectorCallback, self._first_match),
+            cast(SelectorCallback, on_policy_inactive),
         )
         self._policies: dict[model.PolicyKey, model.Policy] = {}
-        self._match_counts: dict[model.PolicyKey, int] = {}
         self._profiles: dict[str, model.ProfileRules] = {}
         self._profile_users: dict[str, set[EndpointKey]] = {}
         self._endpoint_profiles: dict[EndpointKey, tuple[str, ...]] = {}
@@ -92,25 +92,12 @@ class ActiveRulesCalculator:
         except SelectorError:
             selector = parse_selector("!all()")
         self._policies[key] = policy
-        if old is not None and self._match_counts.get(key) and old != policy:
+        if old is not None and self._index.has_matches(key) and old != policy:
             self._policy_active(key, policy)
         self._index.update_selector(key, selector)
 
-    def _started(self, sel_id: model.PolicyKey, item_id: EndpointKey) -> None:
-        count = self._match_counts.get(sel_id, 0) + 1
-        self._match_counts[sel_id] = count
-        if count == 1:
-            self._policy_active(sel_id, self._policies[sel_id])
-        self._match_started(sel_id, item_id)
-
-    def _stopped(self, sel_id: model.PolicyKey, item_id: EndpointKey) -> None:
-        self._match_stopped(sel_id, item_id)
-        count = self._match_counts[sel_id] - 1
-        if count:
-            self._match_counts[sel_id] = count
-        else:
-            del self._match_counts[sel_id]
-            self._policy_inactive(sel_id)
+    def _first_match(self, key: model.PolicyKey) -> None:
+        self._policy_active(key, self._policies[key])
 
     # Profiles.
 

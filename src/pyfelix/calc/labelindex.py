@@ -24,6 +24,7 @@ from pyfelix.selector import Selector
 SelectorID = Hashable
 ItemID = Hashable
 MatchCallback = Callable[[SelectorID, ItemID], None]
+SelectorCallback = Callable[[SelectorID], None]
 
 
 #: The members filed under one label value: a 1-tuple while there is one (nearly every value of
@@ -66,9 +67,20 @@ class _Item:
 
 
 class LabelIndex:
-    def __init__(self, on_match_started: MatchCallback, on_match_stopped: MatchCallback) -> None:
+    def __init__(
+        self,
+        on_match_started: MatchCallback,
+        on_match_stopped: MatchCallback,
+        on_first_match: SelectorCallback | None = None,
+        on_last_match: SelectorCallback | None = None,
+    ) -> None:
+        """``on_first_match`` is called before a selector's first match is reported,
+        ``on_last_match`` after its last one stops: what a caller would otherwise count for
+        itself, for every match."""
         self._started = on_match_started
         self._stopped = on_match_stopped
+        self._first = on_first_match
+        self._last = on_last_match
         self._selectors: dict[SelectorID, Selector] = {}
         self._items: dict[ItemID, _Item] = {}
         self._parent_labels: dict[str, Mapping[str, str]] = {}
@@ -309,30 +321,39 @@ class LabelIndex:
         # Once for every (selector, item) pair (2M of them for 10,000 policies on 200 local
         # endpoints): no empty set made for a ``setdefault`` that does not need it.
         items = self._matches.get(sel_id)
-        if items is None:
-            self._matches[sel_id] = {item_id}
-        else:
-            items.add(item_id)
         selectors = self._item_matches.get(item_id)
         if selectors is None:
             self._item_matches[item_id] = {sel_id}
         else:
             selectors.add(sel_id)
+        if items is None:
+            self._matches[sel_id] = {item_id}
+            if self._first is not None:
+                self._first(sel_id)
+        else:
+            items.add(item_id)
         self._started(sel_id, item_id)
 
     def _stop(self, sel_id: SelectorID, item_id: ItemID) -> None:
         # Sets exist only while not empty: most selectors and items have no match at all.
         items = self._matches.get(sel_id)
+        last = False
         if items is not None:
             items.discard(item_id)
             if not items:
                 del self._matches[sel_id]
+                last = True
         selectors = self._item_matches.get(item_id)
         if selectors is not None:
             selectors.discard(sel_id)
             if not selectors:
                 del self._item_matches[item_id]
         self._stopped(sel_id, item_id)
+        if last and self._last is not None:
+            self._last(sel_id)
+
+    def has_matches(self, sel_id: SelectorID) -> bool:
+        return sel_id in self._matches
 
     def matches(self, sel_id: SelectorID) -> frozenset[ItemID]:
         return frozenset(self._matches.get(sel_id, ()))
