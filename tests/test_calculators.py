@@ -541,6 +541,32 @@ def test_nothing_resolved_before_in_sync_and_a_relabel_moves_policies() -> None:
     assert gnp("a-early") not in rules.policies
 
 
+def test_a_policy_changed_or_deleted_after_in_sync_resolves_its_endpoints_again() -> None:
+    """The resolver keeps no policy-to-endpoint index: a known policy's change finds its
+    endpoints among the node's; a new one's come with its matches."""
+    updates, local_updates, _, resolver, out = active_rules_graph()
+    for update in TIERED:
+        updates.on_update(update)
+    local_updates.on_update(Update(local("web"), wep("caliweb", "10.65.0.2/32", {"app": "web"})))
+    updates.on_status(SyncStatus.IN_SYNC)
+    resolver.flush()
+
+    def default_tier() -> list[str]:
+        tiers = out.endpoints[local("web")].tiers
+        return [p.name for t in tiers if t.name == "default" for p in t.ingress_policies]
+
+    assert default_tier() == ["a-early", "b-late", "unordered"]
+    updates.on_update(Update(gnp("b-late"), policy('app == "web"', 5)))
+    resolver.flush()
+    assert default_tier() == ["b-late", "a-early", "unordered"]
+    updates.on_update(Update(gnp("a-early"), None))
+    resolver.flush()
+    assert default_tier() == ["b-late", "unordered"]
+    updates.on_update(Update(gnp("new"), policy('app == "web"', 1)))
+    resolver.flush()
+    assert default_tier() == ["new", "b-late", "unordered"]
+
+
 # ------------------------------------------------------------------ passthru, decoder, encap
 
 

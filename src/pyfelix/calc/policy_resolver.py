@@ -107,14 +107,18 @@ class PolicyResolver:
 
     def on_policy(self, key: model.PolicyKey, policy: model.Policy | None) -> None:
         self._tier_cache.clear()
+        known = key in self._policies
         if policy is None:
             self._policies.pop(key, None)
             self._ids.pop(key, None)
         else:
             self._policies[key] = policy
-        for endpoint, policies in self._matches.items():
-            if key in policies:
-                self._dirty.add(endpoint)
+        if known:
+            # A new policy's endpoints are made dirty by its matches (a snapshot's 100,000
+            # policies scan nothing).
+            for endpoint, policies in self._matches.items():
+                if key in policies:
+                    self._dirty.add(endpoint)
 
     def on_match_started(self, key: model.PolicyKey, endpoint: EndpointKey) -> None:
         policies = self._matches.get(endpoint)
