@@ -158,7 +158,7 @@ class EtcdServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                with open(os.path.join(self.data_dir, "etcd.log"), "rb") as written:
+                with open(self._log.name, "rb") as written:
                     written.seek(logged)
                     log = written.read().decode(errors="replace")[-2000:]
                 if "address already in use" in log:

@@ -4,9 +4,9 @@ input as ``nft -f``, run in this process.
 Measured with a 5000-chain table (bench/RESULTS.md): a one-element transaction costs 3.5 ms
 this way against 24 ms for a run of the nft program, which starts, loads its libraries and
 reads the table back into its cache every time; a label change's latency in the nftables mode
-is mostly that. Listings are nft's text, not
-its JSON: the JSON output costs three times as much (a 10,000-endpoint node's table: 0.3-0.5 s
-against 0.11-0.13 s, and its parse 0.12-0.2 s against 0.01-0.02 s).
+is mostly that. Listings are nft's text, not its JSON: the JSON output costs three times as
+much (a 10,000-endpoint node's table: 0.3-0.5 s against 0.11-0.13 s, and its parse 0.12-0.2 s
+against 0.01-0.02 s).
 
 The library is not safe in two threads at once, even with a context each: it keeps
 process-wide state. Every command ends by freeing a global cache of interface names, which
