@@ -23,7 +23,13 @@ from pyfelix.resources import (
     load_text,
     schema,
 )
-from pyfelix.resources.meta import MANIFEST_KIND_MODULES
+from pyfelix.resources.crd import CRD_KINDS
+from pyfelix.resources.meta import (
+    CALICO_API_VERSION,
+    CRD_API_VERSION,
+    MANIFEST_KIND_MODULES,
+    READ_API_VERSIONS,
+)
 from pyfelix.values import Port
 
 V3 = "projectcalico.org/v3"
@@ -199,6 +205,17 @@ SAMPLES: dict[str, dict[str, Any]] = {
         },
         "status": {"phase": "Running", "podIP": "10.65.0.2", "podIPs": [{"ip": "10.65.0.2"}]},
     },
+    "KubernetesNode": {
+        "metadata": {
+            "annotations": {"projectcalico.org/IPv4Address": "192.168.122.11/24"},
+            "labels": {"kubernetes.io/hostname": "worker-1"},
+        },
+        "spec": {"podCIDR": "10.244.1.0/24", "podCIDRs": ["10.244.1.0/24"]},
+        "status": {
+            "addresses": [{"type": "InternalIP", "address": "192.168.122.11"}],
+            "nodeInfo": {"kubeletVersion": "v1.34.2"},
+        },
+    },
     "KubernetesClusterNetworkPolicy": {
         "spec": {
             "tier": "Admin",
@@ -290,6 +307,14 @@ def test_each_kind_is_looked_up_in_the_modules_that_define_it() -> None:
         module = cls.__module__.removeprefix("pyfelix.resources.")
         defined.setdefault(cls.manifest_kind(), set()).add(module)
     assert {kind: set(modules) for kind, modules in MANIFEST_KIND_MODULES.items()} == defined
+
+
+def test_the_versions_read_are_the_registered_ones_and_calicos_crds() -> None:
+    """A document of a known kind and one of these versions is never skipped unread; each
+    custom resource kind read is one of Calico's registered kinds."""
+    registered = {cls.API_VERSION for cls in KINDS.values()}
+    assert registered | {CRD_API_VERSION} == READ_API_VERSIONS
+    assert {k for k in CRD_KINDS if KINDS[k].API_VERSION == CALICO_API_VERSION} == CRD_KINDS
 
 
 @pytest.mark.parametrize("kind", sorted(SAMPLES))

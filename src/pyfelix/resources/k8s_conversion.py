@@ -23,17 +23,29 @@ import hashlib
 import ipaddress
 import json
 import os
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import attrs
 
+from pyfelix.ipnet import canonical_network, parse_network
 from pyfelix.model import NAMESPACE_LABEL, ORCHESTRATOR_LABEL, SERVICE_ACCOUNT_LABEL
+from pyfelix.resources.cluster import (
+    Node,
+    NodeAddress,
+    NodeBGPSpec,
+    NodeInterface,
+    NodeSpec,
+    NodeStatus,
+    NodeWireguardSpec,
+    OrchRef,
+)
 from pyfelix.resources.endpoints import (
     IPNAT,
     WorkloadEndpoint,
     WorkloadEndpointPort,
     WorkloadEndpointSpec,
 )
+from pyfelix.resources.k8s_node import KubernetesNode
 from pyfelix.resources.k8s_policy import (
     AdminEgressRule,
     AdminIngressRule,
@@ -269,28 +281,38 @@ def _finished(pod: Pod) -> bool:
     return bool(pod.metadata.deletion_timestamp) and released
 
 
-def pod_addresses(pod: Pod) -> tuple[str, ...]:
-    """The first of status.podIPs, status.podIP and Calico's (or AWS's) annotations that
-    has any, each as a host network (/32 or /128)."""
+def pod_ip_source(pod: Pod) -> tuple[tuple[str | int, ...], list[str]]:
+    """Where Calico takes a pod's addresses from, as libcalico-go's ``getPodIPs`` does: the
+    first of status.podIPs, status.podIP, Calico's plural and singular annotations and AWS's
+    that is not empty, taken whole (the field's path, and its entries); ``((), [])`` for a
+    pod without any. The sources after the one taken are never read."""
     annotations = pod.metadata.annotations
     status = pod.status
-    candidates = (
-        [ip.ip for ip in status.pod_ips] if status is not None else [],
-        [status.pod_ip] if status is not None and status.pod_ip else [],
-        annotations.get(POD_IPS_ANNOTATION, "").split(","),
-        [annotations.get(POD_IP_ANNOTATION, "")],
-        annotations.get(AWS_POD_IPS_ANNOTATION, "").split(","),
-    )
-    for addresses in candidates:
-        present = [a.strip() for a in addresses if a.strip()]
-        if present:
-            return tuple(_host_network(a) for a in present)
-    return ()
+    if status is not None and status.pod_ips:
+        return ("status", "podIPs"), [ip.ip for ip in status.pod_ips]
+    if status is not None and status.pod_ip:
+        return ("status", "podIP"), [status.pod_ip]
+    for key, plural in (
+        (POD_IPS_ANNOTATION, True),
+        (POD_IP_ANNOTATION, False),
+        (AWS_POD_IPS_ANNOTATION, True),
+    ):
+        text = annotations.get(key, "")
+        if text:
+            return ("metadata", "annotations", key), text.split(",") if plural else [text]
+    return (), []
 
 
-def _host_network(address: str) -> str:
+def pod_addresses(pod: Pod) -> tuple[str, ...]:
+    """The pod's addresses (``pod_ip_source``), each a CIDR or an IP as Calico's CNI plugin
+    and the kubelet write them, as networks: ``10.244.36.68`` is ``10.244.36.68/32``, and a
+    CIDR keeps its prefix with its host bits cleared, as Go's ``net.ParseCIDR`` gives it."""
+    return tuple(_network_of(a) for a in pod_ip_source(pod)[1])
+
+
+def _network_of(address: str) -> str:
     try:
-        return str(ipaddress.ip_network(address, strict=False))
+        return canonical_network(address)
     except ValueError as exc:
         raise ConversionError(f"invalid pod IP {address!r}") from exc
 
@@ -605,3 +627,162 @@ def cluster_network_policy(policy: KubernetesClusterNetworkPolicy) -> GlobalNetw
         ingress=_cluster_direction(spec.ingress, True, CLUSTER_ACTIONS, fail),
         egress=_cluster_direction(spec.egress, False, CLUSTER_ACTIONS, fail),
     )
+
+
+# ------------------------------------------------------------------------ nodes
+
+#: What calico-node writes on a v1 Node (libcalico-go's k8s backend, resources/node.go).
+NODE_ANNOTATION = "projectcalico.org/"
+NODE_LABELS_ANNOTATION = "projectcalico.org/labels"
+NODE_ANNOTATIONS_ANNOTATION = "projectcalico.org/annotations"
+WIREGUARD_KEY_ANNOTATION = "projectcalico.org/WireguardPublicKey"
+WIREGUARD_KEY_V6_ANNOTATION = "projectcalico.org/WireguardPublicKeyV6"
+_MAC_GROUPS = {6, 8, 20}
+
+
+def _cidr_of_version(text: str, version: int) -> bool:
+    """libcalico-go's ValidateCIDRv4/v6: an IP or CIDR of that family."""
+    try:
+        return parse_network(text).version == version
+    except ValueError:
+        return False
+
+
+def _network_of_version(text: str, version: int) -> bool:
+    """ValidateIPv4Network/IPv6Network: an IP, or a CIDR naming its network address."""
+    try:
+        network = parse_network(text)
+    except ValueError:
+        return False
+    return network.version == version and str(network.network_address) == text.partition("/")[0]
+
+
+def _mac(text: str) -> bool:
+    """Go's net.ParseMAC: 6, 8 or 20 bytes as hex pairs split by ``:`` or ``-``, or as
+    groups of four hex digits split by ``.``."""
+    for separator, width in ((":", 2), ("-", 2), (".", 4)):
+        parts = text.split(separator)
+        if len(parts) > 1:
+            hexes = all(
+                len(p) == width and all(c in "0123456789abcdefABCDEF" for c in p) for p in parts
+            )
+            return hexes and len(parts) * width // 2 in _MAC_GROUPS
+    return False
+
+
+def _as_number(text: str) -> int | None:
+    """numorstring.ASNumberFromString: a 32-bit number, or the ``high.low`` dotted form."""
+    high, dot, low = text.partition(".")
+    try:
+        if not dot:
+            value = int(text, 10)
+            return value if text.isdigit() and value < 1 << 32 else None
+        if high.isdigit() and low.isdigit() and int(high) < 1 << 16 and int(low) < 1 << 16:
+            return (int(high) << 16) + int(low)
+    except ValueError:
+        pass
+    return None
+
+
+def _json_map(text: str | None) -> dict[str, str] | None:
+    """A JSON object of strings, or None (unset, or not such an object: ignored, as Calico
+    logs and ignores it)."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    if isinstance(value, dict) and all(isinstance(v, str) for v in value.values()):
+        return value
+    return None
+
+
+def _interfaces(text: str | None) -> tuple[NodeInterface, ...]:
+    """The ``projectcalico.org/Interfaces`` annotation: a JSON list of names and addresses
+    (addresses that are not IPs dropped; the whole ignored if it is not such a list)."""
+    if not text:
+        return ()
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return ()
+    if not isinstance(value, list):
+        return ()
+    interfaces = []
+    for item in value:
+        if not isinstance(item, dict) or not isinstance(item.get("name", ""), str):
+            return ()
+        addresses = [a for a in item.get("addresses") or () if isinstance(a, str)]
+        kept = tuple(a for a in addresses if _cidr_of_version(a, 4) or _cidr_of_version(a, 6))
+        interfaces.append(NodeInterface(name=item.get("name", ""), addresses=kept))
+    return tuple(interfaces)
+
+
+def calico_node(node: KubernetesNode) -> Node:
+    """The Calico Node libcalico-go's Kubernetes datastore makes of a v1 Node (K8sNodeToCalico;
+    Calico IPAM: tunnel addresses come from the annotations, not from the pod CIDR).
+
+    Its labels are those of the ``projectcalico.org/labels`` annotation with the Node's own
+    laid over them; each address annotation is taken only when it is valid, as Calico ignores
+    an invalid one (logging it)."""
+    annotations = node.metadata.annotations
+
+    def annotation(suffix: str, valid: Callable[[str], bool]) -> str:
+        value = annotations.get(NODE_ANNOTATION + suffix, "")
+        return value if value and valid(value) else ""
+
+    labels = _json_map(annotations.get(NODE_LABELS_ANNOTATION)) or {}
+    labels.update(node.labels)
+    as_text = annotations.get(NODE_ANNOTATION + "ASNumber")
+    bgp = NodeBGPSpec(
+        as_number=_as_number(as_text) if as_text is not None else None,
+        ipv4_address=annotation("IPv4Address", lambda v: _cidr_of_version(v, 4)),
+        ipv6_address=annotation("IPv6Address", lambda v: _cidr_of_version(v, 6)),
+        ipv4_ipip_tunnel_addr=annotation("IPv4IPIPTunnelAddr", lambda v: _network_of_version(v, 4)),
+        route_reflector_cluster_id=annotation(
+            "RouteReflectorClusterID", lambda v: _network_of_version(v, 4)
+        ),
+    )
+    wireguard = NodeWireguardSpec(
+        interface_ipv4_address=annotation(
+            "IPv4WireguardInterfaceAddr", lambda v: _network_of_version(v, 4)
+        ),
+        interface_ipv6_address=annotation(
+            "IPv6WireguardInterfaceAddr", lambda v: _network_of_version(v, 6)
+        ),
+    )
+    addresses = [NodeAddress(a, "CalicoNodeIP") for a in (bgp.ipv4_address, bgp.ipv6_address) if a]
+    k8s_status = node.status
+    for address in k8s_status.addresses if k8s_status is not None else ():
+        if address.type in ("InternalIP", "ExternalIP"):
+            addresses.append(NodeAddress(address.address, address.type))
+    spec = NodeSpec(
+        bgp=bgp if bgp != NodeBGPSpec() else None,
+        ipv4_vxlan_tunnel_addr=annotation(
+            "IPv4VXLANTunnelAddr", lambda v: _network_of_version(v, 4)
+        ),
+        vxlan_tunnel_mac_addr=annotation("VXLANTunnelMACAddr", _mac),
+        ipv6_vxlan_tunnel_addr=annotation(
+            "IPv6VXLANTunnelAddr", lambda v: _network_of_version(v, 6)
+        ),
+        vxlan_tunnel_mac_addr_v6=annotation("VXLANTunnelMACAddrV6", _mac),
+        orch_refs=(OrchRef(node_name=node.name, orchestrator="k8s"),),
+        wireguard=wireguard if wireguard != NodeWireguardSpec() else None,
+        addresses=tuple(addresses),
+        interfaces=_interfaces(annotations.get(NODE_ANNOTATION + "Interfaces")),
+    )
+    status = NodeStatus(
+        wireguard_public_key=annotations.get(WIREGUARD_KEY_ANNOTATION, ""),
+        wireguard_public_key_v6=annotations.get(WIREGUARD_KEY_V6_ANNOTATION, ""),
+        pod_cidrs=node.spec.pod_cidrs,
+    )
+    metadata = ObjectMeta(
+        name=node.name,
+        labels=FrozenMap(labels),
+        annotations=FrozenMap(_json_map(annotations.get(NODE_ANNOTATIONS_ANNOTATION)) or {}),
+        uid=node.metadata.uid,
+        resource_version=node.metadata.resource_version,
+        creation_timestamp=node.metadata.creation_timestamp,
+    )
+    return Node(metadata=metadata, spec=spec, status=status if status != NodeStatus() else None)

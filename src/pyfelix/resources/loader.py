@@ -27,12 +27,14 @@ import attrs
 from pyfelix.errors import Problem
 from pyfelix.resources.meta import (
     MANIFEST_KIND_MODULES,
+    READ_API_VERSIONS,
     Resource,
     kind_for,
     load_document,
     resource_ident,
 )
 from pyfelix.resources.schema import JSON
+from pyfelix.resources.skipped import unread_kind
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +99,8 @@ class LoadResult:
     unparsable: frozenset[str] = frozenset()
     #: The documents a direct decoder took (see load_text), in load order.
     direct: tuple[Direct, ...] = ()
+    #: The kind label of each document skipped as one Felix never consumes (skipped.py).
+    skipped: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -212,6 +216,7 @@ def load_parsed(documents: Parsed, source: str, direct: DirectDecoder | None = N
     """``load_text`` of a file parsed already (by ``parse_text``, here or in a worker)."""
     entries: list[Located | Direct] = []
     problems: list[Problem] = []
+    skipped: list[str] = []
     for data, line, item_lines in documents:
         if type(data) is tuple and direct is not None:
             # A plain endpoint's checked fields (a parsed document is never a tuple).
@@ -225,6 +230,14 @@ def load_parsed(documents: Parsed, source: str, direct: DirectDecoder | None = N
                 if taken is not None:
                     entries.append(Direct(taken[0], taken[1], source, doc_line))
                     continue
+            if type(doc) is dict and (
+                doc.get("kind") not in MANIFEST_KIND_MODULES
+                or doc.get("apiVersion") not in READ_API_VERSIONS
+            ):
+                label = unread_kind(doc)
+                if label is not None:
+                    skipped.append(label)
+                    continue
             try:
                 resource, found = load_document(doc, source, doc_line)
             except RecursionError:
@@ -233,7 +246,7 @@ def load_parsed(documents: Parsed, source: str, direct: DirectDecoder | None = N
             problems.extend(found)
             if resource is not None:
                 entries.append(Located(resource, source, doc_line))
-    return _without_duplicates([entries], problems)
+    return _without_duplicates([entries], problems, skipped=tuple(skipped))
 
 
 def read_manifest(path: Path) -> str:
@@ -252,6 +265,7 @@ def _without_duplicates(
     files: Iterable[Iterable[Located | Direct]],
     problems: list[Problem],
     unparsable: frozenset[str] = frozenset(),
+    skipped: tuple[str, ...] = (),
 ) -> LoadResult:
     """Keep the first of each Kind/namespace/name (files in order, each file's entries in
     order); every later one is an error, after ``problems``."""
@@ -270,7 +284,7 @@ def _without_duplicates(
                 kept.append(item)
             else:
                 taken.append(item)
-    return LoadResult(tuple(kept), (*problems, *duplicates), unparsable, tuple(taken))
+    return LoadResult(tuple(kept), (*problems, *duplicates), unparsable, tuple(taken), skipped)
 
 
 def duplicate_problem(item: Located | Direct, source: str, line: int | None) -> Problem:
@@ -350,12 +364,14 @@ def merge(results: Iterable[LoadResult], problems: Iterable[Problem] = ()) -> Lo
     """Files' results as one load: duplicates across files are errors too."""
     found = list(problems)
     unparsable: set[str] = set()
+    skipped: list[str] = []
     files: list[tuple[Located | Direct, ...]] = []
     for result in results:
         files.append((*result.resources, *result.direct))
         found.extend(result.problems)
         unparsable.update(result.unparsable)
-    return _without_duplicates(files, found, frozenset(unparsable))
+        skipped.extend(result.skipped)
+    return _without_duplicates(files, found, frozenset(unparsable), tuple(skipped))
 
 
 def load_paths(paths: Iterable[Path | str], direct: DirectDecoder | None = None) -> LoadResult:

@@ -94,6 +94,15 @@ class Resource:
         return cls.MANIFEST_KIND or cls.KIND
 
     @classmethod
+    def shown_kind(cls) -> str:
+        """The kind as kubectl names it to users: ``NetworkPolicy.networking.k8s.io`` beside
+        Calico's ``NetworkPolicy``; Calico's and the core group's kinds by their kind alone."""
+        group = cls.API_VERSION.rpartition("/")[0]
+        if group in ("", CALICO_API_VERSION.rpartition("/")[0]):
+            return cls.manifest_kind()
+        return f"{cls.manifest_kind()}.{group}"
+
+    @classmethod
     def decode_body(cls, doc: Mapping[str, JSON], ctx: Context) -> Self | Missing:
         """Decode a document whose apiVersion/kind are already checked."""
         meta = decode(ObjectMeta, doc.get("metadata"), ctx.at("metadata"))
@@ -188,7 +197,7 @@ MANIFEST_KIND_MODULES: dict[str, tuple[str, ...]] = {
     "Namespace": ("kubernetes",),
     "NetworkPolicy": ("policy", "k8s_policy"),
     "NetworkSet": ("networks",),
-    "Node": ("cluster",),
+    "Node": ("cluster", "k8s_node"),
     "Pod": ("pods",),
     "Profile": ("policy",),
     "Service": ("kubernetes",),
@@ -198,6 +207,21 @@ MANIFEST_KIND_MODULES: dict[str, tuple[str, ...]] = {
     "Tier": ("policy",),
     "WorkloadEndpoint": ("endpoints",),
 }
+#: The apiVersions of the kinds registered (tests/test_resources.py checks it against the
+#: registry), and Calico's CRD version of its own kinds: a document with a known kind and one
+#: of these is never one to skip (resources/skipped.py).
+CRD_API_VERSION = "crd.projectcalico.org/v1"
+READ_API_VERSIONS = frozenset(
+    {
+        CALICO_API_VERSION,
+        CRD_API_VERSION,
+        "v1",
+        "discovery.k8s.io/v1",
+        "networking.k8s.io/v1",
+        "policy.networking.k8s.io/v1alpha1",
+        "policy.networking.k8s.io/v1alpha2",
+    }
+)
 #: Every module that defines kinds.
 KIND_MODULES = tuple(sorted({m for modules in MANIFEST_KIND_MODULES.values() for m in modules}))
 #: The manifest kinds whose modules are imported.
@@ -264,6 +288,17 @@ def load_document(
         return None, [Problem(source, f"expected kind {wanted}", line, ident, "kind")]
     ctx = Context()
     api_version = doc.get("apiVersion")
+    if api_version == CRD_API_VERSION and cls.API_VERSION == CALICO_API_VERSION:
+        from pyfelix.resources.crd import CRD_KINDS, v3_document  # noqa: PLC0415
+
+        if cls.KIND in CRD_KINDS:
+            doc, crd_problems = v3_document(doc)
+            api_version = CALICO_API_VERSION
+            ctx.problems.extend(crd_problems)
+            metadata = doc.get("metadata")
+            if isinstance(metadata, Mapping) and metadata.get("name") != name:
+                name = metadata.get("name", "")
+                ident = resource_ident(cls.KIND, str(namespace or ""), str(name or ""))
     if api_version != cls.API_VERSION:
         ctx.at("apiVersion").error(f"expected {cls.API_VERSION!r}, got {excerpt(api_version)}")
     if cls.NAMESPACED and not namespace and ident is not None:

@@ -26,14 +26,14 @@ from pyfelix.resources.schema import (
 )
 
 
-def _carried(name: str, names: tuple[str, ...]) -> type[Spec]:
+def carried_fields(name: str, names: tuple[str, ...]) -> type[Spec]:
     """A base class holding ``names`` as free-form JSON: the Kubernetes fields Calico does
     not read (Python names are the JSON names in snake case, prefixed ``k_``)."""
     fields: dict[str, Any] = {f"k_{n}": field(n, RAW, keep_empty=True) for n in names}
     return attrs.make_class(name, fields, bases=(Spec,), frozen=True)
 
 
-_ContainerRest = _carried(
+_ContainerRest = carried_fields(
     "_ContainerRest",
     (
         "args",
@@ -63,7 +63,7 @@ _ContainerRest = _carried(
     ),
 )
 
-_PodSpecRest = _carried(
+_PodSpecRest = carried_fields(
     "_PodSpecRest",
     (
         "activeDeadlineSeconds",
@@ -105,7 +105,7 @@ _PodSpecRest = _carried(
     ),
 )
 
-_PodStatusRest = _carried(
+_PodStatusRest = carried_fields(
     "_PodStatusRest",
     (
         "conditions",

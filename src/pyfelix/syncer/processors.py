@@ -59,6 +59,7 @@ if TYPE_CHECKING:
         Tier,
         WorkloadEndpoint,
     )
+    from pyfelix.resources.k8s_node import KubernetesNode
     from pyfelix.resources.k8s_policy import AdminNetworkPolicy, BaselineAdminNetworkPolicy
 
 KV = tuple[Hashable, object | None]
@@ -596,6 +597,13 @@ def _node(node: Node) -> list[KV]:
     return kvs
 
 
+def _kubernetes_node(node: KubernetesNode) -> list[KV]:
+    """A v1 Node is the Calico Node calico-node's annotations describe."""
+    from pyfelix.resources.k8s_conversion import calico_node  # noqa: PLC0415
+
+    return _node(calico_node(node))
+
+
 def felix_config_text(json_name: str, value: Any) -> str:
     """A FelixConfiguration value as the text Felix's config keys carry."""
     param = BY_JSON[json_name]
@@ -706,6 +714,7 @@ _CONVERTERS: dict[str, Callable[[Any], list[KV]]] = {
     "IPPool": _ip_pool,
     "IPAMBlock": _ipam_block,
     "Node": _node,
+    "KubernetesNode": _kubernetes_node,
     "FelixConfiguration": _felix_configuration,
     "ClusterInformation": _cluster_information,
     "BGPConfiguration": _passthrough,

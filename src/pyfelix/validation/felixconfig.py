@@ -280,6 +280,10 @@ def check_felix_configuration(c: Checker, resource: FelixConfiguration) -> None:
     if {"routeTableRange", "routeTableRanges"} <= resource.spec.values.keys():
         spec.error("routeTableRange and routeTableRanges cannot both be set")
     for key, value in resource.spec.values.items():
+        if value == "":
+            # Unset: Felix skips an empty value from every source (Config.UpdateFrom), and
+            # Calico's Go client writes some fields empty (bpfLogLevel has no omitempty).
+            continue
         try:
             parse_param(BY_JSON[key], value)
         except ParamError as exc:

@@ -598,13 +598,24 @@ def _kubernetes_network_policy(c: Checker, policy: KubernetesNetworkPolicy, _: A
 
 @_for("Pod")
 def _pod(c: Checker, pod: Pod, _: ValidationContext) -> None:
-    """What Calico reads of a pod: its addresses, its container ports, its annotations."""
-    if pod.status is not None:
-        status = c.at("status")
-        for index, address in enumerate(pod.status.pod_ips):
-            check_ip(status.at("podIPs").at(index).at("ip"), address.ip)
-        if pod.status.pod_ip:
-            check_ip(status.at("podIP"), pod.status.pod_ip)
+    """What Calico reads of a pod: the addresses it takes (each a CIDR or an IP, as
+    libcalico-go parses them; the sources it does not take are not read), its container
+    ports, its annotations."""
+    from pyfelix.resources.k8s_conversion import (  # noqa: PLC0415
+        ConversionError,
+        pod_ip_source,
+        workload_endpoint,
+    )
+
+    before = len(c.problems)
+    where, addresses = pod_ip_source(pod)
+    if where:
+        at = c
+        for part in where:
+            at = at.at(part)
+        for index, address in enumerate(addresses):
+            entry = at.at(index).at("ip") if where[-1] == "podIPs" else at
+            check_cidr(entry, address)
     for containers in ("containers", "initContainers"):
         listed = pod.spec.containers if containers == "containers" else pod.spec.init_containers
         for index, container in enumerate(listed):
@@ -616,23 +627,14 @@ def _pod(c: Checker, pod: Pod, _: ValidationContext) -> None:
                 problem = port_name_problem(port.name) if port.name else None
                 if problem:
                     pc.at("name").error(f"invalid port name {port.name!r}: {problem}")
-    from pyfelix.resources.k8s_conversion import (  # noqa: PLC0415
-        POD_IP_ANNOTATION,
-        POD_IPS_ANNOTATION,
-        ConversionError,
-        workload_endpoint,
-    )
-
-    annotations = c.at("metadata").at("annotations")
-    for key in (POD_IPS_ANNOTATION, POD_IP_ANNOTATION):
-        for listed_ip in filter(None, pod.metadata.annotations.get(key, "").split(",")):
-            check_ip(annotations.at(key), listed_ip.strip())
+    if len(c.problems) > before:
+        return
     try:
         workload_endpoint(pod)
     except ConversionError as exc:
-        annotations.error(str(exc))
+        c.at("metadata").at("annotations").error(str(exc))
 
 
-@_for("Namespace", "ServiceAccount")
+@_for("Namespace", "ServiceAccount", "KubernetesNode")
 def _nothing_more(c: Checker, resource: Any, _: ValidationContext) -> None:
     """Metadata (names, labels) is all Calico reads from these kinds."""
