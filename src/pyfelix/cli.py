@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from pyfelix import __version__
 from pyfelix.attrs_cache import CACHE
@@ -25,6 +25,7 @@ from pyfelix.resources.shared_parse import ParsePrefetch
 if TYPE_CHECKING:
     from pyfelix.datastore.etcd import EtcdConfig
     from pyfelix.datastore.prefetch import KeyedDigest
+    from pyfelix.dryrun import InputTally
     from pyfelix.errors import Problem
     from pyfelix.resources.loader import Digest, LoadResult
 
@@ -47,14 +48,18 @@ EXIT_USAGE = 2
 def cmd_validate(args: argparse.Namespace) -> int:
     """Load and validate manifests; print every problem, or a one-line summary."""
     from pyfelix.resources import load_paths
+    from pyfelix.resources.skipped import skipped_line
     from pyfelix.validation import validate_loaded
 
     result = load_paths(args.paths)
+    counted = skipped_line(result.skipped)
+    if counted is not None:
+        print(counted, file=sys.stderr)
     problems = validate_loaded(result)
     if problems:
         return _refuse(problems)
     files = {item.source for item in result.resources}
-    kinds = Counter(item.resource.KIND for item in result.resources)
+    kinds = Counter(item.resource.shown_kind() for item in result.resources)
     breakdown = ", ".join(f"{count} {kind}" for kind, count in sorted(kinds.items()))
     print(
         f"valid: {len(result.resources)} resources in {len(files)} file(s)"
@@ -96,9 +101,12 @@ def _load_etcd(url: str) -> LoadResult:
         raise ValueError(str(exc)) from exc
 
 
-def load_sources(sources: Sequence[str], strict: bool = True) -> LoadResult | int:
-    """Manifest files and directories, or one etcd URL, validated; an exit code on failure
-    (unless not ``strict``: then problems are reported on stderr and the load goes on)."""
+def load_sources(
+    sources: Sequence[str], strict: bool = True, refuse_to: TextIO | None = None
+) -> LoadResult | int:
+    """Manifest files and directories, or one etcd URL, validated; an exit code on failure,
+    its problems printed to ``refuse_to`` (stdout by default); unless not ``strict``: then
+    problems are reported on stderr, as treated as absent, and the load goes on."""
     from pyfelix.resources import load_paths
     from pyfelix.validation import validate_loaded
 
@@ -114,27 +122,38 @@ def load_sources(sources: Sequence[str], strict: bool = True) -> LoadResult | in
     problems = validate_loaded(result)
     if problems and not strict:
         for problem in problems:
-            print(problem, file=sys.stderr)
+            print(f"treated as absent: {problem}", file=sys.stderr)
     elif problems:
-        return _refuse(problems)
+        return _refuse(problems, refuse_to)
     return result
 
 
 def cmd_dry_run(args: argparse.Namespace) -> int:
-    """Load, validate, compute the node's dataplane once, print it."""
-    from pyfelix.dryrun import compute, render_json, render_text
+    """Load, validate, compute the node's dataplane once, print it. Whatever the user is
+    told beside the view goes to stderr, so that stdout holds the view alone."""
+    from pyfelix.dryrun import InputTally, compute, render_json, render_text
 
+    tally = InputTally()
     if any(is_etcd(source) for source in args.sources):
-        loaded = load_sources(args.sources)
+        loaded = load_sources(args.sources, strict=not args.skip_invalid, refuse_to=sys.stderr)
         if isinstance(loaded, int):
             return loaded
-        # load_sources validated every resource (and refused the input if any was invalid).
-        view, _ = compute((i.resource for i in loaded.resources), args.hostname, validated=True)
+        tally.note(loaded)
+        # Strict: every resource is valid (the input was refused otherwise); else the
+        # pipeline's validation filter leaves the invalid ones out, as the agent's does.
+        resources = (i.resource for i in loaded.resources)
+        view, _ = compute(resources, args.hostname, validated=not args.skip_invalid)
     else:
-        computed = _dry_run_manifests(args.sources, args.hostname)
+        computed: dict[str, Any] | int = (
+            _dry_run_as_agent(args.sources, args.hostname, tally)
+            if args.skip_invalid
+            else _dry_run_manifests(args.sources, args.hostname, tally)
+        )
         if isinstance(computed, int):
             return computed
         view = computed
+    for line in tally.messages(args.hostname):
+        print(line, file=sys.stderr)
     if args.format == "json":
         sys.stdout.flush()
         sys.stdout.buffer.write(render_json(view))
@@ -143,7 +162,9 @@ def cmd_dry_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _dry_run_manifests(sources: list[str], hostname: str) -> dict[str, Any] | int:
+def _dry_run_manifests(
+    sources: list[str], hostname: str, tally: InputTally
+) -> dict[str, Any] | int:
     """The dry-run's view of manifest files, or the exit code of refusing them. Plain
     endpoints and namespaces (most of a big cluster) go from their document straight to the
     model.
@@ -163,9 +184,10 @@ def _dry_run_manifests(sources: list[str], hostname: str) -> dict[str, Any] | in
         if validation.pid:
             # The child parses and checks each file; this process computes it as it comes.
             trusted = partial(plain_entry, validate=False)
-            view, _ = compute_files(validation.loaded(trusted), hostname)
+            view, _ = compute_files(tally.watch(validation.loaded(trusted)), hostname)
         else:
             result = load_paths(sources, direct=plain_entry)
+            tally.note(result)
             resources = (item.resource for item in result.resources)
             view, _ = compute(resources, hostname, validated=True, direct=result.direct)
         failure: Exception | None = None
@@ -173,16 +195,34 @@ def _dry_run_manifests(sources: list[str], hostname: str) -> dict[str, Any] | in
         failure = exc
     problems = validation.problems(result)
     if problems:
-        return _refuse(problems)
+        return _refuse(problems, sys.stderr)
     if failure is not None:
         raise failure
     return view
 
 
-def _refuse(problems: Sequence[Problem]) -> int:
-    """Every problem on stdout, their count on stderr: the input is refused."""
+def _dry_run_as_agent(sources: list[str], hostname: str, tally: InputTally) -> dict[str, Any]:
+    """The dry-run's view as ``pyfelix run`` would program it: every invalid resource is
+    named on stderr and treated as absent by the pipeline's validation filter, as the
+    agent's is (a document that does not load at all is absent too)."""
+    from pyfelix.dryrun import compute
+    from pyfelix.resources import load_paths
+    from pyfelix.syncer.plain_namespaces import plain_entry
+    from pyfelix.validation import validate_loaded
+
+    result = load_paths(sources, direct=plain_entry)
+    tally.note(result)
+    for problem in validate_loaded(result):
+        print(f"treated as absent: {problem}", file=sys.stderr)
+    resources = (item.resource for item in result.resources)
+    view, _ = compute(resources, hostname, validated=False, direct=result.direct)
+    return view
+
+
+def _refuse(problems: Sequence[Problem], out: TextIO | None = None) -> int:
+    """Every problem (on stdout, or ``out``), their count on stderr: the input is refused."""
     for problem in problems:
-        print(problem)
+        print(problem, file=out)
     print(f"{len(problems)} problem(s) found", file=sys.stderr)
     return EXIT_INVALID
 
@@ -406,6 +446,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dry_run.add_argument("--hostname", default=default_hostname(), help="the node to compute for")
     dry_run.add_argument("--format", choices=("text", "json"), default="text")
+    dry_run.add_argument(
+        "--skip-invalid",
+        action="store_true",
+        help="treat invalid resources as absent, as `pyfelix run` does (each named on stderr)",
+    )
     dry_run.set_defaults(handler=cmd_dry_run)
     run = commands.add_parser("run", help="run the agent")
     run.add_argument("--hostname", default=default_hostname())

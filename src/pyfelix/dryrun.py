@@ -6,8 +6,10 @@ calculation graph, sequencer, into the dry-run dataplane; then the snapshot is p
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar, cast
+
+import attrs
 
 from pyfelix.calc.config_batcher import startup_config
 from pyfelix.calc.pipeline import Pipeline, build_pipeline
@@ -15,6 +17,7 @@ from pyfelix.config import NFTablesMode, parse_config
 from pyfelix.jsontext import dumps_indented
 from pyfelix.resources import Resource
 from pyfelix.resources.loader import Direct, Identity, LoadResult, Located
+from pyfelix.resources.skipped import skipped_line
 from pyfelix.syncer.processors import KV
 from pyfelix.validation import context_from
 from pyfelix_dataplane.dryrun import snapshot
@@ -23,6 +26,56 @@ from pyfelix_dataplane.rules.render import TABLES, render
 from pyfelix_dataplane.state import NodeState
 
 _Item = TypeVar("_Item", Located, Direct)
+
+#: The kinds that name a node, and how: the dry-run reports a --hostname none of them names.
+_NODE_OF: dict[str, Callable[[Any], str]] = {
+    "Node": lambda r: str(r.name),
+    "KubernetesNode": lambda r: str(r.name),
+    "WorkloadEndpoint": lambda r: str(r.spec.node),
+    "HostEndpoint": lambda r: str(r.spec.node),
+    "Pod": lambda r: str(r.spec.node_name),
+}
+
+
+@attrs.define(eq=False)
+class InputTally:
+    """What the user is told about the input beside the computed view: the documents skipped
+    as kinds Felix never reads, and the nodes it names (for a --hostname that is none of
+    them). ``watch`` passes files' loads on, noting as they go by."""
+
+    skipped: list[str] = attrs.field(factory=list)
+    nodes: set[str] = attrs.field(factory=set)
+
+    def watch(self, results: Iterable[LoadResult]) -> Iterator[LoadResult]:
+        for result in results:
+            self.note(result)
+            yield result
+
+    def note(self, result: LoadResult) -> None:
+        self.skipped.extend(result.skipped)
+        for item in result.resources:
+            node_of = _NODE_OF.get(item.resource.KIND)
+            if node_of is not None:
+                self.nodes.add(node_of(item.resource))
+        for entry in result.direct:
+            for key, _ in cast(tuple[KV, ...], entry.value):
+                hostname = getattr(key, "hostname", None)
+                if isinstance(hostname, str):
+                    self.nodes.add(hostname)
+
+    def messages(self, hostname: str) -> list[str]:
+        """The lines for stderr: the skipped count, and an unknown node."""
+        lines = []
+        counted = skipped_line(self.skipped)
+        if counted is not None:
+            lines.append(counted)
+        if hostname not in self.nodes:
+            held = ", ".join(sorted(self.nodes - {""})) or "none"
+            lines.append(
+                f"--hostname {hostname} names no node and no endpoint of the input"
+                f" (the nodes it holds: {held})"
+            )
+        return lines
 
 
 def compute(
