@@ -10,7 +10,7 @@ DEB_PACKAGES := python3 python3-venv python3-dev gcc openssl iproute2 iptables i
 # and qemu, Debian's stock kernel and a static busybox boot the VM of tests/test_in_vm.py.
 TEST_DEB_PACKAGES := ruby qemu-system-x86 linux-image-amd64 busybox-static
 
-.PHONY: run test deps venv lint typecheck pytest clean
+.PHONY: run test deps venv lint typecheck pytest clean kube-apiserver
 
 run: venv
 	$(BIN)/pyfelix validate examples/
@@ -28,8 +28,13 @@ typecheck: venv
 	$(BIN)/mypy
 
 # pytest exits 5 when it collected nothing; that is a failure here, like any other non-zero code.
-pytest: venv .test-deps-installed
+pytest: venv .test-deps-installed kube-apiserver
 	$(BIN)/pytest
+
+# The Kubernetes API datastore's tests run a real kube-apiserver, built from the k8s.io/kubernetes
+# Go module (Go >= 1.25) once and cached outside the work tree; prints the binary's path.
+kube-apiserver:
+	@bash tests/kube/build-apiserver.sh
 
 deps: .deps-installed
 .deps-installed:
