@@ -80,11 +80,12 @@ def test_usage_errors() -> None:
     assert version.stdout.startswith("pyfelix ")
 
 
-def test_run_refuses_the_kubernetes_datastore_type() -> None:
-    """FELIX_DATASTORETYPE kubernetes (calico-node's KDD) is named as not supported, not
-    silently read as something else."""
+def test_run_on_the_kubernetes_datastore_without_a_kubeconfig_says_what_to_set() -> None:
+    """FELIX_DATASTORETYPE kubernetes (calico-node's KDD) with no kubeconfig and no service
+    account: one line naming what to set, exit 1, nothing read from anywhere else."""
     env = {**os.environ, "FELIX_DATASTORETYPE": "kubernetes"}
-    env.pop("ETCD_ENDPOINTS", None)
+    for name in ("ETCD_ENDPOINTS", "KUBECONFIG", "FELIX_KUBECONFIG", "KUBERNETES_SERVICE_HOST"):
+        env.pop(name, None)
     result = subprocess.run(
         [sys.executable, "-m", "pyfelix", "run", "--dry-run", "--hostname", "n"],
         capture_output=True,
@@ -93,5 +94,8 @@ def test_run_refuses_the_kubernetes_datastore_type() -> None:
         check=False,
         timeout=60,
     )
-    assert result.returncode != 0
-    assert "FELIX_DATASTORETYPE kubernetes is not supported" in result.stderr
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "no Kubernetes API configured: set FELIX_KUBECONFIG or KUBECONFIG to a kubeconfig"
+        " file, or run in a pod with a service account"
+    )

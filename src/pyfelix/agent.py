@@ -32,7 +32,7 @@ from pyfelix.calc.config_batcher import startup_config
 from pyfelix.calc.decoupler import Decoupler
 from pyfelix.config import FelixConfig
 from pyfelix.connector import SHUTDOWN_PAUSE, DataplaneConnector
-from pyfelix.datastore import is_etcd
+from pyfelix.datastore import is_etcd, is_kubernetes
 from pyfelix.errors import ManifestError, RestartRequired, Shutdown
 from pyfelix.health import DATAPLANE, HEALTH_INTERVAL, HealthAggregator
 from pyfelix.logs import configure_logging
@@ -53,9 +53,11 @@ from pyfelix_dataplane.linux.driver import LinuxDriver
 
 if TYPE_CHECKING:
     from pyfelix.datastore.etcd import EtcdClient
+    from pyfelix.datastore.kubernetes import KubeClient, KubeConfig
     from pyfelix.datastore.prefetch import ListingPrefetch
     from pyfelix.status import EtcdStatusReporter
     from pyfelix.syncer.etcd import EtcdSyncer
+    from pyfelix.syncer.kubernetes import KubernetesSyncer
     from pyfelix_dataplane.printing import PrintingDriver
 
 log = logging.getLogger(__name__)
@@ -116,6 +118,41 @@ async def startup_configurations(
             log.warning("cannot read %s before starting (%s); assuming Felix's defaults", key, exc)
             found = None
         if found is not None:
+            resources.append(found)
+    return resources
+
+
+def kube_config(source: str) -> KubeConfig:
+    """The Kubernetes API a ``kubernetes://`` source names (raises KubeConfigError)."""
+    from pyfelix.datastore import kubeconfig_path  # noqa: PLC0415
+    from pyfelix.datastore.kubernetes import KubeConfig  # noqa: PLC0415
+
+    path = kubeconfig_path(source)
+    return KubeConfig.from_kubeconfig(Path(path)) if path else KubeConfig.from_environment()
+
+
+async def kube_startup_configurations(client: KubeClient, hostname: str) -> list[Resource]:
+    """``startup_configurations`` from the Kubernetes API: the ``default`` and
+    ``node.<hostname>`` FelixConfiguration custom resources."""
+    from pyfelix.datastore.kubernetes import KubeError  # noqa: PLC0415
+    from pyfelix.resources.meta import CRD_API_VERSION, load_document  # noqa: PLC0415
+
+    resources: list[Resource] = []
+    for name in ("default", f"node.{hostname}"):
+        path = f"/apis/{CRD_API_VERSION}/felixconfigurations/{name}"
+        try:
+            data = await client.request("GET", path)
+        except KubeError as exc:
+            if exc.status != 404:
+                log.warning(
+                    "cannot read %s before starting (%s); assuming Felix's defaults", path, exc
+                )
+            continue
+        doc = {"apiVersion": CRD_API_VERSION, "kind": "FelixConfiguration", **data}
+        found, problems = load_document(doc, path)
+        if found is None:
+            log.warning("invalid %s treated as absent: %s", path, "; ".join(map(str, problems)))
+        else:
             resources.append(found)
     return resources
 
@@ -260,9 +297,22 @@ async def run_agent(options: AgentOptions, out: TextIO = sys.stdout) -> int:
         async with AsyncExitStack() as stack, trio.open_nursery() as nursery:
             status = None
             updater = None
-            syncer: FileSyncer | EtcdSyncer
+            syncer: FileSyncer | EtcdSyncer | KubernetesSyncer
             client: EtcdClient | None = None
-            if is_etcd(options.datastore):
+            kube: KubeClient | None = None
+            if is_kubernetes(options.datastore):
+                # The Kubernetes API datastore: no process or endpoint status is written (Felix
+                # drops its status reports in KDD mode), only the WireGuard keys on the Node.
+                from pyfelix.datastore.kubernetes import KubeClient  # noqa: PLC0415
+                from pyfelix.status import KubeNodeStore, WireguardKeyUpdater  # noqa: PLC0415
+                from pyfelix.syncer.kubernetes import KubernetesSyncer  # noqa: PLC0415
+
+                kube = KubeClient(kube_config(options.datastore))
+                stack.push_async_callback(kube.aclose)
+                syncer = KubernetesSyncer(kube, decoupler)
+                updater = WireguardKeyUpdater(KubeNodeStore(kube), options.hostname)
+                await nursery.start(updater.run)
+            elif is_etcd(options.datastore):
                 # etcd's client, syncer and reporters, imported only by an agent that reads
                 # etcd (4-6 ms of every other start).
                 from pyfelix.datastore.etcd import EtcdClient, EtcdConfig  # noqa: PLC0415
@@ -288,8 +338,12 @@ async def run_agent(options: AgentOptions, out: TextIO = sys.stdout) -> int:
                     prefetch=options.prefetch,
                     cache=options.parse_cache,
                 )
-            startup = await startup_configurations(
-                options.datastore, client, options.hostname, options.parse_cache
+            startup = (
+                await kube_startup_configurations(kube, options.hostname)
+                if kube is not None
+                else await startup_configurations(
+                    options.datastore, client, options.hostname, options.parse_cache
+                )
             )
             config = startup_config(startup, options.hostname)
             if isinstance(driver, LinuxDriver):

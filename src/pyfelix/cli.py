@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from pyfelix import __version__
 from pyfelix.attrs_cache import CACHE
-from pyfelix.datastore import is_etcd
+from pyfelix.datastore import KUBERNETES_SCHEME, is_etcd, is_kubernetes
 from pyfelix.datastore.prefetch import ListingPrefetch
 from pyfelix.logs import set_severity
 from pyfelix.resources.parse_cache import ParseCache
@@ -101,6 +101,44 @@ def _load_etcd(url: str) -> LoadResult:
         raise ValueError(str(exc)) from exc
 
 
+async def load_from_kubernetes(source: str) -> LoadResult:
+    """Every object of the kinds Felix's syncer watches on the Kubernetes API, as the loader
+    would give them from a dump (raises KubeError)."""
+    from pyfelix.agent import kube_config
+    from pyfelix.datastore.kubernetes import KubeClient, KubeNotFound
+    from pyfelix.resources.loader import LoadResult, Located
+    from pyfelix.resources.meta import load_document
+    from pyfelix.syncer.kubernetes import WATCHED, object_source
+
+    located, problems = [], []
+    async with KubeClient(kube_config(source)) as client:
+        for watched in WATCHED:
+            try:
+                items, _ = await client.list(watched.path)
+            except KubeNotFound:
+                continue  # not served here: Felix reads nothing of it either
+            for obj in items:
+                doc = {"apiVersion": watched.api_version, "kind": watched.kind, **obj}
+                name = object_source(watched, obj)
+                resource, found = load_document(doc, name)
+                problems.extend(found)
+                if resource is not None:
+                    located.append(Located(resource, name, None))
+    return LoadResult(tuple(located), tuple(problems))
+
+
+def _load_kubernetes(source: str) -> LoadResult:
+    """What ``load_from_kubernetes`` gives; raises ValueError for an API that fails."""
+    import trio
+
+    from pyfelix.datastore.kubernetes import KubeError
+
+    try:
+        return trio.run(load_from_kubernetes, source)
+    except KubeError as exc:
+        raise ValueError(str(exc)) from exc
+
+
 def load_sources(
     sources: Sequence[str], strict: bool = True, refuse_to: TextIO | None = None
 ) -> LoadResult | int:
@@ -110,12 +148,17 @@ def load_sources(
     from pyfelix.resources import load_paths
     from pyfelix.validation import validate_loaded
 
-    etcd_sources = [s for s in sources if is_etcd(s)]
-    if etcd_sources and len(sources) > 1:
-        print("an etcd URL must be the only source", file=sys.stderr)
+    remote = [s for s in sources if is_etcd(s) or is_kubernetes(s)]
+    if remote and len(sources) > 1:
+        print("an etcd or kubernetes:// datastore must be the only source", file=sys.stderr)
         return EXIT_USAGE
     try:
-        result = _load_etcd(etcd_sources[0]) if etcd_sources else load_paths(sources)
+        if not remote:
+            result = load_paths(sources)
+        elif is_kubernetes(remote[0]):
+            result = _load_kubernetes(remote[0])
+        else:
+            result = _load_etcd(remote[0])
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return EXIT_INVALID
@@ -134,7 +177,23 @@ def cmd_dry_run(args: argparse.Namespace) -> int:
     from pyfelix.dryrun import InputTally, compute, render_json, render_text
 
     tally = InputTally()
-    if any(is_etcd(source) for source in args.sources):
+    if not args.sources:
+        # calicoctl's convention: DATASTORE_TYPE and KUBECONFIG (or the etcd variables).
+        datastore_type = os.environ.get("DATASTORE_TYPE", "").lower()
+        if datastore_type == "kubernetes":
+            args.sources = [KUBERNETES_SCHEME]
+        elif datastore_type == "etcdv3":
+            from pyfelix.datastore.etcd import EtcdConfig
+
+            args.sources = [EtcdConfig.env_url()]
+        else:
+            print(
+                "dry-run: no source given (files, etcd://HOST:PORT, kubernetes://, or"
+                " DATASTORE_TYPE=kubernetes|etcdv3)",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
+    if any(is_etcd(source) or is_kubernetes(source) for source in args.sources):
         loaded = load_sources(args.sources, strict=not args.skip_invalid, refuse_to=sys.stderr)
         if isinstance(loaded, int):
             return loaded
@@ -230,7 +289,9 @@ def _refuse(problems: Sequence[Problem], out: TextIO | None = None) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     """The agent."""
     source = args.datastore or os.environ.get("PYFELIX_DATASTORE", "")
-    if not source and os.environ.get("FELIX_DATASTORETYPE", "").lower() != "kubernetes":
+    if not source and os.environ.get("FELIX_DATASTORETYPE", "").lower() == "kubernetes":
+        source = KUBERNETES_SCHEME  # the kubeconfig Felix would take
+    if not source:
         from pyfelix.datastore.etcd import EtcdConfig
 
         # calico-node's ETCD_ENDPOINTS or Felix's FELIX_ETCD*: every endpoint, for failover.
@@ -239,7 +300,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # beside the imports below.
     prefetch: ParsePrefetch | ListingPrefetch | None = None
     cache = None
-    if source and (args.dry_run or os.geteuid() == 0):
+    if source and (args.dry_run or os.geteuid() == 0) and not is_kubernetes(source):
         if is_etcd(source):
             prefetch = ListingPrefetch(source, digest=_etcd_endpoint_checks)
         else:
@@ -289,14 +350,6 @@ def _run_agent(
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # Until the datastore's FelixConfiguration arrives, only the environment can say.
     set_severity(os.environ.get("FELIX_LOGSEVERITYSCREEN", "Info"))
-    datastore_type = os.environ.get("FELIX_DATASTORETYPE", "").lower()
-    if not source and datastore_type == "kubernetes":
-        print(
-            "FELIX_DATASTORETYPE kubernetes is not supported: pyfelix reads etcd"
-            " (FELIX_DATASTORETYPE etcdv3) or a directory of manifests",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
     if not source:
         print("no datastore: use --datastore DIR|etcd://HOST:PORT", file=sys.stderr)
         return EXIT_USAGE
@@ -309,6 +362,15 @@ def _run_agent(
         try:
             EtcdConfig.from_url(source).ssl_context()  # a TLS file that cannot work: say which
         except EtcdError as exc:
+            print(exc, file=sys.stderr)
+            return EXIT_INVALID
+    if is_kubernetes(source):
+        from pyfelix.agent import kube_config
+        from pyfelix.datastore.kubernetes import KubeConfigError
+
+        try:
+            kube_config(source).ssl_context()  # no kubeconfig, or unusable TLS files: say so
+        except KubeConfigError as exc:
             print(exc, file=sys.stderr)
             return EXIT_INVALID
     options = AgentOptions(
@@ -442,7 +504,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="compute and print a node's dataplane from manifests or etcd, then exit",
     )
     dry_run.add_argument(
-        "sources", nargs="+", metavar="SRC", help="files, directories or etcd://URL"
+        "sources",
+        nargs="*",
+        metavar="SRC",
+        help="files, directories, etcd://URL or kubernetes:// (default: DATASTORE_TYPE's)",
     )
     dry_run.add_argument("--hostname", default=default_hostname(), help="the node to compute for")
     dry_run.add_argument("--format", choices=("text", "json"), default="text")
@@ -454,7 +519,11 @@ def build_parser() -> argparse.ArgumentParser:
     dry_run.set_defaults(handler=cmd_dry_run)
     run = commands.add_parser("run", help="run the agent")
     run.add_argument("--hostname", default=default_hostname())
-    run.add_argument("--datastore", metavar="SRC", help="manifest directory or etcd://HOST:PORT")
+    run.add_argument(
+        "--datastore",
+        metavar="SRC",
+        help="manifest directory, etcd://HOST:PORT or kubernetes:// (the Kubernetes API)",
+    )
     run.add_argument(
         "--dry-run",
         action="store_true",

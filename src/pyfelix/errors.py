@@ -20,6 +20,13 @@ Every exception pyfelix raises is a PyfelixError; those that are also a kind of 
     │   ├── EtcdCompacted        a watch fell behind a compaction: re-list
     │   └── GrpcError            the first listing's gRPC call refused, or its answer
     │                            unreadable (pyfelix.datastore.etcd_grpc; its child only)
+    ├── KubeError                a Kubernetes API request failed (pyfelix.datastore.kubernetes;
+    │   │                        .status: the HTTP status)
+    │   ├── KubeUnavailable      the API server unreachable, or silent past the timeout
+    │   ├── KubeGone             410: the resource version is gone: re-list
+    │   ├── KubeForbidden        401/403: credentials or RBAC refuse the request
+    │   ├── KubeNotFound         404: the API (a CRD) or the object does not exist
+    │   └── KubeConfigError      no usable kubeconfig or service account
     ├── CommandError             a `pyfelix datastore` command cannot be carried out
     ├── MetricsTLSError          a PrometheusMetrics* TLS file is missing or unusable (OSError)
     │                            (pyfelix.metrics)

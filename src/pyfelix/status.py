@@ -22,6 +22,7 @@ import trio
 from pyfelix import messages as m
 from pyfelix import model
 from pyfelix.datastore.etcd import EtcdClient, EtcdError
+from pyfelix.datastore.kubernetes import KubeClient, KubeError
 from pyfelix.datastore.layout import decode, encode, key_for
 from pyfelix.errors import ManifestError
 from pyfelix.resources import Node
@@ -145,6 +146,53 @@ class EtcdNodeStore:
         return await self.client.put_if(key, encode(node), mod_revision=revision) is not None
 
 
+@attrs.define
+class KubeNodeStore:
+    """The Kubernetes API datastore's Nodes: v1 Nodes, read as Calico reads them. Writing one
+    writes only its WireGuard keys, as the annotations Felix writes in KDD mode, with the read
+    resourceVersion (a conflict if the Node changed meanwhile); nothing else of the Node is
+    ever written."""
+
+    client: KubeClient
+
+    async def get_node(self, name: str) -> tuple[Node | None, int]:
+        from pyfelix.resources.k8s_conversion import calico_node  # noqa: PLC0415
+        from pyfelix.resources.k8s_node import KubernetesNode  # noqa: PLC0415
+
+        try:
+            data = await self.client.request("GET", f"/api/v1/nodes/{name}")
+        except KubeError as exc:
+            if exc.status == 404:
+                return None, 0
+            raise
+        revision = int(data.get("metadata", {}).get("resourceVersion", "0") or 0)
+        try:
+            node = KubernetesNode.from_manifest({"apiVersion": "v1", "kind": "Node", **data})
+        except ManifestError:
+            return None, revision
+        return calico_node(node), revision
+
+    async def put_node(self, node: Node, revision: int) -> bool:
+        from pyfelix.resources.k8s_conversion import (  # noqa: PLC0415
+            WIREGUARD_KEY_ANNOTATION,
+            WIREGUARD_KEY_V6_ANNOTATION,
+        )
+
+        status = node.status or NodeStatus()
+        annotations = {
+            WIREGUARD_KEY_ANNOTATION: status.wireguard_public_key or None,
+            WIREGUARD_KEY_V6_ANNOTATION: status.wireguard_public_key_v6 or None,
+        }
+        patch = {"metadata": {"resourceVersion": str(revision), "annotations": annotations}}
+        try:
+            await self.client.request("PATCH", f"/api/v1/nodes/{node.name}", body=patch)
+        except KubeError as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+
 IMMEDIATE_RETRIES = 3
 RETRY_MIN = 2.0
 RETRY_MAX = 4.0
@@ -184,7 +232,7 @@ class WireguardKeyUpdater:
             wanted = dict(self._wanted)
             try:
                 node, revision = await self.store.get_node(self.hostname)
-            except EtcdError as exc:
+            except (EtcdError, KubeError) as exc:
                 log.warning("cannot read Node %s: %s", self.hostname, exc)
                 return False
             if node is None:
@@ -203,7 +251,7 @@ class WireguardKeyUpdater:
                 if await self.store.put_node(updated, revision):
                     self.writes += 1
                     return True
-            except EtcdError as exc:
+            except (EtcdError, KubeError) as exc:
                 log.warning("cannot write Node %s: %s", self.hostname, exc)
                 return False
         return False
