@@ -426,3 +426,25 @@ async def test_endpoints_plain_or_not_and_invalid_ones(tmp_path: Path) -> None:
         assert again.value == plain.value
         write(path, endpoint())  # the same again: nothing to send
         await recorder.nothing_more()
+
+
+@pytest.mark.parametrize("when", ["before the start", "while running"])
+async def test_a_fifo_among_the_manifests_leaves_the_syncer_listening(
+    tmp_path: Path, when: str
+) -> None:
+    """A FIFO named like a manifest is not a manifest: opening it for reading would wait for a
+    writer for ever, so it is never opened, and edits beside it still arrive."""
+    path = tmp_path / "tiers.yaml"
+    write(path, tier("a", 1))
+    if when == "before the start":
+        os.mkfifo(tmp_path / "pipe.yaml")
+    with trio.fail_after(CHANGE_TIMEOUT):
+        async with syncer(tmp_path) as (_, recorder):
+            recorder.batches.clear()
+            if when == "while running":
+                os.mkfifo(tmp_path / "pipe.yaml")
+                await trio.sleep(QUIET)
+            write(path, tier("a", 2))
+            assert keys(await recorder.next_batch()) == {
+                model.TierKey("a"): model.Tier(2.0, "Deny")
+            }

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import stat
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -251,9 +252,17 @@ def load_parsed(documents: Parsed, source: str, direct: DirectDecoder | None = N
 
 def read_manifest(path: Path) -> str:
     """A manifest file's text; raises OSError (also for one over MAX_FILE_BYTES, which is not
-    read) or UnicodeDecodeError."""
-    with path.open("rb") as file:
-        if os.fstat(file.fileno()).st_size > MAX_FILE_BYTES:
+    read, and for anything but a regular file) or UnicodeDecodeError.
+
+    The file is opened without blocking and checked before it is read: opening a FIFO
+    for reading waits for a writer, and reading a device may never end, either of which
+    would leave the reader (and with it every later edit, and SIGTERM) waiting for ever."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    with os.fdopen(fd, "rb") as file:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise OSError(f"{path}: not a regular file")
+        if status.st_size > MAX_FILE_BYTES:
             raise OSError(f"larger than {MAX_FILE_BYTES >> 20} MiB")
         data = file.read(MAX_FILE_BYTES + 1)
     if len(data) > MAX_FILE_BYTES:

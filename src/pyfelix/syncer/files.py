@@ -33,6 +33,7 @@ import math
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from stat import S_ISDIR, S_ISREG
 from typing import cast
 
 import attrs
@@ -151,6 +152,17 @@ def _identity(path: Path) -> tuple[int, int] | None:
 
 
 Identity = tuple[str, str, str]
+
+
+def _special(path: Path) -> bool:
+    """Whether ``path`` is there and is neither a regular file nor a directory (a FIFO, a
+    socket, a device; through a symlink too): never a manifest, and never "written" (a FIFO
+    is opened but never closed after a write), so its events are not waited for."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return False
+    return not (S_ISREG(mode) or S_ISDIR(mode))
 
 
 @attrs.define(eq=False)
@@ -313,7 +325,7 @@ class FileSyncer:
             for event in events:
                 if event.overflow or event.is_dir:
                     rescan = True
-                elif self._is_manifest(event.path):
+                elif self._is_manifest(event.path) and not _special(event.path):
                     dirty.add(event.path)
                     removal = removal or event.removed
                     if event.write_finished:
