@@ -4,6 +4,8 @@ renames, partial writes, unparsable files, new directories, polling, and 10k fil
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -448,3 +450,25 @@ async def test_a_fifo_among_the_manifests_leaves_the_syncer_listening(
             assert keys(await recorder.next_batch()) == {
                 model.TierKey("a"): model.Tier(2.0, "Deny")
             }
+
+
+def test_inotify_watches_running_out_at_run_time_falls_back_to_polling(tmp_path: Path) -> None:
+    """New directories past the inotify watch limit (ENOSPC from inotify_add_watch): the
+    syncer polls from then on, as at a start without inotify, and reads what it may have
+    missed. The limit is lowered in a user namespace of the test's own (unshare), so no other
+    process on the machine is touched."""
+    program = Path(__file__).parent / "e2e" / "programs" / "inotify_limit.py"
+    result = subprocess.run(
+        ["unshare", "--user", "--map-root-user", sys.executable, str(program), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    assert lines[-1] == "alive"
+    assert sorted(set(lines[:-1])) == ["tier first"] + [f"tier sub{i}" for i in range(5)]
+    assert "inotify failed" in result.stderr
+    assert "polling every" in result.stderr

@@ -14,7 +14,8 @@ change is turned into the Updates of exactly the resources that changed:
   a file open for good should write elsewhere and rename the file into place;
 * a file that does not parse keeps its resources' last values (the error is logged with file and
   line); a deleted file deletes its resources;
-* where inotify is unavailable, the directory is polled every ``poll_interval`` seconds.
+* where inotify is unavailable, at the start or later (a new directory past the watch limit),
+  the directory is polled every ``poll_interval`` seconds.
 
 If two files define the same Kind/namespace/name, the one whose path sorts first wins (as
 ``pyfelix validate`` reports); when it goes, the other takes over.
@@ -291,7 +292,18 @@ class FileSyncer:
 
     async def _watch(self, watcher: Inotify) -> None:
         while True:
-            dirty, rescan = await self._gather(watcher)
+            try:
+                dirty, rescan = await self._gather(watcher)
+            except OSError as exc:
+                # A new directory's watch refused (max_user_watches reached, ENOSPC) or the
+                # inotify descriptor broken: the start's fallback, now. Events since the
+                # last batch may be lost, so everything is read again first.
+                log.warning("inotify failed (%s); polling every %ss", exc, self.poll_interval)
+                watcher.close()
+                self._watcher = None
+                await self._refresh(set(self._all_manifests()) | set(self._files))
+                await self._poll()
+                return
             if _identity(self._directory) != self._identity:
                 # Replaced (or gone): the watches are on the old directory's inodes.
                 if not self._readable():
