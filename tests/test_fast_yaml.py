@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -162,3 +163,18 @@ def test_nesting_that_crashes_yaml_rs_is_refused(tmp_path: Path) -> None:
     assert result.returncode == 1, result.stderr
     assert "deep.yaml" in result.stdout
     assert "nest" in result.stdout, result.stdout
+
+
+def test_many_suspects_on_long_lines_stay_within_the_texts_size() -> None:
+    """A suspect is judged by its line; a long line holding thousands of them is judged once,
+    not copied once per suspect (an 82 KB manifest of such lines took 3 GB and ended the
+    agent at every start). The verdict is the strict loader's either way."""
+    line = "note: " + " !x" * 12_000  # a tag suspect every three characters
+    text = "".join(f"a{i}: b\n{line}\n" for i in range(3))
+    tracemalloc.start()
+    try:
+        assert parse_plain(text) is None  # tags: for the strict loader
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 20 * len(text)
