@@ -9,6 +9,13 @@ no longer wanted are destroyed in a separate step, after iptables stopped referr
 A member the kernel refuses (one that validation let through) is isolated: it is logged with
 its set, left out, and the rest of the script is written at once, so one bad value never holds
 back the rest of the node. It stays left out while it is wanted.
+
+A set wanted with more members than MaxIpsetSize cannot be programmed whole: it is programmed
+with the first MaxIpsetSize members (in sorted order, so the choice is stable), named in an
+error log for as long as it stays too large, and listed in ``oversized``; the kernel is never
+asked to take more than a set holds (each refusal would cost a re-read of every set), and
+every other set is programmed as usual. A temporary set left behind by a rebuild that failed
+half way (any earlier run's) is destroyed before it is made again, and with the stale sets.
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ from pyfelix_dataplane.rules.ipsets import DEFAULT_MAXELEM
 log = logging.getLogger(__name__)
 
 OURS = ("cali40", "cali60")
+#: The temporary sets' prefixes: a rebuild's temporary set is ours to clean up too.
+TEMPORARY = ("cali4t", "cali6t")
 #: How many refused members one apply isolates before it gives up (and retries later): a
 #: kernel that refuses everything is not a bad member.
 MAX_REFUSED_PER_APPLY = 64
@@ -84,6 +93,8 @@ class IpsetWriter:
         self._known: dict[str, KernelSet] | None = None
         #: Members the kernel refused, by set name.
         self.refused: dict[str, set[str]] = {}
+        #: Sets wanted with more members than maxelem: name -> how many were wanted.
+        self.oversized: dict[str, int] = {}
 
     async def read(self) -> dict[str, KernelSet]:
         return parse_save(await run(["ipset", "save"]))
@@ -130,12 +141,14 @@ class IpsetWriter:
         kernel = self._known
         names = sorted(desired) if changed is None else sorted(n for n in changed if n in desired)
         lines = []
+        programmed: dict[str, frozenset[str]] = {}
         for name in names:
             set_type, members = desired[name]
             family = "inet6" if name.startswith("cali60") else "inet"
-            wanted = {_normal(m) for m in members} - self.refused.get(name, set())
-            current = kernel.get(name)
             maxelem = self.maxelem
+            wanted = self._within_maxelem(name, {_normal(m) for m in members})
+            programmed[name] = frozenset(wanted)
+            current = kernel.get(name)
             if current is None:
                 lines.append(f"create {name} {set_type} family {family} maxelem {maxelem}")
                 lines.extend(f"add {name} {m}" for m in sorted(wanted))
@@ -148,6 +161,8 @@ class IpsetWriter:
             elif current.maxelem != maxelem:
                 temp = TEMP[name[:6]] + name[6:]
                 temp = temp[:31]
+                if temp in kernel:  # left behind by a rebuild that failed half way
+                    lines.append(f"destroy {temp}")
                 lines.append(f"create {temp} {set_type} family {family} maxelem {maxelem}")
                 lines.extend(f"add {temp} {m}" for m in sorted(wanted))
                 lines.append(f"swap {name} {temp}")
@@ -163,15 +178,37 @@ class IpsetWriter:
                 self._known = None
                 raise
         for name in names:
-            set_type, members = desired[name]
-            written = frozenset(_normal(m) for m in members) - self.refused.get(name, set())
-            self._known[name] = KernelSet(set_type, self.maxelem, written)
+            set_type, _ = desired[name]
+            self._known[name] = KernelSet(set_type, self.maxelem, programmed[name])
+            temp = (TEMP[name[:6]] + name[6:])[:31]
+            self._known.pop(temp, None)
         return script
+
+    def _within_maxelem(self, name: str, members: set[str]) -> set[str]:
+        """``members`` less the refused ones, cut to maxelem (the first, sorted) when there
+        are more: logged when a set becomes too large, and again when it fits once more."""
+        wanted = members - self.refused.get(name, set())
+        if len(wanted) <= self.maxelem:
+            if self.oversized.pop(name, None) is not None:
+                log.warning("IP set %s fits in MaxIpsetSize (%d) again", name, self.maxelem)
+            return wanted
+        if self.oversized.get(name) is None:
+            log.error(
+                "IP set %s has %d members, more than MaxIpsetSize (%d): only the first %d are"
+                " programmed; raise MaxIpsetSize, or split what selects them",
+                name,
+                len(wanted),
+                self.maxelem,
+                self.maxelem,
+            )
+        self.oversized[name] = len(wanted)
+        return set(sorted(wanted)[: self.maxelem])
 
     async def apply_deletions(self, desired: DesiredSets) -> list[str]:
         """Destroy our sets that are no longer wanted (call after iptables stopped using them)."""
         kernel = self._known if self._known is not None else await self.read()
-        stale = sorted(n for n in kernel if n.startswith(OURS) and n not in desired)
+        stale = sorted(n for n in kernel if n.startswith(OURS + TEMPORARY) and n not in desired)
+        self.oversized = {n: size for n, size in self.oversized.items() if n in desired}
         if stale:
             try:
                 await run(["ipset", "restore"], "".join(f"destroy {n}\n" for n in stale))
