@@ -16,9 +16,10 @@ import trio
 from pyfelix import model
 from pyfelix.datastore.etcd import EtcdClient, EtcdCompacted, EtcdConfig, EtcdUnavailable
 from pyfelix.datastore.layout import encode, resource_key
+from pyfelix.health import HealthAggregator
 from pyfelix.resources import Tier, load_text
 from pyfelix.syncer.api import SyncStatus, Update
-from pyfelix.syncer.etcd import EtcdSyncer
+from pyfelix.syncer.etcd import DATASTORE_WATCH, EtcdSyncer
 from tests.etcd_server import EtcdServer
 
 WAIT = 10.0
@@ -333,3 +334,72 @@ spec: {priority: 3, subject: {namespaces: {}}, ingress: [{action: Pass, from: [{
             assert endpoints == [
                 model.WorkloadEndpointKey("node-1", "k8s", "default/nginx-7c5ddbdf54-abcde", "eth0")
             ]
+
+
+@attrs.define(eq=False)
+class FreezingProxy:
+    """A TCP proxy to etcd on 127.0.0.1 whose ``freeze`` stalls every connection open then:
+    they stay open and carry nothing more, as a connection dropped silently by a NAT or
+    firewall does, while new connections work."""
+
+    target_port: int
+    port: int = 0
+    _generation: int = 0
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        self.port = listeners[0].socket.getsockname()[1]
+        task_status.started()
+        await trio.serve_listeners(self._handle, listeners)
+
+    def freeze(self) -> None:
+        self._generation += 1
+
+    async def _handle(self, client: trio.SocketStream) -> None:
+        generation = self._generation
+        upstream = await trio.open_tcp_stream("127.0.0.1", self.target_port)
+
+        async def pump(source: trio.SocketStream, sink: trio.SocketStream) -> None:
+            while data := await source.receive_some(65536):
+                if generation != self._generation:
+                    await trio.sleep_forever()  # open, silent
+                await sink.send_all(data)
+
+        async with client, upstream, trio.open_nursery() as nursery:
+            nursery.start_soon(pump, client, upstream)
+            nursery.start_soon(pump, upstream, client)
+
+
+async def test_a_stalled_watch_is_noticed_reported_and_replaced(etcd: EtcdServer) -> None:
+    """The watch's connection goes silent but stays open: the keepalive finds changes the
+    watch never delivered, health says the watch stalled, and a new listing and watch bring
+    the changes in (Felix's gRPC keepalive, over the JSON gateway)."""
+    proxy = FreezingProxy(etcd.client_port)
+    health = HealthAggregator()
+    state = State()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(proxy.serve)
+        url = f"etcd://127.0.0.1:{proxy.port}"
+        async with (
+            EtcdClient(EtcdConfig.from_url(url)) as client,
+            EtcdClient(EtcdConfig.from_url(etcd.etcd_url)) as writer,
+        ):
+            syncer = EtcdSyncer(
+                client, state, health=health, keepalive_interval=1.0, keepalive_timeout=1.0
+            )
+            await nursery.start(syncer.run)
+            await put_tier(writer, "a", 1)
+            await state.until(lambda: state.tiers() == {"a": 1.0})
+            proxy.freeze()
+            await put_tier(writer, "b", 2)
+            with trio.fail_after(WAIT):
+                while health.summary().ready:
+                    await trio.sleep(0.1)
+            assert DATASTORE_WATCH in health.summary().detail
+            assert "stalled connection" in health.summary().detail
+            await state.until(lambda: state.tiers() == {"a": 1.0, "b": 2.0})
+            with trio.fail_after(WAIT):
+                while not health.summary().ready:
+                    await trio.sleep(0.1)
+            assert syncer.resyncs >= 2
+        nursery.cancel_scope.cancel()

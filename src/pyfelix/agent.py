@@ -325,7 +325,7 @@ async def run_agent(options: AgentOptions, out: TextIO = sys.stdout) -> int:
 
                 client = EtcdClient(EtcdConfig.from_url(options.datastore))
                 stack.push_async_callback(client.aclose)
-                syncer = EtcdSyncer(client, decoupler, prefetch=options.listing)
+                syncer = EtcdSyncer(client, decoupler, prefetch=options.listing, health=health)
                 status = EtcdStatusReporter(client, options.hostname)
                 reporters.append(status)
                 await nursery.start(status.run)

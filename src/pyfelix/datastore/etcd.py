@@ -276,6 +276,18 @@ class EtcdClient:
         kvs = [KeyValue.from_json(kv) for kv in data.get("kvs", [])]
         return kvs, int(data.get("header", {}).get("revision", 0))
 
+    async def count_modified_since(self, prefix: str, revision: int) -> int:
+        """How many keys under ``prefix`` were last modified after ``revision`` (a count only:
+        the watch keepalive's probe, answered from the index)."""
+        body: dict[str, Any] = {
+            "key": _b64(prefix),
+            "range_end": _b64(prefix_end(prefix)),
+            "count_only": True,
+            "min_mod_revision": str(revision + 1),
+        }
+        data = await self._post("kv/range", body)
+        return int(data.get("count", 0))
+
     async def list_all(self, prefix: str, page: int = LIST_PAGE) -> tuple[list[KeyValue], int]:
         """Every key under ``prefix`` at one consistent revision, read in pages."""
         kvs: list[KeyValue] = []

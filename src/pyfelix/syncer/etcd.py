@@ -22,12 +22,14 @@ from pyfelix.datastore.etcd import (
     EtcdClient,
     EtcdCompacted,
     EtcdError,
+    EtcdUnavailable,
     KeyValue,
     WatchEvent,
 )
 from pyfelix.datastore.layout import WATCH_PREFIX, decode_document, parse
 from pyfelix.datastore.prefetch import Entry, ListingPrefetch
 from pyfelix.errors import ManifestError
+from pyfelix.health import HealthAggregator
 from pyfelix.syncer.api import SyncerCallbacks, SyncStatus, Update
 from pyfelix.syncer.plain_workloads import PlainFields, from_fields, plain_workload
 from pyfelix.syncer.processors import KV, Converter, convert
@@ -51,6 +53,12 @@ BACKOFF_MAX = 5.0
 #: endpoints is about 7 MB of JSON). Then pages fetched ahead of the one being decoded, and
 #: keys decoded between two checkpoints (about 5 ms).
 PAGE_SIZE = LIST_PAGE
+#: Felix's etcd keepalive: a probe after this much silence on the watch, and how long the
+#: answer (or the watch's catching up) may take.
+KEEPALIVE_INTERVAL = 30.0
+KEEPALIVE_TIMEOUT = 10.0
+#: The health component a stalled watch makes not ready.
+DATASTORE_WATCH = "DatastoreWatch"
 PAGES_AHEAD = 1
 CHECKPOINT_EVERY = 128
 
@@ -67,6 +75,16 @@ class EtcdSyncer:
     page_size: int = PAGE_SIZE
     #: The first listing, fetched by a child process beside the agent's imports.
     prefetch: ListingPrefetch | None = None
+    #: Where a stalled watch is reported (not ready while it lasts).
+    health: HealthAggregator | None = None
+    keepalive_interval: float = KEEPALIVE_INTERVAL
+    keepalive_timeout: float = KEEPALIVE_TIMEOUT
+    _heard: float = 0.0
+    _seen_revision: int = 0
+
+    def __attrs_post_init__(self) -> None:
+        if self.health is not None:
+            self.health.register(DATASTORE_WATCH, timeout=0, ready=True)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self.callbacks.on_status(SyncStatus.WAIT_FOR_DATASTORE)
@@ -181,13 +199,78 @@ class EtcdSyncer:
                 await pages.send(exc)
 
     async def _watch(self, start_revision: int) -> None:
-        pending: list[Update] = []
-        async for event in self.client.watch(self.prefix, start_revision):
-            pending.extend(self._event(event))
-            # Flush once the gateway has nothing more buffered for us right now.
-            if pending:
-                self.callbacks.on_updates(pending)
-                pending = []
+        """Follow the watch, beside its keepalive; a stall ends it in EtcdUnavailable."""
+        self._seen_revision = start_revision - 1
+        self._report_stall("")  # listed: the datastore answers again
+        stalled: list[str] = []
+        failure: EtcdError | None = None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._keepalive, nursery.cancel_scope, stalled)
+            pending: list[Update] = []
+            try:
+                async for event in self.client.watch(self.prefix, start_revision):
+                    self._heard = trio.current_time()
+                    self._seen_revision = max(self._seen_revision, event.kv.mod_revision)
+                    pending.extend(self._event(event))
+                    # Flush once the gateway has nothing more buffered for us right now.
+                    if pending:
+                        self.callbacks.on_updates(pending)
+                        pending = []
+            except EtcdError as exc:
+                failure = exc  # raised below, outside the nursery (not in a group)
+            nursery.cancel_scope.cancel()
+        if stalled:
+            self._report_stall(stalled[0])
+            raise EtcdUnavailable(stalled[0])
+        if failure is not None:
+            raise failure
+
+    async def _keepalive(self, watch: trio.CancelScope, stalled: list[str]) -> None:
+        """Felix's etcd client keeps its watch alive with gRPC keepalives (a ping after 30 s
+        of silence, 10 s for the answer); over the JSON gateway the probe is a count: after
+        KEEPALIVE_INTERVAL without an event, how many keys changed since the last one the
+        watch delivered. No answer within KEEPALIVE_TIMEOUT, or changes the watch still has
+        not delivered KEEPALIVE_TIMEOUT later, is a stalled watch: it is cancelled (the
+        caller lists again and watches anew), and health says so until a watch works."""
+        self._heard = trio.current_time()
+        while True:
+            await trio.sleep_until(self._heard + self.keepalive_interval)
+            if trio.current_time() < self._heard + self.keepalive_interval:
+                continue  # an event came meanwhile
+            probed_at = self._seen_revision
+            changed = None
+            with trio.move_on_after(self.keepalive_timeout):
+                try:
+                    changed = await self.client.count_modified_since(self.prefix, probed_at)
+                except EtcdError as exc:
+                    stalled.append(f"etcd watch keepalive failed ({exc}); watching anew")
+                    watch.cancel()
+                    return
+            if changed is None:
+                stalled.append(
+                    f"etcd did not answer the watch keepalive in {self.keepalive_timeout:g} s;"
+                    " watching anew"
+                )
+                watch.cancel()
+                return
+            if changed:
+                await trio.sleep(self.keepalive_timeout)
+                if self._seen_revision == probed_at:
+                    stalled.append(
+                        f"the etcd watch delivered none of {changed} changes in"
+                        f" {self.keepalive_timeout:g} s (a stalled connection); watching anew"
+                    )
+                    watch.cancel()
+                    return
+            else:
+                self._report_stall("")
+                self._heard = trio.current_time()
+
+    def _report_stall(self, why: str) -> None:
+        if why:
+            log.warning("%s", why)
+        if self.health is not None:
+            self.health.report(DATASTORE_WATCH, live=True, ready=not why, detail=why)
 
     def _event(self, event: WatchEvent) -> list[Update]:
         if event.deleted:
