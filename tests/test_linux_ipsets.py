@@ -17,9 +17,7 @@ SET = "cali40s:test-set"
 Steps = list[dict[str, tuple[str, list[str]]]]
 
 
-def apply_steps(
-    steps: Steps, maxelem: int | None = None
-) -> tuple[list[str], dict[str, list[str]]]:
+def apply_steps(steps: Steps, maxelem: int | None = None) -> tuple[list[str], dict[str, list[str]]]:
     """Each step's desired sets written (then the unwanted ones destroyed); the scripts used
     and the members the kernel refused. Runs inside the namespace (tests.netns.in_netns)."""
 
