@@ -23,6 +23,7 @@ import pytest
 
 from pyfelix.resources.k8s_conversion import veth_name
 from tests.e2e.cluster import Cluster, manifest, program
+from tests.e2e.kube import KubeDatastore
 
 pytestmark = [pytest.mark.netns, pytest.mark.both_modes]
 
@@ -84,10 +85,18 @@ NETPOL = Topology(("x", "y", "z"), ("a", "b", "c"), (80, 81))
 class Model:
     """The pods wired into one demo node, the agent running over the manifests in ``root``."""
 
-    def __init__(self, stack: ExitStack, root: Path, topology: Topology = NETPOL) -> None:
+    def __init__(
+        self,
+        stack: ExitStack,
+        root: Path,
+        topology: Topology = NETPOL,
+        api: KubeDatastore | None = None,
+    ) -> None:
         self.topology = topology
-        (root / "cluster.yaml").write_text(topology.objects())
         self.root = root
+        #: The objects go through this API server instead of files, when given.
+        self.api = api
+        self.write("cluster", topology.objects())
         self.cluster = Cluster(stack, root)
         for pod in topology.all_pods:
             self.cluster.add_workload(veth_name(*pod), topology.address(pod))
@@ -98,7 +107,15 @@ class Model:
         # The agent's log goes beside the datastore (a line written into it would wake the
         # file syncer), and into the message of a case that never converges.
         self.log = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "agent.log"
-        self.cluster.start_agent(log=self.log)
+        datastore = "" if api is None else api.datastore(stack, self.cluster.node)
+        self.cluster.start_agent(datastore, log=self.log)
+
+    def write(self, name: str, text: str) -> None:
+        """Replace what was written under ``name`` with the objects of ``text``."""
+        if self.api is None:
+            (self.root / f"{name}.yaml").write_text(text)
+        else:
+            self.api.replace(name, text)
 
     def probes(self) -> list[Probe]:
         pods = self.topology.all_pods
@@ -149,7 +166,7 @@ class Model:
         self, policies: str, allowed: Callable[[Probe], bool], timeout: float = 10.0
     ) -> None:
         """Apply ``policies`` (replacing the previous case's) and wait for the table."""
-        (self.root / "policy.yaml").write_text(policies)
+        self.write("policy", policies)
         expected = {probe: allowed(probe) for probe in self.probes()}
         deadline = time.monotonic() + timeout
         while True:
@@ -174,112 +191,116 @@ def policy(namespace: str, name: str, spec: str) -> str:
 
 def test_kubernetes_network_policy_model(tmp_path: Path) -> None:
     with ExitStack() as stack:
-        model = Model(stack, tmp_path)
-        # No policy: everything reaches everything.
-        model.expect("", lambda probe: True)
-        # default-deny-ingress in x: nothing reaches x's pods, x's pods reach the rest.
-        model.expect(
-            policy("x", "deny-ingress", "  podSelector: {}\n  policyTypes: [Ingress]"),
-            lambda p: p[1][0] != "x",
+        netpol_cases(Model(stack, tmp_path))
+
+
+def netpol_cases(model: Model) -> None:
+    """The Kubernetes netpol e2e cases, one after another, on ``model``."""
+    # No policy: everything reaches everything.
+    model.expect("", lambda probe: True)
+    # default-deny-ingress in x: nothing reaches x's pods, x's pods reach the rest.
+    model.expect(
+        policy("x", "deny-ingress", "  podSelector: {}\n  policyTypes: [Ingress]"),
+        lambda p: p[1][0] != "x",
+    )
+    # From one pod of another namespace only (podSelector and namespaceSelector in one
+    # peer), on TCP 80 only.
+    model.expect(
+        policy(
+            "x",
+            "allow-y-b",
+            "  podSelector: {matchLabels: {pod: a}}\n"
+            "  ingress: [{from: [{namespaceSelector: {matchLabels: {ns: y}},"
+            " podSelector: {matchLabels: {pod: b}}}], ports: [{port: 80}]}]",
+        ),
+        lambda p: p[1] != ("x", "a") or (p[0] == ("y", "b") and p[2:] == ("tcp", 80)),
+    )
+    # A named port (the pods' serve-81-tcp) from everywhere.
+    model.expect(
+        policy(
+            "x",
+            "named",
+            "  podSelector: {matchLabels: {pod: a}}\n"
+            "  policyTypes: [Ingress]\n"
+            "  ingress: [{ports: [{port: serve-81-tcp}]}]",
+        ),
+        lambda p: p[1] != ("x", "a") or p[2:] == ("tcp", 81),
+    )
+    # A range with endPort, UDP only, from pods of namespaces labelled ns in (y, z).
+    model.expect(
+        policy(
+            "x",
+            "udp-range",
+            "  podSelector: {matchLabels: {pod: a}}\n"
+            "  ingress: [{from: [{namespaceSelector: {matchExpressions: [{key: ns,"
+            " operator: In, values: [y, z]}]}}],"
+            " ports: [{protocol: UDP, port: 80, endPort: 81}]}]",
+        ),
+        lambda p: p[1] != ("x", "a") or (p[0][0] != "x" and p[2] == "udp"),
+    )
+    # A podSelector peer without a namespaceSelector means the policy's own namespace.
+    model.expect(
+        policy("x", "same-ns", "  podSelector: {}\n  ingress: [{from: [{podSelector: {}}]}]"),
+        lambda p: p[1][0] != "x" or p[0][0] == "x",
+    )
+    # Stacked policies on one pod add up (a union of what each allows).
+    model.expect(
+        policy(
+            "x",
+            "from-y-80",
+            "  podSelector: {matchLabels: {pod: a}}\n"
+            "  ingress: [{from: [{namespaceSelector: {matchLabels: {ns: y}}}],"
+            " ports: [{port: 80}]}]",
         )
-        # From one pod of another namespace only (podSelector and namespaceSelector in one
-        # peer), on TCP 80 only.
-        model.expect(
-            policy(
-                "x",
-                "allow-y-b",
-                "  podSelector: {matchLabels: {pod: a}}\n"
-                "  ingress: [{from: [{namespaceSelector: {matchLabels: {ns: y}},"
-                " podSelector: {matchLabels: {pod: b}}}], ports: [{port: 80}]}]",
-            ),
-            lambda p: p[1] != ("x", "a") or (p[0] == ("y", "b") and p[2:] == ("tcp", 80)),
+        + policy(
+            "x",
+            "from-z-81",
+            "  podSelector: {matchLabels: {pod: a}}\n"
+            "  ingress: [{from: [{namespaceSelector: {matchLabels: {ns: z}}}],"
+            " ports: [{port: 81}]}]",
+        ),
+        lambda p: (
+            p[1] != ("x", "a")
+            or (p[0][0] == "y" and p[2:] == ("tcp", 80))
+            or (p[0][0] == "z" and p[2:] == ("tcp", 81))
+        ),
+    )
+    # Egress on one named port (the destination pods' serve-80-udp), and ingress and
+    # egress in one policy.
+    model.expect(
+        policy(
+            "x",
+            "egress-named",
+            "  podSelector: {matchLabels: {pod: a}}\n"
+            "  policyTypes: [Egress]\n"
+            "  egress: [{ports: [{protocol: UDP, port: serve-80-udp}]}]",
         )
-        # A named port (the pods' serve-81-tcp) from everywhere.
-        model.expect(
-            policy(
-                "x",
-                "named",
-                "  podSelector: {matchLabels: {pod: a}}\n"
-                "  policyTypes: [Ingress]\n"
-                "  ingress: [{ports: [{port: serve-81-tcp}]}]",
-            ),
-            lambda p: p[1] != ("x", "a") or p[2:] == ("tcp", 81),
-        )
-        # A range with endPort, UDP only, from pods of namespaces labelled ns in (y, z).
-        model.expect(
-            policy(
-                "x",
-                "udp-range",
-                "  podSelector: {matchLabels: {pod: a}}\n"
-                "  ingress: [{from: [{namespaceSelector: {matchExpressions: [{key: ns,"
-                " operator: In, values: [y, z]}]}}],"
-                " ports: [{protocol: UDP, port: 80, endPort: 81}]}]",
-            ),
-            lambda p: p[1] != ("x", "a") or (p[0][0] != "x" and p[2] == "udp"),
-        )
-        # A podSelector peer without a namespaceSelector means the policy's own namespace.
-        model.expect(
-            policy("x", "same-ns", "  podSelector: {}\n  ingress: [{from: [{podSelector: {}}]}]"),
-            lambda p: p[1][0] != "x" or p[0][0] == "x",
-        )
-        # Stacked policies on one pod add up (a union of what each allows).
-        model.expect(
-            policy(
-                "x",
-                "from-y-80",
-                "  podSelector: {matchLabels: {pod: a}}\n"
-                "  ingress: [{from: [{namespaceSelector: {matchLabels: {ns: y}}}],"
-                " ports: [{port: 80}]}]",
-            )
-            + policy(
-                "x",
-                "from-z-81",
-                "  podSelector: {matchLabels: {pod: a}}\n"
-                "  ingress: [{from: [{namespaceSelector: {matchLabels: {ns: z}}}],"
-                " ports: [{port: 81}]}]",
-            ),
-            lambda p: (
-                p[1] != ("x", "a")
-                or (p[0][0] == "y" and p[2:] == ("tcp", 80))
-                or (p[0][0] == "z" and p[2:] == ("tcp", 81))
-            ),
-        )
-        # Egress on one named port (the destination pods' serve-80-udp), and ingress and
-        # egress in one policy.
-        model.expect(
-            policy(
-                "x",
-                "egress-named",
-                "  podSelector: {matchLabels: {pod: a}}\n"
-                "  policyTypes: [Egress]\n"
-                "  egress: [{ports: [{protocol: UDP, port: serve-80-udp}]}]",
-            )
-            + policy(
-                "y",
-                "both",
-                "  podSelector: {matchLabels: {pod: b}}\n"
-                "  policyTypes: [Ingress, Egress]\n"
-                "  ingress: [{from: [{podSelector: {matchLabels: {pod: c}}}]}]\n"
-                "  egress: [{to: [{namespaceSelector: {matchLabels: {ns: z}}}]}]",
-            ),
-            lambda p: (
-                (p[0] != ("x", "a") or p[2:] == ("udp", 80))
-                and (p[1] != ("y", "b") or p[0] == ("y", "c"))
-                and (p[0] != ("y", "b") or p[1][0] == "z")
-            ),
-        )
-        # default-deny-egress in x, and egress from z/c by ipBlock with an exception.
-        model.expect(
-            policy("x", "deny-egress", "  podSelector: {}\n  policyTypes: [Egress]")
-            + policy(
-                "z",
-                "egress-cidr",
-                "  podSelector: {matchLabels: {pod: c}}\n"
-                "  policyTypes: [Egress]\n"
-                "  egress: [{to: [{ipBlock: {cidr: 10.65.0.0/16, except: [10.65.2.0/24]}}]}]",
-            ),
-            lambda p: p[0][0] != "x" and not (p[0] == ("z", "c") and p[1][0] == "y"),
-        )
+        + policy(
+            "y",
+            "both",
+            "  podSelector: {matchLabels: {pod: b}}\n"
+            "  policyTypes: [Ingress, Egress]\n"
+            "  ingress: [{from: [{podSelector: {matchLabels: {pod: c}}}]}]\n"
+            "  egress: [{to: [{namespaceSelector: {matchLabels: {ns: z}}}]}]",
+        ),
+        lambda p: (
+            (p[0] != ("x", "a") or p[2:] == ("udp", 80))
+            and (p[1] != ("y", "b") or p[0] == ("y", "c"))
+            and (p[0] != ("y", "b") or p[1][0] == "z")
+        ),
+    )
+    # default-deny-egress in x, and egress from z/c by ipBlock with an exception.
+    model.expect(
+        policy("x", "deny-egress", "  podSelector: {}\n  policyTypes: [Egress]")
+        + policy(
+            "z",
+            "egress-cidr",
+            "  podSelector: {matchLabels: {pod: c}}\n"
+            "  policyTypes: [Egress]\n"
+            "  egress: [{to: [{ipBlock: {cidr: 10.65.0.0/16, except: [10.65.2.0/24]}}]}]",
+        ),
+        lambda p: p[0][0] != "x" and not (p[0] == ("z", "c") and p[1][0] == "y"),
+    )
 
 
 def cluster_policy(name: str, tier: str, priority: int, spec: str) -> str:
