@@ -10,6 +10,7 @@ dry-run computes from the API exactly what it computes from a dump of the same o
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import contextlib
 import json
 import logging
@@ -315,3 +316,40 @@ def test_the_agent_follows_pods_created_through_the_api(kube: KubeServer) -> Non
     finally:
         agent.terminate()
         agent.communicate(timeout=30)
+
+
+async def test_a_thousand_pods_churned_arrive_and_leave(kube: KubeServer) -> None:
+    """1,000 pods created and then deleted as fast as eight writers go: the syncer ends with
+    each one's endpoint, then with none, and nothing else changed on the way."""
+    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "churn"}})
+    names = [f"p{i}" for i in range(1000)]
+    recorder = Recorder()
+    config = KubeConfig.from_kubeconfig(kube.kubeconfig())
+    async with KubeClient(config) as client, trio.open_nursery() as nursery:
+        syncer = KubernetesSyncer(client, recorder)
+        await nursery.start(syncer.run)
+        await _until(lambda: SyncStatus.IN_SYNC in recorder.statuses)
+        before = {k: v for k, v in recorder.present().items() if not _churned(k)}
+
+        def create(name: str) -> None:
+            index = int(name[1:])
+            kube.apply(_pod(name, "churn", f"10.9.{index >> 8}.{index & 255}"))
+
+        def delete(name: str) -> None:
+            kube.request("DELETE", f"/api/v1/namespaces/churn/pods/{name}?gracePeriodSeconds=0")
+
+        await _in_thread(lambda: _in_parallel(create, names))
+        await _until(lambda: sum(map(_churned, recorder.present())) == 1000, seconds=60)
+        await _in_thread(lambda: _in_parallel(delete, names))
+        await _until(lambda: sum(map(_churned, recorder.present())) == 0, seconds=60)
+        assert {k: v for k, v in recorder.present().items() if not _churned(k)} == before
+        nursery.cancel_scope.cancel()
+
+
+def _churned(key: object) -> bool:
+    return isinstance(key, model.WorkloadEndpointKey) and key.workload.startswith("churn/")
+
+
+def _in_parallel(call: Any, items: Sequence[str]) -> None:
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        list(pool.map(call, items))
