@@ -50,4 +50,5 @@ async def main(listen: str, at: str, connect: str, to: str) -> None:
 
 
 if __name__ == "__main__":
-    trio.run(main, *sys.argv[1:5])
+    listen, at, connect, to = sys.argv[1:5]
+    trio.run(main, listen, at, connect, to)
