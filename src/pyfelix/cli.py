@@ -104,6 +104,8 @@ def _load_etcd(url: str) -> LoadResult:
 async def load_from_kubernetes(source: str) -> LoadResult:
     """Every object of the kinds Felix's syncer watches on the Kubernetes API, as the loader
     would give them from a dump (raises KubeError)."""
+    import trio
+
     from pyfelix.agent import kube_config
     from pyfelix.datastore.kubernetes import KubeClient, KubeNotFound
     from pyfelix.resources.loader import LoadResult, Located
@@ -111,13 +113,21 @@ async def load_from_kubernetes(source: str) -> LoadResult:
     from pyfelix.syncer.kubernetes import WATCHED, object_source
 
     located, problems = [], []
+    listed: dict[Any, list[dict[str, Any]]] = {}
     async with KubeClient(kube_config(source)) as client:
-        for watched in WATCHED:
+
+        async def list_kind(watched: Any) -> None:
             try:
-                items, _ = await client.list(watched.path)
+                listed[watched] = (await client.list(watched.path))[0]
             except KubeNotFound:
-                continue  # not served here: Felix reads nothing of it either
-            for obj in items:
+                listed[watched] = []  # not served here: Felix reads nothing of it either
+
+        # Every kind at once (as the agent's syncer lists them): one round trip, not 21.
+        async with trio.open_nursery() as nursery:
+            for watched in WATCHED:
+                nursery.start_soon(list_kind, watched)
+        for watched in WATCHED:
+            for obj in listed[watched]:
                 doc = {"apiVersion": watched.api_version, "kind": watched.kind, **obj}
                 name = object_source(watched, obj)
                 resource, found = load_document(doc, name)

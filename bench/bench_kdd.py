@@ -1,0 +1,252 @@
+"""The Kubernetes API datastore against the same objects from files, whole processes.
+
+Run: .venv/bin/python bench/bench_kdd.py [--pods 10000] [--policies 1000] [--pairs 3]
+     .venv/bin/python bench/bench_kdd.py --latency [--rate 100] [--creates 500]
+
+A real kube-apiserver (tests/kube_server.py) is filled with a cluster shaped as a live one
+is: 100 annotated v1 Nodes, namespaces of 100 pods each, pods as Calico's CNI leaves them
+(the podIP annotations as CIDRs, 1-5 labels, a service account), Kubernetes NetworkPolicies
+of a few selector forms. The same objects are written as a ``kubectl get -o yaml`` List.
+
+- Default: ``pyfelix dry-run --format json`` for node-0 from ``kubernetes://`` and from the
+  dump, alternately (pairs: this machine is noisy), each run's wall time and peak RSS from
+  wait4. The target is the API at most 2x the files.
+- ``--latency``: ``pyfelix run --dry-run`` on node-0 from the API; pods for node-0 are
+  created at ``--rate`` a second, and each one's time from its create request to the
+  agent's printing of its endpoint is taken; p50, p99 and the maximum are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import os
+import queue
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.kube_server import KubeServer, kube_server
+
+NODES = 100
+PODS_PER_NAMESPACE = 100
+LABELS = ("app", "tier", "team", "version", "track")
+
+
+def node(i: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": f"node-{i}",
+            "labels": {"kubernetes.io/hostname": f"node-{i}", "kubernetes.io/os": "linux"},
+            "annotations": {
+                "projectcalico.org/IPv4Address": f"192.168.{i // 250}.{i % 250 + 1}/16",
+                "projectcalico.org/IPv4VXLANTunnelAddr": f"10.{100 + i // 250}.{i % 250}.0",
+            },
+        },
+    }
+
+
+def pod(i: int) -> dict[str, Any]:
+    namespace = f"ns-{i // PODS_PER_NAMESPACE}"
+    address = f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}"
+    labels = {LABELS[k]: f"v{(i >> k) % 7}" for k in range(1 + i % len(LABELS))}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"pod-{i}",
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": {
+                "cni.projectcalico.org/containerID": f"{i:064x}",
+                "cni.projectcalico.org/podIP": f"{address}/32",
+                "cni.projectcalico.org/podIPs": f"{address}/32",
+            },
+        },
+        "spec": {
+            "nodeName": f"node-{i % NODES}",
+            "serviceAccountName": "default",
+            "containers": [
+                {
+                    "name": "app",
+                    "image": "agnhost",
+                    "ports": [{"name": "http", "containerPort": 8080}],
+                }
+            ],
+        },
+    }
+
+
+def network_policy(i: int, namespaces: int) -> dict[str, Any]:
+    namespace = f"ns-{i % namespaces}"
+    forms = (
+        {"podSelector": {"matchLabels": {"app": f"v{i % 7}"}}},
+        {
+            "podSelector": {
+                "matchExpressions": [{"key": "tier", "operator": "In", "values": ["v1", "v2"]}]
+            }
+        },
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}},
+        {"podSelector": {"matchExpressions": [{"key": "team", "operator": "Exists"}]}},
+    )
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": f"np-{i}", "namespace": namespace},
+        "spec": {
+            "podSelector": {"matchLabels": {"app": f"v{(i + 1) % 7}"}},
+            "ingress": [{"from": [forms[i % len(forms)]], "ports": [{"port": 8080}]}],
+            "policyTypes": ["Ingress"],
+        },
+    }
+
+
+def objects(pods: int, policies: int) -> list[dict[str, Any]]:
+    namespaces = max(1, pods // PODS_PER_NAMESPACE)
+    docs: list[dict[str, Any]] = [node(i) for i in range(NODES)]
+    docs += [
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": f"ns-{n}", "labels": {"kubernetes.io/metadata.name": f"ns-{n}"}},
+        }
+        for n in range(namespaces)
+    ]
+    docs += [pod(i) for i in range(pods)]
+    docs += [network_policy(i, namespaces) for i in range(policies)]
+    return docs
+
+
+def fill(server: KubeServer, docs: list[dict[str, Any]]) -> None:
+    """Namespaces and nodes first, then the rest, by eight writers."""
+    first = [d for d in docs if d["kind"] in ("Namespace", "Node")]
+    rest = [d for d in docs if d["kind"] not in ("Namespace", "Node")]
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        list(pool.map(server.apply, first))
+        list(pool.map(server.apply, rest))
+
+
+def timed(command: list[str]) -> tuple[float, int]:
+    """Wall seconds and peak RSS (MB) of one whole process."""
+    start = time.monotonic()
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(process.pid, 0)
+    wall = time.monotonic() - start
+    assert os.waitstatus_to_exitcode(status) == 0, command
+    return wall, usage.ru_maxrss // 1024
+
+
+def compare(server: KubeServer, dump: Path, pairs: int) -> None:
+    base = [sys.executable, "-m", "pyfelix", "dry-run", "--hostname", "node-0", "--format", "json"]
+    api = [*base, f"kubernetes://{server.kubeconfig()}"]
+    files = [*base, str(dump)]
+    timed(api)  # warm-up
+    timed(files)
+    ratios, rows = [], []
+    for _ in range(pairs):
+        a, b = timed(api), timed(files)
+        rows.append((a, b))
+        ratios.append(a[0] / b[0])
+    for (a_wall, a_rss), (b_wall, b_rss) in rows:
+        print(f"api {a_wall:6.2f} s {a_rss:5d} MB   files {b_wall:6.2f} s {b_rss:5d} MB")
+    low, mid, high = min(ratios), statistics.median(ratios), max(ratios)
+    print(f"api/files wall: median {mid:.2f} (min {low:.2f}, max {high:.2f})")
+
+
+def latency(server: KubeServer, rate: float, creates: int) -> None:
+    agent = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pyfelix",
+            "run",
+            "--dry-run",
+            "--hostname",
+            "node-0",
+            "--datastore",
+            f"kubernetes://{server.kubeconfig()}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    seen: dict[str, float] = {}
+    in_sync = threading.Event()
+    lines: queue.Queue[None] = queue.Queue()
+
+    def read() -> None:
+        assert agent.stdout is not None
+        for line in agent.stdout:
+            if line.startswith("InSync"):
+                in_sync.set()
+            if line.startswith("WorkloadEndpointUpdate") and "%2flate-" in line:
+                name = line.split("%2f", 1)[1].split("/", 1)[0]
+                seen.setdefault(name, time.monotonic())
+                lines.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    assert in_sync.wait(120)
+    sent: dict[str, float] = {}
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        start = time.monotonic()
+        for i in range(creates):
+            doc = pod(10_000_000 + i * NODES)
+            doc["metadata"]["name"] = f"late-{i}"
+            due = start + i / rate
+            time.sleep(max(0.0, due - time.monotonic()))
+            sent[f"late-{i}"] = time.monotonic()
+            pool.submit(server.apply, doc)
+    deadline = time.monotonic() + 60
+    while len(seen) < creates and time.monotonic() < deadline:
+        time.sleep(0.1)
+    agent.terminate()
+    agent.wait(30)
+    delays = sorted(seen[n] - sent[n] for n in sent if n in seen)
+
+    def p(q: float) -> float:
+        return delays[min(len(delays) - 1, int(q * len(delays)))] * 1000
+
+    print(
+        f"{len(delays)}/{creates} pods programmed at {rate:g}/s: p50 {p(0.5):.0f} ms,"
+        f" p99 {p(0.99):.0f} ms, max {delays[-1] * 1000:.0f} ms"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pods", type=int, default=10_000)
+    parser.add_argument("--policies", type=int, default=1_000)
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--latency", action="store_true")
+    parser.add_argument("--rate", type=float, default=100.0)
+    parser.add_argument("--creates", type=int, default=500)
+    args = parser.parse_args()
+    with (
+        tempfile.TemporaryDirectory() as directory,
+        kube_server(Path(directory) / "kube") as server,
+    ):
+        docs = objects(args.pods, args.policies)
+        started = time.monotonic()
+        fill(server, docs)
+        print(f"{len(docs)} objects created in {time.monotonic() - started:.1f} s")
+        if args.latency:
+            latency(server, args.rate, args.creates)
+            return
+        dump = Path(directory) / "dump.yaml"
+        dump.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": docs}))
+        compare(server, dump, args.pairs)
+
+
+if __name__ == "__main__":
+    main()
