@@ -32,6 +32,7 @@ from pyfelix import model
 from pyfelix.datastore.kubernetes import KubeClient, KubeConfig
 from pyfelix.resources.k8s_conversion import veth_name
 from pyfelix.resources.skipped import unread_kind
+from pyfelix.status import KubeNodeStore, WireguardKeyUpdater
 from pyfelix.syncer.api import SyncStatus, Update
 from pyfelix.syncer.kubernetes import KubernetesSyncer
 from tests.conftest import REPO
@@ -353,3 +354,49 @@ def _churned(key: object) -> bool:
 def _in_parallel(call: Any, items: Sequence[str]) -> None:
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         list(pool.map(call, items))
+
+
+async def test_the_wireguard_key_is_the_only_thing_written_back(kube: KubeServer) -> None:
+    """As Felix in KDD mode: the node's WireGuard public key goes into its v1 Node's
+    annotation, by a patch that leaves every other field as it was; an emptied key removes
+    the annotation."""
+    kube.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": "wg-node",
+                "labels": {"kubernetes.io/hostname": "wg-node"},
+                "annotations": {"projectcalico.org/IPv4Address": "192.168.9.9/24"},
+            },
+        }
+    )
+    before = kube.request("GET", "/api/v1/nodes/wg-node")
+    key = "jlkVyQYooZYzI2wFfNhSZez5eWh44yfq1wKVjLvSXgY="
+    config = KubeConfig.from_kubeconfig(kube.kubeconfig())
+    async with KubeClient(config) as client, trio.open_nursery() as nursery:
+        updater = WireguardKeyUpdater(KubeNodeStore(client), "wg-node")
+        await nursery.start(updater.run)
+        updater.on_key(key)
+
+        def annotations() -> dict[str, str]:
+            got: dict[str, str] = kube.request("GET", "/api/v1/nodes/wg-node")["metadata"][
+                "annotations"
+            ]
+            return got
+
+        with trio.fail_after(10):
+            while annotations().get("projectcalico.org/WireguardPublicKey") != key:
+                await trio.sleep(0.1)
+        after = kube.request("GET", "/api/v1/nodes/wg-node")
+        assert annotations() == {
+            "projectcalico.org/IPv4Address": "192.168.9.9/24",
+            "projectcalico.org/WireguardPublicKey": key,
+        }
+        assert after["metadata"]["labels"] == before["metadata"]["labels"]
+        assert after.get("spec") == before.get("spec")
+        updater.on_key("")
+        with trio.fail_after(10):
+            while "projectcalico.org/WireguardPublicKey" in annotations():
+                await trio.sleep(0.1)
+        nursery.cancel_scope.cancel()
