@@ -14,10 +14,9 @@ next apply re-reads and repairs that part of the kernel. The first successful ap
 reported as DataplaneInSync; process status goes out every ReportingIntervalSecs.
 
 What the kernel is comes from ``open_kernel`` (the real one, or a test's fake). With the
-start-up configuration (``startup_config``), the kernel's tools are probed (the iptables
-backend, the nftables mode) beside the first read, read-only, as Felix detects its backend
-when its dataplane starts, and the tables they lead to are read; the probe and the readings
-stand at InSync if the settings they were made for hold.
+start-up configuration (``startup_config``), the kernel is probed before InSync
+(pyfelix_dataplane.linux.startup); the probe and its readings stand at InSync if the
+settings they were made for hold.
 """
 
 from __future__ import annotations
@@ -51,7 +50,7 @@ from pyfelix_dataplane.linux.managers.endpoints import EndpointManager
 from pyfelix_dataplane.linux.managers.ipip import IpipManager
 from pyfelix_dataplane.linux.managers.ipsets import IpsetsManager
 from pyfelix_dataplane.linux.managers.routes import RoutesManager
-from pyfelix_dataplane.linux.managers.tables import TableReading, TablesManager, read_tables
+from pyfelix_dataplane.linux.managers.tables import TablesManager
 from pyfelix_dataplane.linux.managers.vxlan import VxlanManager
 from pyfelix_dataplane.linux.managers.wireguard import WireguardManager
 from pyfelix_dataplane.linux.mtu import (
@@ -63,12 +62,11 @@ from pyfelix_dataplane.linux.mtu import (
     state_dir,
     write_mtu_file,
 )
-from pyfelix_dataplane.linux.reading import Reading, start_reading
+from pyfelix_dataplane.linux.startup import StartupProbe, follow_kube_proxy
 from pyfelix_dataplane.state import NodeState
 
 if TYPE_CHECKING:
     from pyfelix_dataplane.linux.managers.nftables import NftablesManager
-    from pyfelix_dataplane.linux.nftables import KernelTable
     from pyfelix_dataplane.rules.nft import NftTable
 
 log = logging.getLogger(__name__)
@@ -98,8 +96,6 @@ REFRESH_INTERVALS: dict[str, Callable[[FelixConfig], float]] = {
 }
 
 
-#: How often NFTablesMode Auto looks at kube-proxy's mode again (Felix's 15 s).
-KUBE_PROXY_CHECK_INTERVAL = 15.0
 #: kube-proxy's IPVS mode holds every service address on this device (Felix's sign of IPVS).
 KUBE_IPVS_DEVICE = "kube-ipvs0"
 #: Felix's post-write checks of the iptables tables: IptablesPostWriteCheckIntervalSecs after
@@ -232,11 +228,7 @@ class LinuxDriver:
     _reported_in_sync: bool = False
     _remove_other_mode: Callable[[], Awaitable[None]] | None = None
     _started: float = 0.0
-    _probe: KernelProbe | None = None
-    _probed: trio.Event = attrs.Factory(trio.Event)
-    #: The tables read after the early probe, per IP version: iptables', nftables'.
-    _early_tables: dict[int, TableReading] = attrs.Factory(dict)
-    _early_nftables: dict[int, Reading[KernelTable | None]] = attrs.Factory(dict)
+    _startup: StartupProbe | None = None
     #: Set when the first apply starts its devices and routes, and once the MTUs they need
     #: are known (``_mtus``).
     _routing_started: trio.Event = attrs.Factory(trio.Event)
@@ -278,7 +270,9 @@ class LinuxDriver:
         self._started = trio.current_time()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._report_status)
-            nursery.start_soon(self._probe_early, nursery)
+            startup = StartupProbe(self.probe_kernel, self.early_readers, self.startup_config)
+            self._startup = startup
+            nursery.start_soon(startup.run, nursery)
             task_status.started()
             # The configuration (IptablesBackend, refresh intervals) arrives with the snapshot:
             # nothing is written, nor the backend chosen, before InSync (_probe_early only
@@ -294,16 +288,15 @@ class LinuxDriver:
                 len(self.state.hosts),
                 len(self.state.policies),
             )
-            await self._probed.wait()
-            kernel = await self.open_kernel(self.state.config, self._probe)
+            await startup.probed.wait()
+            kernel = await self.open_kernel(self.state.config, startup.probe)
             self._remove_other_mode = kernel.remove_other_mode
             nursery.start_soon(kernel.watch, self._on_interface)
             self.managers = managers = Managers.build(
                 self.state, kernel, self.hostname, self.to_calc
             )
-            tables, nftables = self._early_tables, self._early_nftables
-            self._early_tables, self._early_nftables = {}, {}
-            if self._probe is not None and self._probe.answers(self.state.config):
+            tables, nftables = startup.take_readings()
+            if startup.answers(self.state.config):
                 # The kernel was opened with the probe the early readings were made with.
                 managers.tables.adopt(tables)
                 if managers.nftables is not None:
@@ -313,48 +306,9 @@ class LinuxDriver:
             nursery.start_soon(self._rescan_interfaces, kernel)
             if kernel.kube_proxy_nftables is not None:
                 nursery.start_soon(
-                    self._follow_kube_proxy, kernel.kube_proxy_nftables, bool(kernel.nftables)
+                    follow_kube_proxy, kernel.kube_proxy_nftables, bool(kernel.nftables)
                 )
             await self._loop(managers, nursery)
-
-    async def _probe_early(self, nursery: trio.Nursery) -> None:
-        """The kernel's tools probed with the start-up configuration, beside the first read.
-        A failure here is left for the probe at InSync, where it counts. Then the tables it
-        leads to are read, while the snapshot still loads: a restarted node's tables hold the
-        last run's rules, whose reading (a fifth of a second of the tools' time on a large
-        node) the first apply's plans would otherwise wait for. A table changed between this
-        reading and that apply's write makes the write fail (and the apply retry, reading
-        again) or is put right by the check after it, as for any reading."""
-        try:
-            if self.startup_config is not None:
-                self._probe = await self.probe_kernel(self.startup_config)
-        except DataplaneWriteError as exc:
-            log.debug("probing the kernel before InSync failed (%s); probing at InSync", exc)
-        finally:
-            self._probed.set()
-        if self._probe is not None and self.startup_config is not None:
-            readers = self.early_readers(self.startup_config, self._probe)
-            self._early_tables = read_tables(readers.tables, nursery)
-            self._early_nftables = {
-                v: start_reading(reader.read, nursery, f"IPv{v} nftables table")
-                for v, reader in readers.nftables.items()
-            }
-            # The tables' text (megabytes on a large node) lives on in the readers only.
-            self._probe = attrs.evolve(self._probe, saved={})
-
-    async def _follow_kube_proxy(self, detect: Callable[[], Awaitable[bool]], now: bool) -> None:
-        """NFTablesMode Auto, as Felix: when kube-proxy's mode (nftables or not) changes, the
-        agent restarts into the other one."""
-        while True:
-            await trio.sleep(KUBE_PROXY_CHECK_INTERVAL)
-            try:
-                detected = await detect()
-            except DataplaneWriteError as exc:
-                log.warning("cannot tell kube-proxy's mode: %s", exc)
-                continue
-            if detected != now:
-                mode = "nftables" if detected else "iptables"
-                raise RestartRequired(f"kube-proxy now runs in {mode} mode (NFTablesMode Auto)")
 
     async def _mtus(self, kernel: Kernel, managers: Managers) -> None:
         """Felix's start-of-day MTU detection, then its periodic re-detection. The links are
