@@ -34,11 +34,12 @@ import trio
 
 from pyfelix import messages as m
 from pyfelix.config import FelixConfig
-from pyfelix.errors import DataplaneWriteError, FatalShutdown, RestartRequired
+from pyfelix.errors import DataplaneWriteError
 from pyfelix.stats import DataplaneStats
 from pyfelix.throttle import LeakyBucket
 from pyfelix_dataplane.linux.kernel import (
     EarlyReaders,
+    InterfaceReading,
     Kernel,
     KernelProbe,
     early_readers,
@@ -49,18 +50,14 @@ from pyfelix_dataplane.linux.managers import Checking, Manager
 from pyfelix_dataplane.linux.managers.endpoints import EndpointManager
 from pyfelix_dataplane.linux.managers.ipip import IpipManager
 from pyfelix_dataplane.linux.managers.ipsets import IpsetsManager
+from pyfelix_dataplane.linux.managers.mtu import MtuManager
 from pyfelix_dataplane.linux.managers.routes import RoutesManager
 from pyfelix_dataplane.linux.managers.tables import TablesManager
 from pyfelix_dataplane.linux.managers.vxlan import VxlanManager
 from pyfelix_dataplane.linux.managers.wireguard import WireguardManager
 from pyfelix_dataplane.linux.mtu import (
     MONITOR_INTERVAL,
-    Link,
-    TunnelMTUs,
-    host_mtu,
-    mtu_file,
     state_dir,
-    write_mtu_file,
 )
 from pyfelix_dataplane.linux.startup import StartupProbe, follow_kube_proxy
 from pyfelix_dataplane.state import NodeState
@@ -96,23 +93,10 @@ REFRESH_INTERVALS: dict[str, Callable[[FelixConfig], float]] = {
 }
 
 
-#: kube-proxy's IPVS mode holds every service address on this device (Felix's sign of IPVS).
-KUBE_IPVS_DEVICE = "kube-ipvs0"
 #: Felix's post-write checks of the iptables tables: IptablesPostWriteCheckIntervalSecs after
 #: a write (at least 50 ms), then twice as long each time, until the interval reaches an hour.
 MIN_POST_WRITE = 0.05
 MAX_POST_WRITE = 3600.0
-
-
-def _warn_unsupported(links: list[Link]) -> None:
-    """What Felix would switch on for this node and pyfelix cannot: said once, at start."""
-    if any(name == KUBE_IPVS_DEVICE for name, _, _ in links):
-        log.warning(
-            "%s found: kube-proxy runs in IPVS mode, and pyfelix does not render Felix's IPVS"
-            " chains (cali-forward-check, the endpoint marks), so NodePort traffic to local"
-            " workloads is not policed as Felix polices it",
-            KUBE_IPVS_DEVICE,
-        )
 
 
 @attrs.define
@@ -167,24 +151,34 @@ class Managers:
     ipip: IpipManager
     wireguard: WireguardManager
     routes: RoutesManager
+    mtus: MtuManager
     #: NFTablesMode: the nftables tables instead of ``ipsets`` and ``tables``.
     nftables: NftablesManager | None = None
 
     @classmethod
-    def build(cls, state: NodeState, kernel: Kernel, hostname: str, to_calc: Any) -> Managers:
+    def build(
+        cls,
+        state: NodeState,
+        kernel: Kernel,
+        hostname: str,
+        to_calc: Any,
+        mtus: Callable[[InterfaceReading], MtuManager],
+    ) -> Managers:
         nftables = None
         if kernel.nftables:
             from pyfelix_dataplane.linux.managers.nftables import NftablesManager  # noqa: PLC0415
 
             nftables = NftablesManager(state, kernel.nftables)
+        mtu = mtus(kernel.interfaces)
         return cls(
             endpoints=EndpointManager(state, kernel.interfaces, to_calc),
             ipsets=IpsetsManager(state, kernel.ipsets, tuple(kernel.tables)),
             tables=TablesManager(kernel.tables),
-            vxlan=VxlanManager(state, kernel.devices, hostname),
-            ipip=IpipManager(state, kernel.devices),
-            wireguard=WireguardManager(state, kernel.devices, hostname, to_calc),
+            vxlan=VxlanManager(state, kernel.devices, hostname, mtus=mtu),
+            ipip=IpipManager(state, kernel.devices, mtus=mtu),
+            wireguard=WireguardManager(state, kernel.devices, hostname, to_calc, mtus=mtu),
             routes=RoutesManager(state, kernel.routes, hostname),
+            mtus=mtu,
             nftables=nftables,
         )
 
@@ -229,10 +223,6 @@ class LinuxDriver:
     _remove_other_mode: Callable[[], Awaitable[None]] | None = None
     _started: float = 0.0
     _startup: StartupProbe | None = None
-    #: Set when the first apply starts its devices and routes, and once the MTUs they need
-    #: are known (``_mtus``).
-    _routing_started: trio.Event = attrs.Factory(trio.Event)
-    _mtus_known: trio.Event = attrs.Factory(trio.Event)
     #: Set once the first apply has handed its tables to the kernel's tools (or failed): from
     #: then on this process mostly waits for them, and work that can wait may run.
     writing: trio.Event = attrs.Factory(trio.Event)
@@ -292,8 +282,11 @@ class LinuxDriver:
             kernel = await self.open_kernel(self.state.config, startup.probe)
             self._remove_other_mode = kernel.remove_other_mode
             nursery.start_soon(kernel.watch, self._on_interface)
+            mtus = partial(
+                MtuManager, self.state, state_dir=self.state_dir, interval=self.mtu_interval
+            )
             self.managers = managers = Managers.build(
-                self.state, kernel, self.hostname, self.to_calc
+                self.state, kernel, self.hostname, self.to_calc, mtus
             )
             tables, nftables = startup.take_readings()
             if startup.answers(self.state.config):
@@ -302,60 +295,13 @@ class LinuxDriver:
                 if managers.nftables is not None:
                     managers.nftables.adopt(nftables)
             log.info("programming with %s", kernel.description)
-            nursery.start_soon(self._mtus, kernel, managers)
+            await nursery.start(managers.mtus.run)
             nursery.start_soon(self._rescan_interfaces, kernel)
             if kernel.kube_proxy_nftables is not None:
                 nursery.start_soon(
                     follow_kube_proxy, kernel.kube_proxy_nftables, bool(kernel.nftables)
                 )
             await self._loop(managers, nursery)
-
-    async def _mtus(self, kernel: Kernel, managers: Managers) -> None:
-        """Felix's start-of-day MTU detection, then its periodic re-detection. The links are
-        read once the first apply's tables are with their tools: only the devices need the
-        MTUs (the routing waits for them), and reading 400 links takes the GIL from the
-        rendering for 8-10 ms."""
-        await self._routing_started.wait()
-        links = await kernel.interfaces.links()
-        _warn_unsupported(links)
-        host = self._configure_mtus(links, managers)
-        self._mtus_known.set()
-        await self._watch_host_mtu(kernel, host)
-
-    def _configure_mtus(self, links: list[Link], managers: Managers) -> int:
-        """Felix's start-of-day MTUs: the host's detected, the tunnels' defaulted from it, the
-        pods' written for the CNI plugin (a failure is fatal with RequireMTUFile, as Felix).
-        Returns the host MTU."""
-        config = self.state.config
-        host = host_mtu(links, config.mtu_iface_pattern)
-        tunnels = TunnelMTUs.of(config, host)
-        managers.vxlan.mtu = tunnels.vxlan
-        managers.vxlan.mtu_v6 = tunnels.vxlan_v6
-        managers.ipip.mtu = tunnels.ipip
-        managers.wireguard.mtu = tunnels.wireguard
-        managers.wireguard.mtu_v6 = tunnels.wireguard_v6
-        encapsulation = self.state.encapsulation or m.Encapsulation(False, False)
-        pod = tunnels.pod_mtu(
-            ipip=encapsulation.ipip_enabled,
-            vxlan=encapsulation.vxlan_enabled,
-            wireguard=config.wireguard_enabled,
-            vxlan_v6=encapsulation.vxlan_enabled_v6,
-            wireguard_v6=config.wireguard_enabled_v6,
-        )
-        target = mtu_file(self.state_dir)
-        try:
-            write_mtu_file(pod, self.state_dir)
-        except OSError as exc:
-            if config.require_mtu_file:
-                raise FatalShutdown(
-                    f"cannot write the pods' MTU to {target} ({exc}) and RequireMTUFile is set"
-                ) from exc
-            log.error(
-                "cannot write the pods' MTU to %s (%s): pods may get a wrong MTU", target, exc
-            )
-        else:
-            log.info("host MTU %d, pod MTU %d (in %s)", host, pod, target)
-        return host
 
     async def _rescan_interfaces(self, kernel: Kernel) -> None:
         """Felix's interface monitor resync: every InterfaceRefreshInterval (0: never) every
@@ -368,15 +314,6 @@ class LinuxDriver:
             await trio.sleep(interval)
             for name, _, _ in await kernel.interfaces.links():
                 self._on_interface(name)
-
-    async def _watch_host_mtu(self, kernel: Kernel, host: int) -> None:
-        """Felix re-detects the host MTU periodically and restarts when it has changed."""
-        while True:
-            await trio.sleep(self.mtu_interval)
-            links = await kernel.interfaces.links()
-            now = host_mtu(links, self.state.config.mtu_iface_pattern)
-            if now != host:
-                raise RestartRequired(f"host MTU changed from {host} to {now}")
 
     async def _loop(self, managers: Managers, nursery: trio.Nursery) -> None:
         self._wake.set()
@@ -498,7 +435,7 @@ class LinuxDriver:
                     # The write builds its transaction and hands it to libnftables, whose
                     # work (no GIL held) then overlaps the next version's rendering.
                     await nursery.start(area, write_table, f"IPv{version} written")
-                self._routing_started.set()
+                managers.mtus.start()
                 nursery.start_soon(area, partial(self._apply_routing, managers), "routes")
             else:
                 managers.tables.read_ahead(nursery)
@@ -541,7 +478,7 @@ class LinuxDriver:
                     # is rendered.
                     await nursery.start(area, write, f"IPv{version} written")
                 mark("routes started")
-                self._routing_started.set()
+                managers.mtus.start()
                 nursery.start_soon(area, partial(self._apply_routing, managers), "routes")
                 await sets_written.wait()
                 failed[:0] = sets_failed
@@ -573,7 +510,7 @@ class LinuxDriver:
     async def _apply_routing(self, managers: Managers) -> None:
         """The tunnel devices first (VXLAN's two with their neighbours, IPIP: routes go through
         them), the WireGuard device, peers and routing, then routes; once the MTUs are known."""
-        await self._mtus_known.wait()
+        await managers.mtus.known.wait()
         vxlan_on = await managers.vxlan.apply()
         ipip_on = await managers.ipip.apply()
         await managers.wireguard.apply()

@@ -7,7 +7,9 @@ works out what its part of the kernel should hold, and writes it through its wri
     endpoints.resolve  -> host endpoints placed on interfaces (rendering needs it)
     ipsets.apply       -> sets created and filled            (rules refer to them)
     tables.plan/write  -> each IP version's four tables      (beside the routes)
-    vxlan, ipip, wireguard, routes                            (devices before routes)
+    mtus.start         -> the host's MTU detected once      (the devices wait for it)
+    vxlan, ipip, wireguard, routes                            (devices before routes;
+                                                               their MTUs pulled from mtus)
     ipsets.clean_up    -> sets no rule refers to any more
     endpoints.report   -> workload and host endpoint status
 

@@ -7,6 +7,7 @@ import attrs
 
 from pyfelix_dataplane.linux.ipip import IpipDevice
 from pyfelix_dataplane.linux.kernel import DeviceWriting
+from pyfelix_dataplane.linux.managers.mtu import MtuManager
 from pyfelix_dataplane.state import NodeState
 
 
@@ -15,11 +16,15 @@ class IpipManager:
     state: NodeState
     writer: DeviceWriting
     area: str = "routes"
-    #: tunl0's MTU (IpInIpMtu, or the host MTU less 20: see linux/mtu.py).
-    mtu: int = 0
+    #: Where the devices' MTUs come from (detected, or configured: managers/mtu.py).
+    mtus: MtuManager | None = None
     _written: IpipDevice | None = None
     #: Whether ``_written`` is what the kernel was given (a refresh forgets it).
     _synced: bool = False
+
+    @property
+    def mtu(self) -> int:
+        return self.mtus.ipip if self.mtus is not None else 0
 
     def invalidate(self) -> None:
         self._synced = False

@@ -7,6 +7,7 @@ import attrs
 
 from pyfelix import messages as m
 from pyfelix_dataplane.linux.kernel import DeviceWriting
+from pyfelix_dataplane.linux.managers.mtu import MtuManager
 from pyfelix_dataplane.linux.vxlan import RemoteVtep, VtepDevice
 from pyfelix_dataplane.state import NodeState
 
@@ -27,10 +28,17 @@ class VxlanManager:
     writer: DeviceWriting
     hostname: str
     area: str = "routes"
-    #: The devices' MTUs (VXLANMTU / VXLANMTUV6, or the host MTU less 50 / 70: linux/mtu.py).
-    mtu: int = 0
-    mtu_v6: int = 0
+    #: Where the devices' MTUs come from (detected, or configured: managers/mtu.py).
+    mtus: MtuManager | None = None
     _written: dict[int, Vxlan] = attrs.Factory(dict)
+
+    @property
+    def mtu(self) -> int:
+        return self.mtus.vxlan if self.mtus is not None else 0
+
+    @property
+    def mtu_v6(self) -> int:
+        return self.mtus.vxlan_v6 if self.mtus is not None else 0
 
     def invalidate(self) -> None:
         self._written = {}

@@ -13,6 +13,7 @@ import attrs
 from pyfelix import messages as m
 from pyfelix.config import FelixConfig
 from pyfelix_dataplane.linux.kernel import DeviceWriting
+from pyfelix_dataplane.linux.managers.mtu import MtuManager
 from pyfelix_dataplane.linux.wireguard import WireguardDevice, peers_from
 from pyfelix_dataplane.rules.marks import wireguard_mark
 from pyfelix_dataplane.state import NodeState
@@ -61,13 +62,21 @@ class WireguardManager:
     area: str = "routes"
     #: IP version -> the device's public key as last reported.
     public_keys: dict[int, str] = attrs.Factory(dict)
-    #: The devices' MTUs (WireguardMTU / WireguardMTUV6, or the host MTU less 60 / 80).
-    mtu: int = 0
-    mtu_v6: int = 0
+    #: Where the devices' MTUs come from (WireguardMTU / WireguardMTUV6, or the host MTU less
+    #: 60 / 80: managers/mtu.py).
+    mtus: MtuManager | None = None
     # Per IP version, the device as last written (absent: never enabled), and whether the
     # route refresh asks for them to be re-read.
     _written: dict[int, WireguardDevice | None] = attrs.Factory(dict)
     _stale: bool = False
+
+    @property
+    def mtu(self) -> int:
+        return self.mtus.wireguard if self.mtus is not None else 0
+
+    @property
+    def mtu_v6(self) -> int:
+        return self.mtus.wireguard_v6 if self.mtus is not None else 0
 
     @property
     def public_key(self) -> str:
