@@ -6,7 +6,6 @@ would do. Every message is printed as it arrives; after each burst (checked ever
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any, TextIO
 
 import attrs
@@ -15,6 +14,7 @@ import trio
 from pyfelix import messages as m
 from pyfelix.stats import DataplaneStats
 from pyfelix_dataplane.dryrun import describe_message
+from pyfelix_dataplane.process_status import report_process_status
 from pyfelix_dataplane.rules.ipsets import ipset_name, member_version
 from pyfelix_dataplane.rules.model import Chain
 from pyfelix_dataplane.rules.render import render
@@ -27,7 +27,6 @@ ChainKey = tuple[int, str, str]
 class PrintingDriver:
     out: TextIO
     to_calc: Any
-    status_interval: float = 30.0
     render_interval: float = 0.1
     #: Told (ready) after every round of the loop, as Felix's dataplane reports its health.
     report_health: Callable[[bool], None] = lambda ready: None
@@ -50,7 +49,7 @@ class PrintingDriver:
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         self._started = trio.current_time()
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._report_status)
+            nursery.start_soon(report_process_status, self.state, self.to_calc, self._started)
             task_status.started()
             while True:
                 self.report_health(self.state.in_sync)
@@ -58,13 +57,6 @@ class PrintingDriver:
                 if self._dirty and self.state.in_sync:
                     self._dirty = False
                     self.print_changes()
-
-    async def _report_status(self) -> None:
-        while True:
-            uptime = trio.current_time() - self._started
-            stamp = datetime.now(UTC).isoformat(timespec="seconds")
-            await self.to_calc.send(m.ProcessStatusUpdate(stamp, uptime))
-            await trio.sleep(self.status_interval)
 
     def print_changes(self) -> None:
         """Print chains that differ from the last render, and IP set member changes."""

@@ -75,7 +75,6 @@ class AgentOptions:
     hostname: str
     datastore: str
     dry_run: bool = True
-    status_interval: float = 30.0
     #: The file datastore's first read, started by the CLI before the agent's imports.
     prefetch: ParsePrefetch | None = None
     #: etcd's first listing, likewise.
@@ -273,9 +272,7 @@ async def run_agent(options: AgentOptions, out: TextIO = sys.stdout) -> int:
         # The printer (and the messages' descriptions) only for --dry-run: 5 ms of a start.
         from pyfelix_dataplane.printing import PrintingDriver  # noqa: PLC0415
 
-        driver = PrintingDriver(
-            out, from_send, status_interval=options.status_interval, report_health=report_dataplane
-        )
+        driver = PrintingDriver(out, from_send, report_health=report_dataplane)
     else:
         driver = LinuxDriver(from_send, options.hostname, report_health=report_dataplane)
     config_known = trio.Event()

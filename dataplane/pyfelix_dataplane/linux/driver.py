@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -60,6 +59,7 @@ from pyfelix_dataplane.linux.mtu import (
     state_dir,
 )
 from pyfelix_dataplane.linux.startup import StartupProbe, follow_kube_proxy
+from pyfelix_dataplane.process_status import report_process_status
 from pyfelix_dataplane.state import NodeState
 
 if TYPE_CHECKING:
@@ -259,7 +259,7 @@ class LinuxDriver:
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         self._started = trio.current_time()
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._report_status)
+            nursery.start_soon(report_process_status, self.state, self.to_calc, self._started)
             startup = StartupProbe(self.probe_kernel, self.early_readers, self.startup_config)
             self._startup = startup
             nursery.start_soon(startup.run, nursery)
@@ -515,21 +515,3 @@ class LinuxDriver:
         ipip_on = await managers.ipip.apply()
         await managers.wireguard.apply()
         await managers.routes.apply(vxlan_on, ipip_on)
-
-    async def _report_status(self) -> None:
-        """ProcessStatusUpdate every ReportingIntervalSecs (0: never, as Felix). The first goes
-        out at start, before the configuration has arrived, so the interval is re-read at
-        least every second."""
-        while True:
-            if self.state.config_text is not None and self.state.config.reporting_interval <= 0:
-                await trio.sleep(1.0)
-                continue
-            sent_at = trio.current_time()
-            stamp = datetime.now(UTC).isoformat(timespec="seconds")
-            await self.to_calc.send(m.ProcessStatusUpdate(stamp, sent_at - self._started))
-            while True:
-                interval = self.state.config.reporting_interval or 30.0
-                remaining = sent_at + interval - trio.current_time()
-                if remaining <= 0:
-                    break
-                await trio.sleep(min(remaining, 1.0))
