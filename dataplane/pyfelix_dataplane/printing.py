@@ -12,7 +12,9 @@ import attrs
 import trio
 
 from pyfelix import messages as m
+from pyfelix.config import FelixConfig
 from pyfelix.stats import DataplaneStats
+from pyfelix_dataplane.driver import ToCalc
 from pyfelix_dataplane.dryrun import describe_message
 from pyfelix_dataplane.process_status import report_process_status
 from pyfelix_dataplane.rules.ipsets import ipset_name, member_version
@@ -23,14 +25,24 @@ from pyfelix_dataplane.state import NodeState
 ChainKey = tuple[int, str, str]
 
 
+def _set_event() -> trio.Event:
+    event = trio.Event()
+    event.set()
+    return event
+
+
 @attrs.define(eq=False)
 class PrintingDriver:
     out: TextIO
-    to_calc: Any
+    to_calc: ToCalc
     render_interval: float = 0.1
     #: Told (ready) after every round of the loop, as Felix's dataplane reports its health.
     report_health: Callable[[bool], None] = lambda ready: None
     state: NodeState = attrs.Factory(NodeState)
+    #: Not used: this driver probes nothing.
+    startup_config: FelixConfig | None = None
+    #: Set from the start: this driver writes nothing to wait for.
+    writing: trio.Event = attrs.Factory(_set_event)
     #: Messages by type for Felix's metrics (this driver writes nothing, so times nothing).
     stats: DataplaneStats = attrs.Factory(DataplaneStats)
     _started: float = 0.0

@@ -49,6 +49,7 @@ from pyfelix.resources.shared_parse import ParsePrefetch
 from pyfelix.syncer.files import FileSyncer
 from pyfelix.syncer.plain_workloads import plain_fields
 from pyfelix.validation import context_from
+from pyfelix_dataplane.driver import DataplaneDriver
 from pyfelix_dataplane.linux.driver import LinuxDriver
 
 if TYPE_CHECKING:
@@ -58,7 +59,6 @@ if TYPE_CHECKING:
     from pyfelix.status import EtcdStatusReporter
     from pyfelix.syncer.etcd import EtcdSyncer
     from pyfelix.syncer.kubernetes import KubernetesSyncer
-    from pyfelix_dataplane.printing import PrintingDriver
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +207,7 @@ def _on_config(health: HealthAggregator, config: FelixConfig) -> None:
 async def _serve_health(
     calc: CalcLoop,
     connector: DataplaneConnector,
-    driver: PrintingDriver | LinuxDriver,
+    driver: DataplaneDriver,
     config_known: trio.Event,
 ) -> None:
     """Once the configuration is known, serve health (/liveness, /readiness) and Felix's
@@ -220,9 +220,8 @@ async def _serve_health(
     assert config is not None
     if not (config.health_enabled or config.prometheus_metrics_enabled):
         return
-    if isinstance(driver, LinuxDriver):
-        with trio.move_on_after(HEALTH_START_DELAY):
-            await driver.writing.wait()
+    with trio.move_on_after(HEALTH_START_DELAY):
+        await driver.writing.wait()
     from pyfelix.httpserver import HttpServer  # noqa: PLC0415
 
     async with trio.open_nursery() as nursery:
@@ -267,7 +266,7 @@ async def run_agent(options: AgentOptions, out: TextIO = sys.stdout) -> int:
     def report_dataplane(ready: bool) -> None:
         health.report(DATAPLANE, live=True, ready=ready)
 
-    driver: PrintingDriver | LinuxDriver
+    driver: DataplaneDriver
     if options.dry_run:
         # The printer (and the messages' descriptions) only for --dry-run: 5 ms of a start.
         from pyfelix_dataplane.printing import PrintingDriver  # noqa: PLC0415
@@ -343,8 +342,7 @@ async def run_agent(options: AgentOptions, out: TextIO = sys.stdout) -> int:
                 )
             )
             config = startup_config(startup, options.hostname)
-            if isinstance(driver, LinuxDriver):
-                driver.startup_config = config  # the kernel is probed with it before InSync
+            driver.startup_config = config  # the kernel may be probed with it before InSync
             calc = CalcLoop(
                 options.hostname,
                 decoupler,

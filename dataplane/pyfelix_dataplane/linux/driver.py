@@ -36,6 +36,7 @@ from pyfelix.config import FelixConfig
 from pyfelix.errors import DataplaneWriteError
 from pyfelix.stats import DataplaneStats
 from pyfelix.throttle import LeakyBucket
+from pyfelix_dataplane.driver import ToCalc
 from pyfelix_dataplane.linux.kernel import (
     EarlyReaders,
     InterfaceReading,
@@ -197,7 +198,7 @@ class Managers:
 
 @attrs.define(eq=False)
 class LinuxDriver:
-    to_calc: Any
+    to_calc: ToCalc
     hostname: str = ""
     state: NodeState = attrs.Factory(NodeState)
     #: Told (ready) on every round of the apply loop and every HEALTH_INTERVAL while idle;
