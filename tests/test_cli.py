@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -99,3 +100,48 @@ def test_run_on_the_kubernetes_datastore_without_a_kubeconfig_says_what_to_set()
         "no Kubernetes API configured: set FELIX_KUBECONFIG or KUBECONFIG to a kubeconfig"
         " file, or run in a pod with a service account"
     )
+
+
+def test_bpf_enabled_is_refused_by_run_and_named_by_validate(tmp_path: Path) -> None:
+    """bpfEnabled: true would leave a node without kube-proxy with no service load balancing
+    if it were accepted and ignored: validate says so (the input is still valid Calico),
+    and the agent refuses to start in one line."""
+    shutil.copytree(REPO / "examples" / "cluster", tmp_path / "c")
+    config = tmp_path / "c" / "00-cluster.yaml"
+    config.write_text(
+        config.read_text().replace(
+            "  logSeverityScreen: Info\n", "  logSeverityScreen: Info\n  bpfEnabled: true\n", 1
+        )
+    )
+    validated = subprocess.run(
+        [sys.executable, "-m", "pyfelix", "validate", str(tmp_path / "c")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert validated.returncode == 0
+    assert "FelixConfiguration/default: BPFEnabled true is not supported" in validated.stderr
+    assert "pyfelix run refuses this configuration" in validated.stderr
+    ran = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pyfelix",
+            "run",
+            "--dry-run",
+            "--hostname",
+            "node-a",
+            "--datastore",
+            str(tmp_path / "c"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert ran.returncode == 1
+    refusals = [line for line in ran.stderr.splitlines() if "refusing this configuration" in line]
+    assert len(refusals) == 1
+    assert "BPFEnabled true is not supported" in refusals[0]
+    assert "InSync" not in ran.stdout

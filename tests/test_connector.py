@@ -98,11 +98,19 @@ def test_a_parameter_without_effect_is_named_in_a_warning(caplog: pytest.LogCapt
     """No silently ignored setting: a parameter pyfelix does not act on is named once, when a
     configuration first sets it; informational ones (ClusterGUID) and acted-on ones are not."""
     c = connector()
-    c.check(config(BPFEnabled="true", VXLANPort="4790", ClusterGUID="x"))
+    c.check(config(BPFLogLevel="Debug", VXLANPort="4790", ClusterGUID="x"))
     warned = [r.getMessage() for r in caplog.records if "no effect" in r.getMessage()]
     assert warned == [
-        "FelixConfiguration parameter BPFEnabled is accepted for compatibility, "
+        "FelixConfiguration parameter BPFLogLevel is accepted for compatibility, "
         "has no effect in pyfelix"
     ]
-    c.check(config(BPFEnabled="true", VXLANPort="4790", ClusterGUID="y"))
+    c.check(config(BPFLogLevel="Debug", VXLANPort="4790", ClusterGUID="y"))
     assert len([r for r in caplog.records if "no effect" in r.getMessage()]) == 1
+
+
+def test_a_setting_unsafe_if_ignored_is_refused() -> None:
+    """BPFEnabled true: Felix's eBPF dataplane, which pyfelix does not have, would also balance
+    services on nodes without kube-proxy; accepting and ignoring it would leave them none."""
+    with pytest.raises(FatalShutdown, match="BPFEnabled true is not supported"):
+        connector().check(config(BPFEnabled="true"))
+    connector().check(config(BPFEnabled="false"))

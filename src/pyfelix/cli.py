@@ -9,7 +9,7 @@ import os
 import socket
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from pyfelix.datastore.prefetch import KeyedDigest
     from pyfelix.dryrun import InputTally
     from pyfelix.errors import Problem
+    from pyfelix.resources import Resource
     from pyfelix.resources.loader import Digest, LoadResult
 
 # Only what `pyfelix run` needs before it forks its first read's child is imported here (the
@@ -58,6 +59,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     problems = validate_loaded(result)
     if problems:
         return _refuse(problems)
+    for line in refused_settings(item.resource for item in result.resources):
+        print(line, file=sys.stderr)
     files = {item.source for item in result.resources}
     kinds = Counter(item.resource.shown_kind() for item in result.resources)
     breakdown = ", ".join(f"{count} {kind}" for kind, count in sorted(kinds.items()))
@@ -221,7 +224,7 @@ def cmd_dry_run(args: argparse.Namespace) -> int:
         if isinstance(computed, int):
             return computed
         view = computed
-    for line in tally.messages(args.hostname):
+    for line in [*tally.messages(args.hostname), *refused_settings(tally.configurations)]:
         print(line, file=sys.stderr)
     if args.format == "json":
         sys.stdout.flush()
@@ -286,6 +289,30 @@ def _dry_run_as_agent(sources: list[str], hostname: str, tally: InputTally) -> d
     resources = (item.resource for item in result.resources)
     view, _ = compute(resources, hostname, validated=False, direct=result.direct)
     return view
+
+
+def refused_settings(resources: Iterable[Resource]) -> list[str]:
+    """What ``pyfelix run`` would refuse in these FelixConfigurations (config.support.UNSAFE),
+    a line each, for ``validate`` and ``dry-run`` to say."""
+    from pyfelix.config.params import BY_JSON
+    from pyfelix.config.support import unsafe
+    from pyfelix.syncer.processors import felix_config_text
+
+    lines: list[str] = []
+    for resource in resources:
+        if resource.KIND != "FelixConfiguration":
+            continue
+        values = resource.spec.values  # type: ignore[attr-defined]
+        texts = {
+            BY_JSON[key].felix: felix_config_text(key, value)
+            for key, value in values.items()
+            if BY_JSON[key].felix and value not in (None, "")
+        }
+        lines.extend(
+            f"{resource.ident}: {why}; pyfelix run refuses this configuration"
+            for why in unsafe(texts)
+        )
+    return lines
 
 
 def _refuse(problems: Sequence[Problem], out: TextIO | None = None) -> int:

@@ -22,7 +22,7 @@ import trio
 
 from pyfelix import messages as m
 from pyfelix.config import FelixConfig
-from pyfelix.config.support import NO_EFFECT, no_effect
+from pyfelix.config.support import NO_EFFECT, no_effect, unsafe
 from pyfelix.errors import FatalShutdown, RestartRequired
 
 log = logging.getLogger(__name__)
@@ -82,6 +82,9 @@ class DataplaneConnector:
                 if changed - LIVE_CONFIG:
                     names = ", ".join(sorted(changed - LIVE_CONFIG))
                     raise RestartRequired(f"configuration changed: {names}")
+            refused = unsafe(new)
+            if refused:
+                raise FatalShutdown(f"refusing this configuration: {refused[0]}")
             previous = set(no_effect(self.config or {}))
             for name in no_effect(new):
                 if name not in previous:

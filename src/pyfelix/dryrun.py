@@ -45,6 +45,7 @@ class InputTally:
 
     skipped: list[str] = attrs.field(factory=list)
     nodes: set[str] = attrs.field(factory=set)
+    configurations: list[Resource] = attrs.field(factory=list)
 
     def watch(self, results: Iterable[LoadResult]) -> Iterator[LoadResult]:
         for result in results:
@@ -54,6 +55,8 @@ class InputTally:
     def note(self, result: LoadResult) -> None:
         self.skipped.extend(result.skipped)
         for item in result.resources:
+            if item.resource.KIND == "FelixConfiguration":
+                self.configurations.append(item.resource)
             node_of = _NODE_OF.get(item.resource.KIND)
             if node_of is not None:
                 self.nodes.add(node_of(item.resource))

@@ -10,10 +10,11 @@ this module (``python -m pyfelix.config.support``).
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from pyfelix.config.params import DATASTORE_PARAMS, PARAMS
+from pyfelix.config.text import ParamError, parse_bool
 
 #: Felix name -> what pyfelix does with it.
 ACTED_ON: dict[str, str] = {
@@ -173,6 +174,32 @@ INFORMATIONAL = frozenset(p.felix for p in DATASTORE_PARAMS)
 
 NO_EFFECT = "accepted for compatibility, has no effect in pyfelix"
 
+#: Parameters that would leave a node unsafe if accepted and ignored, with the value that does
+#: and why: ``pyfelix run`` refuses such a configuration (one line, exit 1), and ``validate``
+#: and ``dry-run`` say that it would.
+UNSAFE: dict[str, tuple[Callable[[str], bool], str]] = {
+    "BPFEnabled": (
+        parse_bool,
+        "Felix would run its eBPF dataplane, which also balances services for nodes that run"
+        " no kube-proxy; pyfelix has no eBPF dataplane, so such a node would have no service"
+        " load balancing",
+    ),
+}
+
+
+def unsafe(config: Mapping[str, str]) -> list[str]:
+    """What in ``config`` (Felix parameter texts) pyfelix must refuse, one sentence each."""
+    found = []
+    for name, (refused, why) in sorted(UNSAFE.items()):
+        text = config.get(name)
+        try:
+            hit = text is not None and refused(text)
+        except ParamError:
+            hit = False  # validation reports an unparsable value
+        if hit:
+            found.append(f"{name} {text} is not supported: {why}")
+    return found
+
 
 def no_effect(config: Mapping[str, str]) -> list[str]:
     """The parameters ``config`` sets that pyfelix does not act on, sorted."""
@@ -195,6 +222,8 @@ def document() -> str:
     ]
     for param in sorted((p for p in PARAMS if p.felix), key=lambda p: p.felix.lower()):
         status = f"acted on: {ACTED_ON[param.felix]}" if param.felix in ACTED_ON else "no effect"
+        if param.felix in UNSAFE:
+            status = f"refused when enabled (`pyfelix run` exits): {UNSAFE[param.felix][1]}"
         default = "" if param.default is None else f"`{param.default}`"
         lines.append(f"| `{param.json}` | {param.felix} | {default} | {status} |")
     acted = sum(1 for p in PARAMS if p.felix in ACTED_ON)
