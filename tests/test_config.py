@@ -126,6 +126,13 @@ def test_docs_config_md_is_generated_from_the_code() -> None:
     assert subprocess.run(check, check=False).returncode == 0
 
 
+def test_the_readmes_count_of_parameters_acted_on_is_the_codes() -> None:
+    named = [p for p in PARAMS if p.felix]
+    acted = sum(1 for p in named if p.felix in ACTED_ON)
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    assert f"({acted} of {len(named)} are acted on today)" in " ".join(readme.split())
+
+
 def test_what_the_code_reads_and_what_the_table_says_agree() -> None:
     """Every typed attribute the agent reads is listed as acted on, and every parameter
     listed as acted on is read somewhere (as an attribute, or by its Felix name where the
