@@ -198,15 +198,19 @@ def latency(server: KubeServer, rate: float, creates: int) -> None:
     threading.Thread(target=read, daemon=True).start()
     assert in_sync.wait(120)
     sent: dict[str, float] = {}
+    futures = []
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         start = time.monotonic()
         for i in range(creates):
             doc = pod(10_000_000 + i * NODES)
             doc["metadata"]["name"] = f"late-{i}"
+            doc["metadata"]["namespace"] = "ns-0"
             due = start + i / rate
             time.sleep(max(0.0, due - time.monotonic()))
             sent[f"late-{i}"] = time.monotonic()
-            pool.submit(server.apply, doc)
+            futures.append(pool.submit(server.apply, doc))
+        for future in futures:
+            future.result()  # a create that failed is the benchmark's failure
     deadline = time.monotonic() + 60
     while len(seen) < creates and time.monotonic() < deadline:
         time.sleep(0.1)

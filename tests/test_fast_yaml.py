@@ -178,3 +178,33 @@ def test_many_suspects_on_long_lines_stay_within_the_texts_size() -> None:
     finally:
         tracemalloc.stop()
     assert peak < 20 * len(text)
+
+
+_NEAR_THE_LIMIT = """
+import resource, sys
+from pyfelix.resources.fast_yaml import parse_plain
+doc = "kind: WorkloadEndpoint\\nmetadata:\\n  name: pod{i}\\nspec:\\n  node: node1\\n"
+text = "---\\n".join(doc.format(i=i) for i in range(560_000))  # 42 MB
+vm = int(open("/proc/self/status").read().split("VmSize:")[1].split()[0]) << 10
+limit = vm + (300 << 20)
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+print("parsed" if parse_plain(text) is not None else "left to the strict loader", flush=True)
+"""
+
+
+def test_a_native_crash_of_yaml_rs_cannot_take_the_process_down() -> None:
+    """yaml-rs ends its process on a failed allocation (SIGSEGV or SIGABRT, never
+    MemoryError), and reserves about eight bytes per byte of text: a 42 MB manifest with
+    300 MB of address space left. A text that large is parsed in a child of its own, whose
+    death leaves the text to the strict loader: this process lives on."""
+    result = subprocess.run(
+        [sys.executable, "-c", _NEAR_THE_LIMIT],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=Path(__file__).parent.parent,
+    )
+    assert result.returncode == 0, result.stderr[-1000:]
+    assert result.stdout.strip() == "left to the strict loader"
+    assert "yaml-rs ended its child with" in result.stderr

@@ -18,10 +18,15 @@ text checks cannot prove plain.
 from __future__ import annotations
 
 import itertools
+import logging
 import re
 from typing import Any
 
 import yaml_rs
+
+from pyfelix.resources.containment import contained
+
+log = logging.getLogger(__name__)
 
 #: Where a YAML node (a key, a value, an item) may start: after a line's indentation and any
 #: block indicators, or after a flow indicator or a key's colon.
@@ -184,15 +189,72 @@ def _first_content_line(text: str, start: int, end: int, line: int) -> int | Non
     return line + text.count("\n", start, found.start())
 
 
+#: Texts longer than this are parsed by yaml-rs in a child process, unless this process is a
+#: worker already (containment.py): yaml-rs ends the process on a failed allocation (about
+#: eight bytes per byte of text, up front), which a 42 MB manifest near the memory limit met.
+#: A child costs about 60 ms, a few percent of such a text's parse.
+IN_PROCESS_LIMIT = 4 << 20
+#: The child: the text on stdin, yaml-rs's documents marshalled on stdout.
+_CHILD = (
+    "import marshal, sys, yaml_rs\n"
+    "text = sys.stdin.buffer.read().decode()\n"
+    "try:\n"
+    "    loaded = yaml_rs.loads(text, parse_datetime=False)\n"
+    "except (yaml_rs.YAMLDecodeError, ValueError, TypeError, OverflowError):\n"
+    "    sys.exit(3)\n"
+    "sys.stdout.buffer.write(marshal.dumps(loaded))\n"
+)
+_FAILED: Any = object()
+
+
+def _loads_in_a_child(text: str) -> Any:
+    """``yaml_rs.loads(text)`` in a child process; _FAILED when it refused the text, crashed
+    (logged: the strict loader parses the text instead), or gave what does not unmarshal."""
+    import marshal  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _CHILD],
+            input=text.encode(),
+            capture_output=True,
+            check=False,
+        )
+    except OSError as exc:
+        log.warning("cannot start a YAML parsing child (%s): the strict loader parses", exc)
+        return _FAILED
+    if done.returncode < 0 or done.returncode not in (0, 3):
+        log.warning(
+            "yaml-rs ended its child with %s on a %d-byte text (a native crash, kept out of"
+            " this process): the strict loader parses it; %s",
+            f"signal {-done.returncode}" if done.returncode < 0 else f"status {done.returncode}",
+            len(text),
+            (done.stderr.decode(errors="replace").strip().splitlines() or [""])[-1],
+        )
+        return _FAILED
+    if done.returncode == 3:
+        return _FAILED
+    try:
+        return marshal.loads(done.stdout)
+    except (EOFError, ValueError, TypeError):
+        return _FAILED
+
+
 def parse_plain(text: str) -> list[tuple[Any, int, list[int]]] | None:
     """The documents of ``text`` with their start lines, as the strict loader gives them,
     or None where that cannot be shown from the text (the caller uses the strict loader)."""
     if not _plain_text(text) or (("[" in text or "{" in text) and _FLOW.search(text)):
         return None
-    try:
-        loaded = yaml_rs.loads(text, parse_datetime=False)
-    except (yaml_rs.YAMLDecodeError, ValueError, TypeError, OverflowError):
-        return None
+    if len(text) > IN_PROCESS_LIMIT and not contained():
+        loaded = _loads_in_a_child(text)
+        if loaded is _FAILED:
+            return None
+    else:
+        try:
+            loaded = yaml_rs.loads(text, parse_datetime=False)
+        except (yaml_rs.YAMLDecodeError, ValueError, TypeError, OverflowError):
+            return None
     # Where each document starts (yaml-rs counts one per marker, and one before the first
     # marker if there is content there), and on which line.
     starts = [0, *(match.start() + 1 for match in _START.finditer(text))]

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from pyfelix.resources.containment import contain
 from pyfelix.resources.loader import (
     Digest,
     Parsed,
@@ -75,6 +76,7 @@ def fork_worker(work: Callable[[BinaryIO], object]) -> tuple[int, BinaryIO] | No
         # What a worker makes is dropped as it is written, and trees hold no cycles; a full
         # collection would walk the whole heap the child inherited (20 ms of a first read).
         gc.disable()
+        contain()  # a native crash here is this worker's, which the parent survives
         status = 1
         try:
             work(spool)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from pyfelix.errors import Problem
 from pyfelix.resources import FelixConfiguration, LoadResult, Located
+from pyfelix.resources.containment import contain
 from pyfelix.resources.loader import (
     Digest,
     Direct,
@@ -150,6 +151,7 @@ class BackgroundValidation:
             log.info("no validation worker (%s): validating here", exc)
             return
         if pid == 0:  # the child: validate, write, leave without running any cleanup
+            contain()  # a native crash here is this worker's, which the parent survives
             status = 1
             try:
                 os.close(read)
