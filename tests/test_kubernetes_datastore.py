@@ -21,7 +21,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -89,6 +89,22 @@ def wep_key(namespace: str, pod: str) -> model.WorkloadEndpointKey:
     return model.WorkloadEndpointKey("node-1", "k8s", f"{namespace}/{pod}", "eth0")
 
 
+@contextlib.asynccontextmanager
+async def in_sync(
+    kube: KubeServer, config: KubeConfig | None = None
+) -> AsyncIterator[tuple[KubernetesSyncer, Recorder]]:
+    """A KDD syncer on ``kube`` (the admin's kubeconfig by default), once it is in sync;
+    stopped on the way out."""
+    recorder = Recorder()
+    config = config or KubeConfig.from_kubeconfig(kube.kubeconfig())
+    async with KubeClient(config) as client, trio.open_nursery() as nursery:
+        syncer = KubernetesSyncer(client, recorder)
+        await nursery.start(syncer.run)
+        await _until(lambda: SyncStatus.IN_SYNC in recorder.statuses)
+        yield syncer, recorder
+        nursery.cancel_scope.cancel()
+
+
 async def _until(check: Any, seconds: float = 10.0) -> None:
     with trio.fail_after(seconds):
         while not check():
@@ -102,12 +118,7 @@ def _in_thread(call: Any) -> Any:
 async def test_the_syncer_lists_then_follows_every_kind(kube: KubeServer) -> None:
     kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "follow"}})
     kube.apply(_pod("a", "follow", "10.1.0.5", {"app": "web"}))
-    recorder = Recorder()
-    config = KubeConfig.from_kubeconfig(kube.kubeconfig())
-    async with KubeClient(config) as client, trio.open_nursery() as nursery:
-        syncer = KubernetesSyncer(client, recorder)
-        await nursery.start(syncer.run)
-        await _until(lambda: SyncStatus.IN_SYNC in recorder.statuses)
+    async with in_sync(kube) as (syncer, recorder):
         # One IN_SYNC, only once every kind has been listed, with the listed pod before it.
         assert recorder.statuses.count(SyncStatus.IN_SYNC) == 1
         assert wep_key("follow", "a") in recorder.present()
@@ -127,7 +138,6 @@ async def test_the_syncer_lists_then_follows_every_kind(kube: KubeServer) -> Non
         await _until(lambda: wep_key("follow", "a") not in recorder.present())
         await _in_thread(lambda: kube.delete(policy))
         await _until(lambda: key not in recorder.present())
-        nursery.cancel_scope.cancel()
 
 
 def _etcd_compact(kube: KubeServer) -> None:
@@ -152,12 +162,7 @@ async def test_an_expired_watch_relists_and_flaps_nothing(kube: KubeServer) -> N
     kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "expiry"}})
     for index in range(3):
         kube.apply(_pod(f"p{index}", "expiry", f"10.2.0.{index + 2}"))
-    recorder = Recorder()
-    config = KubeConfig.from_kubeconfig(kube.kubeconfig())
-    async with KubeClient(config) as client, trio.open_nursery() as nursery:
-        syncer = KubernetesSyncer(client, recorder)
-        await nursery.start(syncer.run)
-        await _until(lambda: SyncStatus.IN_SYNC in recorder.statuses)
+    async with in_sync(kube) as (syncer, recorder):
         before = recorder.present()
         resyncs = syncer.resyncs
         sent = len(recorder.updates)
@@ -172,7 +177,6 @@ async def test_an_expired_watch_relists_and_flaps_nothing(kube: KubeServer) -> N
         assert recorder.statuses.count(SyncStatus.IN_SYNC) == 1
         await _in_thread(lambda: kube.apply(_pod("late", "expiry", "10.2.0.9")))
         await _until(lambda: wep_key("expiry", "late") in recorder.present())
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_token_without_rbac_rights_is_named_once_per_kind(
@@ -324,12 +328,7 @@ async def test_a_thousand_pods_churned_arrive_and_leave(kube: KubeServer) -> Non
     each one's endpoint, then with none, and nothing else changed on the way."""
     kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "churn"}})
     names = [f"p{i}" for i in range(1000)]
-    recorder = Recorder()
-    config = KubeConfig.from_kubeconfig(kube.kubeconfig())
-    async with KubeClient(config) as client, trio.open_nursery() as nursery:
-        syncer = KubernetesSyncer(client, recorder)
-        await nursery.start(syncer.run)
-        await _until(lambda: SyncStatus.IN_SYNC in recorder.statuses)
+    async with in_sync(kube) as (_, recorder):
         before = {k: v for k, v in recorder.present().items() if not _churned(k)}
 
         def create(name: str) -> None:
@@ -344,7 +343,6 @@ async def test_a_thousand_pods_churned_arrive_and_leave(kube: KubeServer) -> Non
         await _in_thread(lambda: _in_parallel(delete, names))
         await _until(lambda: sum(map(_churned, recorder.present())) == 0, seconds=60)
         assert {k: v for k, v in recorder.present().items() if not _churned(k)} == before
-        nursery.cancel_scope.cancel()
 
 
 def _churned(key: object) -> bool:

@@ -13,8 +13,6 @@ that ``kubectl get all`` adds. The expectations are libcalico-go's conversions
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +24,7 @@ from pyfelix.resources.k8s_conversion import calico_node, pod_addresses, workloa
 from pyfelix.resources.k8s_node import KubernetesNode
 from pyfelix.validation import ValidationContext, validate_resource
 from tests.conftest import REPO
+from tests.test_dry_run_cli import pyfelix
 
 LIVE = REPO / "tests" / "data" / "live-cluster"
 SKIPPED = (
@@ -33,16 +32,6 @@ SKIPPED = (
     "1 Deployment.apps, 1 Event, 1 IPAMHandle.crd.projectcalico.org, "
     "1 KubeControllersConfiguration.crd.projectcalico.org, 1 ReplicaSet.apps"
 )
-
-
-def pyfelix(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pyfelix", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        check=False,
-    )
 
 
 def test_validate_takes_the_dump_as_it_is_and_counts_what_it_skips() -> None:
