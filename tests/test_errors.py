@@ -7,14 +7,24 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from pyfelix.config import ParamError
 from pyfelix.datastore.commands import CommandError
-from pyfelix.datastore.etcd import EtcdCompacted, EtcdError, EtcdUnavailable
+from pyfelix.datastore.etcd import EtcdCompacted, EtcdError, EtcdTLSError, EtcdUnavailable
 from pyfelix.datastore.etcd_grpc import GrpcError
+from pyfelix.datastore.kubernetes import (
+    KubeConfigError,
+    KubeError,
+    KubeForbidden,
+    KubeGone,
+    KubeNotFound,
+    KubeUnavailable,
+)
 from pyfelix.errors import DataplaneWriteError, ManifestError, PyfelixError, RestartRequired
+from pyfelix.resources.k8s_conversion import ConversionError
 from pyfelix.resources.schema import TooDeep
 from pyfelix.selector import SelectorError
 from pyfelix.syncer.inotify import InotifyUnavailable
 from pyfelix_dataplane.linux.commands import run, writing
 from pyfelix_dataplane.rules.marks import MarkMaskTooSmall
+from pyfelix_dataplane.rules.nft import NftUnsupported
 
 
 @pytest.mark.parametrize(
@@ -30,6 +40,15 @@ from pyfelix_dataplane.rules.marks import MarkMaskTooSmall
         EtcdUnavailable,
         EtcdCompacted,
         GrpcError,
+        EtcdTLSError,
+        KubeError,
+        KubeGone,
+        KubeForbidden,
+        KubeNotFound,
+        KubeUnavailable,
+        KubeConfigError,
+        ConversionError,
+        NftUnsupported,
         CommandError,
         DataplaneWriteError,
         RestartRequired,

@@ -11,12 +11,17 @@ Every exception pyfelix raises is a PyfelixError; those that are also a kind of 
     │                            (pyfelix.config.text)
     ├── TooDeep                  a free-form value nested too deeply              (ValueError)
     │                            (pyfelix.resources.schema)
+    ├── ConversionError          a Kubernetes object Calico cannot convert        (ValueError)
+    │                            (pyfelix.resources.k8s_conversion)
+    ├── NftUnsupported           a rule the nftables renderer has no case for     (ValueError)
+    │                            (pyfelix_dataplane.rules.nft)
     ├── MarkMaskTooSmall         IptablesMarkMask has too few bits for the rules  (ValueError)
     │                            (pyfelix_dataplane.rules.marks)
     ├── InotifyUnavailable       no inotify here; the file syncer polls           (OSError)
     │                            (pyfelix.syncer.inotify)
     ├── EtcdError                an etcd request failed (pyfelix.datastore.etcd)
     │   ├── EtcdUnavailable      no configured endpoint could be reached
+    │   ├── EtcdTLSError         a TLS file unusable; the message names it and why
     │   ├── EtcdCompacted        a watch fell behind a compaction: re-list
     │   └── GrpcError            the first listing's gRPC call refused, or its answer
     │                            unreadable (pyfelix.datastore.etcd_grpc; its child only)

@@ -37,6 +37,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 
+from pyfelix.errors import PyfelixError
 from pyfelix_dataplane.rules.model import Chain, Rule, rule_body, rule_ids
 from pyfelix_dataplane.rules.render import HOOKS, TABLES, ip_versions, kernel_ipsets, render_chains
 from pyfelix_dataplane.rules.settings import Settings
@@ -78,7 +79,7 @@ _RATE_UNITS = {"s": "second", "m": "minute", "h": "hour", "d": "day"}
 _COMMENT_SAFE = re.compile(r"[^\w @%+=:,./-]")
 
 
-class NftUnsupported(ValueError):
+class NftUnsupported(PyfelixError, ValueError):
     """A match or target the nftables rendering has no translation for."""
 
 

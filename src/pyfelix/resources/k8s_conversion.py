@@ -27,6 +27,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 
 import attrs
 
+from pyfelix.errors import PyfelixError
 from pyfelix.ipnet import canonical_network, parse_network
 from pyfelix.model import NAMESPACE_LABEL, ORCHESTRATOR_LABEL, SERVICE_ACCOUNT_LABEL
 from pyfelix.resources.cluster import (
@@ -81,7 +82,7 @@ KNP_TIER = "default"
 KNP_ORDER = 1000.0
 
 
-class ConversionError(ValueError):
+class ConversionError(PyfelixError, ValueError):
     """A part of a Kubernetes object Calico cannot convert (its rule is left out)."""
 
 
