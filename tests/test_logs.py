@@ -3,8 +3,11 @@ its own level, and a destination that cannot be set up reported, not fatal."""
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +15,7 @@ import pytest
 
 from pyfelix import logs
 from pyfelix.config import parse_config
+from pyfelix.logs import FORMAT, OneLineFormatter
 
 
 @pytest.fixture
@@ -99,3 +103,26 @@ def test_none_turns_a_destination_off(
         assert logs.configure_logging(config) == []
     assert "syslog" not in caplog.text
     assert not path.exists()
+
+
+def test_a_line_break_in_a_name_cannot_forge_a_log_line(tmp_path: Path) -> None:
+    """A resource's name (or a file's) holding a line break is quoted escaped, on stderr and in
+    validate's output alike: what follows it stays on its line."""
+    forged = "bad\n2026-12-04 00:00:00,000 INFO pyfelix.agent: all is well"
+    (tmp_path / "a.yaml").write_text(
+        "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\n"
+        f"metadata: {{name: {json.dumps(forged)}}}\nspec: {{selector: all()}}\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "pyfelix", "validate", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert not any(line.startswith("2026-12-04 00:00:00") for line in result.stdout.splitlines())
+    assert "bad\\n2026-12-04" in result.stdout
+    record = logging.LogRecord("pyfelix.x", logging.WARNING, "f", 1, "invalid %s", (forged,), None)
+    formatted = OneLineFormatter(FORMAT).format(record)
+    assert len(formatted.splitlines()) == 1

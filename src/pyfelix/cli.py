@@ -18,7 +18,7 @@ from pyfelix import __version__
 from pyfelix.attrs_cache import CACHE
 from pyfelix.datastore import KUBERNETES_SCHEME, is_etcd, is_kubernetes
 from pyfelix.datastore.prefetch import ListingPrefetch
-from pyfelix.logs import set_severity
+from pyfelix.logs import screen_handler, set_severity
 from pyfelix.resources.parse_cache import ParseCache
 from pyfelix.resources.shared_parse import ParsePrefetch
 
@@ -384,7 +384,8 @@ def _run_agent(
 
     from pyfelix.agent import AgentOptions, run_agent
 
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not logging.getLogger().handlers:  # as logging.basicConfig would
+        logging.getLogger().addHandler(screen_handler())
     # Until the datastore's FelixConfiguration arrives, only the environment can say.
     set_severity(os.environ.get("FELIX_LOGSEVERITYSCREEN", "Info"))
     if not source:

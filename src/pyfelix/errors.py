@@ -53,6 +53,8 @@ user sees all of them at once. Each one names where it came from (file and line)
 
 from __future__ import annotations
 
+import re
+
 import attrs
 
 
@@ -81,7 +83,18 @@ class Problem:
         if self.field:
             parts.append(self.field)
         parts.append(self.message)
-        return ": ".join(parts)
+        return one_line(": ".join(parts))
+
+
+#: Characters that would end or rewrite a line of output: C0 controls, DEL, and Unicode's
+#: line and paragraph separators (NEL, LS, PS).
+_CONTROL = re.compile("[\x00-\x1f\x7f\x85\u2028\u2029]")
+
+
+def one_line(text: str) -> str:
+    """``text`` with every character that could break a line escaped (``\\n``): a resource
+    name or file name that holds a line break must not forge a log or output line."""
+    return _CONTROL.sub(lambda match: match.group().encode("unicode_escape").decode(), text)
 
 
 #: How much of a value a message may quote: enough to recognise it, never a file's content.

@@ -14,6 +14,8 @@ import os
 import socket
 from typing import TYPE_CHECKING
 
+from pyfelix.errors import one_line
+
 if TYPE_CHECKING:
     from pyfelix.config import FelixConfig
 
@@ -22,6 +24,24 @@ log = logging.getLogger(__name__)
 SYSLOG_SOCKET = "/dev/log"
 SYSLOG_TAG = "calico-felix"
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class OneLineFormatter(logging.Formatter):
+    """Each record's message on one line: a line break in a value it quotes (a resource's
+    name, a file's) is escaped, so it cannot forge the lines after it. A traceback, which
+    the formatter appends after the message, keeps its lines."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = one_line(record.message)
+        return super().formatMessage(record)
+
+
+def screen_handler() -> logging.Handler:
+    """stderr, as the agent logs there before (and beside) its configured destinations."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(OneLineFormatter(FORMAT))
+    return handler
+
 
 #: Felix's "none": the destination is off.
 OFF = logging.CRITICAL + 10
@@ -84,7 +104,7 @@ def _log_file(path: str, level: int) -> list[logging.Handler]:
         log.error("LogFilePath %s cannot be opened (%s): not logging to a file", path, exc)
         return []
     handler.setLevel(level)
-    handler.setFormatter(logging.Formatter(FORMAT))
+    handler.setFormatter(OneLineFormatter(FORMAT))
     return [handler]
 
 
@@ -104,5 +124,5 @@ def _syslog(level: int) -> list[logging.Handler]:
         return []
     handler.ident = f"{SYSLOG_TAG}: "
     handler.setLevel(level)
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(OneLineFormatter("%(levelname)s %(name)s: %(message)s"))
     return [handler]
