@@ -607,6 +607,12 @@ CASES: list[tuple[str, Callable[[], Doc], str, str]] = [
         "must not be set",
     ),
     (
+        "per-node configuration of a name no node can have",
+        lambda: with_spec("FelixConfiguration", "node.Worker_1"),
+        "metadata.name",
+        "invalid name 'node.Worker_1'",
+    ),
+    (
         "route table ranges",
         lambda: with_spec("FelixConfiguration", routeTableRange={"min": 1, "max": 300}),
         "spec.routeTableRange",

@@ -270,7 +270,8 @@ def parse_param(param: Param, value: Any) -> Any:
 def check_felix_configuration(c: Checker, resource: FelixConfiguration) -> None:
     spec = c.at("spec")
     name = resource.name
-    if name != "default" and not name.startswith("node."):
+    if name != "default":
+        # node.<node name> is a name too: an invalid node name matches no node, silently.
         check_name(c.at("metadata.name"), name)
     if resource.spec.values.get("nodeSelector") and (name == "default" or name.startswith("node.")):
         spec.at("nodeSelector").error(
