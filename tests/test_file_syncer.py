@@ -17,6 +17,7 @@ import trio
 import yaml
 
 from pyfelix import model
+from pyfelix.syncer import files
 from pyfelix.syncer.api import SyncStatus, Update
 from pyfelix.syncer.files import FileSyncer
 
@@ -472,3 +473,33 @@ def test_inotify_watches_running_out_at_run_time_falls_back_to_polling(tmp_path:
     assert sorted(set(lines[:-1])) == ["tier first"] + [f"tier sub{i}" for i in range(5)]
     assert "inotify failed" in result.stderr
     assert "polling every" in result.stderr
+
+
+async def test_a_new_directory_re_reads_only_what_is_below_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A directory made, filled and removed beside 200 manifests: only the files below it are
+    read again (a whole re-read of 100,000 files took 194 s for one mkdir)."""
+    for index in range(200):
+        write(tmp_path / f"t{index}.yaml", tier(f"t{index}", index))
+    read: list[Path] = []
+    original = files._read_all
+
+    def counting(paths: list[Path], *args: Any) -> Any:
+        read.extend(paths)
+        return original(paths, *args)
+
+    monkeypatch.setattr(files, "_read_all", counting)
+    async with syncer(tmp_path) as (_, recorder):
+        recorder.batches.clear()
+        read.clear()
+        sub = tmp_path / "team"
+        sub.mkdir()
+        write(sub / "new.yaml", tier("new", 1))
+        assert keys(await recorder.next_batch()) == {model.TierKey("new"): model.Tier(1.0, "Deny")}
+        (sub / "new.yaml").unlink()
+        sub.rmdir()
+        assert keys(await recorder.next_batch()) == {model.TierKey("new"): None}
+        await recorder.nothing_more()
+    assert read
+    assert set(read) <= {sub / "new.yaml"}
