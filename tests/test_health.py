@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import resource
 import socket
 import struct
 
@@ -12,7 +14,7 @@ from pyfelix import messages as m
 from pyfelix.calc.async_loop import CalcLoop
 from pyfelix.calc.decoupler import Decoupler
 from pyfelix.health import CALC_GRAPH, HealthAggregator, health_routes
-from pyfelix.httpserver import HttpServer
+from pyfelix.httpserver import MAX_CONNECTIONS, REQUEST_TIMEOUT, HttpServer, text
 from pyfelix.syncer.api import SyncStatus
 from tests.etcd_server import free_port
 
@@ -127,3 +129,35 @@ async def test_port_in_use_is_retried_not_fatal() -> None:
                     await trio.sleep(0.2)
         assert status == 200
         nursery.cancel_scope.cancel()
+
+
+async def test_a_flood_of_idle_connections_costs_the_agent_no_descriptors() -> None:
+    """1,100 connections that send nothing (they exhausted the agent's descriptors, and
+    /liveness could not be probed): the server holds at most MAX_CONNECTIONS of them, leaves
+    the rest in the kernel's backlog, and answers a probe once the idle ones time out."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
+    port = free_port()
+    server = HttpServer({"/liveness": lambda: text(200, "ok\n")})
+    clients: list[trio.SocketStream] = []
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(server.serve, "127.0.0.1", port)
+            await trio.sleep(0.2)
+            before = len(os.listdir("/proc/self/fd"))
+            for _ in range(1100):
+                clients.append(await trio.open_tcp_stream("127.0.0.1", port))
+            await trio.sleep(0.5)
+            held = len(os.listdir("/proc/self/fd")) - before - len(clients)
+            assert held <= MAX_CONNECTIONS
+            with trio.fail_after(REQUEST_TIMEOUT * 3):
+                probe = await trio.open_tcp_stream("127.0.0.1", port)
+                await probe.send_all(b"GET /liveness HTTP/1.1\r\nHost: x\r\n\r\n")
+                answer = await probe.receive_some(1024)
+                await probe.aclose()
+            assert answer.startswith(b"HTTP/1.1 200")
+            nursery.cancel_scope.cancel()
+    finally:
+        for client in clients:
+            await client.aclose()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
