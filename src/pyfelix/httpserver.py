@@ -4,10 +4,10 @@ HTTP is parsed by h11; each connection answers one GET or HEAD and closes. A cli
 stalls or sends garbage affects only its own connection; at most MAX_CONNECTIONS are held at
 once (the rest wait unaccepted, costing no descriptor), and when few slots are left a request
 must come within BUSY_TIMEOUT, so a flood of idle connections drains in seconds. A port that
-cannot be bound is
-retried, as Felix retries, instead of stopping the agent. What each path answers is the
-caller's (``routes``); so is TLS (``tls``, asked for a fresh context on every connection, so
-renewed certificates apply without a restart, as Felix reloads them per client).
+cannot be bound is retried, as Felix retries, instead of stopping the agent. What each path
+answers is the caller's (``routes``); so is TLS (``tls``, asked for a fresh context on every
+connection, so renewed certificates apply without a restart, as Felix reloads them per
+client).
 """
 
 from __future__ import annotations
