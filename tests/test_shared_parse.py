@@ -80,7 +80,9 @@ def test_dry_run_of_big_yaml_refuses_and_prints_as_before(
         code = cli.main(argv)
         out = capsys.readouterr().out
         broken_code = cli.main(broken_argv)
-        return code, out, broken_code, capsys.readouterr().out
+        refused = capsys.readouterr()
+        assert refused.out == ""  # problems go to stderr: stdout holds a view or nothing
+        return code, out, broken_code, refused.err
 
     shared = runs()
     monkeypatch.setattr(loading, "PARALLEL_MIN_BYTES", 1 << 40)
