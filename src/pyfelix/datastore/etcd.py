@@ -253,6 +253,16 @@ class EtcdClient:
                 raise EtcdError(f"etcd {path}: HTTP {response.status_code}: {message}")
             return data
         reason = _why(last) if last is not None else "no endpoint configured"
+        if (
+            reason in ("ReadError", "RemoteProtocolError")
+            and not self.config.cert_file
+            and any(e.startswith("https") for e in self.config.endpoints)
+        ):
+            # etcd with client-cert-auth ends the TLS handshake without a word.
+            reason += (
+                " (the connection was closed during TLS: does etcd want a client certificate?"
+                " set ETCD_CERT_FILE and ETCD_KEY_FILE)"
+            )
         raise EtcdUnavailable(
             f"no etcd endpoint reachable ({', '.join(self.config.endpoints)}): {reason}"
         )
