@@ -5,6 +5,7 @@ would do. Every message is printed as it arrives; after each burst (checked ever
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
@@ -23,6 +24,9 @@ from pyfelix_dataplane.rules.render import render
 from pyfelix_dataplane.state import NodeState
 
 ChainKey = tuple[int, str, str]
+#: A render may take a fifth of the time at most: the wait before the next is four times its
+#: cost (1,000 new endpoints under 1,000 policies fell 5 s behind with a fixed 0.1 s).
+RENDER_SHARE_INVERSE = 4
 
 
 def _set_event() -> trio.Event:
@@ -63,12 +67,18 @@ class PrintingDriver:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(report_process_status, self.state, self.to_calc, self._started)
             task_status.started()
+            cost = 0.0
             while True:
                 self.report_health(self.state.in_sync)
-                await trio.sleep(self.render_interval)
+                # A render is of the whole node: at most a fifth of the time goes to it, so
+                # the messages behind a busy node's bursts are not held up (they are
+                # printed as they come; the chains coalesce until the next render).
+                await trio.sleep(max(self.render_interval, cost * RENDER_SHARE_INVERSE))
                 if self._dirty and self.state.in_sync:
                     self._dirty = False
+                    started = time.monotonic()
                     self.print_changes()
+                    cost = time.monotonic() - started
 
     def print_changes(self) -> None:
         """Print chains that differ from the last render, and IP set member changes."""
