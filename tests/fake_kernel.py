@@ -113,6 +113,8 @@ def _valid_member(set_type: str, family: str, member: str) -> bool:
 @attrs.define
 class FakeIpsets:
     node: FakeNode
+    #: No set of the fake has a size limit.
+    oversized: dict[str, int] = attrs.Factory(dict)
 
     async def apply_updates(
         self,

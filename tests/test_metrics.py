@@ -23,8 +23,11 @@ from pyfelix.stats import MAX_AGE, DataplaneStats, Observations
 from pyfelix.syncer.api import SyncStatus
 from pyfelix.syncer.processors import Converter
 from pyfelix_dataplane.linux.commands import CALLS
+from pyfelix_dataplane.linux.managers.ipsets import IpsetsManager
+from pyfelix_dataplane.state import NodeState
 from tests.calc_harness import example_state
 from tests.etcd_server import free_port, make_certificates
+from tests.fake_kernel import FakeIpsets, FakeNode
 
 
 async def _synced_loop(nursery: trio.Nursery) -> CalcLoop:
@@ -177,3 +180,22 @@ def test_plain_http_without_certificates() -> None:
 class _EmptyCollector:
     def collect(self) -> list[Metric]:
         return []
+
+
+async def test_an_ip_set_programmed_cut_is_a_metric() -> None:
+    """A set over MaxIpsetSize is programmed with its first MaxIpsetSize members: a deny set
+    then lets the rest through, so it is loud in the metrics too, by name, until it fits."""
+    node = FakeNode()
+    stats = DataplaneStats()
+    writer = FakeIpsets(node)
+    manager = IpsetsManager(NodeState(), writer, (4,), stats)
+    writer.oversized["cali40s:deny-these"] = 2_500_000
+    await manager.apply({})
+    (family,) = [f for f in FelixCollector._dataplane(stats) if f.name.startswith("pyfelix_ipset")]
+    assert [(s.labels, s.value) for s in family.samples] == [
+        ({"set": "cali40s:deny-these"}, 2_500_000)
+    ]
+    writer.oversized.clear()
+    await manager.apply({})
+    (family,) = [f for f in FelixCollector._dataplane(stats) if f.name.startswith("pyfelix_ipset")]
+    assert family.samples == []

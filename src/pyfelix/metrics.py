@@ -151,6 +151,15 @@ class FelixCollector(Collector):
 
     @staticmethod
     def _dataplane(stats: DataplaneStats) -> Iterator[Metric]:
+        oversized = GaugeMetricFamily(
+            "pyfelix_ipset_oversized_members",
+            "Members wanted in an IP set over MaxIpsetSize, which is programmed cut to it"
+            " (a deny set then lets the rest through).",
+            labels=["set"],
+        )
+        for name, wanted in sorted(stats.oversized_ipsets.items()):
+            oversized.add_metric([name], wanted)
+        yield oversized
         yield CounterMetricFamily(
             "felix_int_dataplane_failures",
             "Number of times dataplane updates failed and will be retried.",

@@ -57,3 +57,5 @@ class DataplaneStats:
     applies: Observations = attrs.Factory(Observations)
     failures: int = 0
     initial_resync_seconds: float | None = None
+    #: IP sets programmed cut, over MaxIpsetSize: name -> members wanted.
+    oversized_ipsets: dict[str, int] = attrs.Factory(dict)

@@ -163,7 +163,9 @@ class Managers:
         kernel: Kernel,
         hostname: str,
         to_calc: Any,
+        *,
         mtus: Callable[[InterfaceReading], MtuManager],
+        stats: DataplaneStats | None = None,
     ) -> Managers:
         nftables = None
         if kernel.nftables:
@@ -173,7 +175,7 @@ class Managers:
         mtu = mtus(kernel.interfaces)
         return cls(
             endpoints=EndpointManager(state, kernel.interfaces, to_calc),
-            ipsets=IpsetsManager(state, kernel.ipsets, tuple(kernel.tables)),
+            ipsets=IpsetsManager(state, kernel.ipsets, tuple(kernel.tables), stats),
             tables=TablesManager(kernel.tables),
             vxlan=VxlanManager(state, kernel.devices, hostname, mtus=mtu),
             ipip=IpipManager(state, kernel.devices, mtus=mtu),
@@ -287,7 +289,7 @@ class LinuxDriver:
                 MtuManager, self.state, state_dir=self.state_dir, interval=self.mtu_interval
             )
             self.managers = managers = Managers.build(
-                self.state, kernel, self.hostname, self.to_calc, mtus
+                self.state, kernel, self.hostname, self.to_calc, mtus=mtus, stats=self.stats
             )
             tables, nftables = startup.take_readings()
             if startup.answers(self.state.config):

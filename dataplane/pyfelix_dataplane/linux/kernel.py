@@ -50,6 +50,12 @@ log = logging.getLogger(__name__)
 
 
 class IpsetWriting(Protocol):
+    @property
+    def oversized(self) -> Mapping[str, int]:
+        """The sets wanted with more members than a set may hold, and how many were wanted:
+        each is programmed cut (linux/ipsets.py)."""
+        ...
+
     async def apply_updates(
         self,
         desired: DesiredSets,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import attrs
 
+from pyfelix.stats import DataplaneStats
 from pyfelix_dataplane.linux.ipsets import DesiredSets
 from pyfelix_dataplane.linux.kernel import IpsetWriting
 from pyfelix_dataplane.rules.ipsets import SPECIAL_IDS
@@ -21,6 +22,8 @@ class IpsetsManager:
     state: NodeState
     writer: IpsetWriting
     versions: tuple[int, ...]
+    #: Where the sets programmed cut (over MaxIpsetSize) are reported, for the metrics.
+    stats: DataplaneStats | None = None
     area: str = "ipsets"
     _stale: bool = True
     _desired: dict[str, tuple[str, frozenset[str]]] = attrs.Factory(dict)
@@ -61,7 +64,11 @@ class IpsetsManager:
         refresh, changed = self._stale, self._changed
         # Until this write succeeds, the next apply compares every set again.
         self._stale, self._changed = True, None
-        await self.writer.apply_updates(desired, refresh=refresh, changed=changed)
+        try:
+            await self.writer.apply_updates(desired, refresh=refresh, changed=changed)
+        finally:
+            if self.stats is not None:
+                self.stats.oversized_ipsets = dict(self.writer.oversized)
         self._stale, self._changed = False, set()
 
     async def clean_up(self) -> None:
