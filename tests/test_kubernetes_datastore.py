@@ -14,6 +14,7 @@ import concurrent.futures
 import contextlib
 import json
 import logging
+import os
 import queue
 import subprocess
 import sys
@@ -398,3 +399,49 @@ async def test_the_wireguard_key_is_the_only_thing_written_back(kube: KubeServer
             while "projectcalico.org/WireguardPublicKey" in annotations():
                 await trio.sleep(0.1)
         nursery.cancel_scope.cancel()
+
+
+def test_datastore_get_reads_the_api_as_calicoctl_does_in_kdd_mode(kube: KubeServer) -> None:
+    """``pyfelix datastore get`` with DATASTORE_TYPE=kubernetes and KUBECONFIG, as
+    calicoctl's: Calico's custom resources shown as their v3 objects; writes say to use
+    kubectl."""
+    kube.apply(
+        {
+            "apiVersion": "crd.projectcalico.org/v1",
+            "kind": "GlobalNetworkPolicy",
+            "metadata": {
+                "name": "default.shown",
+                "annotations": {"projectcalico.org/metadata": '{"labels": {"team": "a"}}'},
+            },
+            "spec": {"selector": "all()", "tier": "default", "order": 5},
+        }
+    )
+    env = {**os.environ, "DATASTORE_TYPE": "kubernetes", "KUBECONFIG": str(kube.kubeconfig())}
+
+    def datastore(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "pyfelix", "datastore", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=REPO,
+            check=False,
+            timeout=60,
+        )
+
+    listed = datastore("get", "gnp", "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    data = json.loads(listed.stdout)
+    assert data["kind"] == "GlobalNetworkPolicyList"
+    shown = next(i for i in data["items"] if i["metadata"]["name"] == "shown")
+    assert shown["apiVersion"] == "projectcalico.org/v3"
+    assert shown["metadata"]["labels"] == {"team": "a"}
+    assert shown["spec"]["order"] == 5
+    one = datastore("get", "globalnetworkpolicy", "default.shown", "-o", "json")
+    assert json.loads(one.stdout)["metadata"]["name"] == "shown"
+    missing = datastore("get", "gnp", "nothing")
+    assert missing.returncode == 1
+    assert "resource does not exist: GlobalNetworkPolicy(nothing)" in missing.stderr
+    refused = datastore("delete", "gnp", "shown")
+    assert refused.returncode == 1
+    assert "not supported on the Kubernetes API datastore yet" in refused.stderr

@@ -123,11 +123,9 @@ async def startup_configurations(
 
 def kube_config(source: str) -> KubeConfig:
     """The Kubernetes API a ``kubernetes://`` source names (raises KubeConfigError)."""
-    from pyfelix.datastore import kubeconfig_path  # noqa: PLC0415
-    from pyfelix.datastore.kubernetes import KubeConfig  # noqa: PLC0415
+    from pyfelix.datastore.kubernetes import config_for  # noqa: PLC0415
 
-    path = kubeconfig_path(source)
-    return KubeConfig.from_kubeconfig(Path(path)) if path else KubeConfig.from_environment()
+    return config_for(source)
 
 
 async def kube_startup_configurations(client: KubeClient, hostname: str) -> list[Resource]:

@@ -480,11 +480,20 @@ def cmd_datastore(args: argparse.Namespace) -> int:
 
     from pyfelix.datastore.commands import CommandError, run_command
     from pyfelix.datastore.etcd import EtcdError
+    from pyfelix.datastore.kubernetes import KubeError
 
+    kube = args.datastore if args.datastore and is_kubernetes(args.datastore) else ""
+    if not args.datastore and os.environ.get("DATASTORE_TYPE", "").lower() == "kubernetes":
+        kube = KUBERNETES_SCHEME  # calicoctl's convention, with KUBECONFIG
     try:
-        config = datastore_config(args.datastore)
-        code: int = trio.run(run_command, args, config, sys.stdout)
-    except (CommandError, EtcdError, ValueError) as exc:
+        if kube:
+            from pyfelix.datastore.commands import run_kube_command
+
+            code: int = trio.run(run_kube_command, args, kube, sys.stdout)
+        else:
+            config = datastore_config(args.datastore)
+            code = trio.run(run_command, args, config, sys.stdout)
+    except (CommandError, EtcdError, KubeError, ValueError) as exc:
         print(exc, file=sys.stderr)
         return EXIT_INVALID
     return code
@@ -496,7 +505,10 @@ def _add_datastore_commands(commands: argparse._SubParsersAction[argparse.Argume
         help="apply, create, replace, delete, get or list resources in etcd (like calicoctl)",
     )
     datastore.add_argument(
-        "--datastore", metavar="URL", help="etcd://HOST:PORT[,HOST:PORT] (default: ETCD_ENDPOINTS)"
+        "--datastore",
+        metavar="URL",
+        help="etcd://HOST:PORT[,HOST:PORT] (default: ETCD_ENDPOINTS), or kubernetes:// (get and"
+        " list; DATASTORE_TYPE=kubernetes with KUBECONFIG does the same)",
     )
     datastore.set_defaults(handler=cmd_datastore)
     actions = datastore.add_subparsers(dest="datastore_action", required=True, metavar="ACTION")

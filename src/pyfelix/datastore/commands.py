@@ -1,4 +1,5 @@
-"""``pyfelix datastore ...``: calicoctl's apply/create/replace/delete/get against etcd.
+"""``pyfelix datastore ...``: calicoctl's apply/create/replace/delete/get against etcd, and
+get/list against the Kubernetes API datastore.
 
 Every write is validated first (nothing is written if any resource in the input is invalid),
 then made with a compare-and-swap on the key's revision, so concurrent writers cannot silently
@@ -247,6 +248,79 @@ async def run_command(args: Any, config: EtcdConfig, out: TextIO) -> int:
             data = await get(client, kind, names, args.namespace, args.all_namespaces)
             out.write(render(data, args.output))
     return 0
+
+
+def kube_path(kind: type[Resource], namespace: str) -> str:
+    """The API collection a kind lives in on the Kubernetes API datastore: Calico's kinds as
+    crd.projectcalico.org/v1 custom resources, Kubernetes' in their own groups (``namespace``
+    "": every namespace)."""
+    from pyfelix.resources.crd import CRD_KINDS  # noqa: PLC0415
+    from pyfelix.resources.meta import CRD_API_VERSION  # noqa: PLC0415
+
+    if kind.API_VERSION == CALICO_API_VERSION:
+        if kind.KIND not in CRD_KINDS:
+            raise CommandError(f"{kind.KIND} is not stored on the Kubernetes API datastore")
+        version = CRD_API_VERSION
+    else:
+        version = kind.API_VERSION
+    prefix = "/api/v1" if version == "v1" else f"/apis/{version}"
+    if kind.NAMESPACED and namespace:
+        return f"{prefix}/namespaces/{namespace}/{kind.PLURAL}"
+    return f"{prefix}/{kind.PLURAL}"
+
+
+async def run_kube_command(args: Any, source: str, out: TextIO) -> int:
+    """``get`` and ``list`` against the Kubernetes API, as calicoctl's KDD mode shows them (v3
+    objects); writes are etcd's only for now, and say so."""
+    from pyfelix.datastore.kubernetes import KubeClient, KubeNotFound, config_for  # noqa: PLC0415
+    from pyfelix.resources.meta import load_document  # noqa: PLC0415
+
+    action = args.datastore_action
+    if action not in ("get", "list"):
+        raise CommandError(
+            f"{action} is not supported on the Kubernetes API datastore yet: use kubectl"
+        )
+    kind = resolve_kind(args.kind)
+    names = args.names if action == "get" else []
+    namespace = "" if args.all_namespaces else args.namespace
+    async with KubeClient(config_for(source)) as client:
+        path = kube_path(kind, namespace)
+        if names:
+            found = []
+            for name in names:
+                try:
+                    obj = await client.request("GET", f"{path}/{name}")
+                except KubeNotFound:
+                    where = f"{namespace}/{name}" if kind.NAMESPACED else name
+                    raise CommandError(f"resource does not exist: {kind.KIND}({where})") from None
+                found.append(obj)
+            items, version = found, ""
+        else:
+            items, version = await client.list(path)
+    resources = []
+    for obj in items:
+        doc = {"apiVersion": kind_version(kind), "kind": kind.manifest_kind(), **obj}
+        resource, _ = load_document(doc, path)
+        if isinstance(resource, kind):
+            resources.append(resource.to_manifest())
+    if names:
+        data: object = resources[0] if len(resources) == 1 else resources
+    else:
+        data = {
+            "apiVersion": kind.API_VERSION,
+            "kind": f"{kind.manifest_kind()}List",
+            "metadata": {"resourceVersion": version},
+            "items": resources,
+        }
+    out.write(render(data, args.output))
+    return 0
+
+
+def kind_version(kind: type[Resource]) -> str:
+    """The apiVersion a kind's objects have on the Kubernetes API."""
+    from pyfelix.resources.meta import CRD_API_VERSION  # noqa: PLC0415
+
+    return CRD_API_VERSION if kind.API_VERSION == CALICO_API_VERSION else kind.API_VERSION
 
 
 def _past(action: str) -> str:

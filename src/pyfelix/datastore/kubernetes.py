@@ -189,6 +189,15 @@ class KubeConfig:
         return self.token
 
 
+def config_for(source: str) -> KubeConfig:
+    """The Kubernetes API a ``kubernetes://`` source names: ``kubernetes:///path`` a
+    kubeconfig file, ``kubernetes://`` the environment's (raises KubeConfigError)."""
+    from pyfelix.datastore import kubeconfig_path  # noqa: PLC0415
+
+    path = kubeconfig_path(source)
+    return KubeConfig.from_kubeconfig(Path(path)) if path else KubeConfig.from_environment()
+
+
 def _load_chain_data(context: ssl.SSLContext, cert: bytes, key: bytes) -> None:
     """ssl loads a certificate chain only from files: write them to a private temporary
     directory for the moment it takes."""
