@@ -34,7 +34,7 @@ from pyfelix.datastore.kubernetes import (
     KubeGone,
     KubeNotFound,
 )
-from pyfelix.resources.meta import CRD_API_VERSION, load_document
+from pyfelix.resources.meta import CRD_API_VERSION, Resource, load_document
 from pyfelix.syncer.api import SyncerCallbacks, SyncStatus, Update
 from pyfelix.syncer.processors import KV, Converter, convert
 
@@ -101,6 +101,24 @@ WATCHED = (
 )
 
 
+#: The profile every Calico datastore backend holds without its being written.
+DEFAULT_ALLOW_PROFILE = "projectcalico-default-allow"
+
+
+def default_allow_profile() -> Resource:
+    """libcalico-go's DefaultAllowProfile: allow everything in and out."""
+    from pyfelix.resources import Profile  # noqa: PLC0415
+
+    return Profile.from_manifest(
+        {
+            "apiVersion": "projectcalico.org/v3",
+            "kind": "Profile",
+            "metadata": {"name": DEFAULT_ALLOW_PROFILE},
+            "spec": {"ingress": [{"action": "Allow"}], "egress": [{"action": "Allow"}]},
+        }
+    )
+
+
 def decode_object(watched: Watched, obj: Mapping[str, Any], source: str) -> tuple[KV, ...]:
     """The model keys and values an API object stands for; () for one that is not a valid
     resource (logged: treated as absent). Listed items carry no apiVersion or kind."""
@@ -138,6 +156,10 @@ class KubernetesSyncer:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self.callbacks.on_status(SyncStatus.WAIT_FOR_DATASTORE)
+        # Calico's backend always holds this profile (libcalico-go's DefaultAllowProfile):
+        # kube-controllers' automatic host endpoints name it.
+        produced = tuple(convert(default_allow_profile()))
+        self.callbacks.on_updates(self._converter.produce(DEFAULT_ALLOW_PROFILE, produced, "1"))
         async with trio.open_nursery() as nursery:
             for watched in self.watched:
                 self._held[watched] = {}
