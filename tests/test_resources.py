@@ -659,3 +659,36 @@ def test_fast_decoder_builds_what_the_reporting_decoder_builds(
     assert fast.problems == reported.problems
     assert len(fast.resources) > 50
     assert samples == [KINDS[kind].from_manifest(document(kind)) for kind in sorted(SAMPLES)]
+
+
+def test_a_lists_own_api_version_is_checked() -> None:
+    """A List must say what kubectl or calicoctl says; a typed list without an apiVersion
+    cannot type its items. Both are refused whole, with the line, and the rest loads. A typed
+    list of a kind Felix never reads is skipped item by item, as its items would be."""
+    text = """\
+apiVersion: banana/v9
+kind: List
+items:
+- {apiVersion: v1, kind: Namespace, metadata: {name: hidden}}
+---
+kind: TierList
+items:
+- metadata: {name: untyped}
+---
+apiVersion: apps/v1
+kind: DeploymentList
+items:
+- metadata: {name: web, namespace: default}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: shown}
+"""
+    result = load_text(text, "l.yaml")
+    assert [r.resource.ident for r in result.resources] == ["Namespace/shown"]
+    assert [str(p) for p in result.problems] == [
+        "l.yaml:1: a List's apiVersion must be v1 (kubectl) or projectcalico.org/v3,"
+        " not 'banana/v9'",
+        "l.yaml:6: TierList has no apiVersion: its items' kind is not known",
+    ]
+    assert result.skipped == ("Deployment.apps",)

@@ -123,9 +123,36 @@ def _is_list_document(data: JSON) -> bool:
     return data["kind"] not in MANIFEST_KIND_MODULES
 
 
-def _list_item_kind(list_kind: str, api_version: JSON) -> type[Resource] | None:
-    """The kind of a typed list's items (``NetworkPolicyList`` of networking.k8s.io/v1)."""
-    return kind_for(list_kind.removesuffix("List"), api_version)
+#: The apiVersions of an untyped ``List``: kubectl's, and calicoctl's for several kinds.
+LIST_API_VERSIONS = frozenset({"v1", "projectcalico.org/v3"})
+
+
+def _list_problem(data: JSON) -> str | None:
+    """Why a list document's own apiVersion is wrong, or None. Its items are read only when
+    it is one a client prints: a list that names no version could hold anything."""
+    if not _is_list_document(data):
+        return None
+    assert isinstance(data, Mapping)
+    kind, api_version = data["kind"], data.get("apiVersion")
+    if kind == "List":
+        if api_version in LIST_API_VERSIONS:
+            return None
+        expected = "v1 (kubectl) or projectcalico.org/v3"
+        return f"a List's apiVersion must be {expected}, not {api_version!r}"
+    if type(api_version) is str and api_version:
+        return None
+    return f"{kind} has no apiVersion: its items' kind is not known"
+
+
+def _list_item_kind(list_kind: str, api_version: str) -> tuple[str, str]:
+    """The kind and apiVersion of a typed list's items (``NetworkPolicyList`` of
+    networking.k8s.io/v1): the registered kind's own, else the list's, so that a list of a
+    kind Felix never reads (``DeploymentList``) is skipped and an unknown one refused."""
+    kind = list_kind.removesuffix("List")
+    known = kind_for(kind, api_version)
+    if known is None:
+        return kind, api_version
+    return known.manifest_kind(), known.API_VERSION
 
 
 def _expand(data: JSON, line: int, item_lines: list[int]) -> Iterator[tuple[JSON, int]]:
@@ -141,12 +168,11 @@ def _expand(data: JSON, line: int, item_lines: list[int]) -> Iterator[tuple[JSON
         if not isinstance(items, list):
             yield {"kind": data["kind"], "items": items}, line
             return
-        default_kind = _list_item_kind(data["kind"], data.get("apiVersion"))
+        kind, api_version = _list_item_kind(data["kind"], data["apiVersion"])
         for index, item in enumerate(items or []):
             doc = item
-            if isinstance(item, Mapping) and "kind" not in item and default_kind:
-                kind = default_kind.manifest_kind()
-                doc = {"apiVersion": default_kind.API_VERSION, **item, "kind": kind}
+            if isinstance(item, Mapping) and "kind" not in item and data["kind"] != "List":
+                doc = {"apiVersion": api_version, **item, "kind": kind}
             yield doc, item_lines[index] if index < len(item_lines) else line
         return
     yield data, line
@@ -225,6 +251,10 @@ def load_parsed(documents: Parsed, source: str, direct: DirectDecoder | None = N
             if taken is not None:
                 entries.append(Direct(taken[0], taken[1], source, line))
                 continue
+        wrong_list = _list_problem(data)
+        if wrong_list is not None:
+            problems.append(Problem(source, wrong_list, line))
+            continue
         for doc, doc_line in _expand(data, line, item_lines):
             if direct is not None and type(doc) in (dict, tuple):
                 taken = direct(doc)
