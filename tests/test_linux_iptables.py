@@ -205,7 +205,10 @@ def test_felix_forward_rules_stay_behind_other_programs_rules(netns: str, insert
     (moved,) = write(netns, [spec], insert_mode)
     assert "-D FORWARD" in moved
     reject = "REJECT --reject-with icmp-port-unreachable"
-    assert forward_targets(netns) == [*hook_first, reject, *ours]
+    if insert_mode == "insert":
+        assert forward_targets(netns) == ["cali-FORWARD", "DROP", reject, *ours]
+    else:  # As Felix: in append mode the hook follows every rule of another program's.
+        assert forward_targets(netns) == ["DROP", reject, "cali-FORWARD", *ours]
 
     # The hook removed: put back at the top, or appended and then followed by ours again.
     hook = next(r for r in rules_in(saved(netns), "FORWARD") if "-j cali-FORWARD" in r)
@@ -220,6 +223,40 @@ def test_felix_forward_rules_stay_behind_other_programs_rules(netns: str, insert
         assert forward_targets(netns) == ["cali-FORWARD", "DROP", reject, *ours]
     else:
         assert forward_targets(netns) == ["DROP", reject, "cali-FORWARD", *ours]
+
+
+@pytest.mark.netns
+def test_switching_to_append_mode_moves_the_hooks_below_other_programs_rules(netns: str) -> None:
+    """ChainInsertMode Insert then Append: the jump into cali-FORWARD, inserted at the top,
+    moves below the rules another program has in FORWARD (it stayed above them); back to
+    Insert, it returns to the top. A rule inserted above our hook in insert mode is put
+    below it again on the next write, as Felix does."""
+    spec = policy_chains(2, 1)
+    run_in(netns, "iptables-nft", "-A", "FORWARD", "-s", "192.0.2.1", "-j", "DROP")
+    write(netns, [spec], "insert")
+    ours = ["ACCEPT", "MARK --set-xmark 0x10000/0x10000"]
+    assert forward_targets(netns) == ["cali-FORWARD", "DROP", *ours]
+    (moved, steady) = write(netns, [spec, spec], "append")
+    assert moved
+    assert steady == ""
+    assert forward_targets(netns) == ["DROP", "cali-FORWARD", *ours]
+    write(netns, [spec], "insert")
+    assert forward_targets(netns) == ["cali-FORWARD", "DROP", *ours]
+    run_in(netns, "iptables-nft", "-I", "FORWARD", "1", "-s", "192.0.2.3", "-j", "DROP")
+    write(netns, [spec], "insert")
+    assert forward_targets(netns) == ["cali-FORWARD", "DROP", "DROP", *ours]
+
+
+def test_a_hook_nobody_wants_is_deleted() -> None:
+    """A kernel chain holding a rule of ours that no hook or appended rule wants any more (a
+    feature turned off) loses it; the other programs' rules there stay."""
+    old_hook = Chain("INPUT", (Rule(action="--jump cali-gone"),))
+    chains = [Chain("cali-INPUT", (Rule(action="--jump RETURN"),))]
+    state = TableState(
+        {"cali-INPUT": chains[0].hashes, "INPUT": ("", old_hook.hashes[0])}, frozenset()
+    )
+    script = IptablesWriter(backend="nft").plan("filter", state, chains, [], []).text()
+    assert script.splitlines()[1:] == ["-D INPUT 2", "COMMIT"]
 
 
 def test_a_jump_inserted_by_an_older_version_moves_to_the_end() -> None:

@@ -153,9 +153,8 @@ class IptablesWriter:
         stale = sorted(
             name for name in state.chains if name.startswith(PREFIX) and name not in wanted
         )
-        missing_hooks = [h for h in hooks if h not in state.hooks]
-        appending = self._misplaced(state, hooks, missing_hooks, appends)
-        if not (changed or stale or missing_hooks or appending):
+        rewritten = self._misplaced(state, hooks, appends)
+        if not (changed or stale or rewritten):
             return Script()
         head = [f"*{table}"]
         written = sum(len(chain.rules) for chain in changed)
@@ -170,56 +169,78 @@ class IptablesWriter:
             # iptables-save shows absent ones as present; so the chains we hook into are
             # declared, with the policy and counters just read (restored with --counters).
             head.append(LISTING)
-            hooked = dict.fromkeys(kernel_chain for kernel_chain, _ in missing_hooks)
-            hooked.update(dict.fromkeys(chain.name for chain, _ in appending))
-            head += [f":{k} {state.policies.get(k, 'ACCEPT [0:0]')}" for k in hooked]
+            head += [f":{k} {state.policies.get(k, 'ACCEPT [0:0]')}" for k in rewritten]
         head += [f":{chain.name} - [0:0]" for chain in changed]
         head += [f":{name} - [0:0]" for name in stale]
         # Deletions first, by the positions just read, before any insertion moves them.
         tail = [
-            f"-D {chain.name} {position}"
-            for chain, positions in appending
+            f"-D {kernel_chain} {position}"
+            for kernel_chain, positions in rewritten.items()
             for position in sorted(positions, reverse=True)
         ]
-        for kernel_chain, target in reversed(missing_hooks):
-            (rule,) = Chain(kernel_chain, (_jump(target),)).lines()
-            verb = "-I" if self.insert_mode == "insert" else "-A"
-            tail.append(rule.replace("-A ", f"{verb} ", 1))
-        tail += [line for chain, _ in appending for line in chain.lines()]
+        for kernel_chain in rewritten:
+            tail += self._hook_lines(kernel_chain, hooks)
+            tail += [
+                line for chain in appends if chain.name == kernel_chain for line in chain.lines()
+            ]
         tail += [f"-X {name}" for name in stale]
         tail.append("COMMIT")
         parts: list[str | Chain] = ["\n".join(head) + "\n", *changed, "\n".join(tail) + "\n"]
         return Script(tuple(parts), listing)
 
+    def _hook_lines(self, kernel_chain: str, hooks: Sequence[tuple[str, str]]) -> list[str]:
+        """The restore lines that put ``kernel_chain``'s hooks in place, in their order: each
+        inserted at the top (the last first), or appended."""
+        lines = [
+            Chain(kernel, (_jump(target),)).lines()[0]
+            for kernel, target in hooks
+            if kernel == kernel_chain
+        ]
+        if self.insert_mode == "insert":
+            return [line.replace("-A ", "-I ", 1) for line in reversed(lines)]
+        return lines
+
     def _misplaced(
         self,
         state: TableState,
         hooks: Sequence[tuple[str, str]],
-        missing_hooks: Sequence[tuple[str, str]],
         appends: Sequence[Chain],
-    ) -> list[tuple[Chain, list[int]]]:
-        """The appended rules to write again, each with the (1-based) positions of the rules
-        of ours to delete from its kernel chain first: unless the chain ends with exactly them,
-        every rule there with a cali id that is not a hook's goes, and they are appended anew
-        (as Felix does, also after an appended hook in append mode)."""
-        out = []
-        for chain in appends:
-            current = state.chains.get(chain.name, ())
-            want = chain.hashes
-            ours = [i for i, rule_id in enumerate(current) if rule_id]
-            hook_ids = {
+    ) -> dict[str, list[int]]:
+        """The kernel chains whose rules of ours are not laid out as Felix lays them, each
+        with the (1-based) positions of every rule of ours there, to delete before they are
+        written anew. Felix's layout: the hooks at the top (at the end of the other programs'
+        rules in append mode), and the appended rules at the very end. A hook left above the
+        other rules after a switch to append mode, a rule another program inserted above
+        the hooks, or appended behind Felix's last rules, all make the chain misplaced."""
+        out: dict[str, list[int]] = {}
+        hooked = [kernel for kernel, _ in hooks] + [chain.name for chain in appends]
+        # A kernel chain with rules of ours and none wanted (a hook of a feature turned off)
+        # is laid out wrong too: every rule of ours there goes.
+        unwanted = [
+            name
+            for name, ids in state.chains.items()
+            if not name.startswith(PREFIX) and any(ids) and name not in hooked
+        ]
+        for kernel_chain in dict.fromkeys(hooked + unwanted):
+            hook_ids = tuple(
                 Chain(kernel, (_jump(target),)).hashes[0]
                 for kernel, target in hooks
-                if kernel == chain.name
-            }
-            appended_hook = self.insert_mode != "insert" and any(
-                kernel == chain.name for kernel, _ in missing_hooks
+                if kernel == kernel_chain
             )
-            extra = [i for i in ours if current[i] not in hook_ids]
-            at_end = tuple(current[len(current) - len(want) :]) == want
-            if at_end and len(extra) == len(want) and not appended_hook:
-                continue
-            out.append((chain, [i + 1 for i in extra]))
+            appended = tuple(
+                rule_id
+                for chain in appends
+                if chain.name == kernel_chain
+                for rule_id in chain.hashes
+            )
+            current = state.chains.get(kernel_chain, ())
+            others = ("",) * sum(1 for rule_id in current if not rule_id)
+            if self.insert_mode == "insert":
+                expected = hook_ids + others + appended
+            else:
+                expected = others + hook_ids + appended
+            if current != expected:
+                out[kernel_chain] = [i + 1 for i, rule_id in enumerate(current) if rule_id]
         return out
 
     async def prepare(
