@@ -14,10 +14,13 @@ import trio.testing
 from prometheus_client.core import Metric
 
 from pyfelix import messages as m
+from pyfelix import model
+from pyfelix.agent import dataplane_readiness
 from pyfelix.calc.async_loop import CalcLoop
 from pyfelix.calc.decoupler import Decoupler
 from pyfelix.config import parse_config
 from pyfelix.httpserver import HttpServer
+from pyfelix.messages import RuleIPSets
 from pyfelix.metrics import FelixCollector, exposition, metrics_routes, registry, tls_context
 from pyfelix.stats import MAX_AGE, DataplaneStats, Observations
 from pyfelix.syncer.api import SyncStatus
@@ -199,3 +202,47 @@ async def test_an_ip_set_programmed_cut_is_a_metric() -> None:
     await manager.apply({})
     (family,) = [f for f in FelixCollector._dataplane(stats) if f.name.startswith("pyfelix_ipset")]
     assert family.samples == []
+
+
+def _policy(name: str, action: str, sets: RuleIPSets) -> m.ActivePolicyUpdate:
+    rule = model.Rule(action=action)
+    policy = model.Policy("", "default", 1.0, (rule,), (), "all()")
+    policy_id = m.PolicyID("default", name)
+    return m.ActivePolicyUpdate(policy_id, policy, inbound=(m.ParsedRule(rule, sets),))
+
+
+async def test_the_policies_an_ip_set_programmed_cut_weakens_are_named(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A Deny rule matching a set programmed cut lets the members left out through, and so
+    does an Allow rule matching outside it: each such policy is named in an error log, a
+    metric and the dataplane's health detail, and the node is not ready until the set fits.
+    An Allow rule matching in the set only denies more, and weakens nothing."""
+    state = NodeState()
+    state.ipsets["s:deny-these"] = ("hash:net", set())
+    state.policies = {
+        p.id: p
+        for p in (
+            _policy("deny-these", "deny", RuleIPSets(src=("s:deny-these",))),
+            _policy("allow-others", "allow", RuleIPSets(not_src=("s:deny-these",))),
+            _policy("allow-these", "allow", RuleIPSets(src=("s:deny-these",))),
+        )
+    }
+    stats = DataplaneStats()
+    writer = FakeIpsets(FakeNode())
+    manager = IpsetsManager(state, writer, (4,), stats)
+    writer.oversized["cali40s:deny-these"] = 2_500_000
+    with caplog.at_level(logging.ERROR):
+        await manager.apply({})
+    named = ("GlobalNetworkPolicy allow-others", "GlobalNetworkPolicy deny-these")
+    assert stats.weakened_policies == {"cali40s:deny-these": named}
+    assert "cali40s:deny-these" in caplog.text
+    assert ", ".join(named) in caplog.text
+    (family,) = [f for f in FelixCollector._dataplane(stats) if f.name.startswith("pyfelix_pol")]
+    assert [s.labels["policy"] for s in family.samples] == list(named)
+    ready, detail = dataplane_readiness(True, stats)
+    assert not ready
+    assert detail == f"IP set cali40s:deny-these over MaxIpsetSize weakens {', '.join(named)}"
+    writer.oversized.clear()
+    await manager.apply({})
+    assert dataplane_readiness(True, stats) == (True, "")

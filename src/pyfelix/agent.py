@@ -46,6 +46,7 @@ from pyfelix.resources.loader import (
 )
 from pyfelix.resources.parse_cache import ParseCache
 from pyfelix.resources.shared_parse import ParsePrefetch
+from pyfelix.stats import DataplaneStats
 from pyfelix.syncer.files import FileSyncer
 from pyfelix.syncer.plain_workloads import plain_fields
 from pyfelix.validation import context_from
@@ -253,6 +254,17 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
+def dataplane_readiness(in_sync: bool, stats: DataplaneStats) -> tuple[bool, str]:
+    """The dataplane's readiness and health detail: in sync, and enforcing every policy
+    whole. A policy an IP set programmed cut weakens (a deny that lets the members left out
+    through) keeps the node from being ready, named in the detail, until the set fits."""
+    detail = "; ".join(
+        f"IP set {name} over MaxIpsetSize weakens {', '.join(policies)}"
+        for name, policies in stats.weakened_policies.items()
+    )
+    return in_sync and not stats.weakened_policies, detail
+
+
 async def run_agent(options: AgentOptions, out: TextIO = sys.stdout) -> int:
     """Run until cancelled or a restart is required; returns the process exit code."""
     decoupler = Decoupler()
@@ -262,7 +274,8 @@ async def run_agent(options: AgentOptions, out: TextIO = sys.stdout) -> int:
     health.register(DATAPLANE, timeout=dataplane_timeout(FelixConfig()))
 
     def report_dataplane(ready: bool) -> None:
-        health.report(DATAPLANE, live=True, ready=ready)
+        ready, detail = dataplane_readiness(ready, driver.stats)
+        health.report(DATAPLANE, live=True, ready=ready, detail=detail)
 
     driver: DataplaneDriver
     if options.dry_run:

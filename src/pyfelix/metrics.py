@@ -160,6 +160,16 @@ class FelixCollector(Collector):
         for name, wanted in sorted(stats.oversized_ipsets.items()):
             oversized.add_metric([name], wanted)
         yield oversized
+        weakened = GaugeMetricFamily(
+            "pyfelix_policy_weakened_by_oversized_ipset",
+            "1 for each policy that an IP set programmed cut (over MaxIpsetSize) weakens: a"
+            " Deny rule matching the set, or an Allow rule matching outside it.",
+            labels=["set", "policy"],
+        )
+        for name, policies in sorted(stats.weakened_policies.items()):
+            for policy in policies:
+                weakened.add_metric([name, policy], 1)
+        yield weakened
         yield CounterMetricFamily(
             "felix_int_dataplane_failures",
             "Number of times dataplane updates failed and will be retried.",

@@ -59,3 +59,6 @@ class DataplaneStats:
     initial_resync_seconds: float | None = None
     #: IP sets programmed cut, over MaxIpsetSize: name -> members wanted.
     oversized_ipsets: dict[str, int] = attrs.Factory(dict)
+    #: Of those, each that lets through what a policy means to stop (a Deny rule matching the
+    #: set, an Allow rule matching outside it): name -> the policies, as "Kind ns/name".
+    weakened_policies: dict[str, tuple[str, ...]] = attrs.Factory(dict)

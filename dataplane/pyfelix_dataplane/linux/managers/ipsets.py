@@ -3,18 +3,52 @@
 An apply after a few changes touches only the sets that changed (the state names them), so a
 label change costs the same with ten sets of ten members as with ten thousand sets of a
 million; a refresh, or an apply after a failure, compares every set with the kernel again.
+
+A set programmed cut (over MaxIpsetSize) is named with the policies it weakens, those whose
+rules then let through what they mean to stop; the agent's health and metrics show them.
 """
 
 from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Mapping
 
 import attrs
 
 from pyfelix.stats import DataplaneStats
 from pyfelix_dataplane.linux.ipsets import DesiredSets
 from pyfelix_dataplane.linux.kernel import IpsetWriting
-from pyfelix_dataplane.rules.ipsets import SPECIAL_IDS
+from pyfelix_dataplane.rules.ipsets import SPECIAL_IDS, ipset_name
 from pyfelix_dataplane.rules.render import kernel_ipsets, kernel_ipsets_of
 from pyfelix_dataplane.state import NodeState
+
+log = logging.getLogger(__name__)
+
+
+def weakened_policies(
+    state: NodeState, oversized: Collection[str], versions: Collection[int]
+) -> dict[str, tuple[str, ...]]:
+    """The policies each set of ``oversized`` (kernel names) weakens: a Deny rule that matches
+    an address in the set (the members left out are not denied), or an Allow rule that
+    matches one outside it (they are allowed). Named "Kind namespace/name", sorted."""
+    by_name = {
+        ipset_name(set_id, version): set_id for set_id in state.ipsets for version in versions
+    }
+    wanted = {by_name[name]: name for name in oversized if name in by_name}
+    found: dict[str, set[str]] = {}
+    for policy_id, update in state.policies.items():
+        for parsed in (*update.inbound, *update.outbound):
+            sets = parsed.ipsets
+            if parsed.rule.action == "deny":
+                hits = (*sets.src, *sets.dst, *sets.src_named_ports, *sets.dst_named_ports)
+            elif parsed.rule.action == "allow":
+                hits = (*sets.not_src, *sets.not_dst, *sets.not_dst_named_ports)
+            else:
+                continue
+            for set_id in hits:
+                if set_id in wanted:
+                    found.setdefault(wanted[set_id], set()).add(f"{policy_id.kind} {policy_id}")
+    return {name: tuple(sorted(policies)) for name, policies in sorted(found.items())}
 
 
 @attrs.define(eq=False)
@@ -67,9 +101,24 @@ class IpsetsManager:
         try:
             await self.writer.apply_updates(desired, refresh=refresh, changed=changed)
         finally:
-            if self.stats is not None:
-                self.stats.oversized_ipsets = dict(self.writer.oversized)
+            self._report(self.writer.oversized)
         self._stale, self._changed = False, set()
+
+    def _report(self, oversized: Mapping[str, int]) -> None:
+        """Record the sets programmed cut and the policies they weaken, logging a change."""
+        if self.stats is None:
+            return
+        weakened = weakened_policies(self.state, oversized, self.versions) if oversized else {}
+        for name, policies in weakened.items():
+            if self.stats.weakened_policies.get(name) != policies:
+                log.error(
+                    "IP set %s is programmed cut to MaxIpsetSize: the members left out get"
+                    " through what %s mean to stop",
+                    name,
+                    ", ".join(policies),
+                )
+        self.stats.oversized_ipsets = dict(oversized)
+        self.stats.weakened_policies = weakened
 
     async def clean_up(self) -> None:
         """Destroy the sets no longer wanted (after the tables stopped referring to them)."""
