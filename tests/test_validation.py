@@ -775,3 +775,17 @@ def test_a_rule_repeated_anywhere_is_reported_where_it_is() -> None:
             at("spec.ingress[0]", icmp, code, cidr, ingress_only)
             + at("spec.egress[2]", icmp, code, cidr, namespace)
         )
+
+
+@pytest.mark.parametrize("kind", ["GlobalNetworkPolicy", "NetworkPolicy", "Profile"])
+def test_at_most_1024_rules_per_direction(kind: str) -> None:
+    """Calico's CRDs hold spec.ingress and spec.egress to 1,024 items each (maxItems), so
+    the Kubernetes API server refuses a 1,025th rule: so does validation, in every datastore."""
+    doc = document(kind, "big")
+    rule = {"action": "Allow"}
+    doc["spec"]["egress"] = [rule] * 1024
+    assert problems_of(doc) == []
+    doc["spec"]["ingress"] = [rule] * 1025
+    assert [(p.field, p.message) for p in problems_of(doc)] == [
+        ("spec.ingress", "at most 1024 rules")
+    ]

@@ -68,6 +68,7 @@ _NAMESPACED_POLICY_NAME = re.compile(
 )
 _GLOBAL_POLICY_NAME = re.compile(rf"^({_LABEL_RE}\.)?{_LABEL_RE}$")
 RESERVED_TIERS = BUILTIN_TIERS
+#: Calico's CRDs: maxItems 1024 on spec.ingress and spec.egress of policies and profiles.
 MAX_RULES = 1024
 NAMESPACE_LABEL = "projectcalico.org/namespace"
 
@@ -253,7 +254,9 @@ def _policy(c: Checker, policy: Any, _: ValidationContext) -> None:
 def _profile(c: Checker, profile: Profile, _: ValidationContext) -> None:
     spec = c.at("spec")
     for direction in ("ingress", "egress"):
-        for index, rule in enumerate(getattr(profile.spec, direction)):
+        rules = getattr(profile.spec, direction)
+        spec.at(direction).check(len(rules) <= MAX_RULES, f"at most {MAX_RULES} rules")
+        for index, rule in enumerate(rules):
             check_rule(spec.at(direction).at(index), rule, direction=direction)
     check_labels(spec.at("labelsToApply"), profile.spec.labels_to_apply)
 
