@@ -10,5 +10,6 @@ try:
         print(response.read().decode())
 except urllib.error.HTTPError as error:
     print(error.code)
+    print(error.read().decode())
 except OSError as error:
     print("down", error)
