@@ -37,6 +37,7 @@ from pyfelix.status import KubeNodeStore, WireguardKeyUpdater
 from pyfelix.syncer.api import SyncStatus, Update
 from pyfelix.syncer.kubernetes import KubernetesSyncer
 from tests.conftest import REPO
+from tests.etcd_server import EtcdServer
 from tests.kube_server import VIEWER_TOKEN, KubeServer, collection_path, kube_server
 
 LIVE = REPO / "tests" / "data" / "live-cluster"
@@ -251,10 +252,13 @@ def _dry_run(*args: str) -> dict[str, Any]:
     return view
 
 
-def test_the_view_from_the_api_is_the_view_from_its_dump(kube: KubeServer) -> None:
-    """The live-cluster dump, created object by object through the API server: the dry-run
-    from ``kubernetes://`` computes exactly what it computes from the files (the deleting
-    pod aside: a create cannot set a deletion timestamp, so it is left out of both)."""
+def test_the_view_from_the_api_is_the_view_from_its_dump_and_from_etcd(
+    kube: KubeServer, etcd: EtcdServer
+) -> None:
+    """The live-cluster dump, created object by object through the API server, and written
+    into etcd with ``pyfelix datastore apply``: the dry-run from ``kubernetes://`` and from
+    ``etcd://`` computes exactly what it computes from the files (the deleting pod aside: a
+    create cannot set a deletion timestamp, so it is left out of all three)."""
     documents = []
     for path in sorted(LIVE.glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
@@ -270,6 +274,16 @@ def test_the_view_from_the_api_is_the_view_from_its_dump(kube: KubeServer) -> No
     from_api = _dry_run(f"kubernetes://{kube.kubeconfig()}")
     from_files = _dry_run(str(dump))
     assert from_api == from_files
+    apply = ("datastore", "--datastore", etcd.etcd_url, "apply", "-f", str(dump))
+    applied = subprocess.run(
+        [sys.executable, "-m", "pyfelix", *apply],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+    )
+    assert applied.returncode == 0, applied.stderr
+    assert _dry_run(etcd.etcd_url) == from_files
     assert len(from_api["workload_endpoints"]) == 2
 
 
