@@ -13,6 +13,9 @@ that ``kubectl get all`` adds. The expectations are libcalico-go's conversions
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -323,3 +326,54 @@ def test_converted_uid_is_calicos_involution() -> None:
     assert converted_uid(converted) == original
     assert converted[14] == "4"
     assert converted_uid("not-a-uid") is None
+
+
+def test_node_tunnel_addresses_with_use_pod_cidr() -> None:
+    """usePodCIDR (host-local IPAM): the IPIP address is the pod CIDR's first address, and so
+    is the WireGuard one of a node with a WireGuard key; VXLAN addresses still come from the
+    annotations. An IPv6 pod CIDR gives no IPIP address, and no annotation stands in."""
+    annotations = {
+        "projectcalico.org/IPv4IPIPTunnelAddr": "10.9.9.9",
+        "projectcalico.org/IPv4VXLANTunnelAddr": "10.8.8.8",
+        "projectcalico.org/IPv4WireguardInterfaceAddr": "10.7.7.7",
+    }
+    spec = {"podCIDR": "10.244.1.0/24", "podCIDRs": ["10.244.1.0/24"]}
+    node = calico_node(_node(annotations, spec=spec), pod_cidr=True)
+    assert node.spec.bgp is not None
+    assert node.spec.bgp.ipv4_ipip_tunnel_addr == "10.244.1.1"
+    assert node.spec.ipv4_vxlan_tunnel_addr == "10.8.8.8"
+    assert node.spec.wireguard is None
+    keyed = {**annotations, "projectcalico.org/WireguardPublicKey": "a" * 43 + "="}
+    node = calico_node(_node(keyed, spec=spec), pod_cidr=True)
+    assert node.spec.wireguard is not None
+    assert node.spec.wireguard.interface_ipv4_address == "10.244.1.1"
+    v6 = {"podCIDR": "fd00:1::/64", "podCIDRs": ["fd00:1::/64"]}
+    node = calico_node(_node(annotations, spec=v6), pod_cidr=True)
+    assert node.spec.bgp is None or node.spec.bgp.ipv4_ipip_tunnel_addr == ""
+    # Without usePodCIDR the annotations say it all.
+    node = calico_node(_node(annotations, spec=spec))
+    assert node.spec.bgp is not None
+    assert node.spec.bgp.ipv4_ipip_tunnel_addr == "10.9.9.9"
+
+
+def test_use_pod_cidr_routes_follow_the_nodes_pod_cidrs() -> None:
+    """With USE_POD_CIDR=true (as calico-node's environment sets it for host-local IPAM) each
+    Node's pod CIDR is a block affine to it: the other node's is reached through its host
+    address, this node's is local, and the tunnel addresses are the CIDRs' first addresses.
+    IPAM blocks in the input are not read, as Felix then lists none."""
+    argv = [sys.executable, "-m", "pyfelix", "dry-run", "--hostname", "worker-1"]
+    result = subprocess.run(
+        [*argv, "--format", "json", str(LIVE)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+        env=os.environ | {"USE_POD_CIDR": "true"},
+    )
+    assert result.returncode == 0, result.stderr
+    routes = {r["dst"]: r for r in json.loads(result.stdout)["routes"]}
+    assert routes["10.244.0.0/24"]["dst_node_ip"] == "192.168.122.10"
+    assert routes["10.244.0.0/24"]["types"] == ["REMOTE_WORKLOAD"]
+    assert routes["10.244.1.0/24"]["types"] == ["LOCAL_WORKLOAD"]
+    assert routes["10.244.0.1/32"]["types"] == ["REMOTE_TUNNEL"]
+    assert "10.244.133.0/26" not in routes

@@ -113,7 +113,7 @@ async def load_from_kubernetes(source: str) -> LoadResult:
     from pyfelix.datastore.kubernetes import KubeClient, KubeNotFound
     from pyfelix.resources.loader import LoadResult, Located
     from pyfelix.resources.meta import load_document
-    from pyfelix.syncer.kubernetes import WATCHED, object_source
+    from pyfelix.syncer.kubernetes import object_source, watched_kinds
 
     located, problems = [], []
     listed: dict[Any, list[dict[str, Any]]] = {}
@@ -127,9 +127,9 @@ async def load_from_kubernetes(source: str) -> LoadResult:
 
         # Every kind at once (as the agent's syncer lists them): one round trip, not 21.
         async with trio.open_nursery() as nursery:
-            for watched in WATCHED:
+            for watched in watched_kinds():
                 nursery.start_soon(list_kind, watched)
-        for watched in WATCHED:
+        for watched in watched_kinds():
             for obj in listed[watched]:
                 doc = {"apiVersion": watched.api_version, "kind": watched.kind, **obj}
                 name = object_source(watched, obj)

@@ -720,14 +720,31 @@ def _interfaces(text: str | None) -> tuple[NodeInterface, ...]:
     return tuple(interfaces)
 
 
-def calico_node(node: KubernetesNode) -> Node:
-    """The Calico Node libcalico-go's Kubernetes datastore makes of a v1 Node (K8sNodeToCalico;
-    Calico IPAM: tunnel addresses come from the annotations, not from the pod CIDR).
+def pod_cidr_tunnel_address(node: KubernetesNode) -> str:
+    """The tunnel address a host-local IPAM node has: its pod CIDR's first host address
+    (10.244.1.0/24 gives 10.244.1.1), IPv4 only, as libcalico-go's static tunnel address."""
+    try:
+        network = ipaddress.ip_network(node.spec.pod_cidr, strict=False)
+    except ValueError:
+        return ""
+    if network.version != 4 or network.num_addresses < 2:
+        return ""
+    return str(network.network_address + 1)
+
+
+def calico_node(node: KubernetesNode, pod_cidr: bool = False) -> Node:
+    """The Calico Node libcalico-go's Kubernetes datastore makes of a v1 Node (K8sNodeToCalico).
+    With Calico IPAM tunnel addresses come from the annotations; with ``pod_cidr`` (usePodCIDR,
+    host-local IPAM) the IPIP address, and the WireGuard one of a node with a WireGuard key,
+    are the pod CIDR's first address instead. VXLAN addresses come from annotations either way.
 
     Its labels are those of the ``projectcalico.org/labels`` annotation with the Node's own
     laid over them; each address annotation is taken only when it is valid, as Calico ignores
     an invalid one (logging it)."""
     annotations = node.metadata.annotations
+    static = pod_cidr and bool(node.spec.pod_cidr)
+    tunnel = pod_cidr_tunnel_address(node) if static else ""
+    has_key = bool(annotations.get(WIREGUARD_KEY_ANNOTATION))
 
     def annotation(suffix: str, valid: Callable[[str], bool]) -> str:
         value = annotations.get(NODE_ANNOTATION + suffix, "")
@@ -740,15 +757,17 @@ def calico_node(node: KubernetesNode) -> Node:
         as_number=_as_number(as_text) if as_text is not None else None,
         ipv4_address=annotation("IPv4Address", lambda v: _cidr_of_version(v, 4)),
         ipv6_address=annotation("IPv6Address", lambda v: _cidr_of_version(v, 6)),
-        ipv4_ipip_tunnel_addr=annotation("IPv4IPIPTunnelAddr", lambda v: _network_of_version(v, 4)),
+        ipv4_ipip_tunnel_addr=tunnel
+        if static
+        else annotation("IPv4IPIPTunnelAddr", lambda v: _network_of_version(v, 4)),
         route_reflector_cluster_id=annotation(
             "RouteReflectorClusterID", lambda v: _network_of_version(v, 4)
         ),
     )
     wireguard = NodeWireguardSpec(
-        interface_ipv4_address=annotation(
-            "IPv4WireguardInterfaceAddr", lambda v: _network_of_version(v, 4)
-        ),
+        interface_ipv4_address=(tunnel if has_key else "")
+        if static
+        else annotation("IPv4WireguardInterfaceAddr", lambda v: _network_of_version(v, 4)),
         interface_ipv6_address=annotation(
             "IPv6WireguardInterfaceAddr", lambda v: _network_of_version(v, 6)
         ),

@@ -36,7 +36,7 @@ from pyfelix.datastore.kubernetes import (
 )
 from pyfelix.resources.meta import CRD_API_VERSION, Resource, load_document
 from pyfelix.syncer.api import SyncerCallbacks, SyncStatus, Update
-from pyfelix.syncer.processors import KV, Converter, convert
+from pyfelix.syncer.processors import KV, Converter, convert, use_pod_cidr
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +101,14 @@ WATCHED = (
 )
 
 
+def watched_kinds() -> tuple[Watched, ...]:
+    """WATCHED, less the IPAM blocks with usePodCIDR: host-local IPAM writes none, and the
+    Nodes' pod CIDRs stand for them (as Felix's syncer then lists no blocks)."""
+    if use_pod_cidr():
+        return tuple(w for w in WATCHED if w.kind != "IPAMBlock")
+    return WATCHED
+
+
 #: The profile every Calico datastore backend holds without its being written.
 DEFAULT_ALLOW_PROFILE = "projectcalico-default-allow"
 
@@ -144,7 +152,7 @@ def _version(obj: Mapping[str, Any]) -> str:
 class KubernetesSyncer:
     client: KubeClient
     callbacks: SyncerCallbacks
-    watched: tuple[Watched, ...] = WATCHED
+    watched: tuple[Watched, ...] = attrs.Factory(watched_kinds)
     _converter: Converter = attrs.Factory(Converter)
     #: Each kind's objects sent, by source, with the resource version sent.
     _held: dict[Watched, dict[str, str]] = attrs.Factory(dict)

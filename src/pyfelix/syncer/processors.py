@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import os
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -516,7 +517,23 @@ def _ip_pool(pool: IPPool) -> list[KV]:
     return [(model.IPPoolKey(cidr), value)]
 
 
+_TRUE = frozenset({"1", "t", "T", "true", "TRUE", "True"})
+
+
+@functools.cache
+def use_pod_cidr() -> bool:
+    """libcalico-go's usePodCIDR (host-local IPAM on the Kubernetes datastore), read from the
+    environment as its client configuration is: CALICO_USE_POD_CIDR, else USE_POD_CIDR, true
+    as Go's ParseBool reads it. Read once: Felix loads it at start."""
+    value = os.environ.get("CALICO_USE_POD_CIDR", os.environ.get("USE_POD_CIDR", ""))
+    return value in _TRUE
+
+
 def _ipam_block(block: IPAMBlock) -> list[KV]:
+    """An IPAM block, unless usePodCIDR: then Felix's syncer lists none, and the nodes' pod
+    CIDRs stand for them (a dump's blocks are not read)."""
+    if use_pod_cidr():
+        return []
     spec = block.spec
     allocations = tuple(a if isinstance(a, int) else None for a in (spec.allocations or ()))
     attributes = tuple(a for a in (spec.attributes or ()) if isinstance(a, Mapping))
@@ -594,14 +611,21 @@ def _node(node: Node) -> list[KV]:
     )
     kvs.append((model.WireguardKey(name), wireguard if has_wireguard else None))
     kvs.append((model.ResourceKey("Node", "", name), model.Passthrough(node)))
+    if use_pod_cidr():
+        # Host-local IPAM: each pod CIDR is an IPAM block affine to the node, holding no
+        # allocations, as Felix's node processor makes them; the routes to its pods follow.
+        for cidr in status.pod_cidrs if status else ():
+            block = model.AllocationBlock(cidr, f"host:{name}", origin=node)
+            kvs.append((model.BlockKey(cidr), block))
     return kvs
 
 
 def _kubernetes_node(node: KubernetesNode) -> list[KV]:
-    """A v1 Node is the Calico Node calico-node's annotations describe."""
+    """A v1 Node is the Calico Node calico-node's annotations describe (with usePodCIDR, its
+    tunnel addresses from its pod CIDR)."""
     from pyfelix.resources.k8s_conversion import calico_node  # noqa: PLC0415
 
-    return _node(calico_node(node))
+    return _node(calico_node(node, use_pod_cidr()))
 
 
 def felix_config_text(json_name: str, value: Any) -> str:
