@@ -14,6 +14,9 @@ of a few selector forms. The same objects are written as a ``kubectl get -o yaml
 - ``--latency``: ``pyfelix run --dry-run`` on node-0 from the API; pods for node-0 are
   created at ``--rate`` a second, and each one's time from its create request to the
   agent's printing of its endpoint is taken; p50, p99 and the maximum are printed.
+- ``--latency --linux`` (root): the agent programs the kernel, in a network namespace of its
+  own that reaches the API server through the e2e tests' forwarder pair; a pod counts as
+  programmed when ``nft monitor`` in that namespace shows its cali-tw chain created.
 """
 
 from __future__ import annotations
@@ -21,13 +24,13 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import os
-import queue
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +38,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from pyfelix.resources.k8s_conversion import veth_name
+from tests.e2e.kube import KubeDatastore
 from tests.kube_server import KubeServer, kube_server
 
 NODES = 100
@@ -164,26 +169,15 @@ def compare(server: KubeServer, dump: Path, pairs: int) -> None:
     print(f"api/files wall: median {mid:.2f} (min {low:.2f}, max {high:.2f})")
 
 
-def latency(server: KubeServer, rate: float, creates: int) -> None:
+def _printed(server: KubeServer, seen: dict[str, float], in_sync: threading.Event) -> Any:
+    """``pyfelix run --dry-run``: a pod is programmed when its endpoint is printed."""
+    argv = [sys.executable, "-m", "pyfelix", "run", "--dry-run", "--hostname", "node-0"]
     agent = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "pyfelix",
-            "run",
-            "--dry-run",
-            "--hostname",
-            "node-0",
-            "--datastore",
-            f"kubernetes://{server.kubeconfig()}",
-        ],
+        [*argv, "--datastore", f"kubernetes://{server.kubeconfig()}"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
     )
-    seen: dict[str, float] = {}
-    in_sync = threading.Event()
-    lines: queue.Queue[None] = queue.Queue()
 
     def read() -> None:
         assert agent.stdout is not None
@@ -193,10 +187,65 @@ def latency(server: KubeServer, rate: float, creates: int) -> None:
             if line.startswith("WorkloadEndpointUpdate") and "%2flate-" in line:
                 name = line.split("%2f", 1)[1].split("/", 1)[0]
                 seen.setdefault(name, time.monotonic())
-                lines.put(None)
 
     threading.Thread(target=read, daemon=True).start()
-    assert in_sync.wait(120)
+    return agent
+
+
+def _programmed(
+    server: KubeServer, seen: dict[str, float], in_sync: threading.Event, stack: ExitStack
+) -> Any:
+    """``pyfelix run`` in a namespace of its own: a pod is programmed when its cali-tw chain
+    is created in the kernel (``nft monitor``); in sync once cali-FORWARD is."""
+    netns = f"pfbench-{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", netns], check=True)
+    stack.callback(subprocess.run, ["ip", "netns", "delete", netns], check=False)
+    subprocess.run(["ip", "-n", netns, "link", "set", "lo", "up"], check=True)
+    datastore = KubeDatastore(server).datastore(stack, netns)
+    chains = {veth_name("ns-0", f"late-{i}"): f"late-{i}" for i in range(100_000)}
+    monitor = subprocess.Popen(
+        ["ip", "netns", "exec", netns, "nft", "monitor", "rules"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    stack.callback(monitor.kill)
+
+    def read() -> None:
+        assert monitor.stdout is not None
+        for line in monitor.stdout:
+            if " cali-FORWARD " in line:
+                in_sync.set()
+            if "cali-tw-" in line:
+                interface = line.split("cali-tw-", 1)[1].split()[0]
+                if interface in chains:
+                    seen.setdefault(chains[interface], time.monotonic())
+
+    threading.Thread(target=read, daemon=True).start()
+    env = dict(os.environ, FELIX_LOGFILEPATH="none", FELIX_LOGSEVERITYSYS="none")
+    argv = [sys.executable, "-m", "pyfelix", "run", "--hostname", "node-0"]
+    return subprocess.Popen(
+        ["ip", "netns", "exec", netns, *argv, "--datastore", datastore],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+
+
+def latency(server: KubeServer, rate: float, creates: int, linux: bool) -> None:
+    seen: dict[str, float] = {}
+    in_sync = threading.Event()
+    with ExitStack() as stack:
+        if linux:
+            agent = _programmed(server, seen, in_sync, stack)
+        else:
+            agent = _printed(server, seen, in_sync)
+        assert in_sync.wait(120)
+        _create(server, rate, creates, seen)
+        agent.terminate()
+        agent.wait(30)
+
+
+def _create(server: KubeServer, rate: float, creates: int, seen: dict[str, float]) -> None:
     sent: dict[str, float] = {}
     futures = []
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
@@ -214,8 +263,6 @@ def latency(server: KubeServer, rate: float, creates: int) -> None:
     deadline = time.monotonic() + 60
     while len(seen) < creates and time.monotonic() < deadline:
         time.sleep(0.1)
-    agent.terminate()
-    agent.wait(30)
     delays = sorted(seen[n] - sent[n] for n in sent if n in seen)
 
     def p(q: float) -> float:
@@ -233,6 +280,7 @@ def main() -> None:
     parser.add_argument("--policies", type=int, default=1_000)
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--latency", action="store_true")
+    parser.add_argument("--linux", action="store_true")
     parser.add_argument("--rate", type=float, default=100.0)
     parser.add_argument("--creates", type=int, default=500)
     args = parser.parse_args()
@@ -245,7 +293,7 @@ def main() -> None:
         fill(server, docs)
         print(f"{len(docs)} objects created in {time.monotonic() - started:.1f} s")
         if args.latency:
-            latency(server, args.rate, args.creates)
+            latency(server, args.rate, args.creates, args.linux)
             return
         dump = Path(directory) / "dump.yaml"
         dump.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": docs}))

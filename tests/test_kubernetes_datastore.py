@@ -144,6 +144,18 @@ async def test_the_syncer_lists_then_follows_every_kind(kube: KubeServer) -> Non
         await _until(lambda: wep_key("follow", "a") not in recorder.present())
         await _in_thread(lambda: kube.delete(policy))
         await _until(lambda: key not in recorder.present())
+        # Calico's staged twin of a Kubernetes NetworkPolicy, as its custom resource.
+        staged = {
+            "apiVersion": "crd.projectcalico.org/v1",
+            "kind": "StagedKubernetesNetworkPolicy",
+            "metadata": {"name": "follow-staged", "namespace": "follow"},
+            "spec": {"stagedAction": "Set", "podSelector": {}, "policyTypes": ["Ingress"]},
+        }
+        await _in_thread(lambda: kube.apply(staged))
+        staged_key = model.PolicyKey(
+            "follow-staged", "follow", "StagedKubernetesNetworkPolicy", "default"
+        )
+        await _until(lambda: staged_key in recorder.present())
 
 
 def _etcd_compact(kube: KubeServer) -> None:

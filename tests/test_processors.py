@@ -16,7 +16,7 @@ from tests.test_resources import document
 def make(kind: str, name: str = "x", namespace: str = "", **body: Any) -> Resource:
     doc: dict[str, Any] = {
         "apiVersion": KINDS[kind].API_VERSION,
-        "kind": kind,
+        "kind": KINDS[kind].manifest_kind(),
         "metadata": {"name": name, **({"namespace": namespace} if namespace else {})},
         **body,
     }
@@ -134,6 +134,24 @@ def test_staged_policy() -> None:
     assert value.staged_action == "Set"
     deleted = make("StagedNetworkPolicy", "s", "prod", spec={"stagedAction": "Delete"})
     assert only(convert(deleted)) == (key, None)
+
+
+def test_staged_kubernetes_network_policy() -> None:
+    """Calico's staged twin of a Kubernetes NetworkPolicy converts as the policy would, keyed
+    by its own (staged) kind; a staged Delete stands for nothing."""
+    spec = {"stagedAction": "Set", "podSelector": {"matchLabels": {"app": "db"}}}
+    staged = make("StagedKubernetesNetworkPolicy", "s", "prod", spec=spec)
+    twin = make("KubernetesNetworkPolicy", "s", "prod", spec={"podSelector": spec["podSelector"]})
+    key, value = only(convert(staged))
+    twin_key, twin_value = only(convert(twin))
+    assert key.kind == "StagedKubernetesNetworkPolicy"
+    assert key.staged
+    assert (key.name, key.namespace, key.tier) == (twin_key.name, twin_key.namespace, "default")
+    assert value.staged_action == "Set"
+    assert value.selector == twin_value.selector
+    assert value.inbound_rules == twin_value.inbound_rules
+    deleted = make("StagedKubernetesNetworkPolicy", "s", "prod", spec={"stagedAction": "Delete"})
+    assert convert(deleted) == []
 
 
 def test_tier() -> None:

@@ -81,6 +81,14 @@ SAMPLES: dict[str, dict[str, Any]] = {
         "spec": {"selector": "all()", "ingress": [{"action": "Allow"}], "order": 1},
     },
     "StagedGlobalNetworkPolicy": {"spec": {"stagedAction": "Set", "selector": "all()"}},
+    "StagedKubernetesNetworkPolicy": {
+        "metadata": {"namespace": "prod"},
+        "spec": {
+            "stagedAction": "Set",
+            "podSelector": {"matchLabels": {"app": "db"}},
+            "ingress": [{"from": [{"podSelector": {}}], "ports": [{"port": 5432}]}],
+        },
+    },
     "StagedNetworkPolicy": {
         "metadata": {"namespace": "prod"},
         "spec": {"stagedAction": "Delete", "tier": "default"},

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         BaselineAdminNetworkPolicy,
         KubernetesClusterNetworkPolicy,
         KubernetesNetworkPolicy,
+        StagedKubernetesNetworkPolicy,
     )
     from pyfelix.resources.kubernetes import EndpointSlice, Namespace, Service, ServiceAccount
     from pyfelix.resources.loader import LoadResult, Located, load_paths, load_text
@@ -64,6 +65,7 @@ _LOCATIONS = {
     "BaselineAdminNetworkPolicy": "pyfelix.resources.k8s_policy",
     "KubernetesClusterNetworkPolicy": "pyfelix.resources.k8s_policy",
     "KubernetesNetworkPolicy": "pyfelix.resources.k8s_policy",
+    "StagedKubernetesNetworkPolicy": "pyfelix.resources.k8s_policy",
     "EndpointSlice": "pyfelix.resources.kubernetes",
     "Namespace": "pyfelix.resources.kubernetes",
     "Service": "pyfelix.resources.kubernetes",
@@ -139,6 +141,7 @@ __all__ = [
     "Service",
     "ServiceAccount",
     "StagedGlobalNetworkPolicy",
+    "StagedKubernetesNetworkPolicy",
     "StagedNetworkPolicy",
     "Tier",
     "WorkloadEndpoint",

@@ -44,6 +44,7 @@ CRD_KINDS = frozenset(
         "NetworkPolicy",
         "NetworkSet",
         "StagedGlobalNetworkPolicy",
+        "StagedKubernetesNetworkPolicy",
         "StagedNetworkPolicy",
         "Tier",
     }

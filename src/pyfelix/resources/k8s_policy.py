@@ -120,6 +120,25 @@ class KubernetesNetworkPolicy(Resource):
     status: RawStatus | None = None
 
 
+@attrs.frozen
+class StagedKubernetesNetworkPolicySpec(KubernetesNetworkPolicySpec):
+    staged_action: str = field("stagedAction", STR, default="")
+
+
+@register
+@attrs.frozen
+class StagedKubernetesNetworkPolicy(Resource):
+    """Calico's staged twin of a Kubernetes NetworkPolicy (projectcalico.org/v3, a
+    NetworkPolicy's spec and a stagedAction): converted as its twin would be, keyed as staged,
+    and, as every staged policy, never enforced."""
+
+    KIND = "StagedKubernetesNetworkPolicy"
+    PLURAL = "stagedkubernetesnetworkpolicies"
+    NAMESPACED = True
+    SPEC = StagedKubernetesNetworkPolicySpec
+    spec: StagedKubernetesNetworkPolicySpec = attrs.field(factory=StagedKubernetesNetworkPolicySpec)
+
+
 # ------------------------------------------------------------------------ cluster-scoped
 
 

@@ -203,6 +203,7 @@ MANIFEST_KIND_MODULES: dict[str, tuple[str, ...]] = {
     "Service": ("kubernetes",),
     "ServiceAccount": ("kubernetes",),
     "StagedGlobalNetworkPolicy": ("policy",),
+    "StagedKubernetesNetworkPolicy": ("k8s_policy",),
     "StagedNetworkPolicy": ("policy",),
     "Tier": ("policy",),
     "WorkloadEndpoint": ("endpoints",),

@@ -74,8 +74,8 @@ def _calico(kind: str, plural: str) -> Watched:
 
 
 #: What Felix's syncer watches on the Kubernetes API datastore (libcalico-go's felixsyncer
-#: with its k8s backend), less what pyfelix does not read yet (StagedKubernetesNetworkPolicy,
-#: BGPPeer, LiveMigration).
+#: with its k8s backend), less what pyfelix does not read yet (BGPPeer,
+#: LiveMigration).
 WATCHED = (
     Watched("v1", "Pod", "pods"),
     Watched("v1", "Namespace", "namespaces"),
@@ -92,6 +92,7 @@ WATCHED = (
     _calico("StagedGlobalNetworkPolicy", "stagedglobalnetworkpolicies"),
     _calico("NetworkPolicy", "networkpolicies"),
     _calico("StagedNetworkPolicy", "stagednetworkpolicies"),
+    _calico("StagedKubernetesNetworkPolicy", "stagedkubernetesnetworkpolicies"),
     _calico("GlobalNetworkSet", "globalnetworksets"),
     _calico("NetworkSet", "networksets"),
     _calico("HostEndpoint", "hostendpoints"),

@@ -243,9 +243,18 @@ def _policy(resource: Any, origin: Resource | None = None, kind: str = "") -> li
 
 
 def _kubernetes_network_policy(policy: KubernetesNetworkPolicy) -> list[KV]:
+    """A Kubernetes NetworkPolicy as Calico converts it; its staged twin converted the same
+    and keyed as staged (Felix then programs nothing of it), or, with stagedAction Delete,
+    nothing at all."""
     from pyfelix.resources.k8s_conversion import network_policy  # noqa: PLC0415
 
-    return _policy(network_policy(policy), origin=policy)
+    staged_action = getattr(policy.spec, "staged_action", "")
+    if staged_action == "Delete":
+        return []
+    kvs = _policy(network_policy(policy), origin=policy)
+    if staged_action:
+        kvs = [(key, attrs.evolve(value, staged_action=staged_action)) for key, value in kvs]
+    return kvs
 
 
 def _kubernetes_cluster_network_policy(policy: KubernetesClusterNetworkPolicy) -> list[KV]:
@@ -721,6 +730,7 @@ _CONVERTERS: dict[str, Callable[[Any], list[KV]]] = {
     "GlobalNetworkPolicy": _policy,
     "NetworkPolicy": _policy,
     "KubernetesNetworkPolicy": _kubernetes_network_policy,
+    "StagedKubernetesNetworkPolicy": _kubernetes_network_policy,
     "KubernetesClusterNetworkPolicy": _kubernetes_cluster_network_policy,
     "AdminNetworkPolicy": _admin_network_policy,
     "BaselineAdminNetworkPolicy": _baseline_admin_network_policy,

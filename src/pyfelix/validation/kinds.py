@@ -592,11 +592,14 @@ def _kubernetes_cluster_policy(
     check_cluster_network_policy(c, policy)
 
 
-@_for("KubernetesNetworkPolicy")
+@_for("KubernetesNetworkPolicy", "StagedKubernetesNetworkPolicy")
 def _kubernetes_network_policy(c: Checker, policy: KubernetesNetworkPolicy, _: Any) -> None:
     from pyfelix.validation.k8s_policy import check_kubernetes_network_policy  # noqa: PLC0415
 
     check_kubernetes_network_policy(c, policy)
+    staged_action = getattr(policy.spec, "staged_action", "")
+    if staged_action:
+        check_enum(c.at("spec.stagedAction"), staged_action, ("Set", "Delete", "Learn", "Ignore"))
 
 
 @_for("Pod")
