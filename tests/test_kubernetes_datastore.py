@@ -434,8 +434,7 @@ async def test_the_wireguard_key_is_the_only_thing_written_back(kube: KubeServer
 
 def test_datastore_get_reads_the_api_as_calicoctl_does_in_kdd_mode(kube: KubeServer) -> None:
     """``pyfelix datastore get`` with DATASTORE_TYPE=kubernetes and KUBECONFIG, as
-    calicoctl's: Calico's custom resources shown as their v3 objects; writes say to use
-    kubectl."""
+    calicoctl's: Calico's custom resources shown as their v3 objects."""
     kube.apply(
         {
             "apiVersion": "crd.projectcalico.org/v1",
@@ -473,6 +472,68 @@ def test_datastore_get_reads_the_api_as_calicoctl_does_in_kdd_mode(kube: KubeSer
     missing = datastore("get", "gnp", "nothing")
     assert missing.returncode == 1
     assert "resource does not exist: GlobalNetworkPolicy(nothing)" in missing.stderr
-    refused = datastore("delete", "gnp", "shown")
+
+
+def test_datastore_writes_calicos_kinds_as_custom_resources(kube: KubeServer) -> None:
+    """``pyfelix datastore apply/create/replace/delete`` on the Kubernetes API, as calicoctl
+    in KDD mode: Calico's kinds become crd.projectcalico.org/v1 objects (labels and
+    annotations in Calico's metadata annotation) that read back as the v3 objects written;
+    create refuses an existing one, replace a missing one, delete a missing one; a Kubernetes
+    kind is refused (kubectl writes it)."""
+    env = {**os.environ, "DATASTORE_TYPE": "kubernetes", "KUBECONFIG": str(kube.kubeconfig())}
+    manifest = kube.directory / "write.yaml"
+
+    def datastore(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "pyfelix", "datastore", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=REPO,
+            check=False,
+            timeout=60,
+        )
+
+    def written(order: int) -> None:
+        manifest.write_text(
+            "apiVersion: projectcalico.org/v3\nkind: NetworkPolicy\n"
+            "metadata: {name: written, namespace: default, labels: {team: b},"
+            " annotations: {note: kept}}\n"
+            f"spec: {{selector: all(), order: {order}, ingress: [{{action: Allow}}]}}\n"
+        )
+
+    written(7)
+    created = datastore("create", "-f", str(manifest))
+    assert created.returncode == 0, created.stderr
+    assert "Successfully created 1 resource(s)" in created.stdout
+    again = datastore("create", "-f", str(manifest))
+    assert again.returncode == 1
+    assert "resource already exists" in again.stderr
+    raw = kube.request(
+        "GET", "/apis/crd.projectcalico.org/v1/namespaces/default/networkpolicies/written"
+    )
+    stored = json.loads(raw["metadata"]["annotations"]["projectcalico.org/metadata"])
+    assert stored == {"annotations": {"note": "kept"}, "labels": {"team": "b"}}
+    written(9)
+    assert datastore("apply", "-f", str(manifest)).returncode == 0
+    shown = json.loads(datastore("get", "networkpolicy", "written", "-o", "json").stdout)
+    assert shown["apiVersion"] == "projectcalico.org/v3"
+    assert shown["metadata"]["labels"] == {"team": "b"}
+    assert shown["metadata"]["annotations"] == {"note": "kept"}
+    assert shown["spec"]["order"] == 9
+    written(11)
+    assert datastore("replace", "-f", str(manifest)).returncode == 0
+    shown = json.loads(datastore("get", "networkpolicy", "written", "-o", "json").stdout)
+    assert shown["spec"]["order"] == 11
+    deleted = datastore("delete", "networkpolicy", "written", "-n", "default")
+    assert deleted.returncode == 0, deleted.stderr
+    gone = datastore("delete", "networkpolicy", "written", "-n", "default")
+    assert gone.returncode == 1
+    assert "resource does not exist" in gone.stderr
+    missing = datastore("replace", "-f", str(manifest))
+    assert missing.returncode == 1
+    assert "resource does not exist" in missing.stderr
+    manifest.write_text("apiVersion: v1\nkind: Namespace\nmetadata: {name: nope}\n")
+    refused = datastore("apply", "-f", str(manifest))
     assert refused.returncode == 1
-    assert "not supported on the Kubernetes API datastore yet" in refused.stderr
+    assert "write it with kubectl" in refused.stderr

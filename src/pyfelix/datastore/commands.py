@@ -270,33 +270,120 @@ def kube_path(kind: type[Resource], namespace: str) -> str:
 
 
 async def run_kube_command(args: Any, source: str, out: TextIO) -> int:
-    """``get`` and ``list`` against the Kubernetes API, as calicoctl's KDD mode shows them (v3
-    objects); writes are etcd's only for now, and say so."""
-    from pyfelix.datastore.kubernetes import KubeClient, KubeNotFound, config_for  # noqa: PLC0415
+    """The datastore commands against the Kubernetes API, as calicoctl's KDD mode does them:
+    ``get`` and ``list`` show v3 objects; ``apply``, ``create``, ``replace`` and ``delete``
+    write Calico's kinds as their crd.projectcalico.org/v1 custom resources. Kubernetes'
+    own kinds are written with kubectl, as calicoctl says too."""
+    from pyfelix.datastore.kubernetes import KubeClient, config_for  # noqa: PLC0415
+
+    action = args.datastore_action
+    async with KubeClient(config_for(source)) as client:
+        if action in ("apply", "create", "replace"):
+            resources = load_for_write(args.filename, out)
+            count = await kube_write(client, resources, action)
+            print(f"Successfully {_past(action)} {count} resource(s)", file=out)
+            return 0
+        if action == "delete":
+            if args.filename:
+                resources = load_for_write(args.filename, out)
+            else:
+                if not args.kind or not args.names:
+                    raise CommandError("delete needs -f FILE, or KIND and NAME")
+                kind = resolve_kind(args.kind)
+                resources = [_named(kind, name, args.namespace) for name in args.names]
+            count = await kube_delete(client, resources)
+            print(f"Successfully deleted {count} resource(s)", file=out)
+            return 0
+        return await _kube_get(client, args, out)
+
+
+def _kube_object_path(resource: Resource) -> str:
+    """The path of ``resource``'s custom resource; refused for a kind that is not Calico's."""
+    kind = type(resource)
+    if kind.API_VERSION != CALICO_API_VERSION:
+        raise CommandError(
+            f"{kind.KIND} is a Kubernetes kind: write it with kubectl, not on Calico's behalf"
+        )
+    return f"{kube_path(kind, resource.namespace)}/{resource.name}"
+
+
+async def kube_write(client: Any, resources: Sequence[Resource], mode: str) -> int:
+    """apply, create or replace each resource as its custom resource; returns how many."""
+    from pyfelix.datastore.kubernetes import KubeError, KubeNotFound  # noqa: PLC0415
+    from pyfelix.resources.crd import crd_document  # noqa: PLC0415
+
+    for resource in resources:
+        path = _kube_object_path(resource)
+        collection = path.rpartition("/")[0]
+        try:
+            current: dict[str, Any] | None = await client.request("GET", path)
+        except KubeNotFound:
+            current = None
+        what = f"'{resource.KIND}' resource"
+        if mode == "create" and current is not None:
+            raise CommandError(
+                f"Failed to create {what}: resource already exists: {_describe(resource)}"
+            )
+        if mode == "replace" and current is None:
+            raise CommandError(
+                f"Failed to replace {what}: resource does not exist: {_describe(resource)}"
+            )
+        document = crd_document(resource.to_manifest())
+        try:
+            if current is None:
+                document["metadata"].pop("resourceVersion", None)
+                await client.request("POST", collection, body=document)
+            else:
+                version = document["metadata"].get("resourceVersion")
+                if mode == "apply" or not version:
+                    version = current["metadata"]["resourceVersion"]
+                document["metadata"]["resourceVersion"] = version
+                await client.request("PUT", path, body=document)
+        except KubeError as exc:
+            if exc.status == 409:
+                raise CommandError(
+                    f"Failed to {mode} {what}: update conflict: {_describe(resource)}"
+                    " changed while being written; try again"
+                ) from None
+            raise
+    return len(resources)
+
+
+async def kube_delete(client: Any, resources: Sequence[Resource]) -> int:
+    from pyfelix.datastore.kubernetes import KubeNotFound  # noqa: PLC0415
+
+    for resource in resources:
+        try:
+            await client.request("DELETE", _kube_object_path(resource))
+        except KubeNotFound:
+            raise CommandError(
+                f"Failed to delete '{resource.KIND}' resource: "
+                f"resource does not exist: {_describe(resource)}"
+            ) from None
+    return len(resources)
+
+
+async def _kube_get(client: Any, args: Any, out: TextIO) -> int:
+    from pyfelix.datastore.kubernetes import KubeNotFound  # noqa: PLC0415
     from pyfelix.resources.meta import load_document  # noqa: PLC0415
 
     action = args.datastore_action
-    if action not in ("get", "list"):
-        raise CommandError(
-            f"{action} is not supported on the Kubernetes API datastore yet: use kubectl"
-        )
     kind = resolve_kind(args.kind)
     names = args.names if action == "get" else []
     namespace = "" if args.all_namespaces else args.namespace
-    async with KubeClient(config_for(source)) as client:
-        path = kube_path(kind, namespace)
-        if names:
-            found = []
-            for name in names:
-                try:
-                    obj = await client.request("GET", f"{path}/{name}")
-                except KubeNotFound:
-                    where = f"{namespace}/{name}" if kind.NAMESPACED else name
-                    raise CommandError(f"resource does not exist: {kind.KIND}({where})") from None
-                found.append(obj)
-            items, version = found, ""
-        else:
-            items, version = await client.list(path)
+    path = kube_path(kind, namespace)
+    if names:
+        found = []
+        for name in names:
+            try:
+                obj = await client.request("GET", f"{path}/{name}")
+            except KubeNotFound:
+                where = f"{namespace}/{name}" if kind.NAMESPACED else name
+                raise CommandError(f"resource does not exist: {kind.KIND}({where})") from None
+            found.append(obj)
+        items, version = found, ""
+    else:
+        items, version = await client.list(path)
     resources = []
     for obj in items:
         doc = {"apiVersion": kind_version(kind), "kind": kind.manifest_kind(), **obj}

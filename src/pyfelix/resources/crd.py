@@ -133,6 +133,35 @@ def _metadata(
     return out
 
 
+def crd_document(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """A v3 document as the custom resource Calico's client writes on the Kubernetes API
+    datastore (``ConvertCalicoResourceToK8sResource``): its labels and annotations in the
+    metadata annotation (and its labels on the object too), no uid or creation time (the API
+    server's own), the resourceVersion kept for an update, BlockAffinity's ``deleted`` as
+    text. ``v3_document`` reads it back as the same v3 document."""
+    metadata = manifest.get("metadata") or {}
+    labels, annotations = metadata.get("labels") or {}, metadata.get("annotations") or {}
+    stored = {"labels": labels, "annotations": annotations}
+    out_meta: dict[str, Any] = {
+        "name": metadata["name"],
+        "annotations": {METADATA_ANNOTATION: json.dumps(stored, sort_keys=True)},
+    }
+    for key in ("namespace", "resourceVersion"):
+        if metadata.get(key):
+            out_meta[key] = metadata[key]
+    if labels:
+        out_meta["labels"] = dict(labels)
+    spec = dict(manifest.get("spec") or {})
+    if manifest.get("kind") == "BlockAffinity" and "deleted" in spec:
+        spec["deleted"] = "true" if spec["deleted"] else "false"
+    return {
+        "apiVersion": CRD_API_VERSION,
+        "kind": manifest["kind"],
+        "metadata": out_meta,
+        "spec": spec,
+    }
+
+
 def _policy_name(name: str, tier: Any) -> str:
     """An older client's ``default.<name>`` for a policy of the default tier is ``<name>``."""
     if tier in ("default", ""):

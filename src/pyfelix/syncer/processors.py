@@ -253,7 +253,12 @@ def _kubernetes_network_policy(policy: KubernetesNetworkPolicy) -> list[KV]:
         return []
     kvs = _policy(network_policy(policy), origin=policy)
     if staged_action:
-        kvs = [(key, attrs.evolve(value, staged_action=staged_action)) for key, value in kvs]
+        kvs = [
+            (key, attrs.evolve(value, staged_action=staged_action))
+            if isinstance(value, model.Policy)
+            else (key, value)
+            for key, value in kvs
+        ]
     return kvs
 
 
