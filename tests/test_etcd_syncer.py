@@ -102,6 +102,28 @@ async def test_list_then_watch(etcd: EtcdServer) -> None:
             await state.until(lambda: state.tiers() == {"a": 3.0})
 
 
+async def test_the_default_allow_profile_is_held_across_resyncs(etcd: EtcdServer) -> None:
+    """Calico's backends always hold projectcalico-default-allow (allow in and out; the
+    automatic host endpoints of kube-controllers name it): on etcd as on the Kubernetes API,
+    never written there, and no relisting deletes it."""
+    key = model.ProfileRulesKey("projectcalico-default-allow")
+    async with running(etcd) as (client, state, syncer):
+        rules = state.values[key]
+        assert isinstance(rules, model.ProfileRules)
+        assert [r.action for r in (*rules.inbound_rules, *rules.outbound_rules)] == [
+            "allow",
+            "allow",
+        ]
+        assert (
+            await client.get(
+                "/calico/resources/v3/projectcalico.org/profiles/projectcalico-default-allow"
+            )
+            is None
+        )
+        await syncer._resync()
+        assert key in state.values
+
+
 async def test_invalid_values_are_absent_and_stream_goes_on(
     etcd: EtcdServer, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -32,7 +32,13 @@ from pyfelix.errors import ManifestError
 from pyfelix.health import HealthAggregator
 from pyfelix.syncer.api import SyncerCallbacks, SyncStatus, Update
 from pyfelix.syncer.plain_workloads import PlainFields, from_fields, plain_workload
-from pyfelix.syncer.processors import KV, Converter, convert
+from pyfelix.syncer.processors import (
+    DEFAULT_ALLOW_PROFILE,
+    KV,
+    Converter,
+    convert,
+    default_allow_profile,
+)
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +94,9 @@ class EtcdSyncer:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self.callbacks.on_status(SyncStatus.WAIT_FOR_DATASTORE)
+        # Calico's backends always hold this profile, etcd's as the Kubernetes API's.
+        produced = tuple(convert(default_allow_profile()))
+        self.callbacks.on_updates(self._converter.produce(DEFAULT_ALLOW_PROFILE, produced, "1"))
         backoff = BACKOFF_START
         while True:
             try:

@@ -34,9 +34,16 @@ from pyfelix.datastore.kubernetes import (
     KubeGone,
     KubeNotFound,
 )
-from pyfelix.resources.meta import CRD_API_VERSION, Resource, load_document
+from pyfelix.resources.meta import CRD_API_VERSION, load_document
 from pyfelix.syncer.api import SyncerCallbacks, SyncStatus, Update
-from pyfelix.syncer.processors import KV, Converter, convert, use_pod_cidr
+from pyfelix.syncer.processors import (
+    DEFAULT_ALLOW_PROFILE,
+    KV,
+    Converter,
+    convert,
+    default_allow_profile,
+    use_pod_cidr,
+)
 
 log = logging.getLogger(__name__)
 
@@ -108,24 +115,6 @@ def watched_kinds() -> tuple[Watched, ...]:
     if use_pod_cidr():
         return tuple(w for w in WATCHED if w.kind != "IPAMBlock")
     return WATCHED
-
-
-#: The profile every Calico datastore backend holds without its being written.
-DEFAULT_ALLOW_PROFILE = "projectcalico-default-allow"
-
-
-def default_allow_profile() -> Resource:
-    """libcalico-go's DefaultAllowProfile: allow everything in and out."""
-    from pyfelix.resources import Profile  # noqa: PLC0415
-
-    return Profile.from_manifest(
-        {
-            "apiVersion": "projectcalico.org/v3",
-            "kind": "Profile",
-            "metadata": {"name": DEFAULT_ALLOW_PROFILE},
-            "spec": {"ingress": [{"action": "Allow"}], "egress": [{"action": "Allow"}]},
-        }
-    )
 
 
 def decode_object(watched: Watched, obj: Mapping[str, Any], source: str) -> tuple[KV, ...]:

@@ -763,6 +763,24 @@ _CONVERTERS: dict[str, Callable[[Any], list[KV]]] = {
 }
 
 
+#: The profile every Calico datastore backend holds without its being written.
+DEFAULT_ALLOW_PROFILE = "projectcalico-default-allow"
+
+
+def default_allow_profile() -> Resource:
+    """libcalico-go's DefaultAllowProfile: allow everything in and out."""
+    from pyfelix.resources import Profile  # noqa: PLC0415
+
+    return Profile.from_manifest(
+        {
+            "apiVersion": "projectcalico.org/v3",
+            "kind": "Profile",
+            "metadata": {"name": DEFAULT_ALLOW_PROFILE},
+            "spec": {"ingress": [{"action": "Allow"}], "egress": [{"action": "Allow"}]},
+        }
+    )
+
+
 def convert(resource: Resource) -> list[KV]:
     """The model keys and values ``resource`` stands for (None values mean "absent")."""
     return _CONVERTERS[resource.KIND](resource)
