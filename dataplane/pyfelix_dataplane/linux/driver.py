@@ -4,10 +4,10 @@
 (NodeState). Once the first InSync has arrived, the loop wakes on changes, on netlink link and
 address events and on refresh periods, lets the messages already on their way arrive, and
 (rate limited by a leaky bucket: ten applies at once, then one per 10 ms) runs the managers
-(pyfelix_dataplane.linux.managers) in Felix's order: host endpoints resolved, IP sets created
-and updated, each IP version's tables rendered, planned and written (the next version planned
-while the previous one is written) beside the devices and routes, IP sets that are no longer
-used destroyed, endpoint status reported. A failure in one area lets the others finish; the
+(pyfelix_dataplane.linux.managers) in Felix's order: host endpoints resolved, the tables
+written by the table mode (pyfelix_dataplane.linux.table_mode: iptables with its IP sets, or
+nftables), each IP version's as the next is rendered, beside the devices and routes, then
+the mode's clean-up, endpoint status reported. A failure in one area lets the others finish; the
 apply is then retried with backoff. Each refresh area (IptablesRefreshInterval,
 IpsetsRefreshInterval, RouteRefreshInterval) makes its managers forget what they wrote, so the
 next apply re-reads and repairs that part of the kernel. The first successful apply is
@@ -26,7 +26,7 @@ import math
 from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 import trio
@@ -60,12 +60,9 @@ from pyfelix_dataplane.linux.mtu import (
     state_dir,
 )
 from pyfelix_dataplane.linux.startup import StartupProbe, follow_kube_proxy
+from pyfelix_dataplane.linux.table_mode import IptablesMode, NftablesMode, TableMode
 from pyfelix_dataplane.process_status import report_process_status
 from pyfelix_dataplane.state import NodeState
-
-if TYPE_CHECKING:
-    from pyfelix_dataplane.linux.managers.nftables import NftablesManager
-    from pyfelix_dataplane.rules.nft import NftTable
 
 log = logging.getLogger(__name__)
 
@@ -146,15 +143,13 @@ class Managers:
     """The managers of one kernel, over one desired state."""
 
     endpoints: EndpointManager
-    ipsets: IpsetsManager
-    tables: TablesManager
+    #: IptablesMode (its IP sets and tables managers) or NftablesMode (NFTablesMode).
+    table_mode: TableMode
     vxlan: VxlanManager
     ipip: IpipManager
     wireguard: WireguardManager
     routes: RoutesManager
     mtus: MtuManager
-    #: NFTablesMode: the nftables tables instead of ``ipsets`` and ``tables``.
-    nftables: NftablesManager | None = None
 
     @classmethod
     def build(
@@ -167,34 +162,33 @@ class Managers:
         mtus: Callable[[InterfaceReading], MtuManager],
         stats: DataplaneStats | None = None,
     ) -> Managers:
-        nftables = None
+        table_mode: TableMode
         if kernel.nftables:
             from pyfelix_dataplane.linux.managers.nftables import NftablesManager  # noqa: PLC0415
 
-            nftables = NftablesManager(state, kernel.nftables)
+            table_mode = NftablesMode(NftablesManager(state, kernel.nftables))
+        else:
+            ipsets = IpsetsManager(state, kernel.ipsets, tuple(kernel.tables), stats)
+            table_mode = IptablesMode(ipsets, TablesManager(kernel.tables))
         mtu = mtus(kernel.interfaces)
         return cls(
             endpoints=EndpointManager(state, kernel.interfaces, to_calc),
-            ipsets=IpsetsManager(state, kernel.ipsets, tuple(kernel.tables), stats),
-            tables=TablesManager(kernel.tables),
+            table_mode=table_mode,
             vxlan=VxlanManager(state, kernel.devices, hostname, mtus=mtu),
             ipip=IpipManager(state, kernel.devices, mtus=mtu),
             wireguard=WireguardManager(state, kernel.devices, hostname, to_calc, mtus=mtu),
             routes=RoutesManager(state, kernel.routes, hostname),
             mtus=mtu,
-            nftables=nftables,
         )
 
     def all(self) -> tuple[Manager, ...]:
         return (
             self.endpoints,
-            self.ipsets,
-            self.tables,
+            *self.table_mode.managers(),
             self.vxlan,
             self.ipip,
             self.wireguard,
             self.routes,
-            *((self.nftables,) if self.nftables is not None else ()),
         )
 
 
@@ -294,9 +288,7 @@ class LinuxDriver:
             tables, nftables = startup.take_readings()
             if startup.answers(self.state.config):
                 # The kernel was opened with the probe the early readings were made with.
-                managers.tables.adopt(tables)
-                if managers.nftables is not None:
-                    managers.nftables.adopt(nftables)
+                managers.table_mode.adopt(tables, nftables)
             log.info("programming with %s", kernel.description)
             await nursery.start(managers.mtus.run)
             nursery.start_soon(self._rescan_interfaces, kernel)
@@ -380,23 +372,16 @@ class LinuxDriver:
                 await self.to_calc.send(m.DataplaneInSync())
 
     async def _apply_all(self, managers: Managers) -> bool:
-        """Write what changed since the last apply, in Felix's order.
-
-        IP sets are created before the tables (rules refer to them) and deleted after (once no
-        rule does). The first apply reads every version's tables at its start, beside the
-        rendering (``TablesManager.read_ahead``). Each IP version is rendered and planned,
-        then written while the next one is rendered (from a copy of the state the sets were
-        written from), planned and written, as Felix writes its tables in parallel: the tools'
-        parsing overlaps, and when one nft transaction commits while the other is being
-        built, the tool notices (generation id) and rebuilds its batch, which costs little.
-        Devices and routes are written beside the tables, once every version is planned:
-        before that their thread would take the GIL from rendering and planning. Returns
-        whether any table was written.
-        """
+        """Write what changed since the last apply, in Felix's order: the table mode renders
+        and writes each IP version's tables (and, in the iptables mode, the IP sets before
+        them); devices and routes are written beside them, once every version is rendered
+        (before that their thread would take the GIL from rendering). A failure in one area
+        lets the others finish; the first is raised afterwards. Returns whether any table was
+        written."""
         started = trio.current_time()
         timeline: dict[str, float] = {}
         failed: list[DataplaneWriteError] = []
-        wrote_tables = False
+        mode = managers.table_mode
 
         def mark(event: str) -> None:
             timeline[event] = trio.current_time() - started
@@ -407,7 +392,6 @@ class LinuxDriver:
             *,
             task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
         ) -> None:
-            # A failure in one area lets the others finish; the first is raised afterwards.
             # Started with nursery.start, the write runs up to its first wait (its tool
             # started) before the caller goes on: Trio would otherwise run it after the
             # caller's next piece of work (the next version's rendering) half of the time.
@@ -418,80 +402,24 @@ class LinuxDriver:
                 failed.append(exc)
             mark(name)
 
-        nftables = managers.nftables
         async with trio.open_nursery() as nursery:
             await managers.endpoints.resolve()
             # The sets and every version's chains from one state: messages keep arriving while
             # the writes are awaited, and a rule must never name a set that was not written.
             rendering = managers.endpoints.rendering_state()
             placement = (self.state.rules_generation, managers.endpoints.placement)
-            if nftables is not None:
-                # One transaction per version holds the sets and the chains that name them.
-                wrote: list[bool] = []
-                await nftables.read_unknown()
-                for version, table in nftables.render(rendering, placement):
-                    mark(f"IPv{version} rendered")
 
-                    async def write_table(version: int = version, table: NftTable = table) -> None:
-                        wrote.append(await nftables.write(version, table))
+            async def start_area(write: Callable[[], Awaitable[None]], name: str) -> None:
+                await nursery.start(area, write, name)
 
-                    # The write builds its transaction and hands it to libnftables, whose
-                    # work (no GIL held) then overlaps the next version's rendering.
-                    await nursery.start(area, write_table, f"IPv{version} written")
-                managers.mtus.start()
-                nursery.start_soon(area, partial(self._apply_routing, managers), "routes")
-            else:
-                managers.tables.read_ahead(nursery)
-                desired_sets = managers.ipsets.desired()
-                if not managers.tables.rendered(placement):
-                    # Each version is rendered while the one before is written: from a copy,
-                    # as the messages arriving meanwhile change the state.
-                    rendering = rendering.snapshot()
-                sets_written = trio.Event()
-                sets_failed: list[DataplaneWriteError] = []
-
-                async def write_sets() -> None:
-                    try:
-                        await managers.ipsets.apply(desired_sets)
-                    except DataplaneWriteError as exc:
-                        sets_failed.append(exc)
-                    finally:
-                        mark("ipsets")
-                        sets_written.set()
-
-                # The sets' tool runs while the first version is rendered and planned; no
-                # table is written before the sets are (the rules would refer to missing
-                # sets: none is, if they failed).
-                nursery.start_soon(write_sets)
-                for version in managers.tables.versions:
-                    chains = managers.tables.render(rendering, placement, version)
-                    mark(f"IPv{version} rendered")
-                    try:
-                        script, tables = await managers.tables.plan(version, chains)
-                    except DataplaneWriteError as exc:
-                        failed.append(exc)
-                        continue
-                    mark(f"IPv{version} planned")
-                    await sets_written.wait()
-                    if sets_failed:
-                        break
-                    wrote_tables = wrote_tables or bool(script)
-                    write = partial(managers.tables.write, version, script, tables)
-                    # The write starts its tool (on the other core) before the next version
-                    # is rendered.
-                    await nursery.start(area, write, f"IPv{version} written")
-                mark("routes started")
-                managers.mtus.start()
-                nursery.start_soon(area, partial(self._apply_routing, managers), "routes")
-                await sets_written.wait()
-                failed[:0] = sets_failed
+            await mode.start(nursery, rendering, placement, start_area, mark)
+            mark("routes started")
+            managers.mtus.start()
+            nursery.start_soon(area, partial(self._apply_routing, managers), "routes")
             self.writing.set()
+        wrote_tables = await mode.finish(failed)
         if failed:
             raise failed[0]
-        if nftables is not None:
-            wrote_tables = any(wrote)
-        else:
-            await managers.ipsets.clean_up()
         if self._remove_other_mode is not None:
             # Once this mode is in place, never before: the node is never without policy.
             remove, self._remove_other_mode = self._remove_other_mode, None
