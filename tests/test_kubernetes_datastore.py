@@ -23,6 +23,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Iterator, Sequence
+from functools import partial
 from typing import Any
 
 import pytest
@@ -432,6 +433,20 @@ async def test_the_wireguard_key_is_the_only_thing_written_back(kube: KubeServer
         nursery.cancel_scope.cancel()
 
 
+def _datastore(kube: KubeServer, *args: str) -> subprocess.CompletedProcess[str]:
+    """``pyfelix datastore`` with DATASTORE_TYPE=kubernetes and KUBECONFIG, as calicoctl's."""
+    env = {**os.environ, "DATASTORE_TYPE": "kubernetes", "KUBECONFIG": str(kube.kubeconfig())}
+    return subprocess.run(
+        [sys.executable, "-m", "pyfelix", "datastore", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        check=False,
+        timeout=60,
+    )
+
+
 def test_datastore_get_reads_the_api_as_calicoctl_does_in_kdd_mode(kube: KubeServer) -> None:
     """``pyfelix datastore get`` with DATASTORE_TYPE=kubernetes and KUBECONFIG, as
     calicoctl's: Calico's custom resources shown as their v3 objects."""
@@ -446,18 +461,8 @@ def test_datastore_get_reads_the_api_as_calicoctl_does_in_kdd_mode(kube: KubeSer
             "spec": {"selector": "all()", "tier": "default", "order": 5},
         }
     )
-    env = {**os.environ, "DATASTORE_TYPE": "kubernetes", "KUBECONFIG": str(kube.kubeconfig())}
 
-    def datastore(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "pyfelix", "datastore", *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=REPO,
-            check=False,
-            timeout=60,
-        )
+    datastore = partial(_datastore, kube)
 
     listed = datastore("get", "gnp", "-o", "json")
     assert listed.returncode == 0, listed.stderr
@@ -480,19 +485,9 @@ def test_datastore_writes_calicos_kinds_as_custom_resources(kube: KubeServer) ->
     annotations in Calico's metadata annotation) that read back as the v3 objects written;
     create refuses an existing one, replace a missing one, delete a missing one; a Kubernetes
     kind is refused (kubectl writes it)."""
-    env = {**os.environ, "DATASTORE_TYPE": "kubernetes", "KUBECONFIG": str(kube.kubeconfig())}
     manifest = kube.directory / "write.yaml"
 
-    def datastore(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "pyfelix", "datastore", *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=REPO,
-            check=False,
-            timeout=60,
-        )
+    datastore = partial(_datastore, kube)
 
     def written(order: int) -> None:
         manifest.write_text(

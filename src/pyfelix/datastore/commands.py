@@ -225,6 +225,16 @@ def render(data: object, output: str) -> str:
     return yaml.safe_dump(data, sort_keys=True, default_flow_style=False)
 
 
+def _to_delete(args: Any, out: TextIO) -> list[Resource]:
+    """What ``delete`` names: the resources of ``-f FILE``, or KIND and NAMEs."""
+    if args.filename:
+        return load_for_write(args.filename, out)
+    if not args.kind or not args.names:
+        raise CommandError("delete needs -f FILE, or KIND and NAME")
+    kind = resolve_kind(args.kind)
+    return [_named(kind, name, args.namespace) for name in args.names]
+
+
 async def run_command(args: Any, config: EtcdConfig, out: TextIO) -> int:
     async with EtcdClient(config) as client:
         action = args.datastore_action
@@ -233,14 +243,7 @@ async def run_command(args: Any, config: EtcdConfig, out: TextIO) -> int:
             count = await write(client, resources, action)
             print(f"Successfully {_past(action)} {count} resource(s)", file=out)
         elif action == "delete":
-            if args.filename:
-                resources = load_for_write(args.filename, out)
-            else:
-                if not args.kind or not args.names:
-                    raise CommandError("delete needs -f FILE, or KIND and NAME")
-                kind = resolve_kind(args.kind)
-                resources = [_named(kind, name, args.namespace) for name in args.names]
-            count = await delete(client, resources)
+            count = await delete(client, _to_delete(args, out))
             print(f"Successfully deleted {count} resource(s)", file=out)
         else:
             kind = resolve_kind(args.kind)
@@ -284,14 +287,7 @@ async def run_kube_command(args: Any, source: str, out: TextIO) -> int:
             print(f"Successfully {_past(action)} {count} resource(s)", file=out)
             return 0
         if action == "delete":
-            if args.filename:
-                resources = load_for_write(args.filename, out)
-            else:
-                if not args.kind or not args.names:
-                    raise CommandError("delete needs -f FILE, or KIND and NAME")
-                kind = resolve_kind(args.kind)
-                resources = [_named(kind, name, args.namespace) for name in args.names]
-            count = await kube_delete(client, resources)
+            count = await kube_delete(client, _to_delete(args, out))
             print(f"Successfully deleted {count} resource(s)", file=out)
             return 0
         return await _kube_get(client, args, out)
