@@ -59,7 +59,9 @@ def _cluster(directory: Path, spoofing_any: bool) -> Path:
         )
     )
     policies = [_policy("ok", "all()"), _policy("bad", "app == "), _policy("Upper", "all()")]
-    (directory / "b.json").write_text(json.dumps({"kind": "List", "items": policies}))
+    (directory / "b.json").write_text(
+        json.dumps({"apiVersion": "v1", "kind": "List", "items": policies})
+    )
     # Defined again in another file: reported as a duplicate, its own problems not at all.
     (directory / "c.json").write_text(json.dumps([_policy("bad", "also bad ==")]))
     (directory / "d.yaml").write_text("kind: [unclosed\n")
