@@ -262,7 +262,13 @@ class Batches(State):
         super().on_status(status)
 
     def batches(self) -> list[list[Update]]:
-        return [call for call in self.calls if isinstance(call, list)]
+        """The batches sent, less the one holding the default-allow profile (from the start)."""
+        return [
+            call
+            for call in self.calls
+            if isinstance(call, list)
+            and not all("projectcalico-default-allow" in str(u.key) for u in call)
+        ]
 
 
 async def test_the_first_listing_is_sent_page_by_page_and_a_broken_one_mended(
