@@ -52,7 +52,8 @@ CRD_KINDS = frozenset(
 _POLICY_KINDS = frozenset(
     {"GlobalNetworkPolicy", "NetworkPolicy", "StagedGlobalNetworkPolicy", "StagedNetworkPolicy"}
 )
-_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+#: What Go's strconv.ParseBool reads as true, and as false.
+GO_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
 
 
@@ -72,8 +73,8 @@ def v3_document(doc: Mapping[str, Any]) -> tuple[dict[str, Any], list[FieldProbl
         spec = dict(doc["spec"])
         deleted = spec.get("deleted")
         if isinstance(deleted, str):
-            if deleted in _TRUE | _FALSE:
-                spec["deleted"] = deleted in _TRUE
+            if deleted in GO_TRUE | _FALSE:
+                spec["deleted"] = deleted in GO_TRUE
             elif deleted == "":
                 spec.pop("deleted")
             else:

@@ -531,16 +531,15 @@ def _ip_pool(pool: IPPool) -> list[KV]:
     return [(model.IPPoolKey(cidr), value)]
 
 
-_TRUE = frozenset({"1", "t", "T", "true", "TRUE", "True"})
-
-
 @functools.cache
 def use_pod_cidr() -> bool:
     """libcalico-go's usePodCIDR (host-local IPAM on the Kubernetes datastore), read from the
     environment as its client configuration is: CALICO_USE_POD_CIDR, else USE_POD_CIDR, true
     as Go's ParseBool reads it. Read once: Felix loads it at start."""
     value = os.environ.get("CALICO_USE_POD_CIDR", os.environ.get("USE_POD_CIDR", ""))
-    return value in _TRUE
+    from pyfelix.resources.crd import GO_TRUE  # noqa: PLC0415
+
+    return value in GO_TRUE
 
 
 def _ipam_block(block: IPAMBlock) -> list[KV]:
