@@ -26,13 +26,12 @@ from pyfelix.values import FrozenMap
 from pyfelix_dataplane.linux.driver import LinuxDriver
 from pyfelix_dataplane.linux.ipip import IpipDevice
 from pyfelix_dataplane.linux.kernel import EarlyReaders, Kernel, KernelProbe
-from pyfelix_dataplane.linux.managers.endpoints import EndpointManager
 from pyfelix_dataplane.linux.routes import RouteTarget
 from pyfelix_dataplane.rules.ipsets import ipset_name
 from pyfelix_dataplane.rules.render import kernel_ipsets
 from pyfelix_dataplane.state import NodeState
 from tests.calc_harness import Identity, example_state, load_manifest
-from tests.fake_kernel import FakeInterfaces, FakeNode, fake_kernel
+from tests.fake_kernel import FakeNode, fake_kernel
 from tests.test_render_rules import ipip_cluster
 
 
@@ -215,17 +214,6 @@ async def test_tampering_is_repaired_on_the_refresh_period(
         assert r.node.tables[4]["filter"][policy_chain] == wanted
 
 
-def test_endpoint_status_follows_routes() -> None:
-    """A workload is up once its addresses are routed, down while its interface is missing."""
-    state = NodeState()
-    manager = EndpointManager(state, FakeInterfaces(), to_calc=None)
-    key = model.WorkloadEndpointKey("node", "k8s", "ns/pod", "eth0")
-    endpoint = model.WorkloadEndpoint("active", "cali1", "", (), ("10.0.0.1/32",), (), FrozenMap())
-    state.apply(m.WorkloadEndpointUpdate(key, endpoint, ()))
-    assert manager.workload_statuses({"10.0.0.1/32": "added"}) == {key: "up"}
-    assert manager.workload_statuses({"10.0.0.1/32": "waiting"}) == {key: "down"}
-
-
 NEW_POLICY = """
 apiVersion: projectcalico.org/v3
 kind: GlobalNetworkPolicy
@@ -369,8 +357,6 @@ def test_rules_generation_ignores_members_and_local_labels() -> None:
     state.apply(m.IPSetDeltaUpdate("s:a", frozenset(), frozenset({"10.0.0.1/32"})))
     state.apply(m.IPSetRemove("s:a"))
     assert state.rules_generation == generation
-    assert state.take_changed_ipsets() == {"s:a"}
-    assert state.take_changed_ipsets() == set()
     state.apply(
         m.WorkloadEndpointUpdate(key, attrs.evolve(relabelled, profile_ids=("kns.ns",)), ())
     )

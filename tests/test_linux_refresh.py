@@ -3,7 +3,7 @@
 import math
 
 from pyfelix.config import parse_config
-from pyfelix_dataplane.linux.driver import RefreshSchedule
+from pyfelix_dataplane.linux.refresh import RefreshSchedule
 
 
 def test_areas_fall_due_on_their_own_intervals() -> None:

@@ -193,13 +193,13 @@ async def test_an_ip_set_programmed_cut_is_a_metric() -> None:
     writer = FakeIpsets(node)
     manager = IpsetsManager(NodeState(), writer, (4,), stats)
     writer.oversized["cali40s:deny-these"] = 2_500_000
-    await manager.apply({})
+    await manager.complete_deferred_work()
     (family,) = [f for f in FelixCollector._dataplane(stats) if f.name.startswith("pyfelix_ipset")]
     assert [(s.labels, s.value) for s in family.samples] == [
         ({"set": "cali40s:deny-these"}, 2_500_000)
     ]
     writer.oversized.clear()
-    await manager.apply({})
+    await manager.complete_deferred_work()
     (family,) = [f for f in FelixCollector._dataplane(stats) if f.name.startswith("pyfelix_ipset")]
     assert family.samples == []
 
@@ -233,7 +233,7 @@ async def test_the_policies_an_ip_set_programmed_cut_weakens_are_named(
     manager = IpsetsManager(state, writer, (4,), stats)
     writer.oversized["cali40s:deny-these"] = 2_500_000
     with caplog.at_level(logging.ERROR):
-        await manager.apply({})
+        await manager.complete_deferred_work()
     named = ("GlobalNetworkPolicy allow-others", "GlobalNetworkPolicy deny-these")
     assert stats.weakened_policies == {"cali40s:deny-these": named}
     assert "cali40s:deny-these" in caplog.text
@@ -244,5 +244,5 @@ async def test_the_policies_an_ip_set_programmed_cut_weakens_are_named(
     assert not ready
     assert detail == f"IP set cali40s:deny-these over MaxIpsetSize weakens {', '.join(named)}"
     writer.oversized.clear()
-    await manager.apply({})
+    await manager.complete_deferred_work()
     assert dataplane_readiness(True, stats) == (True, "")

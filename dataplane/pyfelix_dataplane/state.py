@@ -40,8 +40,6 @@ class NodeState:
     #: Bumped by every message a rule may depend on (all but IP set members and a local
     #: endpoint's labels), so a driver renders its chains again only when it changed.
     rules_generation: int = 0
-    #: The IP sets whose type or members changed (or that went) since ``take_changed_ipsets``.
-    changed_ipsets: set[str] = attrs.Factory(set)
 
     @property
     def ipip_tunnel_addr(self) -> str:
@@ -57,9 +55,10 @@ class NodeState:
 
     def apply(self, msg: m.ToDataplane) -> None:
         msg_type = type(msg)
-        if isinstance(msg, m.IPSetUpdate | m.IPSetDeltaUpdate | m.IPSetRemove):
-            self.changed_ipsets.add(msg.id)
-        elif not isinstance(msg, m.WorkloadEndpointUpdate) or _rules_differ(self, msg):
+        # No rule depends on IP set members (the managers note which sets changed).
+        if not isinstance(msg, m.IPSetUpdate | m.IPSetDeltaUpdate | m.IPSetRemove) and (
+            not isinstance(msg, m.WorkloadEndpointUpdate) or _rules_differ(self, msg)
+        ):
             self.rules_generation += 1
         handler = _HANDLERS.get(msg_type)
         if handler is not None:
@@ -86,12 +85,7 @@ class NodeState:
             routes=dict(self.routes),
             vteps=dict(self.vteps),
             others=dict(self.others),
-            changed_ipsets=set(),
         )
-
-    def take_changed_ipsets(self) -> set[str]:
-        changed, self.changed_ipsets = self.changed_ipsets, set()
-        return changed
 
 
 def _rules_differ(dp: NodeState, msg: m.WorkloadEndpointUpdate) -> bool:

@@ -1,17 +1,17 @@
-"""The Linux driver: the loop that brings the kernel to the node's desired state.
+"""The Linux driver: the loop that brings the kernel to the node's desired state. It only
+loops and orders; what each part of the kernel holds is its manager's business.
 
-``apply`` (called by the connector for every message) only updates the desired state
-(NodeState). Once the first InSync has arrived, the loop wakes on changes, on netlink link and
-address events and on refresh periods, lets the messages already on their way arrive, and
-(rate limited by a leaky bucket: ten applies at once, then one per 10 ms) runs the managers
-(pyfelix_dataplane.linux.managers) in Felix's order: host endpoints resolved, the tables
-written by the table mode (pyfelix_dataplane.linux.table_mode: iptables with its IP sets, or
-nftables), each IP version's as the next is rendered, beside the devices and routes, then
-the mode's clean-up, endpoint status reported. A failure in one area lets the others finish; the
-apply is then retried with backoff. Each refresh area (IptablesRefreshInterval,
-IpsetsRefreshInterval, RouteRefreshInterval) makes its managers forget what they wrote, so the
-next apply re-reads and repairs that part of the kernel. The first successful apply is
-reported as DataplaneInSync; process status goes out every ReportingIntervalSecs.
+``apply`` (called by the connector for every message) updates the desired state (NodeState)
+and hands the message to every manager (``on_update``). Once the first InSync has arrived,
+the loop wakes on changes, on netlink link and address events and on refresh periods, lets
+the messages already on their way arrive, and (rate limited by a leaky bucket: ten applies at
+once, then one per 10 ms) completes the managers' work in Felix's order
+(pyfelix_dataplane.linux.managers): host endpoints resolved, the tables written by the table
+mode (iptables with its IP sets, or nftables), each IP version's as the next is rendered,
+beside the devices and routes, then the mode's clean-up, endpoint status reported. A failure
+in one area lets the others finish; the apply is then retried with backoff, every area read
+again. What a refresh period does is pyfelix_dataplane.linux.refresh's. The first successful
+apply is reported as DataplaneInSync; process status goes out every ReportingIntervalSecs.
 
 What the kernel is comes from ``open_kernel`` (the real one, or a test's fake). With the
 start-up configuration (``startup_config``), the kernel is probed before InSync
@@ -22,7 +22,6 @@ settings they were made for hold.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
@@ -39,28 +38,18 @@ from pyfelix.throttle import LeakyBucket
 from pyfelix_dataplane.driver import ToCalc
 from pyfelix_dataplane.linux.kernel import (
     EarlyReaders,
-    InterfaceReading,
     Kernel,
     KernelProbe,
     early_readers,
     linux_kernel,
     probe_kernel,
 )
-from pyfelix_dataplane.linux.managers import Checking, Manager
-from pyfelix_dataplane.linux.managers.endpoints import EndpointManager
-from pyfelix_dataplane.linux.managers.ipip import IpipManager
-from pyfelix_dataplane.linux.managers.ipsets import IpsetsManager
+from pyfelix_dataplane.linux.managers.assembly import Managers
 from pyfelix_dataplane.linux.managers.mtu import MtuManager
-from pyfelix_dataplane.linux.managers.routes import RoutesManager
-from pyfelix_dataplane.linux.managers.tables import TablesManager
-from pyfelix_dataplane.linux.managers.vxlan import VxlanManager
-from pyfelix_dataplane.linux.managers.wireguard import WireguardManager
-from pyfelix_dataplane.linux.mtu import (
-    MONITOR_INTERVAL,
-    state_dir,
-)
+from pyfelix_dataplane.linux.monitor import rescan_interfaces
+from pyfelix_dataplane.linux.mtu import MONITOR_INTERVAL, state_dir
+from pyfelix_dataplane.linux.refresh import Refresher
 from pyfelix_dataplane.linux.startup import StartupProbe, follow_kube_proxy
-from pyfelix_dataplane.linux.table_mode import IptablesMode, NftablesMode, TableMode
 from pyfelix_dataplane.process_status import report_process_status
 from pyfelix_dataplane.state import NodeState
 
@@ -80,116 +69,6 @@ QUIET_PASSES = 2
 HEALTH_INTERVAL = 10.0
 RETRY_START = 0.2
 RETRY_MAX = 10.0
-
-#: Each area of the kernel is re-read on its own period, as Felix does, so a tampered route is
-#: repaired without also paying for an iptables-save of every table.
-REFRESH_INTERVALS: dict[str, Callable[[FelixConfig], float]] = {
-    "iptables": lambda config: config.iptables_refresh_interval,
-    "nftables": lambda config: config.nftables_refresh_interval,
-    "ipsets": lambda config: config.ipsets_refresh_interval,
-    "routes": lambda config: config.route_refresh_interval,
-}
-
-
-#: Felix's post-write checks of the iptables tables: IptablesPostWriteCheckIntervalSecs after
-#: a write (at least 50 ms), then twice as long each time, until the interval reaches an hour.
-MIN_POST_WRITE = 0.05
-MAX_POST_WRITE = 3600.0
-
-
-@attrs.define
-class RefreshSchedule:
-    """When each area (iptables, ipsets, routes) is next due to be re-read from the kernel.
-
-    Every area is due on the first apply; an interval of 0 disables that area's refresh.
-    After a write the iptables area is also due on Felix's post-write checks (another
-    program clobbering what was just written is found within seconds, not at the refresh).
-    """
-
-    _due_at: dict[str, float] = attrs.Factory(lambda: dict.fromkeys(REFRESH_INTERVALS, 0.0))
-    _last_write: float = 0.0
-    _post_write: float = MAX_POST_WRITE
-
-    def next_due(self) -> float:
-        return min(*self._due_at.values(), self._post_write_at())
-
-    def _post_write_at(self) -> float:
-        if self._post_write >= MAX_POST_WRITE:
-            return math.inf
-        return self._last_write + self._post_write
-
-    def wrote_tables(self, now: float, config: FelixConfig) -> None:
-        self._last_write = now
-        self._post_write = max(config.iptables_post_write_check_interval, MIN_POST_WRITE)
-
-    def take_due(self, now: float, config: FelixConfig) -> frozenset[str]:
-        due = {area for area, when in self._due_at.items() if when <= now}
-        for area in due:
-            interval = REFRESH_INTERVALS[area](config)
-            self._due_at[area] = now + interval if interval > 0 else math.inf
-        if self._post_write_at() <= now:
-            due.add("iptables")
-            while self._post_write_at() <= now:
-                self._post_write *= 2
-        return frozenset(due)
-
-    def make_all_due(self, now: float) -> None:
-        for area in self._due_at:
-            self._due_at[area] = now
-
-
-@attrs.define(eq=False)
-class Managers:
-    """The managers of one kernel, over one desired state."""
-
-    endpoints: EndpointManager
-    #: IptablesMode (its IP sets and tables managers) or NftablesMode (NFTablesMode).
-    table_mode: TableMode
-    vxlan: VxlanManager
-    ipip: IpipManager
-    wireguard: WireguardManager
-    routes: RoutesManager
-    mtus: MtuManager
-
-    @classmethod
-    def build(
-        cls,
-        state: NodeState,
-        kernel: Kernel,
-        hostname: str,
-        to_calc: Any,
-        *,
-        mtus: Callable[[InterfaceReading], MtuManager],
-        stats: DataplaneStats | None = None,
-    ) -> Managers:
-        table_mode: TableMode
-        if kernel.nftables:
-            from pyfelix_dataplane.linux.managers.nftables import NftablesManager  # noqa: PLC0415
-
-            table_mode = NftablesMode(NftablesManager(state, kernel.nftables))
-        else:
-            ipsets = IpsetsManager(state, kernel.ipsets, tuple(kernel.tables), stats)
-            table_mode = IptablesMode(ipsets, TablesManager(kernel.tables))
-        mtu = mtus(kernel.interfaces)
-        return cls(
-            endpoints=EndpointManager(state, kernel.interfaces, to_calc),
-            table_mode=table_mode,
-            vxlan=VxlanManager(state, kernel.devices, hostname, mtus=mtu),
-            ipip=IpipManager(state, kernel.devices, mtus=mtu),
-            wireguard=WireguardManager(state, kernel.devices, hostname, to_calc, mtus=mtu),
-            routes=RoutesManager(state, kernel.routes, hostname),
-            mtus=mtu,
-        )
-
-    def all(self) -> tuple[Manager, ...]:
-        return (
-            self.endpoints,
-            *self.table_mode.managers(),
-            self.vxlan,
-            self.ipip,
-            self.wireguard,
-            self.routes,
-        )
 
 
 @attrs.define(eq=False)
@@ -226,8 +105,14 @@ class LinuxDriver:
 
     async def apply(self, msg: m.ToDataplane) -> None:
         self.state.apply(msg)
+        if self.managers is not None:
+            self.managers.on_update(msg)
         self.stats.messages[type(msg).__name__] += 1
         self._received += 1
+        self._wake.set()
+
+    def _wake_up(self) -> None:
+        """Wake the loop (the event is a new one after each apply)."""
         self._wake.set()
 
     async def _gather(self) -> None:
@@ -291,63 +176,28 @@ class LinuxDriver:
                 managers.table_mode.adopt(tables, nftables)
             log.info("programming with %s", kernel.description)
             await nursery.start(managers.mtus.run)
-            nursery.start_soon(self._rescan_interfaces, kernel)
+            interval = partial(getattr, self.state.config, "interface_refresh_interval")
+            nursery.start_soon(
+                rescan_interfaces, kernel.interfaces.links, interval, self._on_interface
+            )
             if kernel.kube_proxy_nftables is not None:
                 nursery.start_soon(
                     follow_kube_proxy, kernel.kube_proxy_nftables, bool(kernel.nftables)
                 )
             await self._loop(managers, nursery)
 
-    async def _rescan_interfaces(self, kernel: Kernel) -> None:
-        """Felix's interface monitor resync: every InterfaceRefreshInterval (0: never) every
-        interface is treated as changed, so a netlink event the monitor missed costs at most
-        that long."""
-        while True:
-            interval = self.state.config.interface_refresh_interval
-            if interval <= 0:
-                await trio.sleep_forever()  # a change of the setting restarts the agent
-            await trio.sleep(interval)
-            for name, _, _ in await kernel.interfaces.links():
-                self._on_interface(name)
-
     async def _loop(self, managers: Managers, nursery: trio.Nursery) -> None:
         self._wake.set()
         retry = RETRY_START
-        refresh = RefreshSchedule()
-        checking: set[str] = set()
-
-        async def check(manager: Checking) -> None:
-            try:
-                repair = await manager.check()
-            except DataplaneWriteError as exc:
-                log.warning("cannot read the %s back (%s): rewriting them", manager.area, exc)
-                manager.invalidate()
-                repair = True
-            finally:
-                checking.discard(manager.area)
-            if repair:
-                self._wake.set()
-
+        refresher = Refresher(self._wake_up)
         while True:
             self.report_health(self._reported_in_sync)
             health_due = trio.current_time() + HEALTH_INTERVAL
-            with trio.move_on_at(min(refresh.next_due(), health_due)):
+            with trio.move_on_at(min(refresher.next_due(), health_due)):
                 await self._wake.wait()
-            if not self._wake.is_set() and refresh.next_due() > trio.current_time():
+            if not self._wake.is_set() and refresher.next_due() > trio.current_time():
                 continue  # only the health tick
-            due = refresh.take_due(trio.current_time(), self.state.config)
-            invalidated = False
-            for manager in managers.all():
-                if manager.area not in due:
-                    continue
-                if isinstance(manager, Checking) and manager.written:
-                    # Read back beside the applies, which it wakes if a table differs.
-                    if manager.area not in checking:
-                        checking.add(manager.area)
-                        nursery.start_soon(check, manager)
-                else:
-                    manager.invalidate()
-                    invalidated = True
+            invalidated = refresher.refresh(managers.refreshed(), nursery, self.state.config)
             if not (self._wake.is_set() or invalidated):
                 continue  # only a check was due
             if self.throttle.throttled:
@@ -362,11 +212,10 @@ class LinuxDriver:
                 self.stats.failures += 1
                 await trio.sleep(retry)
                 retry = min(retry * 2, RETRY_MAX)
-                refresh.make_all_due(trio.current_time())
+                refresher.failed()
                 continue
             retry = RETRY_START
-            if wrote_tables:
-                refresh.wrote_tables(trio.current_time(), self.state.config)
+            refresher.applied(wrote_tables, self.state.config)
             if not self._reported_in_sync:
                 self._reported_in_sync = True
                 await self.to_calc.send(m.DataplaneInSync())
@@ -403,7 +252,7 @@ class LinuxDriver:
             mark(name)
 
         async with trio.open_nursery() as nursery:
-            await managers.endpoints.resolve()
+            await managers.endpoints.complete_deferred_work()
             # The sets and every version's chains from one state: messages keep arriving while
             # the writes are awaited, and a rule must never name a set that was not written.
             rendering = managers.endpoints.rendering_state()
@@ -435,14 +284,12 @@ class LinuxDriver:
             ", ".join(f"{event} at {at:.3f}s" for event, at in timeline.items()),
             trio.current_time() - started,
         )
-        await managers.endpoints.report(managers.routes.results)
+        await managers.status.complete_deferred_work()
         return wrote_tables
 
     async def _apply_routing(self, managers: Managers) -> None:
         """The tunnel devices first (VXLAN's two with their neighbours, IPIP: routes go through
         them), the WireGuard device, peers and routing, then routes; once the MTUs are known."""
         await managers.mtus.known.wait()
-        vxlan_on = await managers.vxlan.apply()
-        ipip_on = await managers.ipip.apply()
-        await managers.wireguard.apply()
-        await managers.routes.apply(vxlan_on, ipip_on)
+        for manager in managers.routing():
+            await manager.complete_deferred_work()

@@ -10,11 +10,12 @@ from __future__ import annotations
 import errno
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import trio
 
 from pyfelix_dataplane.linux import rtnl
+from pyfelix_dataplane.linux.mtu import Link
 
 log = logging.getLogger(__name__)
 
@@ -46,3 +47,20 @@ async def watch_interfaces(on_change: Callable[[str], None]) -> None:
                     on_change(link or socket.if_indextoname(index))
                 except OSError:
                     continue  # an address's interface, gone already: its link event says so
+
+
+async def rescan_interfaces(
+    links: Callable[[], Awaitable[list[Link]]],
+    interval: Callable[[], float],
+    on_change: Callable[[str], None],
+) -> None:
+    """Felix's interface monitor resync: every InterfaceRefreshInterval (``interval``; 0:
+    never) every interface is treated as changed, so an event the monitor missed costs at
+    most that long."""
+    while True:
+        seconds = interval()
+        if seconds <= 0:
+            await trio.sleep_forever()  # a change of the setting restarts the agent
+        await trio.sleep(seconds)
+        for name, _, _ in await links():
+            on_change(name)

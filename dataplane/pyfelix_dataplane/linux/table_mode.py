@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Protocol
 import attrs
 import trio
 
+from pyfelix import messages as m
 from pyfelix.errors import DataplaneWriteError
-from pyfelix_dataplane.linux.managers import Manager
+from pyfelix_dataplane.linux.managers import Refreshed
 from pyfelix_dataplane.linux.managers.ipsets import IpsetsManager
 from pyfelix_dataplane.linux.managers.tables import TableReading, TablesManager
 from pyfelix_dataplane.state import NodeState
@@ -37,8 +38,12 @@ Mark = Callable[[str], None]
 
 
 class TableMode(Protocol):
-    def managers(self) -> tuple[Manager, ...]:
+    def managers(self) -> tuple[Refreshed, ...]:
         """The managers whose areas a refresh may find due."""
+        ...
+
+    def on_update(self, msg: m.ToDataplane) -> None:
+        """Felix's first verb, for the mode's managers (which sets changed)."""
         ...
 
     def adopt(
@@ -76,8 +81,11 @@ class IptablesMode:
     _failed: list[DataplaneWriteError] = attrs.Factory(list)
     _wrote: bool = False
 
-    def managers(self) -> tuple[Manager, ...]:
+    def managers(self) -> tuple[Refreshed, ...]:
         return (self.ipsets, self.tables)
+
+    def on_update(self, msg: m.ToDataplane) -> None:
+        self.ipsets.on_update(msg)
 
     def adopt(
         self,
@@ -101,14 +109,14 @@ class IptablesMode:
         is written: from a copy, as the messages arriving meanwhile change the state."""
         self._failed, self._wrote = [], False
         self.tables.read_ahead(nursery)
-        desired_sets = self.ipsets.desired()
+        self.ipsets.desired()
         if not self.tables.rendered(placement):
             rendering = rendering.snapshot()
         sets_written = trio.Event()
 
         async def write_sets() -> None:
             try:
-                await self.ipsets.apply(desired_sets)
+                await self.ipsets.complete_deferred_work()
             except DataplaneWriteError as exc:
                 self._failed.append(exc)
             finally:
@@ -149,8 +157,11 @@ class NftablesMode:
     nftables: NftablesManager
     _wrote: list[bool] = attrs.Factory(list)
 
-    def managers(self) -> tuple[Manager, ...]:
+    def managers(self) -> tuple[Refreshed, ...]:
         return (self.nftables,)
+
+    def on_update(self, msg: m.ToDataplane) -> None:
+        self.nftables.on_update(msg)
 
     def adopt(
         self,

@@ -2,19 +2,22 @@
 
 Each reads the desired state (pyfelix_dataplane.state.NodeState, shared with the dry-run),
 works out what its part of the kernel should hold, and writes it through its writer
-(pyfelix_dataplane.linux.kernel). The driver only orders them:
+(pyfelix_dataplane.linux.kernel). Every manager has Felix's two verbs: ``on_update`` sees
+each message as it arrives (and notes what it changes for the manager: its sets, its routes),
+``complete_deferred_work`` brings the manager's part of the kernel to the state. Inputs from
+another manager come from one named in the constructor (the routes from the tunnel managers,
+the tunnels' MTUs from the MTU manager). The driver only orders them:
 
-    endpoints.resolve  -> host endpoints placed on interfaces (rendering needs it)
-    ipsets.apply       -> sets created and filled            (rules refer to them)
-    tables.plan/write  -> each IP version's four tables      (beside the routes)
-    mtus.start         -> the host's MTU detected once      (the devices wait for it)
-    vxlan, ipip, wireguard, routes                            (devices before routes;
-                                                               their MTUs pulled from mtus)
-    ipsets.clean_up    -> sets no rule refers to any more
-    endpoints.report   -> workload and host endpoint status
+    endpoints           -> host endpoints placed on interfaces (rendering needs it)
+    table mode          -> iptables: the IP sets, then each IP version's tables;
+                           nftables: one transaction per version         (beside the routes)
+    mtus.start          -> the host's MTU detected once      (the devices wait for it)
+    vxlan, ipip, wireguard, routes                            (devices before routes)
+    table mode finish   -> iptables: the sets no rule refers to any more destroyed
+    endpoint status     -> workload and host endpoint status reported
 
-In the nftables mode ``nftables.render/write`` (each version's table, its sets included, in
-one transaction) takes the place of ``ipsets`` and ``tables``.
+The table mode (pyfelix_dataplane.linux.table_mode) is started and finished rather than
+completed: it renders one IP version while the previous one is written.
 
 ``invalidate`` forgets what a manager wrote, so its next apply re-reads the kernel and
 repairs it (the refresh of its ``area``). The tables (``tables``, ``nftables``) are large to
@@ -24,18 +27,33 @@ forgets only what it found changed.
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from pyfelix import messages as m
 
 #: Readings a check takes while writes of ours keep overlapping them, before it leaves the
 #: reading to the next apply.
 CHECK_ATTEMPTS = 3
 
 
-class Manager(Protocol):
+class Refreshed(Protocol):
+    """What a refresh can make forget what it wrote."""
+
     #: The refresh period it belongs to: "iptables", "nftables", "ipsets" or "routes".
     area: str
 
     def invalidate(self) -> None: ...
+
+
+class Manager(Refreshed, Protocol):
+    def on_update(self, msg: m.ToDataplane) -> None:
+        """Note what ``msg`` changes for this manager (the state has it already)."""
+        ...
+
+    async def complete_deferred_work(self) -> None:
+        """Write what changed since the last call, or everything after ``invalidate``."""
+        ...
 
 
 @runtime_checkable

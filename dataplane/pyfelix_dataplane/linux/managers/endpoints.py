@@ -1,8 +1,8 @@
-"""Endpoints: host endpoints placed on the interfaces they govern, and the status of every local
-endpoint reported back (EndpointReportingEnabled), as Felix's endpoint manager does.
+"""Endpoints: host endpoints placed on the interfaces they govern, as Felix's endpoint manager
+resolves them before the chains are rendered.
 
 The endpoint chains themselves are rendered with the tables; interface settings go with each
-workload's route (routes manager).
+workload's route (routes manager); the endpoints' status is the status manager's.
 """
 
 from __future__ import annotations
@@ -19,28 +19,14 @@ from pyfelix_dataplane.linux.host_endpoints import (
     without_excluded,
 )
 from pyfelix_dataplane.linux.kernel import InterfaceReading
-from pyfelix_dataplane.linux.routes import IFF_RUNNING, IFF_UP
 from pyfelix_dataplane.rules.settings import interface_prefixes
 from pyfelix_dataplane.state import NodeState
-
-
-def _status_update(key: Any, status: str) -> m.FromDataplane:
-    if isinstance(key, model.HostEndpointKey):
-        return m.HostEndpointStatusUpdate(key, status)
-    return m.WorkloadEndpointStatusUpdate(key, status)
-
-
-def _status_remove(key: Any) -> m.FromDataplane:
-    if isinstance(key, model.HostEndpointKey):
-        return m.HostEndpointStatusRemove(key)
-    return m.WorkloadEndpointStatusRemove(key)
 
 
 @attrs.define(eq=False)
 class EndpointManager:
     state: NodeState
     interfaces: InterfaceReading
-    to_calc: Any
     area: str = "routes"
     # The node's interfaces (with addresses) and which host endpoint governs each, as of the
     # last resolution (only looked up while there are host endpoints).
@@ -50,7 +36,15 @@ class EndpointManager:
     def invalidate(self) -> None:
         """Interfaces are re-read on every apply; nothing is remembered."""
 
-    async def resolve(self) -> None:
+    def on_update(self, msg: m.ToDataplane) -> None:
+        """Nothing to note: the interfaces change without messages, and are read each time."""
+
+    @property
+    def host_interfaces(self) -> dict[str, model.HostEndpointKey]:
+        """Which host endpoint governs each interface, as of the last resolution."""
+        return self._host_interfaces
+
+    async def complete_deferred_work(self) -> None:
         """Which interfaces each host endpoint governs, by name or by expected address."""
         if not self.state.hosts:
             self._host_interfaces = {}
@@ -87,45 +81,3 @@ class EndpointManager:
             endpoint = attrs.evolve(update.endpoint, name=interface)
             hosts[(key, interface)] = attrs.evolve(update, endpoint=endpoint)
         return attrs.evolve(self.state, hosts=hosts)
-
-    def workload_statuses(self, route_results: dict[str, str]) -> dict[Any, str]:
-        """ "up" when every address of a workload is routed, "down" while its interface is
-        missing or down (what Felix reports when EndpointReportingEnabled)."""
-        statuses = {}
-        for key, update in self.state.workloads.items():
-            nets = update.endpoint.ipv4_nets + update.endpoint.ipv6_nets
-            waiting = any(route_results.get(net) == "waiting" for net in nets)
-            statuses[key] = "down" if waiting or not nets else "up"
-        return statuses
-
-    def host_endpoint_statuses(self) -> dict[Any, str]:
-        """As Felix: "up" when every interface the host endpoint governs is up and running,
-        "down" otherwise, "error" when it governs none (no such interface, no interface with
-        its expected addresses, or another endpoint won it). An all-interfaces ("*")
-        endpoint is always resolved: "up"."""
-        statuses = {}
-        for key, update in self.state.hosts.items():
-            if update.endpoint.name == "*":
-                statuses[key] = "up"
-                continue
-            interfaces = [name for name, owner in self._host_interfaces.items() if owner == key]
-            flags = [self.interfaces.flags(name) for name in interfaces]
-            if not flags:
-                statuses[key] = "error"
-                continue
-            running = IFF_UP | IFF_RUNNING
-            up = all(found is not None and found[1] & running == running for found in flags)
-            statuses[key] = "up" if up else "down"
-        return statuses
-
-    async def report(self, route_results: dict[str, str]) -> None:
-        """Send the statuses that changed since the last report."""
-        if not self.state.config.endpoint_reporting_enabled:
-            return
-        statuses = self.workload_statuses(route_results) | self.host_endpoint_statuses()
-        for key, status in statuses.items():
-            if self._statuses.get(key) != status:
-                await self.to_calc.send(_status_update(key, status))
-        for key in self._statuses.keys() - statuses.keys():
-            await self.to_calc.send(_status_remove(key))
-        self._statuses = statuses

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import attrs
 
+from pyfelix import messages as m
 from pyfelix_dataplane.linux.ipip import IpipDevice
 from pyfelix_dataplane.linux.kernel import DeviceWriting
 from pyfelix_dataplane.linux.managers.mtu import MtuManager
@@ -21,6 +22,8 @@ class IpipManager:
     _written: IpipDevice | None = None
     #: Whether ``_written`` is what the kernel was given (a refresh forgets it).
     _synced: bool = False
+    #: Whether IPIP is on (the routes manager routes through tunl0 then).
+    on: bool = False
 
     @property
     def mtu(self) -> int:
@@ -28,6 +31,9 @@ class IpipManager:
 
     def invalidate(self) -> None:
         self._synced = False
+
+    def on_update(self, msg: m.ToDataplane) -> None:
+        """Nothing to note: the device is worked out again on every apply (it is one)."""
 
     def desired(self) -> IpipDevice | None:
         """tunl0 when IPIP is on and this node's IPIP address is known."""
@@ -37,10 +43,10 @@ class IpipManager:
             return None
         return IpipDevice(address=address, mtu=self.mtu)
 
-    async def apply(self) -> bool:
-        """Write the device if it changed; whether IPIP is on (routes go through it then)."""
+    async def complete_deferred_work(self) -> None:
+        """Write the device if it changed."""
         device = self.desired()
         if not self._synced or self._written != device:
             await self.writer.ipip(device)
             self._written, self._synced = device, True
-        return device is not None
+        self.on = device is not None

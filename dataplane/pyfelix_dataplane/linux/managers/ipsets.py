@@ -15,6 +15,7 @@ from collections.abc import Collection, Mapping
 
 import attrs
 
+from pyfelix import messages as m
 from pyfelix.stats import DataplaneStats
 from pyfelix_dataplane.linux.ipsets import DesiredSets
 from pyfelix_dataplane.linux.kernel import IpsetWriting
@@ -66,14 +67,21 @@ class IpsetsManager:
     _generation: int = -1
     #: The kernel names of the sets changed since the last apply; None: any may have.
     _changed: set[str] | None = None
+    #: The ids of the sets whose type or members messages changed since ``desired``.
+    _changed_ids: set[str] = attrs.Factory(set)
 
     def invalidate(self) -> None:
         self._stale = True
 
+    def on_update(self, msg: m.ToDataplane) -> None:
+        if isinstance(msg, m.IPSetUpdate | m.IPSetDeltaUpdate | m.IPSetRemove):
+            self._changed_ids.add(msg.id)
+
     def desired(self) -> DesiredSets:
-        """Every set wanted now; ``apply`` then writes those that changed. The mapping is this
+        """Every set wanted now (the table mode renders the rules from the same state);
+        ``complete_deferred_work`` then writes those that changed. The mapping is this
         manager's own, unchanged until the next call (one apply's write and clean-up)."""
-        changed_ids = self.state.take_changed_ipsets()
+        changed_ids, self._changed_ids = self._changed_ids, set()
         if self._stale or self._generation < 0:
             self._desired = kernel_ipsets(self.state, self.versions)
             self._generation = self.state.rules_generation
@@ -93,8 +101,10 @@ class IpsetsManager:
             self._changed = changed
         return self._desired
 
-    async def apply(self, desired: DesiredSets) -> None:
-        """Create, fill and resize ``desired`` (before the tables that refer to it)."""
+    async def complete_deferred_work(self) -> None:
+        """Create, fill and resize the sets last ``desired`` (before the tables that refer
+        to them)."""
+        desired = self._desired
         refresh, changed = self._stale, self._changed
         # Until this write succeeds, the next apply compares every set again.
         self._stale, self._changed = True, None

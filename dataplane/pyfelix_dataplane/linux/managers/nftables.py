@@ -14,6 +14,7 @@ from collections.abc import Hashable, Iterator, Mapping
 import attrs
 import trio
 
+from pyfelix import messages as m
 from pyfelix.errors import DataplaneWriteError
 from pyfelix_dataplane.linux.managers import CHECK_ATTEMPTS
 from pyfelix_dataplane.linux.nftables import KernelTable, NftablesWriter
@@ -51,6 +52,8 @@ class NftablesManager:
     _generation: int = -1
     #: Per version, the sets rendered again by the last render (None: all of them).
     _changed: dict[int, set[str] | None] = attrs.Factory(dict)
+    #: The ids of the sets whose type or members messages changed since the last render.
+    _changed_ids: set[str] = attrs.Factory(set)
 
     @property
     def versions(self) -> tuple[int, ...]:
@@ -64,6 +67,10 @@ class NftablesManager:
         self._sets = None
         for writer in self.writers.values():
             writer.invalidate()
+
+    def on_update(self, msg: m.ToDataplane) -> None:
+        if isinstance(msg, m.IPSetUpdate | m.IPSetDeltaUpdate | m.IPSetRemove):
+            self._changed_ids.add(msg.id)
 
     async def check(self) -> bool:
         """Each version's table read back beside the applies; one that differs from what was
@@ -89,7 +96,7 @@ class NftablesManager:
         changed (the state names the sets), as the iptables mode writes only those."""
         if self._translated is None or self._translated[0] != key:
             self._translated = (key, {})
-        changed = self.state.take_changed_ipsets()
+        changed, self._changed_ids = self._changed_ids, set()
         names: set[str] | None = None
         if self._sets is None:
             every = kernel_ipsets(rendering, self.versions)

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import attrs
 
+from pyfelix import messages as m
 from pyfelix_dataplane.linux.ipip import DEVICE as IPIP_DEVICE
 from pyfelix_dataplane.linux.kernel import RouteWriting
-from pyfelix_dataplane.linux.managers.vxlan import vtep_half
+from pyfelix_dataplane.linux.managers.ipip import IpipManager
+from pyfelix_dataplane.linux.managers.vxlan import VxlanManager, vtep_half
 from pyfelix_dataplane.linux.routes import RouteOwnership, RouteTarget
 from pyfelix_dataplane.linux.vxlan import DEVICE as VXLAN_DEVICE
 from pyfelix_dataplane.linux.vxlan import DEVICE_V6 as VXLAN_V6_DEVICE
@@ -19,19 +21,41 @@ from pyfelix_dataplane.linux.vxlan import device_name
 from pyfelix_dataplane.rules.settings import interface_prefixes
 from pyfelix_dataplane.state import NodeState
 
+#: What the routes come from: local workloads, remote blocks and VTEPs, the settings, and
+#: which tunnels are up (the tunnel managers', compared on every apply).
+CHANGES_ROUTES = (
+    m.WorkloadEndpointUpdate,
+    m.WorkloadEndpointRemove,
+    m.RouteUpdate,
+    m.RouteRemove,
+    m.VXLANTunnelEndpointUpdate,
+    m.VXLANTunnelEndpointRemove,
+    m.ConfigUpdate,
+)
+
 
 @attrs.define(eq=False)
 class RoutesManager:
     state: NodeState
     writer: RouteWriting
     hostname: str
+    #: The tunnel managers, applied before this one: whether their devices are up.
+    vxlan: VxlanManager | None = None
+    ipip: IpipManager | None = None
     area: str = "routes"
     #: Per destination: "added", "waiting" (interface missing) or "failed", from the last write.
     results: dict[str, str] = attrs.Factory(dict)
     _written: dict[str, RouteTarget] | None = None
+    #: Whether a message since the last write may change a route, and the tunnels then up.
+    _dirty: bool = True
+    _tunnels: tuple[frozenset[int], bool] = (frozenset(), False)
 
     def invalidate(self) -> None:
-        self._written = None
+        self._written, self._dirty = None, True
+
+    def on_update(self, msg: m.ToDataplane) -> None:
+        if isinstance(msg, CHANGES_ROUTES):
+            self._dirty = True
 
     def desired(
         self, vxlan_on: frozenset[int] = frozenset(), ipip_on: bool = False
@@ -76,9 +100,17 @@ class RoutesManager:
                 routes[route.dst] = RouteTarget(IPIP_DEVICE, gateway=route.dst_node_ip)
         return routes
 
-    async def apply(self, vxlan_on: frozenset[int] = frozenset(), ipip_on: bool = False) -> None:
-        desired = self.desired(vxlan_on, ipip_on)
+    async def complete_deferred_work(self) -> None:
+        tunnels = (
+            self.vxlan.on if self.vxlan is not None else frozenset(),
+            self.ipip.on if self.ipip is not None else False,
+        )
+        if not self._dirty and tunnels == self._tunnels:
+            return
+        self._tunnels = tunnels
+        desired = self.desired(*tunnels)
         if self._written == desired:
+            self._dirty = False
             return
         config = self.state.config
         ownership = RouteOwnership(
@@ -92,4 +124,4 @@ class RoutesManager:
         )
         self.results = await self.writer.apply(desired, ownership)
         if not {"waiting", "failed"} & set(self.results.values()):
-            self._written = desired
+            self._written, self._dirty = desired, False

@@ -13,6 +13,13 @@ from pyfelix_dataplane.state import NodeState
 
 Vxlan = tuple[VtepDevice | None, tuple[RemoteVtep, ...]]
 VERSIONS = (4, 6)
+#: What a VTEP device, its neighbours or its MTU's inputs come from.
+CHANGES_VXLAN = (
+    m.VXLANTunnelEndpointUpdate,
+    m.VXLANTunnelEndpointRemove,
+    m.Encapsulation,
+    m.ConfigUpdate,
+)
 
 
 def vtep_half(vtep: m.VXLANTunnelEndpointUpdate, version: int) -> tuple[str, str, str]:
@@ -30,7 +37,11 @@ class VxlanManager:
     area: str = "routes"
     #: Where the devices' MTUs come from (detected, or configured: managers/mtu.py).
     mtus: MtuManager | None = None
+    #: The IP versions whose device is up (the routes manager routes through them).
+    on: frozenset[int] = frozenset()
     _written: dict[int, Vxlan] = attrs.Factory(dict)
+    #: Whether a message since the last write may change a device or its neighbours.
+    _dirty: bool = True
 
     @property
     def mtu(self) -> int:
@@ -41,7 +52,11 @@ class VxlanManager:
         return self.mtus.vxlan_v6 if self.mtus is not None else 0
 
     def invalidate(self) -> None:
-        self._written = {}
+        self._written, self._dirty = {}, True
+
+    def on_update(self, msg: m.ToDataplane) -> None:
+        if isinstance(msg, CHANGES_VXLAN):
+            self._dirty = True
 
     def enabled(self, version: int) -> bool:
         encapsulation = self.state.encapsulation
@@ -75,15 +90,20 @@ class VxlanManager:
                 remotes.append(RemoteVtep(tunnel, mac, parent))
         return device, tuple(remotes)
 
-    async def apply(self) -> frozenset[int]:
-        """Write each device and its neighbours if they changed; the IP versions whose device
-        is up (their routes go through it)."""
-        on = set()
+    async def complete_deferred_work(self) -> None:
+        """Write each device and its neighbours if they changed; note the IP versions whose
+        device is up (their routes go through it). A device waiting for its parent's
+        address is tried again on the next apply."""
+        if not self._dirty:
+            return
+        on, waiting = set(), False
         for version in VERSIONS:
             vxlan = self.desired(version)
-            changed = self._written.get(version) != vxlan
-            if changed and await self.writer.vxlan(*vxlan, version) != "waiting":
-                self._written[version] = vxlan
+            if self._written.get(version) != vxlan:
+                if await self.writer.vxlan(*vxlan, version) == "waiting":
+                    waiting = True
+                else:
+                    self._written[version] = vxlan
             if vxlan[0] is not None:
                 on.add(version)
-        return frozenset(on)
+        self.on, self._dirty = frozenset(on), waiting

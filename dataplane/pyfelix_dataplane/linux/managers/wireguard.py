@@ -23,6 +23,16 @@ log = logging.getLogger(__name__)
 #: The kernel's own tables (local, main, default): never handed out.
 RESERVED_TABLES = range(253, 256)
 DEFAULT_TABLES = ((1, 250),)
+#: What a device, its peers and their allowed addresses come from.
+CHANGES_WIREGUARD = (
+    m.ConfigUpdate,
+    m.WireguardEndpointUpdate,
+    m.WireguardEndpointRemove,
+    m.HostMetadataUpdate,
+    m.HostMetadataRemove,
+    m.RouteUpdate,
+    m.RouteRemove,
+)
 
 
 def route_tables(config: FelixConfig) -> Iterator[int]:
@@ -69,6 +79,8 @@ class WireguardManager:
     # route refresh asks for them to be re-read.
     _written: dict[int, WireguardDevice | None] = attrs.Factory(dict)
     _stale: bool = False
+    #: Whether a message since the last apply may change a device or its peers.
+    _dirty: bool = True
 
     @property
     def mtu(self) -> int:
@@ -83,7 +95,11 @@ class WireguardManager:
         return self.public_keys.get(4, "")
 
     def invalidate(self) -> None:
-        self._stale = True
+        self._stale = self._dirty = True
+
+    def on_update(self, msg: m.ToDataplane) -> None:
+        if isinstance(msg, CHANGES_WIREGUARD):
+            self._dirty = True
 
     def desired(self, version: int = 4) -> WireguardDevice | None:
         config = self.state.config
@@ -152,8 +168,10 @@ class WireguardManager:
                 found.setdefault(node, []).append(route.dst)
         return found
 
-    async def apply(self) -> None:
+    async def complete_deferred_work(self) -> None:
         """Never enabled: the kernel is left alone. Disabled: the device goes."""
+        if not self._dirty:
+            return
         stale, self._stale = self._stale, False
         for version in (4, 6):
             wireguard = self.desired(version)
@@ -169,3 +187,4 @@ class WireguardManager:
                 self.public_keys[version] = key
                 log.info("IPv%d WireGuard public key: %s", version, key or "(none)")
                 await self.to_calc.send(m.WireguardStatusUpdate(key, version))
+        self._dirty = False
