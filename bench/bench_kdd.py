@@ -193,7 +193,11 @@ def _printed(server: KubeServer, seen: dict[str, float], in_sync: threading.Even
 
 
 def _programmed(
-    server: KubeServer, seen: dict[str, float], in_sync: threading.Event, stack: ExitStack
+    server: KubeServer,
+    seen: dict[str, float],
+    in_sync: threading.Event,
+    stack: ExitStack,
+    agent_log: Path | None,
 ) -> Any:
     """``pyfelix run`` in a namespace of its own: a pod is programmed when its cali-tw chain
     is created in the kernel (``nft monitor``); in sync once cali-FORWARD is."""
@@ -222,21 +226,27 @@ def _programmed(
 
     threading.Thread(target=read, daemon=True).start()
     env = dict(os.environ, FELIX_LOGFILEPATH="none", FELIX_LOGSEVERITYSYS="none")
+    if agent_log is not None:
+        env["FELIX_LOGSEVERITYSCREEN"] = "Debug"
     argv = [sys.executable, "-m", "pyfelix", "run", "--hostname", "node-0"]
     return subprocess.Popen(
         ["ip", "netns", "exec", netns, *argv, "--datastore", datastore],
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL
+        if agent_log is None
+        else stack.enter_context(agent_log.open("w")),
         env=env,
     )
 
 
-def latency(server: KubeServer, rate: float, creates: int, linux: bool) -> None:
+def latency(
+    server: KubeServer, rate: float, creates: int, linux: bool, agent_log: Path | None = None
+) -> None:
     seen: dict[str, float] = {}
     in_sync = threading.Event()
     with ExitStack() as stack:
         if linux:
-            agent = _programmed(server, seen, in_sync, stack)
+            agent = _programmed(server, seen, in_sync, stack, agent_log)
         else:
             agent = _printed(server, seen, in_sync)
         assert in_sync.wait(120)
@@ -283,6 +293,9 @@ def main() -> None:
     parser.add_argument("--linux", action="store_true")
     parser.add_argument("--rate", type=float, default=100.0)
     parser.add_argument("--creates", type=int, default=500)
+    parser.add_argument(
+        "--agent-log", type=Path, help="with --linux: the agent's debug log, to see its applies"
+    )
     args = parser.parse_args()
     with (
         tempfile.TemporaryDirectory() as directory,
@@ -293,7 +306,7 @@ def main() -> None:
         fill(server, docs)
         print(f"{len(docs)} objects created in {time.monotonic() - started:.1f} s")
         if args.latency:
-            latency(server, args.rate, args.creates, args.linux)
+            latency(server, args.rate, args.creates, args.linux, args.agent_log)
             return
         dump = Path(directory) / "dump.yaml"
         dump.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": docs}))
