@@ -2,9 +2,12 @@
 
 The tables fake parses the restore script the real planner produced (IptablesWriter.plan) and
 commits a table only if every rule's jump target exists and every set it matches on exists
-with the rule's IP family; ``ipset destroy`` of a set a rule still uses is refused. So a driver
-that writes in the wrong order fails here as it would on a node, without root. Failures can be
-injected per writer (``fail``), and the state tampered with, to test retry and repair.
+with the rule's IP family; ``ipset destroy`` of a set a rule still uses is refused. The
+nftables fake commits a table only if every set, map and chain its rules and maps name is in
+it, and, as the real writer, compares only the sets named changed while it knows the table.
+So a driver that writes in the wrong order fails here as it would on a node, without root.
+Failures can be injected per writer (``fail``), and the state tampered with, to test retry
+and repair.
 """
 
 from __future__ import annotations
@@ -28,9 +31,12 @@ from pyfelix_dataplane.linux.iptables import (
     parse_save,
 )
 from pyfelix_dataplane.linux.kernel import Kernel
+from pyfelix_dataplane.linux.nftables import KernelTable
+from pyfelix_dataplane.linux.reading import Reading
 from pyfelix_dataplane.linux.routes import IFF_RUNNING, IFF_UP, RouteOwnership, RouteTarget
 from pyfelix_dataplane.linux.vxlan import RemoteVtep, VtepDevice
 from pyfelix_dataplane.linux.wireguard import WireguardDevice
+from pyfelix_dataplane.rules.nft import NftTable
 
 _TARGET = re.compile(r"(?:--jump|--goto|-j|-g) (\S+)")
 _MATCH_SET = re.compile(r"--match-set (\S+)")
@@ -42,6 +48,8 @@ KERNEL_CHAINS = {
 }
 BUILTIN_TARGETS = {"ACCEPT", "DROP", "RETURN", "REJECT", "LOG", "MARK", "MASQUERADE", "SNAT"}
 BUILTIN_TARGETS |= {"DNAT", "NOTRACK", "CT"}
+_NFT_REFERENCE = re.compile(r'@([^\s;{}",]+)')
+_NFT_TARGET = re.compile(r'\b(?:jump|goto) ([^\s;{}",]+)')
 
 
 def _refuse(tool: str, message: str, line: str = "") -> DataplaneWriteError:
@@ -54,6 +62,8 @@ class FakeNode:
 
     sets: dict[str, tuple[str, set[str]]] = attrs.Factory(dict)
     tables: dict[int, dict[str, dict[str, list[str]]]] = attrs.Factory(dict)
+    #: NFTablesMode: each IP version's ``calico`` table.
+    nft: dict[int, NftTable] = attrs.Factory(dict)
     routes: dict[str, RouteTarget] = attrs.Factory(dict)
     vxlan: tuple[VtepDevice | None, tuple[RemoteVtep, ...]] = (None, ())
     vxlan_v6: tuple[VtepDevice | None, tuple[RemoteVtep, ...]] = (None, ())
@@ -63,7 +73,8 @@ class FakeNode:
     #: (name, MTU, running) of its interfaces: what MTU detection sees.
     links: list[tuple[str, int, bool]] = attrs.Factory(lambda: [("eth0", 1500, True)])
     log: list[str] = attrs.Factory(list)
-    #: Errors the next writes of a kind ("ipsets", "tables", "routes") raise, first first.
+    #: Errors the next writes of a kind ("ipsets", "tables", "nftables", "routes") raise,
+    #: first first.
     fail: dict[str, list[DataplaneWriteError]] = attrs.Factory(dict)
     #: Awaited in the middle of the next ipset write (what else happens meanwhile), once.
     during_ipsets: Callable[[], Awaitable[None]] | None = None
@@ -256,6 +267,89 @@ class FakeTables:
 
 
 @attrs.define
+class FakeNftables:
+    """One IP version's ``calico`` table, written in one transaction each time."""
+
+    node: FakeNode
+    version: int
+    _known: bool = False
+    #: What this writer believes the kernel holds, and the table last asked for.
+    _current: NftTable | None = None
+    _desired: NftTable | None = None
+    _read: bool = False
+
+    @property
+    def written(self) -> bool:
+        return self._known and self._desired is not None
+
+    def invalidate(self) -> None:
+        self._known = False
+
+    def adopt(self, reading: Reading[KernelTable | None]) -> None:
+        """The fake reads the node itself: a reading made before is not needed."""
+
+    async def know(self) -> bool:
+        if self._known:
+            return self._read
+        self._current = self.node.nft.get(self.version)
+        self._known = self._read = True
+        return True
+
+    async def apply(self, desired: NftTable, changed_sets: Collection[str] | None = None) -> bool:
+        if await self.know():
+            changed_sets = None
+        self._read = False
+        current = self._current
+        table = desired
+        if changed_sets is not None and current is not None:
+            # As the real writer: a set not named changed is taken to hold what it held.
+            sets = {
+                name: current.sets[name]
+                if name in current.sets and name not in changed_sets
+                else nft_set
+                for name, nft_set in desired.sets.items()
+            }
+            table = attrs.evolve(desired, sets=sets)
+        if table == current:
+            self._desired = desired
+            return False
+        try:
+            self.node.failure("nftables")
+            self._check(table)
+        except DataplaneWriteError:
+            self._known = False
+            raise
+        self.node.nft[self.version] = table
+        self.node.log.append(f"IPv{self.version} nftables committed")
+        self._current, self._desired = table, desired
+        return True
+
+    async def check(self, attempts: int) -> bool:
+        if not self.written or self.node.nft.get(self.version) == self._current:
+            return False
+        self._known = False
+        return True
+
+    def _check(self, table: NftTable) -> None:
+        """Refuse the transaction, as nft does, when a rule or map names what is missing."""
+        named = set(table.sets) | set(table.maps)
+        for chain in table.chains.values():
+            for rule in chain.rules:
+                line = f"{chain.name}: {rule.text}"
+                for name in _NFT_REFERENCE.findall(rule.text):
+                    if name not in named:
+                        raise _refuse("nft", f"No such file or directory: set {name}", line)
+                for target in _NFT_TARGET.findall(rule.text):
+                    if target not in table.chains:
+                        raise _refuse("nft", f"No such file or directory: chain {target}", line)
+        for name, entries in table.maps.items():
+            for verdict in entries.values():
+                for target in _NFT_TARGET.findall(verdict):
+                    if target not in table.chains:
+                        raise _refuse("nft", f"map {name}: no chain {target}", verdict)
+
+
+@attrs.define
 class FakeRoutes:
     node: FakeNode
     #: Interfaces that do not exist: routes through them are "waiting".
@@ -323,10 +417,14 @@ async def _no_events(on_change: Any) -> None:
     await trio.sleep_forever()
 
 
-def fake_kernel(node: FakeNode, versions: tuple[int, ...] = (4, 6)) -> Kernel:
+def fake_kernel(
+    node: FakeNode, versions: tuple[int, ...] = (4, 6), *, nftables: bool = False
+) -> Kernel:
+    """The fake kernel in the iptables mode, or with ``nftables`` in the nftables mode."""
     return Kernel(
         ipsets=FakeIpsets(node),
-        tables={v: FakeTables(node, v) for v in versions},
+        tables={} if nftables else {v: FakeTables(node, v) for v in versions},
+        nftables={v: FakeNftables(node, v) for v in versions} if nftables else None,
         routes=FakeRoutes(node),
         devices=FakeDevices(node),
         interfaces=FakeInterfaces(node=node),

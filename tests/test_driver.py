@@ -4,8 +4,6 @@ root (the writers themselves are tested against the real kernel in test_linux_*.
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +14,9 @@ import trio.testing
 
 from pyfelix import messages as m
 from pyfelix import model
-from pyfelix.calc.pipeline import build_pipeline
 from pyfelix.config import FelixConfig
 from pyfelix.config.felix_config import IptablesBackend, NFTablesMode
 from pyfelix.errors import DataplaneWriteError, FatalShutdown, RestartRequired
-from pyfelix.resources import Resource
-from pyfelix.validation import ValidationContext
 from pyfelix.values import FrozenMap
 from pyfelix_dataplane.linux.driver import LinuxDriver
 from pyfelix_dataplane.linux.ipip import IpipDevice
@@ -30,88 +25,17 @@ from pyfelix_dataplane.linux.routes import RouteTarget
 from pyfelix_dataplane.rules.ipsets import ipset_name
 from pyfelix_dataplane.rules.render import kernel_ipsets
 from pyfelix_dataplane.state import NodeState
-from tests.calc_harness import Identity, example_state, load_manifest
+from tests.calc_harness import example_state, load_manifest
+from tests.driver_harness import (
+    Datastore,
+    Running,
+    messages_for,
+    received,
+    running,
+    with_config,
+)
 from tests.fake_kernel import FakeNode, fake_kernel
 from tests.test_render_rules import ipip_cluster
-
-
-@attrs.define
-class Datastore:
-    """The calculation graph's messages for a datastore and its later changes."""
-
-    out: list[Any] = attrs.Factory(list)
-    pipeline: Any = None
-
-    def __attrs_post_init__(self) -> None:
-        self.pipeline = build_pipeline("node-a", self.out.append, ValidationContext("Any"))
-
-    def snapshot(self, state: dict[Identity, Resource]) -> list[Any]:
-        self.pipeline.load(state.values())
-        return [*self._taken(), m.InSync()]
-
-    def put(self, resources: list[Resource]) -> list[Any]:
-        for resource in resources:
-            key = (resource.KIND, resource.namespace, resource.name)
-            self.pipeline.on_updates(self.pipeline.converter.update(key, resource))
-        self.pipeline.flush()
-        return self._taken()
-
-    def delete(self, keys: list[Identity]) -> list[Any]:
-        self.pipeline.on_updates(
-            [u for key in keys for u in self.pipeline.converter.update(key, None)]
-        )
-        self.pipeline.flush()
-        return self._taken()
-
-    def _taken(self) -> list[Any]:
-        taken, self.out[:] = list(self.out), []
-        return taken
-
-
-def messages_for(state: dict[Identity, Resource]) -> list[Any]:
-    return Datastore().snapshot(state)
-
-
-@attrs.define
-class Running:
-    driver: LinuxDriver
-    node: FakeNode
-    to_calc: trio.MemoryReceiveChannel[Any]
-
-    async def send(self, messages: list[Any]) -> None:
-        for message in messages:
-            await self.driver.apply(message)
-
-    async def settle(self, seconds: float = 1.0) -> None:
-        await trio.sleep(seconds)
-
-
-@asynccontextmanager
-async def running(
-    node: FakeNode | None = None, state_dir: Path | None = None
-) -> AsyncIterator[Running]:
-    node = node or FakeNode()
-    send, receive = trio.open_memory_channel[Any](1000)
-
-    async def open_kernel(config: Any, probe: Any) -> Kernel:
-        return fake_kernel(node)
-
-    driver = LinuxDriver(send, "node-a", open_kernel=open_kernel)
-    if state_dir is not None:
-        driver.state_dir = state_dir
-    async with trio.open_nursery() as nursery:
-        await nursery.start(driver.run)
-        yield Running(driver, node, receive)
-        nursery.cancel_scope.cancel()
-
-
-def received(channel: trio.MemoryReceiveChannel[Any]) -> list[Any]:
-    out = []
-    while True:
-        try:
-            out.append(channel.receive_nowait())
-        except trio.WouldBlock:
-            return out
 
 
 async def test_first_apply_programs_sets_before_the_tables_that_use_them(
@@ -185,19 +109,13 @@ async def test_a_failed_write_is_retried_and_the_other_areas_still_written(
         assert any(isinstance(x, m.DataplaneInSync) for x in received(r.to_calc))
 
 
-def _with_config(messages: list[Any], **settings: str) -> list[Any]:
-    """``messages`` with ``settings`` added to their configuration (the first message)."""
-    config = m.ConfigUpdate(FrozenMap({**messages[0].config, **settings}))
-    return [config, *messages[1:]]
-
-
 async def test_tampering_is_repaired_on_the_refresh_period(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     # No post-write check within the test: only the refresh periods repair.
     settings = {"IptablesPostWriteCheckIntervalSecs": "1000"}
     async with running() as r:
-        await r.send(_with_config(messages_for(example_state()), **settings))
+        await r.send(with_config(messages_for(example_state()), **settings))
         await r.settle()
         filter_table = r.node.tables[4]["filter"]
         policy_chain = next(name for name in filter_table if name.startswith("cali-pi-"))
@@ -545,7 +463,7 @@ async def test_interfaces_are_rescanned_on_interface_refresh_interval(
         settings = {"InterfaceRefreshInterval": interval, "RouteRefreshInterval": "1000"}
         node = FakeNode()
         async with running(node) as r:
-            await _first_apply(r, _with_config(messages_for(example_state()), **settings))
+            await _first_apply(r, with_config(messages_for(example_state()), **settings))
             workload = next(u.endpoint.name for u in r.driver.state.workloads.values())
             node.links.append((workload, 1500, True))
             lost = next(d for d, t in node.routes.items() if t.interface == workload)
@@ -565,7 +483,7 @@ async def test_ipip_device_routes_and_mtu(
     for settings, routed in (({}, True), ({"ProgramClusterRoutes": "Disabled"}, False)):
         node = FakeNode()
         async with running(node, state_dir=tmp_path) as r:
-            await _first_apply(r, _with_config(messages_for(state), **settings))
+            await _first_apply(r, with_config(messages_for(state), **settings))
             assert node.ipip == IpipDevice(address="10.65.0.1", mtu=1480)
             assert (tmp_path / "mtu").read_text() == "1480"
             block = node.routes.get("10.65.1.0/26")
@@ -667,7 +585,7 @@ async def test_a_restarted_nodes_tables_are_read_while_the_snapshot_loads(
     )
     messages = messages_for(example_state())
     if backend_changed:
-        messages = _with_config(messages, IptablesBackend="Legacy")
+        messages = with_config(messages, IptablesBackend="Legacy")
     async with trio.open_nursery() as nursery:
         await nursery.start(driver.run)
         await trio.sleep(2)

@@ -44,7 +44,9 @@ from pyfelix_dataplane.linux.wireguard import WireguardDevice, sync_wireguard
 from pyfelix_dataplane.rules.render import TABLES, ip_versions
 
 if TYPE_CHECKING:
-    from pyfelix_dataplane.linux.nftables import KernelTable, NftablesWriter
+    from pyfelix_dataplane.linux.nftables import KernelTable
+    from pyfelix_dataplane.linux.reading import Reading
+    from pyfelix_dataplane.rules.nft import NftTable
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +87,38 @@ class TableWriting(TableReader, Protocol):
     async def write(self, script: Script) -> None: ...
 
     async def differing(self, desired: Mapping[str, Desired]) -> set[str]: ...
+
+
+class NftablesWriting(Protocol):
+    """One IP version's ``calico`` table (NFTablesMode): what the kernel holds is known from
+    the last write, or read when it is not known (``invalidate``); a write brings it to the
+    desired table in one transaction."""
+
+    @property
+    def written(self) -> bool:
+        """Whether a table is known written (a check has something to compare)."""
+        ...
+
+    def invalidate(self) -> None: ...
+
+    def adopt(self, reading: Reading[KernelTable | None]) -> None:
+        """A reading made before this writer existed, for its first ``know``."""
+        ...
+
+    async def know(self) -> bool:
+        """Read the table if it is not known; whether it was read since the last write (then
+        every set is compared at the next)."""
+        ...
+
+    async def apply(self, desired: NftTable, changed_sets: Collection[str] | None = None) -> bool:
+        """Write what differs; whether anything was written. ``changed_sets``: the only sets
+        whose elements may have changed since the last apply (None: any)."""
+        ...
+
+    async def check(self, attempts: int) -> bool:
+        """Read the table back; whether it differs from what was written (then the next apply
+        reads it again and repairs it)."""
+        ...
 
 
 class RouteWriting(Protocol):
@@ -163,7 +197,7 @@ class Kernel:
     watch: Callable[[Callable[[str], None]], Awaitable[None]]
     description: str = ""
     #: NFTablesMode: the ``calico`` table of each IP version (None: the iptables mode).
-    nftables: dict[int, NftablesWriter] | None = None
+    nftables: dict[int, NftablesWriting] | None = None
     #: Removes what the other mode (iptables or nftables) left, once this mode's first
     #: apply is in place; None: nothing to remove (a fake kernel).
     remove_other_mode: Callable[[], Awaitable[None]] | None = None

@@ -16,8 +16,9 @@ import trio
 
 from pyfelix import messages as m
 from pyfelix.errors import DataplaneWriteError
+from pyfelix_dataplane.linux.kernel import NftablesWriting
 from pyfelix_dataplane.linux.managers import CHECK_ATTEMPTS
-from pyfelix_dataplane.linux.nftables import KernelTable, NftablesWriter
+from pyfelix_dataplane.linux.nftables import KernelTable
 from pyfelix_dataplane.linux.reading import Reading
 from pyfelix_dataplane.rules.ipsets import SPECIAL_IDS
 from pyfelix_dataplane.rules.nft import (
@@ -42,7 +43,7 @@ Translated = tuple[dict[str, NftChain], dict[str, dict[str, str]], dict[str, Nft
 @attrs.define(eq=False)
 class NftablesManager:
     state: NodeState
-    writers: Mapping[int, NftablesWriter]
+    writers: Mapping[int, NftablesWriting]
     area: str = "nftables"
     _translated: tuple[Hashable, dict[int, Translated]] | None = None
     #: Per version, the table's sets as last rendered; None: render them all again.
@@ -127,7 +128,7 @@ class NftablesManager:
             yield version, NftTable(family(version), chains, {**sets[version], **ports}, maps)
 
     def adopt(self, readings: Mapping[int, Reading[KernelTable | None]]) -> None:
-        """Each version's table read before this manager was (``NftablesWriter.adopt``)."""
+        """Each version's table read before this manager was (``NftablesWriting.adopt``)."""
         for version, reading in readings.items():
             if version in self.writers:
                 self.writers[version].adopt(reading)
