@@ -1,11 +1,13 @@
-"""Which WireGuard peers a node wants (a pure function), the device's firewall mark and its
-routing table."""
+"""The WireGuard manager: which peers a node wants (a pure function), the device's firewall
+mark and routing table, and the device written through the fake kernel, its public key sent
+back once per change."""
 
 from __future__ import annotations
 
 from itertools import islice
 
 import pytest
+import trio
 
 from pyfelix import messages as m
 from pyfelix.config import parse_config
@@ -18,6 +20,7 @@ from pyfelix_dataplane.linux.managers.wireguard import (
 from pyfelix_dataplane.linux.wireguard import Peer, peers_from
 from pyfelix_dataplane.rules.marks import wireguard_mark
 from pyfelix_dataplane.state import NodeState
+from tests.fake_kernel import FakeDevices, FakeNode
 
 
 def test_peers_are_remote_nodes_with_a_key_and_an_address() -> None:
@@ -126,3 +129,29 @@ def test_mixed_clusters_and_host_encryption() -> None:
     assert device.peers[0].allowed_ips == ("10.65.2.0/26", "10.66.2.1/32", "10.99.0.2/32")
     assert device.throw == ("10.65.3.0/26", "10.99.0.3/32")
     assert (device.address, device.src_valid_mark) == ("10.99.0.1", True)
+
+
+async def test_the_device_is_written_and_its_key_reported_once_per_change() -> None:
+    state, node = NodeState(), FakeNode()
+    send, receive = trio.open_memory_channel[m.FromDataplane](10)
+    manager = WireguardManager(state, FakeDevices(node), "node-a", send)
+
+    def update(msg: m.ToDataplane) -> None:
+        state.apply(msg)
+        manager.on_update(msg)
+
+    await manager.complete_deferred_work()
+    assert node.wireguard is None, "never enabled: the kernel is left alone"
+    update(m.ConfigUpdate(FrozenMap({"WireguardEnabled": "true"})))
+    await manager.complete_deferred_work()
+    assert node.wireguard is not None
+    assert node.wireguard.name == "wireguard.cali"
+    (status,) = [receive.receive_nowait()]
+    assert status == m.WireguardStatusUpdate(manager.public_key, 4)
+    await manager.complete_deferred_work()
+    with pytest.raises(trio.WouldBlock):
+        receive.receive_nowait()
+    update(m.ConfigUpdate(FrozenMap({"WireguardEnabled": "false"})))
+    await manager.complete_deferred_work()
+    assert node.wireguard is None
+    assert receive.receive_nowait() == m.WireguardStatusUpdate("", 4)
