@@ -652,14 +652,14 @@ ENCAP_STATES: list[tuple[str, list[Update], m.Encapsulation]] = [
         m.Encapsulation(False, False),
     ),
     (
-        "a disabled pool does not count",
+        "a disabled pool still counts (its pods keep their tunnel, as in a pool migration)",
         [
             Update(
                 model.IPPoolKey("10.67.0.0/16"),
                 model.IPPool("10.67.0.0/16", "", "Always", False, True),
             )
         ],
-        m.Encapsulation(False, False),
+        m.Encapsulation(False, True),
     ),
 ]
 

@@ -86,3 +86,13 @@ async def test_the_special_sets_follow_the_pools() -> None:
     await r.apply()
     assert r.members("cali40network-ip-pools") == {"10.65.0.0/16"}
     assert r.members("cali40masq-ipam-pools") == {"10.65.0.0/16"}
+
+
+async def test_a_disabled_pool_stays_in_the_masquerade_set() -> None:
+    """As Felix: disabling a pool only stops IPAM assigning from it; the pods still in it
+    keep being masqueraded (the pool's natOutgoing)."""
+    r = Managed()
+    pool = model.IPPool("10.66.0.0/16", "Never", "Always", True, True)
+    r.send(m.IPAMPoolUpdate("old-pool", pool))
+    await r.apply()
+    assert r.members("cali40masq-ipam-pools") == {"10.66.0.0/16"}

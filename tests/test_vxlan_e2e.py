@@ -155,6 +155,33 @@ def test_pods_on_two_nodes_talk_through_the_agents_vxlan(
         assert client not in run(nodes[0].node, "ip", "netns", "list")
 
 
+def test_pods_in_a_disabled_pool_keep_the_tunnel_during_a_migration(tmp_path: Path) -> None:
+    """Calico's pool migration: a new pool (here unencapsulated) is created and the old VXLAN
+    pool disabled while its pods are moved one by one. As in Felix, a disabled pool still
+    counts for the encapsulation (disabling only stops IPAM assigning from it), so the pods
+    still in it keep talking across the nodes through vxlan.calico."""
+    manifests = MANIFESTS.replace("vxlanEnabled: true, ", "").replace(
+        "natOutgoing: false}", "natOutgoing: false, disabled: true}"
+    )
+    manifests += """---
+apiVersion: projectcalico.org/v3
+kind: IPPool
+metadata: {name: new-pods}
+spec: {cidr: 10.70.0.0/16, vxlanMode: Never, ipipMode: Never}
+"""
+    with agents_on_two_nodes(tmp_path, manifests + node(1) + node(2), "vm") as running:
+        nodes, client = running.nodes, running.client
+        assert eventually(lambda: connects(client, "10.65.2.2", 8080), timeout=15), run(
+            nodes[0].node, "ip", "route", "show", "proto", "boot"
+        )
+        assert "10.65.2.0/26 via 10.65.2.0 dev vxlan.calico onlink" in run(
+            nodes[0].node, "ip", "route", "show", "proto", "boot"
+        )
+        before = vxlan_tx_packets(nodes[0].node)
+        assert connects(client, "10.65.2.2", 8080)
+        assert vxlan_tx_packets(nodes[0].node) > before
+
+
 def borrowing_cluster() -> str:
     """Both pods' addresses from one block affine to node-1 (10.65.0.0/22): node-2's pod
     (10.65.2.2) has an address node-1's block allocated to node-2."""

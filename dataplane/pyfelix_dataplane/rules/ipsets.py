@@ -74,7 +74,7 @@ def special_ipsets(dp: NodeState) -> dict[str, tuple[str, set[str]]]:
     sets = {
         MASQ_POOLS: (
             "hash:net",
-            {p.pool.cidr for p in pools if p.pool.masquerade and not p.pool.disabled},
+            {p.pool.cidr for p in pools if p.pool.masquerade},
         ),
         ALL_POOLS: ("hash:net", {p.pool.cidr for p in pools if not _load_balancer_only(p.pool)}),
     }

@@ -1,7 +1,9 @@
 """The encapsulation resolver: is VXLAN (or IPIP) in use on this cluster?
 
-From the IP pools (any pool with a VXLAN or IPIP mode turns it on), unless FelixConfiguration's
-vxlanEnabled/ipipEnabled says otherwise. The connector restarts the agent if this changes after
+From the IP pools (any pool with a VXLAN or IPIP mode turns it on, a disabled one too: it
+only stops IPAM assigning from it, and the pods still in it keep their routes, as Calico's
+pool migration relies on), unless FelixConfiguration's vxlanEnabled/ipipEnabled says
+otherwise. The connector restarts the agent if this changes after
 start-up, as Felix does.
 """
 
@@ -59,7 +61,7 @@ class EncapsulationResolver:
         self._send()
 
     def current(self) -> m.Encapsulation:
-        pools = [p for p in self._pools.values() if not p.disabled]
+        pools = self._pools.values()
         vxlan_v4 = any(p.vxlan_mode for p in pools if ":" not in p.cidr)
         vxlan_v6 = any(p.vxlan_mode for p in pools if ":" in p.cidr)
         ipip = any(p.ipip_mode for p in pools)
