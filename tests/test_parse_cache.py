@@ -11,10 +11,10 @@ import pytest
 import trio
 
 from pyfelix import cli
-from pyfelix.agent import _felix_configurations
 from pyfelix.resources import parse_cache, shared_parse
 from pyfelix.resources.loader import parse_text
 from pyfelix.resources.parse_cache import ParseCache, cache_base
+from pyfelix.startup import _felix_configurations
 from pyfelix.syncer.files import _read_all
 from tests.test_dry_run_cli import running_dry_run_agent, wait_for
 from tests.test_file_syncer import syncer, tier, write

@@ -27,28 +27,20 @@ import attrs
 import trio
 
 from pyfelix import messages as m
+from pyfelix import startup
 from pyfelix.calc.async_loop import CalcLoop
 from pyfelix.calc.config_batcher import startup_config
 from pyfelix.calc.decoupler import Decoupler
 from pyfelix.config import FelixConfig
 from pyfelix.connector import SHUTDOWN_PAUSE, DataplaneConnector
 from pyfelix.datastore import is_etcd, is_kubernetes
-from pyfelix.errors import ManifestError, RestartRequired, Shutdown
+from pyfelix.errors import RestartRequired, Shutdown
 from pyfelix.health import DATAPLANE, HEALTH_INTERVAL, HealthAggregator
 from pyfelix.logs import configure_logging
-from pyfelix.resources import FelixConfiguration, Resource
-from pyfelix.resources.loader import (
-    LoadResult,
-    load_parsed,
-    manifest_files,
-    parse_text,
-    read_manifest,
-)
 from pyfelix.resources.parse_cache import ParseCache
 from pyfelix.resources.shared_parse import ParsePrefetch
 from pyfelix.stats import DataplaneStats
 from pyfelix.syncer.files import FileSyncer
-from pyfelix.syncer.plain_workloads import plain_fields
 from pyfelix.validation import context_from
 from pyfelix_dataplane.driver import DataplaneDriver
 from pyfelix_dataplane.linux.driver import LinuxDriver
@@ -96,96 +88,11 @@ async def _stop_on_signal(scope: trio.CancelScope) -> None:
             return
 
 
-async def startup_configurations(
-    datastore: str, client: EtcdClient | None, hostname: str, cache: ParseCache | None = None
-) -> list[Resource]:
-    """The FelixConfigurations the calculation graph starts with: what validation needs
-    (WorkloadSourceSpoofing) and what the graph is built with (RouteSource), read first as Felix
-    loads its configuration before its calculation graph starts; a change later restarts the
-    agent (they are not live settings). From files, through the first read's ``cache``."""
-    if client is None:
-        return await trio.to_thread.run_sync(_felix_configurations, Path(datastore), cache)
-    from pyfelix.datastore.etcd import EtcdError  # noqa: PLC0415
-    from pyfelix.datastore.layout import decode  # noqa: PLC0415
-
-    resources: list[Resource] = []
-    for name in ("default", f"node.{hostname}"):
-        key = f"/calico/resources/v3/projectcalico.org/felixconfigurations/{name}"
-        try:
-            kv = await client.get(key)
-            found = decode(kv.key, kv.value) if kv is not None else None
-        except (EtcdError, ManifestError) as exc:
-            log.warning("cannot read %s before starting (%s); assuming Felix's defaults", key, exc)
-            found = None
-        if found is not None:
-            resources.append(found)
-    return resources
-
-
 def kube_config(source: str) -> KubeConfig:
     """The Kubernetes API a ``kubernetes://`` source names (raises KubeConfigError)."""
     from pyfelix.datastore.kubernetes import config_for  # noqa: PLC0415
 
     return config_for(source)
-
-
-async def kube_startup_configurations(client: KubeClient, hostname: str) -> list[Resource]:
-    """``startup_configurations`` from the Kubernetes API: the ``default`` and
-    ``node.<hostname>`` FelixConfiguration custom resources."""
-    from pyfelix.datastore.kubernetes import KubeError  # noqa: PLC0415
-    from pyfelix.resources.meta import CRD_API_VERSION, load_document  # noqa: PLC0415
-
-    resources: list[Resource] = []
-    for name in ("default", f"node.{hostname}"):
-        path = f"/apis/{CRD_API_VERSION}/felixconfigurations/{name}"
-        try:
-            data = await client.request("GET", path)
-        except KubeError as exc:
-            if exc.status != 404:
-                log.warning(
-                    "cannot read %s before starting (%s); assuming Felix's defaults", path, exc
-                )
-            continue
-        doc = {"apiVersion": CRD_API_VERSION, "kind": "FelixConfiguration", **data}
-        found, problems = load_document(doc, path)
-        if found is None:
-            log.warning("invalid %s treated as absent: %s", path, "; ".join(map(str, problems)))
-        else:
-            resources.append(found)
-    return resources
-
-
-def _felix_configurations(root: Path, cache: ParseCache | None = None) -> list[Resource]:
-    """The FelixConfigurations of the manifest files under ``root``: only the files that
-    mention the kind are parsed, and of those only the documents of that kind (or lists) are
-    decoded (the same file may hold a thousand policies, which the first read decodes)."""
-    found: list[Resource] = []
-    for path in manifest_files(root) if root.exists() else []:
-        try:
-            text = read_manifest(path)
-        except (OSError, UnicodeDecodeError):
-            continue
-        if "FelixConfiguration" not in text:
-            continue
-        if cache is not None:
-            parsed = cache.parse(text, str(path), plain_fields)
-        else:
-            parsed = parse_text(text, str(path))
-        if isinstance(parsed, LoadResult):
-            continue
-        candidates = [entry for entry in parsed if _may_configure(entry[0])]
-        found += [item.resource for item in load_parsed(candidates, str(path)).resources]
-    return [r for r in found if isinstance(r, FelixConfiguration)]
-
-
-def _may_configure(document: object) -> bool:
-    """Whether a parsed document is, or may hold, a FelixConfiguration."""
-    if isinstance(document, list):
-        return True
-    if type(document) is not dict:
-        return False  # a plain endpoint's checked fields
-    kind = document.get("kind")
-    return kind == "FelixConfiguration" or (isinstance(kind, str) and kind.endswith("List"))
 
 
 #: How long the health and metrics servers wait, once the configuration is known, for the first
@@ -345,20 +252,20 @@ async def run_agent(options: AgentOptions, out: TextIO = sys.stdout) -> int:
                     prefetch=options.prefetch,
                     cache=options.parse_cache,
                 )
-            startup = (
-                await kube_startup_configurations(kube, options.hostname)
+            startup_resources = (
+                await startup.kube_startup_configurations(kube, options.hostname)
                 if kube is not None
-                else await startup_configurations(
+                else await startup.startup_configurations(
                     options.datastore, client, options.hostname, options.parse_cache
                 )
             )
-            config = startup_config(startup, options.hostname)
+            config = startup_config(startup_resources, options.hostname)
             driver.startup_config = config  # the kernel may be probed with it before InSync
             calc = CalcLoop(
                 options.hostname,
                 decoupler,
                 to_send,
-                context=context_from(startup),
+                context=context_from(startup_resources, options.hostname),
                 route_source=config.route_source,
                 health=health,
             )

@@ -153,11 +153,15 @@ def _load_kubernetes(source: str) -> LoadResult:
 
 
 def load_sources(
-    sources: Sequence[str], strict: bool = True, refuse_to: TextIO | None = None
+    sources: Sequence[str],
+    strict: bool = True,
+    refuse_to: TextIO | None = None,
+    hostname: str = "",
 ) -> LoadResult | int:
-    """Manifest files and directories, or one etcd URL, validated; an exit code on failure,
-    its problems printed to ``refuse_to`` (stdout by default); unless not ``strict``: then
-    problems are reported on stderr, as treated as absent, and the load goes on."""
+    """Manifest files and directories, or one etcd URL, validated (with ``hostname``'s
+    settings); an exit code on failure, its problems printed to ``refuse_to`` (stdout by
+    default); unless not ``strict``: then problems are reported on stderr, as treated as
+    absent, and the load goes on."""
     from pyfelix.resources import load_paths
     from pyfelix.validation import validate_loaded
 
@@ -175,7 +179,7 @@ def load_sources(
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return EXIT_INVALID
-    problems = validate_loaded(result)
+    problems = validate_loaded(result, hostname)
     if problems and not strict:
         for problem in problems:
             print(f"treated as absent: {problem}", file=sys.stderr)
@@ -207,7 +211,12 @@ def cmd_dry_run(args: argparse.Namespace) -> int:
             )
             return EXIT_USAGE
     if any(is_etcd(source) or is_kubernetes(source) for source in args.sources):
-        loaded = load_sources(args.sources, strict=not args.skip_invalid, refuse_to=sys.stderr)
+        loaded = load_sources(
+            args.sources,
+            strict=not args.skip_invalid,
+            refuse_to=sys.stderr,
+            hostname=args.hostname,
+        )
         if isinstance(loaded, int):
             return loaded
         tally.note(loaded)
@@ -250,7 +259,9 @@ def _dry_run_manifests(
     from pyfelix.syncer.plain_namespaces import plain_digest, plain_entry, plain_identity
     from pyfelix.validation.loading import BackgroundValidation
 
-    validation = BackgroundValidation(list(sources), direct=plain_identity, hand_on=plain_digest)
+    validation = BackgroundValidation(
+        list(sources), direct=plain_identity, hand_on=plain_digest, hostname=hostname
+    )
     result: LoadResult | None = None
     try:
         if validation.pid:
@@ -284,7 +295,7 @@ def _dry_run_as_agent(sources: list[str], hostname: str, tally: InputTally) -> d
 
     result = load_paths(sources, direct=plain_entry)
     tally.note(result)
-    for problem in validate_loaded(result):
+    for problem in validate_loaded(result, hostname):
         print(f"treated as absent: {problem}", file=sys.stderr)
     resources = (item.resource for item in result.resources)
     view, _ = compute(resources, hostname, validated=False, direct=result.direct)
@@ -294,20 +305,14 @@ def _dry_run_as_agent(sources: list[str], hostname: str, tally: InputTally) -> d
 def refused_settings(resources: Iterable[Resource]) -> list[str]:
     """What ``pyfelix run`` would refuse in these FelixConfigurations (config.support.UNSAFE),
     a line each, for ``validate`` and ``dry-run`` to say."""
-    from pyfelix.config.params import BY_JSON
     from pyfelix.config.support import unsafe
-    from pyfelix.syncer.processors import felix_config_text
+    from pyfelix.resources import FelixConfiguration
 
     lines: list[str] = []
     for resource in resources:
-        if resource.KIND != "FelixConfiguration":
+        if not isinstance(resource, FelixConfiguration):
             continue
-        values = resource.spec.values  # type: ignore[attr-defined]
-        texts = {
-            BY_JSON[key].felix: felix_config_text(key, value)
-            for key, value in values.items()
-            if BY_JSON[key].felix and value not in (None, "")
-        }
+        texts = resource.spec.felix_values()
         lines.extend(
             f"{resource.ident}: {why}; pyfelix run refuses this configuration"
             for why in unsafe(texts)

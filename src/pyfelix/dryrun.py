@@ -94,7 +94,7 @@ def compute(
     ``direct``: documents the loader turned into model values itself (``plain_entry``)."""
     resources = list(resources)
     dataplane = NodeState()
-    context = context_from(resources)
+    context = context_from(resources, hostname)
     route_source = startup_config(resources, hostname).route_source
     pipeline = build_pipeline(
         hostname, dataplane.apply, context, validated=validated, route_source=route_source

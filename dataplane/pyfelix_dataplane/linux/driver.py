@@ -98,7 +98,6 @@ class LinuxDriver:
     _reported_in_sync: bool = False
     _remove_other_mode: Callable[[], Awaitable[None]] | None = None
     _started: float = 0.0
-    _startup: StartupProbe | None = None
     #: Set once the first apply has handed its tables to the kernel's tools (or failed): from
     #: then on this process mostly waits for them, and work that can wait may run.
     writing: trio.Event = attrs.Factory(trio.Event)
@@ -110,6 +109,9 @@ class LinuxDriver:
         self.stats.messages[type(msg).__name__] += 1
         self._received += 1
         self._wake.set()
+
+    def _rescan_interval(self) -> float:  # InterfaceRefreshInterval, as configured now
+        return self.state.config.interface_refresh_interval
 
     def _wake_up(self) -> None:
         """Wake the loop (the event is a new one after each apply)."""
@@ -143,7 +145,6 @@ class LinuxDriver:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(report_process_status, self.state, self.to_calc, self._started)
             startup = StartupProbe(self.probe_kernel, self.early_readers, self.startup_config)
-            self._startup = startup
             nursery.start_soon(startup.run, nursery)
             task_status.started()
             # The configuration (IptablesBackend, refresh intervals) arrives with the snapshot:
@@ -176,10 +177,8 @@ class LinuxDriver:
                 managers.table_mode.adopt(tables, nftables)
             log.info("programming with %s", kernel.description)
             await nursery.start(managers.mtus.run)
-            interval = partial(getattr, self.state.config, "interface_refresh_interval")
-            nursery.start_soon(
-                rescan_interfaces, kernel.interfaces.links, interval, self._on_interface
-            )
+            links, interval = kernel.interfaces.links, self._rescan_interval
+            nursery.start_soon(rescan_interfaces, links, interval, self._on_interface)
             if kernel.kube_proxy_nftables is not None:
                 nursery.start_soon(
                     follow_kube_proxy, kernel.kube_proxy_nftables, bool(kernel.nftables)

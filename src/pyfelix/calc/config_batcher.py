@@ -1,8 +1,11 @@
-"""The config batcher: global and this node's Felix configuration, merged, sent once in sync.
+"""The config batcher: the Felix configuration's datastore sources and the environment,
+merged in Felix's precedence (pyfelix.resources.config_sources), sent once in sync.
 
-Per-node values override global ones. Nothing is sent before the datastore is in sync (a partial
-configuration could make the agent restart for nothing); afterwards every effective change is
-sent. A ready flag of false means the datastore is not ready and the agent must stop.
+Nothing is sent before the datastore is in sync (a partial configuration could make the agent
+restart for nothing); afterwards every effective change is sent. A selector-scoped
+FelixConfiguration applies while its nodeSelector matches this node's labels, which follow
+the node's Node resource. A ready flag of false means the datastore is not ready and the
+agent must stop.
 """
 
 from __future__ import annotations
@@ -11,43 +14,31 @@ import os
 from collections.abc import Iterable, Mapping
 
 from pyfelix import model
-from pyfelix.calc.dispatcher import Dispatcher, host_config_of, value_of
+from pyfelix.calc.dispatcher import Dispatcher, host_config_of, passthrough_of, value_of
 from pyfelix.calc.outputs import ConfigOutput
 from pyfelix.config import FelixConfig, parse_config
-from pyfelix.config.params import BY_FELIX_NAME
-from pyfelix.resources import FelixConfiguration, Resource
+from pyfelix.resources import Resource
+from pyfelix.resources.config_sources import (
+    SelectorScoped,
+    environment_config,
+    merged,
+    selector_config,
+    startup_text,
+)
 from pyfelix.syncer.api import SyncStatus, Update
-from pyfelix.syncer.processors import convert
 
-
-def environment_config(environ: Mapping[str, str]) -> dict[str, str]:
-    """Felix parameters set as FELIX_<NAME> (case-insensitive), by their canonical names."""
-    out = {}
-    for key, value in environ.items():
-        if key.upper().startswith("FELIX_"):
-            param = BY_FELIX_NAME.get(key[6:].lower())
-            if param is not None:
-                out[param.felix] = value
-    return out
+__all__ = ["ConfigBatcher", "environment_config", "startup_config"]
 
 
 def startup_config(
     resources: Iterable[Resource], hostname: str, environ: Mapping[str, str] | None = None
 ) -> FelixConfig:
     """The configuration the calculation graph is built with (RouteSource), from the
-    FelixConfigurations at start-up: the global one, this node's, then the environment, merged
-    as the batcher merges them (a later change restarts the agent, so this one holds)."""
-    found = [r for r in resources if isinstance(r, FelixConfiguration)]
-    text: dict[str, str] = {}
-    for scope in ("default", f"node.{hostname}"):
-        for config in (r for r in found if r.name == scope):
-            for key, value in convert(config):
-                if not isinstance(key, model.GlobalConfigKey | model.HostConfigKey):
-                    continue
-                if isinstance(value, model.ConfigValue) and value.value:
-                    text[key.name] = value.value
-    text.update(environment_config(os.environ if environ is None else environ))
-    return parse_config(text)
+    FelixConfigurations (and this node's labels) at start-up and the environment, merged as
+    the batcher merges them (a later change restarts the agent, so this one holds)."""
+    return parse_config(
+        startup_text(resources, hostname, os.environ if environ is None else environ)
+    )
 
 
 class ConfigBatcher:
@@ -56,6 +47,10 @@ class ConfigBatcher:
         self._out = output
         self._global: dict[str, str] = {}
         self._host: dict[str, str] = {}
+        #: Selector-scoped FelixConfigurations by name, and this node's labels (None until
+        #: its Node is known).
+        self._scoped: dict[str, SelectorScoped] = {}
+        self._labels: Mapping[str, str] | None = None
         self._sent: dict[str, str] | None = None
         self._in_sync = False
         self._environment = environment_config(os.environ)
@@ -64,6 +59,7 @@ class ConfigBatcher:
         updates.register(model.GlobalConfigKey, self._on_global_update)
         updates.register(model.HostConfigKey, self._on_host_update)
         updates.register(model.ReadyFlagKey, self._on_ready_update)
+        updates.register(model.ResourceKey, self._on_resource_update)
         updates.register_status(self._on_status)
 
     def _on_global_update(self, update: Update) -> None:
@@ -72,6 +68,22 @@ class ConfigBatcher:
 
     def _on_host_update(self, update: Update) -> None:
         self.on_host(*host_config_of(update))
+
+    def _on_resource_update(self, update: Update) -> None:
+        found = passthrough_of(update, "FelixConfiguration")
+        if found is not None:
+            _, name, config = found
+            entry = SelectorScoped.of(config) if config is not None else None
+            if entry is None:
+                self._scoped.pop(name, None)
+            else:
+                self._scoped[name] = entry
+            self._maybe_send()
+            return
+        node = passthrough_of(update, "Node")
+        if node is not None and node[1] == self._hostname:
+            self._labels = dict(node[2].labels) if node[2] is not None else None
+            self._maybe_send()
 
     def _on_ready_update(self, update: Update) -> None:
         self.on_ready_flag(value_of(update, model.ReadyFlag))
@@ -104,8 +116,10 @@ class ConfigBatcher:
 
     @property
     def merged(self) -> dict[str, str]:
-        """Global, then this node's, then the environment's (FELIX_<NAME>, any case)."""
-        return {**self._global, **self._host, **self._environment}
+        """Global, then the selector-scoped one that selects this node, then this node's,
+        then the environment's (FELIX_<NAME>, any case)."""
+        selected = selector_config(self._scoped.values(), self._labels)
+        return merged(self._global, selected, self._host, self._environment)
 
     def _maybe_send(self) -> None:
         if not self._in_sync:

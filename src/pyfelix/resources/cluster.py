@@ -4,11 +4,12 @@ BGPConfiguration."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Self
+from typing import Any, Self
 
 import attrs
 
 from pyfelix.config.params import BY_JSON
+from pyfelix.config.text import ParamError, parse_duration
 from pyfelix.resources.meta import Resource, register
 from pyfelix.resources.schema import (
     BOOL,
@@ -137,6 +138,43 @@ def _check_param_shape(kind: str, value: JSON, ctx: Context) -> bool:
     return True
 
 
+def felix_config_text(json_name: str, value: Any) -> str:
+    """A FelixConfiguration value as the text Felix's config keys carry."""
+    param = BY_JSON[json_name]
+    if param.kind == "duration":
+        try:
+            seconds = parse_duration(value)
+        except ParamError:
+            return str(value)
+        if param.felix.endswith("Millis"):
+            seconds *= 1000
+        return f"{seconds:g}"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if param.kind == "port-list":
+        entries = []
+        for item in value:
+            net = item.get("net", "")
+            middle = f"[{net}]:" if ":" in net else (f"{net}:" if net else "")
+            entries.append(f"{str(item.get('protocol', '')).lower()}:{middle}{item.get('port')}")
+        return ",".join(entries) or "none"
+    if param.kind in ("list-string", "cidr-list") or (
+        param.kind == "other" and isinstance(value, tuple)
+    ):
+        return ",".join(str(v) for v in value)
+    if param.kind == "map":
+        return "".join(f"{k}={v}," for k, v in value.items())
+    if json_name in ("routeTableRange",):
+        return f"{value.get('min')}-{value.get('max')}"
+    if json_name == "routeTableRanges":
+        return ",".join(f"{r.get('min')}-{r.get('max')}" for r in value)
+    if json_name == "healthTimeoutOverrides":
+        return ",".join(f"{r.get('name')}={r.get('timeout')}" for r in value)
+    if json_name == "bpfConntrackTimeouts":
+        return ",".join(f"{k[0].upper()}{k[1:]}={v}" for k, v in value.items())
+    return str(value)
+
+
 @attrs.frozen
 class FelixConfigurationSpec(Spec):
     """FelixConfiguration's ~190 fields, held as given and checked against Felix's table.
@@ -166,6 +204,16 @@ class FelixConfigurationSpec(Spec):
 
     def get(self, json_name: str) -> JSON:
         return self.values.get(json_name)
+
+    def felix_values(self) -> dict[str, str]:
+        """The Felix parameters set here, by Felix's names, as the text its config keys
+        carry (unset and empty ones left out; nodeSelector is not a parameter)."""
+        out = {}
+        for json_name, value in self.values.items():
+            felix = BY_JSON[json_name].felix
+            if felix and value is not None and value != "":
+                out[felix] = felix_config_text(json_name, value)
+        return out
 
 
 @register

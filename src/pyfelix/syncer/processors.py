@@ -21,7 +21,6 @@ import attrs
 
 from pyfelix import model
 from pyfelix.config.params import BY_JSON
-from pyfelix.config.text import ParamError, parse_duration
 from pyfelix.ipnet import canonical_network, parse_network
 from pyfelix.model import (
     NAME_LABEL,
@@ -641,43 +640,6 @@ def _kubernetes_node(node: KubernetesNode) -> list[KV]:
     return _node(calico_node(node, use_pod_cidr()))
 
 
-def felix_config_text(json_name: str, value: Any) -> str:
-    """A FelixConfiguration value as the text Felix's config keys carry."""
-    param = BY_JSON[json_name]
-    if param.kind == "duration":
-        try:
-            seconds = parse_duration(value)
-        except ParamError:
-            return str(value)
-        if param.felix.endswith("Millis"):
-            seconds *= 1000
-        return f"{seconds:g}"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if param.kind == "port-list":
-        entries = []
-        for item in value:
-            net = item.get("net", "")
-            middle = f"[{net}]:" if ":" in net else (f"{net}:" if net else "")
-            entries.append(f"{str(item.get('protocol', '')).lower()}:{middle}{item.get('port')}")
-        return ",".join(entries) or "none"
-    if param.kind in ("list-string", "cidr-list") or (
-        param.kind == "other" and isinstance(value, tuple)
-    ):
-        return ",".join(str(v) for v in value)
-    if param.kind == "map":
-        return "".join(f"{k}={v}," for k, v in value.items())
-    if json_name in ("routeTableRange",):
-        return f"{value.get('min')}-{value.get('max')}"
-    if json_name == "routeTableRanges":
-        return ",".join(f"{r.get('min')}-{r.get('max')}" for r in value)
-    if json_name == "healthTimeoutOverrides":
-        return ",".join(f"{r.get('name')}={r.get('timeout')}" for r in value)
-    if json_name == "bpfConntrackTimeouts":
-        return ",".join(f"{k[0].upper()}{k[1:]}={v}" for k, v in value.items())
-    return str(value)
-
-
 def _felix_configuration(config: FelixConfiguration) -> list[KV]:
     name = config.name
     make_key: Callable[[str], Hashable]
@@ -691,15 +653,13 @@ def _felix_configuration(config: FelixConfiguration) -> list[KV]:
 
     else:
         return [(model.ResourceKey(config.KIND, "", name), model.Passthrough(config))]
+    values = config.spec.felix_values()
     kvs: list[KV] = []
     for param in BY_JSON.values():
-        if not param.felix:
-            continue
-        raw = config.spec.values.get(param.json)
-        text = None if raw is None or raw == "" else felix_config_text(param.json, raw)
-        kvs.append(
-            (make_key(param.felix), model.ConfigValue(text, origin=config) if text else None)
-        )
+        if param.felix:
+            text = values.get(param.felix)
+            value = model.ConfigValue(text, origin=config) if text else None
+            kvs.append((make_key(param.felix), value))
     return kvs
 
 

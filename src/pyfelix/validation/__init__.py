@@ -7,11 +7,13 @@ every problem located in its file, as ``pyfelix validate`` prints them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
+from collections.abc import Iterable, Mapping
 
 from pyfelix.config.text import ParamError, ProtoPort, parse_duration
 from pyfelix.errors import FieldProblem, Problem
-from pyfelix.resources import FelixConfiguration, LoadResult, Located, Resource
+from pyfelix.resources import LoadResult, Located, Resource
+from pyfelix.resources.config_sources import startup_text
 from pyfelix.validation.felixconfig import parse_param
 from pyfelix.validation.kinds import ValidationContext, check_resource
 
@@ -23,13 +25,15 @@ def validate_resource(
     return check_resource(resource, context or ValidationContext()).problems
 
 
-def context_from(resources: Iterable[Resource]) -> ValidationContext:
-    """The cluster settings checks depend on, from the global FelixConfiguration if present."""
-    for resource in resources:
-        if isinstance(resource, FelixConfiguration) and resource.name == "default":
-            spoofing = resource.spec.values.get("workloadSourceSpoofing")
-            if isinstance(spoofing, str) and spoofing.lower() == "any":
-                return ValidationContext(workload_source_spoofing="Any")
+def context_from(
+    resources: Iterable[Resource], hostname: str = "", environ: Mapping[str, str] | None = None
+) -> ValidationContext:
+    """The node's settings checks depend on (WorkloadSourceSpoofing), from every source in
+    Felix's precedence: the environment, ``hostname``'s FelixConfiguration, one selecting
+    it, the global one (without a hostname, the global one and the environment)."""
+    text = startup_text(resources, hostname, os.environ if environ is None else environ)
+    if text.get("WorkloadSourceSpoofing", "").lower() == "any":
+        return ValidationContext(workload_source_spoofing="Any")
     return ValidationContext()
 
 
@@ -40,9 +44,10 @@ def validate_located(item: Located, context: ValidationContext) -> list[Problem]
     ]
 
 
-def validate_loaded(result: LoadResult) -> list[Problem]:
-    """Load problems plus validation problems, in file order."""
-    context = context_from(item.resource for item in result.resources)
+def validate_loaded(result: LoadResult, hostname: str = "") -> list[Problem]:
+    """Load problems plus validation problems, in file order; the settings checks depend on
+    are ``hostname``'s (``context_from``)."""
+    context = context_from((item.resource for item in result.resources), hostname)
     problems = list(result.problems)
     for item in result.resources:
         problems.extend(validate_located(item, context))

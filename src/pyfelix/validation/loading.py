@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from pyfelix.errors import Problem
 from pyfelix.resources import FelixConfiguration, LoadResult, Located
+from pyfelix.resources.cluster import Node
 from pyfelix.resources.containment import contain
 from pyfelix.resources.loader import (
     Digest,
@@ -66,6 +67,7 @@ def validate_paths(
     paths: Iterable[Path | str],
     direct: DirectDecoder | None = None,
     load: FileLoader = load_file,
+    hostname: str = "",
 ) -> list[Problem]:
     """``validate_loaded(load_paths(paths, direct))``, one file at a time (each loaded by
     ``load``, ``load_file``'s equal): only problems are kept (a direct decoder takes only
@@ -91,7 +93,9 @@ def validate_paths(
             first[item.key] = (item.source, item.line)
             if not isinstance(item, Located):
                 continue  # a direct decoder takes valid documents only
-            if isinstance(item.resource, FelixConfiguration):
+            if isinstance(item.resource, FelixConfiguration) or (
+                isinstance(item.resource, Node) and item.resource.name == hostname
+            ):
                 configurations.append(item.resource)
             found = validate_located(item, PERMISSIVE)
             spoofing = item.resource.KIND == "WorkloadEndpoint" and bool(
@@ -99,7 +103,7 @@ def validate_paths(
             )
             if found or spoofing:
                 checked.append((item if spoofing else None, found))
-    context = context_from(configurations)
+    context = context_from(configurations, hostname)
     problems = load_problems + duplicates
     for spoofer, found in checked:
         problems.extend(found)
@@ -133,9 +137,12 @@ class BackgroundValidation:
         paths: list[Path | str],
         direct: DirectDecoder | None = None,
         hand_on: Digest | None = None,
+        hostname: str = "",
     ) -> None:
         self.paths = paths
         self.direct = direct
+        #: The node whose settings the checks that depend on them take.
+        self.hostname = hostname
         self.pid = 0
         self._reader: BinaryIO | None = None
         self._files, _ = manifest_sources(paths)
@@ -159,7 +166,7 @@ class BackgroundValidation:
                     fcntl.fcntl(write, fcntl.F_SETPIPE_SZ, HAND_ON_PIPE_BYTES)
                 with os.fdopen(write, "wb") as out:
                     load = load_file if hand_on is None else _handing_on(out, hand_on)
-                    problems = validate_paths(paths, direct, load)
+                    problems = validate_paths(paths, direct, load, hostname)
                     _write_record(out, "", pickle.dumps(problems, pickle.HIGHEST_PROTOCOL))
                 status = 0
             finally:
@@ -198,7 +205,8 @@ class BackgroundValidation:
         loads ``loaded`` gave)."""
         if not self.pid:
             return validate_loaded(
-                result if result is not None else load_paths(self.paths, self.direct)
+                result if result is not None else load_paths(self.paths, self.direct),
+                self.hostname,
             )
         assert self._reader is not None
         verdict = None
@@ -222,7 +230,7 @@ class BackgroundValidation:
                 if isinstance(found, list) and self._all_handed_on:
                     return found
         # The load beside the worker may have trusted what the worker was to check.
-        return validate_loaded(load_paths(self.paths, self.direct))
+        return validate_loaded(load_paths(self.paths, self.direct), self.hostname)
 
 
 def _handing_on(out: BinaryIO, digest: Digest) -> FileLoader:
