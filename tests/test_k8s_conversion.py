@@ -754,3 +754,30 @@ def test_admin_network_policies_as_calico_3_31_converted_them() -> None:
         "adminnetworkpolicy", m.PolicyID("adminnetworkpolicy", "kanp.adminnetworkpolicy.guard")
     )
     assert label == "Kubernetes AdminNetworkPolicy guard"
+
+
+def test_qos_annotations_are_named_in_a_warning_once_each(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Calico's converter reads a pod's bandwidth, packet-rate, connection and DSCP
+    annotations into qosControls; pyfelix programs none of them, so each one asked for is
+    named in a warning (once: a cluster may shape thousands of pods), and the pod is still
+    programmed."""
+    from pyfelix.syncer import processors  # noqa: PLC0415
+
+    processors._QOS_WARNED.clear()
+    annotations = {
+        "kubernetes.io/ingress-bandwidth": "10M",
+        "qos.projectcalico.org/egressMaxConnections": "100",
+    }
+    first = workload_endpoint(pod(status=RUNNING, annotations=annotations))
+    assert first.spec.qos_controls == {"ingressBandwidth": "10M", "egressMaxConnections": "100"}
+    with caplog.at_level("WARNING"):
+        kvs = convert(first)
+        convert(workload_endpoint(pod("podB", status=RUNNING, annotations=annotations)))
+    assert kvs[0][1] is not None, "the pod is programmed"
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 2
+    assert "qosControls.egressMaxConnections" in warned[0]
+    assert "qosControls.ingressBandwidth" in warned[1]
+    assert "WorkloadEndpoint/default/nodeA-k8s-podA-eth0" in warned[0]

@@ -74,6 +74,7 @@ from pyfelix.resources.policy import (
     NetworkPolicySpec,
 )
 from pyfelix.resources.rules import EntityRule, Rule, RuleMetadata
+from pyfelix.resources.schema import JSON
 from pyfelix.values import FrozenMap, Port
 
 #: Every selector Calico makes from a pod selector starts here: only Kubernetes pods.
@@ -394,6 +395,7 @@ def workload_endpoint(pod: Pod) -> WorkloadEndpoint | None:
         allow_spoofed_source_prefixes=tuple(
             _json_list(prefixes, SOURCE_PREFIXES_ANNOTATION) if prefixes else ()
         ),
+        qos_controls=_qos_controls(annotations),
     )
     metadata = ObjectMeta(
         name=workload_endpoint_name(spec.node_name, pod.name),
@@ -405,6 +407,43 @@ def workload_endpoint(pod: Pod) -> WorkloadEndpoint | None:
         generate_name=pod.metadata.generate_name,
     )
     return WorkloadEndpoint(metadata=metadata, spec=endpoint_spec)
+
+
+#: The pod annotations Calico's converter reads into the endpoint's qosControls, and the
+#: field each sets (the Kubernetes bandwidth plugin's two, then Calico's own).
+QOS_ANNOTATIONS = {
+    "kubernetes.io/ingress-bandwidth": "ingressBandwidth",
+    "kubernetes.io/egress-bandwidth": "egressBandwidth",
+    **{
+        f"qos.projectcalico.org/{name}": name
+        for name in (
+            "ingressBandwidth",
+            "egressBandwidth",
+            "ingressBurst",
+            "egressBurst",
+            "ingressPeakrate",
+            "egressPeakrate",
+            "ingressMinburst",
+            "egressMinburst",
+            "ingressPacketRate",
+            "egressPacketRate",
+            "ingressPacketBurst",
+            "egressPacketBurst",
+            "ingressMaxConnections",
+            "egressMaxConnections",
+        )
+    },
+    "qos.projectcalico.org/dscp": "dscp",
+}
+
+
+def _qos_controls(annotations: Mapping[str, str]) -> JSON:
+    """The QoS controls the pod's annotations ask for, as given (None: none): pyfelix does
+    not program them, and names each in a warning (syncer.processors)."""
+    found = {
+        field: annotations[key] for key, field in QOS_ANNOTATIONS.items() if key in annotations
+    }
+    return FrozenMap(found) if found else None
 
 
 # ------------------------------------------------------------------------ cluster-scoped

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import logging
 import os
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,8 @@ from pyfelix.resources.rules import Rule as V3Rule
 from pyfelix.selector import SelectorError, parse_selector
 from pyfelix.syncer.api import Update, UpdateType
 from pyfelix.values import FrozenMap
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pyfelix.resources import (
@@ -432,8 +435,32 @@ def _pod(pod: Pod) -> list[KV]:
     return _workload_endpoint(wep, origin=pod) if wep is not None else []
 
 
+#: The qosControls fields already named in a warning (once per process each: a cluster may
+#: shape thousands of pods).
+_QOS_WARNED: set[str] = set()
+
+
+def _warn_qos(wep: WorkloadEndpoint) -> None:
+    """Felix shapes bandwidth and packet rates with tc, limits connections and sets DSCP;
+    pyfelix programs none of them, so each control a workload asks for is named once."""
+    controls = wep.spec.qos_controls
+    if not isinstance(controls, Mapping):
+        return
+    for name in sorted(str(k) for k, v in controls.items() if v not in (None, "", 0)):
+        if name not in _QOS_WARNED:
+            _QOS_WARNED.add(name)
+            log.warning(
+                "%s asks for qosControls.%s, which pyfelix does not program (Felix does):"
+                " it and any other workload's are programmed without it",
+                wep.ident,
+                name,
+            )
+
+
 def _workload_endpoint(wep: WorkloadEndpoint, origin: Resource | None = None) -> list[KV]:
     spec = wep.spec
+    if spec.qos_controls:
+        _warn_qos(wep)
     key = workload_key(wep)
     v4, v6 = _split_nets(spec.ip_networks)
     if not (v4 or v6):
