@@ -771,10 +771,13 @@ def test_qos_annotations_are_named_in_a_warning_once_each(
         "qos.projectcalico.org/egressMaxConnections": "100",
     }
     first = workload_endpoint(pod(status=RUNNING, annotations=annotations))
+    second = workload_endpoint(pod("podB", status=RUNNING, annotations=annotations))
+    assert first is not None
+    assert second is not None
     assert first.spec.qos_controls == {"ingressBandwidth": "10M", "egressMaxConnections": "100"}
     with caplog.at_level("WARNING"):
         kvs = convert(first)
-        convert(workload_endpoint(pod("podB", status=RUNNING, annotations=annotations)))
+        convert(second)
     assert kvs[0][1] is not None, "the pod is programmed"
     warned = [r.getMessage() for r in caplog.records]
     assert len(warned) == 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import socket
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import pytest
 
 from pyfelix import logs
 from pyfelix.config import parse_config
-from pyfelix.logs import FORMAT, OneLineFormatter
+from pyfelix.logs import JsonFormatter, OneLineFormatter
 
 
 @pytest.fixture
@@ -124,5 +125,32 @@ def test_a_line_break_in_a_name_cannot_forge_a_log_line(tmp_path: Path) -> None:
     assert not any(line.startswith("2026-12-04 00:00:00") for line in result.stdout.splitlines())
     assert "bad\\n2026-12-04" in result.stdout
     record = logging.LogRecord("pyfelix.x", logging.WARNING, "f", 1, "invalid %s", (forged,), None)
-    formatted = OneLineFormatter(FORMAT).format(record)
+    formatted = OneLineFormatter().format(record)
     assert len(formatted.splitlines()) == 1
+    assert len(JsonFormatter().format(record).splitlines()) == 1
+
+
+def test_lines_have_felix_format_and_a_json_form_on_request() -> None:
+    """Felix's line: ``date time.ms [LEVEL][pid] file line: message``, the file as the
+    package's path; syslog's without time and pid; PYFELIX_LOG_FORMAT=json gives objects."""
+    record = logging.LogRecord(
+        "pyfelix_dataplane.linux.driver",
+        logging.WARNING,
+        "/x/driver.py",
+        210,
+        "apply %d",
+        (7,),
+        None,
+    )
+    line = OneLineFormatter().format(record)
+    assert re.fullmatch(
+        r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} \[WARNING\]\[\d+\] linux/driver.py 210: apply 7",
+        line,
+    ), line
+    assert OneLineFormatter(syslog=True).format(record) == "WARNING linux/driver.py 210: apply 7"
+    record.levelno, record.levelname = logging.CRITICAL, "CRITICAL"
+    assert "[FATAL]" in OneLineFormatter().format(record)
+    entry = json.loads(logs.formatter({"PYFELIX_LOG_FORMAT": "json"}).format(record))
+    assert entry["level"] == "fatal"
+    assert (entry["file"], entry["line"], entry["message"]) == ("linux/driver.py", 210, "apply 7")
+    assert isinstance(logs.formatter({}), OneLineFormatter)

@@ -2,44 +2,100 @@
 that follows log rotation), LogSeveritySys to the local syslog (tagged calico-felix, so log
 pipelines written for Felix find it).
 
+Lines have Felix's format, ``2026-12-05 16:05:50.123 [INFO][4242] linux/driver.py 210: ...``
+(the syslog's without the time and pid, which syslog adds), so what parses Felix's logs parses
+these. ``PYFELIX_LOG_FORMAT=json`` writes one JSON object a line instead (time, level, pid,
+file, line, logger, message), for log pipelines that take JSON.
+
 A destination that cannot be set up is reported and left out; the agent goes on (Felix stops
 for a log file it cannot open; a crash loop over a log file helps no one).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import logging.handlers
 import os
 import socket
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from pyfelix.errors import one_line
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from pyfelix.config import FelixConfig
 
 log = logging.getLogger(__name__)
 
 SYSLOG_SOCKET = "/dev/log"
 SYSLOG_TAG = "calico-felix"
-FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+#: Where the log format is chosen: "felix" (the default) or "json".
+FORMAT_VARIABLE = "PYFELIX_LOG_FORMAT"
+#: Felix's level names (logrus's, upper-cased).
+LEVEL_NAMES = {"CRITICAL": "FATAL"}
+#: The packages whose module a line names by its path (``linux/driver.py``), as Felix names
+#: its Go files; any other logger's line names its file.
+PACKAGES = ("pyfelix_dataplane.", "pyfelix.")
+
+
+def _source(record: logging.LogRecord) -> str:
+    for package in PACKAGES:
+        if record.name.startswith(package):
+            return record.name.removeprefix(package).replace(".", "/") + ".py"
+    return record.filename
 
 
 class OneLineFormatter(logging.Formatter):
-    """Each record's message on one line: a line break in a value it quotes (a resource's
-    name, a file's) is escaped, so it cannot forge the lines after it. A traceback, which
-    the formatter appends after the message, keeps its lines."""
+    """Felix's line: time to the millisecond, ``[LEVEL][pid]``, the file and line, the
+    message, on one line: a line break in a value it quotes (a resource's name, a file's) is
+    escaped, so it cannot forge the lines after it. A traceback, which the formatter appends
+    after the message, keeps its lines. ``syslog``: without the time and pid (syslog's)."""
+
+    def __init__(self, syslog: bool = False) -> None:
+        super().__init__()
+        self.syslog = syslog
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        record.message = one_line(record.message)
-        return super().formatMessage(record)
+        message = one_line(record.message)
+        level = LEVEL_NAMES.get(record.levelname, record.levelname)
+        where = f"{_source(record)} {record.lineno}: {message}"
+        if self.syslog:
+            return f"{level} {where}"
+        stamp = datetime.fromtimestamp(record.created).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+        return f"{stamp} [{level}][{record.process}] {where}"
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object a line, with a traceback (if any) in its ``exception``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": datetime.fromtimestamp(record.created).isoformat(timespec="milliseconds"),
+            "level": LEVEL_NAMES.get(record.levelname, record.levelname).lower(),
+            "pid": record.process,
+            "file": _source(record),
+            "line": record.lineno,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, separators=(",", ":"))
+
+
+def formatter(environ: Mapping[str, str] | None = None) -> logging.Formatter:
+    """The formatter PYFELIX_LOG_FORMAT asks for (Felix's line unless "json")."""
+    chosen = (os.environ if environ is None else environ).get(FORMAT_VARIABLE, "")
+    return JsonFormatter() if chosen.strip().lower() == "json" else OneLineFormatter()
 
 
 def screen_handler() -> logging.Handler:
     """stderr, as the agent logs there before (and beside) its configured destinations."""
     handler = logging.StreamHandler()
-    handler.setFormatter(OneLineFormatter(FORMAT))
+    handler.setFormatter(formatter())
     return handler
 
 
@@ -104,7 +160,7 @@ def _log_file(path: str, level: int) -> list[logging.Handler]:
         log.error("LogFilePath %s cannot be opened (%s): not logging to a file", path, exc)
         return []
     handler.setLevel(level)
-    handler.setFormatter(OneLineFormatter(FORMAT))
+    handler.setFormatter(formatter())
     return [handler]
 
 
@@ -124,5 +180,5 @@ def _syslog(level: int) -> list[logging.Handler]:
         return []
     handler.ident = f"{SYSLOG_TAG}: "
     handler.setLevel(level)
-    handler.setFormatter(OneLineFormatter("%(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(OneLineFormatter(syslog=True))
     return [handler]
