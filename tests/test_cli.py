@@ -145,3 +145,47 @@ def test_bpf_enabled_is_refused_by_run_and_named_by_validate(tmp_path: Path) -> 
     assert len(refusals) == 1
     assert "BPFEnabled true is not supported" in refusals[0]
     assert "InSync" not in ran.stdout
+
+
+POLICY = """apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {name: from-stdin}
+spec: {selector: all(), types: [Ingress], ingress: [{action: Deny}]}
+"""
+
+
+def with_stdin(text: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pyfelix", *args],
+        input=text,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+    )
+
+
+def test_a_dash_reads_standard_input() -> None:
+    """`kubectl get ... -o yaml | pyfelix validate -` and `| pyfelix dry-run -`; a problem
+    there is located in ``-``."""
+    checked = with_stdin(POLICY, "validate", "-")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "valid: 1 resources in 1 file(s) (1 GlobalNetworkPolicy)" in checked.stdout
+    shown = with_stdin(POLICY, "dry-run", "--hostname", "node-a", "-")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("Dataplane of node-a")
+    assert "no resources found" not in shown.stderr
+    broken = with_stdin(POLICY.replace("all()", "all("), "validate", "-")
+    assert broken.returncode == 1
+    assert broken.stdout.startswith("-:1: GlobalNetworkPolicy/from-stdin: spec.selector")
+
+
+def test_an_input_without_resources_is_refused(tmp_path: Path) -> None:
+    """An empty directory, file or List is most likely a mistake (a wrong path, a query that
+    matched nothing): validate and dry-run say so and exit 1, rather than call it valid."""
+    (tmp_path / "empty.yaml").write_text("apiVersion: v1\nkind: List\nitems: []\n")
+    for args in (("validate",), ("dry-run", "--hostname", "node-a")):
+        done = pyfelix(*args, str(tmp_path))
+        assert done.returncode == 1, done
+        assert done.stderr.strip().endswith(f"no resources found in {tmp_path}")
+    assert with_stdin("", "validate", "-").stderr.strip() == "no resources found in -"

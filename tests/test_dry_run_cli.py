@@ -255,8 +255,8 @@ def test_log_severity_screen(
         wait_for(process, "# IPv4 filter: chain cali-FORWARD")
     finally:
         stderr = process.stop()
-    assert (" DEBUG " in stderr) is debug_shown
-    assert (" INFO " in stderr) is debug_shown
+    assert ("[DEBUG]" in stderr) is debug_shown
+    assert ("[INFO]" in stderr) is debug_shown
 
 
 def test_ipv6_support_false_renders_ipv4_only(tmp_path: Path) -> None:

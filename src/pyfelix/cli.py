@@ -46,6 +46,11 @@ EXIT_INVALID = 1
 EXIT_USAGE = 2
 
 
+def no_resources(sources: Sequence[str | Path]) -> str:
+    """What an input without a single resource is told (an empty file, directory or List)."""
+    return f"no resources found in {' '.join(map(str, sources)) or 'the input'}"
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     """Load and validate manifests; print every problem, or a one-line summary."""
     from pyfelix.resources import load_paths
@@ -59,6 +64,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     problems = validate_loaded(result)
     if problems:
         return _refuse(problems)
+    if not (result.resources or result.direct):
+        print(no_resources(args.paths), file=sys.stderr)
+        return EXIT_INVALID
     for line in refused_settings(item.resource for item in result.resources):
         print(line, file=sys.stderr)
     files = {item.source for item in result.resources}
@@ -233,6 +241,9 @@ def cmd_dry_run(args: argparse.Namespace) -> int:
         if isinstance(computed, int):
             return computed
         view = computed
+    if not tally.count:
+        print(no_resources(args.sources), file=sys.stderr)
+        return EXIT_INVALID
     for line in [*tally.messages(args.hostname), *refused_settings(tally.configurations)]:
         print(line, file=sys.stderr)
     if args.format == "json":

@@ -46,6 +46,9 @@ class InputTally:
     skipped: list[str] = attrs.field(factory=list)
     nodes: set[str] = attrs.field(factory=set)
     configurations: list[Resource] = attrs.field(factory=list)
+    #: The resources read (an input with none is refused: a path or a List left empty by
+    #: mistake is not an empty cluster).
+    count: int = 0
 
     def watch(self, results: Iterable[LoadResult]) -> Iterator[LoadResult]:
         for result in results:
@@ -54,6 +57,7 @@ class InputTally:
 
     def note(self, result: LoadResult) -> None:
         self.skipped.extend(result.skipped)
+        self.count += len(result.resources) + len(result.direct)
         for item in result.resources:
             if item.resource.KIND == "FelixConfiguration":
                 self.configurations.append(item.resource)

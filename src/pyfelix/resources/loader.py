@@ -14,6 +14,8 @@ without bound).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import logging
 import os
@@ -280,13 +282,30 @@ def load_parsed(documents: Parsed, source: str, direct: DirectDecoder | None = N
     return _without_duplicates([entries], problems, skipped=tuple(skipped))
 
 
+#: The source that stands for standard input (``pyfelix validate -``).
+STDIN = "-"
+
+
+@functools.cache
+def stdin_text() -> str:
+    """Standard input's text, read once (the load and the validation beside it read the
+    same ``-``); raises OSError over MAX_FILE_BYTES, or UnicodeDecodeError."""
+    data = sys.stdin.buffer.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise OSError(f"larger than {MAX_FILE_BYTES >> 20} MiB")
+    return data.decode("utf-8")
+
+
 def read_manifest(path: Path) -> str:
-    """A manifest file's text; raises OSError (also for one over MAX_FILE_BYTES, which is not
-    read, and for anything but a regular file) or UnicodeDecodeError.
+    """A manifest file's text (standard input's for ``-``); raises OSError (also for one over
+    MAX_FILE_BYTES, which is not read, and for anything but a regular file) or
+    UnicodeDecodeError.
 
     The file is opened without blocking and checked before it is read: opening a FIFO
     for reading waits for a writer, and reading a device may never end, either of which
     would leave the reader (and with it every later edit, and SIGTERM) waiting for ever."""
+    if str(path) == STDIN:
+        return stdin_text()
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     with os.fdopen(fd, "rb") as file:
         status = os.fstat(fd)
@@ -378,6 +397,12 @@ def manifest_sources(paths: Iterable[Path | str]) -> tuple[list[Path], list[Prob
     problems: list[Problem] = []
     for given in paths:
         path = Path(given)
+        if str(given) == STDIN:
+            # Read now, before a validation worker is forked: both then see the same text.
+            with contextlib.suppress(OSError, UnicodeDecodeError):
+                stdin_text()
+            files.append(path)
+            continue
         if not path.exists():
             problems.append(Problem(str(path), "no such file or directory"))
             continue
