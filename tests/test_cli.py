@@ -189,3 +189,18 @@ def test_an_input_without_resources_is_refused(tmp_path: Path) -> None:
         assert done.returncode == 1, done
         assert done.stderr.strip().endswith(f"no resources found in {tmp_path}")
     assert with_stdin("", "validate", "-").stderr.strip() == "no resources found in -"
+
+
+def test_each_problem_is_printed_once(tmp_path: Path) -> None:
+    """A bad port is found by two checks, and a dry-run as the agent would validate twice:
+    each problem is still said once, with its file and line."""
+    (tmp_path / "p.yaml").write_text(
+        "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\nmetadata: {name: x}\n"
+        "spec:\n  selector: all()\n"
+        "  ingress: [{action: Allow, protocol: TCP, destination: {ports: [http, 99999]}}]\n"
+    )
+    checked = pyfelix("validate", str(tmp_path))
+    assert checked.stdout.count("port 99999 invalid") == 1, checked.stdout
+    shown = pyfelix("dry-run", "--skip-invalid", "--hostname", "a", str(tmp_path))
+    assert shown.stderr.count("port 99999 invalid") == 1, shown.stderr
+    assert shown.stderr.count("treated as absent") == 1

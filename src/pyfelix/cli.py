@@ -306,10 +306,14 @@ def _dry_run_as_agent(sources: list[str], hostname: str, tally: InputTally) -> d
 
     result = load_paths(sources, direct=plain_entry)
     tally.note(result)
+    invalid = set()
     for problem in validate_loaded(result, hostname):
         print(f"treated as absent: {problem}", file=sys.stderr)
-    resources = (item.resource for item in result.resources)
-    view, _ = compute(resources, hostname, validated=False, direct=result.direct)
+        invalid.add(problem.resource)
+    # Left out here, as the pipeline's validation filter would leave them out (each is
+    # named once, above, with its file and line).
+    resources = (item.resource for item in result.resources if item.resource.ident not in invalid)
+    view, _ = compute(resources, hostname, validated=True, direct=result.direct)
     return view
 
 

@@ -18,6 +18,10 @@ __all__ = ["FIELDS", "FelixConfig", "NFTablesMode", "ParamError", "ProtoPort", "
 
 log = logging.getLogger(__name__)
 
+#: The (parameter, value) pairs already named in a warning: the same configuration is parsed
+#: at start-up, by the calculation graph, and again at each change, and one warning is enough.
+_WARNED: set[tuple[str, str]] = set()
+
 
 def parse_config(text: Mapping[str, str]) -> FelixConfig:
     """The typed configuration of Felix parameters given as text (unknown names are ignored:
@@ -30,7 +34,9 @@ def parse_config(text: Mapping[str, str]) -> FelixConfig:
         try:
             values[field.attribute] = field.parse(raw)
         except (ParamError, ValueError) as exc:
-            log.warning(
-                "Felix parameter %s=%r ignored, using its default: %s", field.felix, raw, exc
-            )
+            if (field.felix, raw) not in _WARNED:
+                _WARNED.add((field.felix, raw))
+                log.warning(
+                    "Felix parameter %s=%r ignored, using its default: %s", field.felix, raw, exc
+                )
     return FelixConfig(**values)

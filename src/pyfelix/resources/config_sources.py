@@ -28,6 +28,9 @@ from pyfelix.values import FrozenMap
 
 log = logging.getLogger(__name__)
 
+#: The sets of several matching names already warned about (the merge runs at every change).
+_WARNED: set[tuple[str, ...]] = set()
+
 GLOBAL = "default"
 NODE_PREFIX = "node."
 
@@ -82,10 +85,12 @@ def selector_config(
     if not matching:
         return {}
     winner = min(matching, key=lambda e: (e.created, e.name))
-    if len(matching) > 1:
+    names = tuple(sorted(e.name for e in matching))
+    if len(matching) > 1 and names not in _WARNED:
+        _WARNED.add(names)
         log.warning(
             "FelixConfigurations %s all select this node: %s, the oldest, is used",
-            ", ".join(sorted(e.name for e in matching)),
+            ", ".join(names),
             winner.name,
         )
     return dict(winner.values)

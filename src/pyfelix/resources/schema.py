@@ -61,7 +61,10 @@ class Context:
         return type(self)(key, self.problems, parent=self)
 
     def error(self, message: str) -> None:
-        self.problems.append(FieldProblem(self.path, message))
+        """Record a problem, once (two checks may find the same thing wrong with a field)."""
+        problem = FieldProblem(self.path, message)
+        if problem not in self.problems:
+            self.problems.append(problem)
 
 
 class Missing:
