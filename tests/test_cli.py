@@ -204,3 +204,10 @@ def test_each_problem_is_printed_once(tmp_path: Path) -> None:
     shown = pyfelix("dry-run", "--skip-invalid", "--hostname", "a", str(tmp_path))
     assert shown.stderr.count("port 99999 invalid") == 1, shown.stderr
     assert shown.stderr.count("treated as absent") == 1
+
+
+def test_help_gives_examples_the_environment_and_exit_codes() -> None:
+    shown = pyfelix("--help")
+    assert shown.returncode == 0
+    for words in ("examples:", "| pyfelix dry-run", "FELIX_<PARAMETER>", "exit codes:", "129"):
+        assert words in shown.stdout, words

@@ -554,10 +554,42 @@ def _add_datastore_commands(commands: argparse._SubParsersAction[argparse.Argume
         action.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
 
 
+EPILOG = """examples:
+  pyfelix validate manifests/
+  kubectl get pods,namespaces,networkpolicies -A -o yaml | pyfelix dry-run --hostname node-1 -
+  pyfelix dry-run --hostname node-1 kubernetes://     (KUBECONFIG, else in-cluster)
+  pyfelix dry-run --hostname node-1 etcd://10.0.0.5:2379
+  pyfelix run --datastore kubernetes://               (as root, on the node)
+  pyfelix demo examples/                              (as root: real traffic in namespaces)
+
+environment:
+  FELIX_<PARAMETER>      any Felix parameter (e.g. FELIX_LOGSEVERITYSCREEN=Debug); it
+                         overrides the FelixConfiguration resources
+  FELIX_DATASTORETYPE    kubernetes or etcdv3, for `run` without --datastore
+  DATASTORE_TYPE         kubernetes or etcdv3, for `dry-run` without a source (calicoctl's)
+  KUBECONFIG, FELIX_KUBECONFIG
+                         the Kubernetes API's configuration (else the in-cluster account)
+  ETCD_ENDPOINTS, ETCD_CA_CERT_FILE, ETCD_CERT_FILE, ETCD_KEY_FILE
+                         etcd's addresses and TLS files
+  NODENAME, FELIX_FELIXHOSTNAME
+                         the node's name (default of --hostname; else the host name)
+  PYFELIX_LOG_FORMAT     json: one JSON object a log line (default: Felix's line format)
+  PYFELIX_STATE_DIR      where the pods' MTU file is written (default /var/lib/calico)
+
+exit codes:
+  0  done (validate: valid; run: stopped by a signal)
+  1  invalid input, no resources found, or a fatal error
+  2  usage error
+  129  run: restart needed (configuration changed, SIGHUP), as Felix's
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pyfelix",
         description="A Calico-compatible per-node network policy agent.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"pyfelix {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
