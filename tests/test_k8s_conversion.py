@@ -219,7 +219,7 @@ spec: {selector: all()}
     loaded = load_text(text, "both.yaml")
     assert loaded.problems == ()
     assert [r.resource.ident for r in loaded.resources] == [
-        "KubernetesNetworkPolicy/x/web",
+        "NetworkPolicy.networking.k8s.io/x/web",
         "NetworkPolicy/x/web",
     ]
     assert loaded.resources[0].resource.to_manifest()["kind"] == "NetworkPolicy"

@@ -86,8 +86,9 @@ class Resource:
 
     @property
     def ident(self) -> str:
-        """``Kind/namespace/name`` (``Kind/name`` for cluster-wide kinds), as errors print it."""
-        return resource_ident(self.KIND, self.namespace, self.name)
+        """``Kind/namespace/name`` (``Kind/name`` for cluster-wide kinds), as errors print it:
+        the kind as users write it (``NetworkPolicy.networking.k8s.io`` for Kubernetes')."""
+        return resource_ident(self.shown_kind(), self.namespace, self.name)
 
     @classmethod
     def manifest_kind(cls) -> str:
@@ -299,11 +300,11 @@ def load_document(
             metadata = doc.get("metadata")
             if isinstance(metadata, Mapping) and metadata.get("name") != name:
                 name = metadata.get("name", "")
-                ident = resource_ident(cls.KIND, str(namespace or ""), str(name or ""))
+                ident = resource_ident(cls.shown_kind(), str(namespace or ""), str(name or ""))
     if api_version != cls.API_VERSION:
         ctx.at("apiVersion").error(f"expected {cls.API_VERSION!r}, got {excerpt(api_version)}")
     if cls.NAMESPACED and not namespace and ident is not None:
-        ident = resource_ident(cls.KIND, "default", str(name or ""))
+        ident = resource_ident(cls.shown_kind(), "default", str(name or ""))
     resource = cls.decode_body(doc, ctx)
     if not name:
         ctx.at("metadata.name").error("a name is required")
