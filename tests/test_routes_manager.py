@@ -101,3 +101,31 @@ async def test_a_route_waiting_for_its_interface_is_tried_on_every_apply() -> No
     r.writer.missing.clear()
     await r.complete()
     assert r.routes.results == {"10.65.0.5/32": "added"}
+
+
+NO_ENCAP_BLOCK = m.RouteUpdate(
+    "10.70.1.0/26",
+    frozenset({"REMOTE_WORKLOAD"}),
+    dst_node="node-b",
+    dst_node_ip="192.0.2.2",
+    tunnel="none",
+)
+NO_ENCAP_POOL = m.IPAMPoolUpdate(
+    "pool", model.IPPool("10.70.0.0/16", "Never", "Never", False, False)
+)
+
+
+async def test_unencapsulated_pools_are_routed_as_program_cluster_routes_says() -> None:
+    """Felix's default (EnabledIPIPOnly) leaves an unencapsulated pool's routes to BIRD;
+    Enabled and EnabledNoEncapOnly route each remote block straight to its node."""
+    r = Managers()
+    r.send(NO_ENCAP_POOL, NO_ENCAP_BLOCK)
+    await r.complete()
+    assert "10.70.1.0/26" not in r.node.routes
+    for setting in ("Enabled", "EnabledNoEncapOnly"):
+        r.send(m.ConfigUpdate(FrozenMap({"ProgramClusterRoutes": setting})))
+        await r.complete()
+        assert r.node.routes["10.70.1.0/26"] == RouteTarget("", gateway="192.0.2.2"), setting
+    r.send(m.IPAMPoolRemove("pool"))
+    await r.complete()
+    assert "10.70.1.0/26" not in r.node.routes, "no unencapsulated pool left"

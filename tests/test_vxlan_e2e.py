@@ -182,6 +182,23 @@ spec: {cidr: 10.70.0.0/16, vxlanMode: Never, ipipMode: Never}
         assert vxlan_tx_packets(nodes[0].node) > before
 
 
+def test_an_unencapsulated_pool_is_routed_with_program_cluster_routes(tmp_path: Path) -> None:
+    """ProgramClusterRoutes Enabled: the agents route each other's blocks of an
+    unencapsulated pool straight to the node (no BIRD here), and the pods talk without a
+    tunnel."""
+    manifests = MANIFESTS.replace(
+        "vxlanEnabled: true, ", "programClusterRoutes: Enabled, "
+    ).replace("vxlanMode: Always", "vxlanMode: Never")
+    with agents_on_two_nodes(tmp_path, manifests + node(1) + node(2), "ve") as running:
+        nodes, client = running.nodes, running.client
+        assert eventually(lambda: connects(client, "10.65.2.2", 8080), timeout=15), run(
+            nodes[0].node, "ip", "route"
+        )
+        assert "via 10.99.0.2 dev ul0" in run(nodes[0].node, "ip", "route", "show", "10.65.2.0/26")
+        links = run(nodes[0].node, "ip", "-o", "link", "show")
+        assert "vxlan.calico" not in links
+
+
 def borrowing_cluster() -> str:
     """Both pods' addresses from one block affine to node-1 (10.65.0.0/22): node-2's pod
     (10.65.2.2) has an address node-1's block allocated to node-2."""

@@ -163,8 +163,9 @@ ACTED_ON: dict[str, str] = {
     "IpInIpMtu": "tunl0's MTU (0: the host MTU less 20); the pods' MTU when IPIP is on "
     "and it is the smallest",
     "ProgramClusterRoutes": "Enabled or EnabledIPIPOnly (Felix's default): remote IPIP blocks "
-    "routed onlink via their node out of tunl0; Disabled or EnabledNoEncapOnly leave them to "
-    "BIRD (which pyfelix does not run)",
+    "routed onlink via their node out of tunl0; Enabled or EnabledNoEncapOnly: remote blocks "
+    "of unencapsulated pools routed straight to their node; what is not programmed is left "
+    "to BIRD (which pyfelix does not run)",
     # ClusterInformation's, not a FelixConfiguration field (so not in docs/CONFIG.md's table).
     "ClusterType": "openstack in it turns on Felix's OpenStack special cases (MetadataAddr)",
 }

@@ -1,15 +1,18 @@
 """Routes: each local workload through its interface (with its interface settings and pinned
 MAC); with VXLAN, each remote block through the remote node's tunnel address of the block's
 IP version (vxlan.calico or vxlan-v6.calico), or straight to the node where the pool is
-CrossSubnet and the node shares our subnet; with IPIP (and
-ProgramClusterRoutes Enabled or EnabledIPIPOnly, Felix's default), each remote block via the
-node's address, onlink out of tunl0."""
+CrossSubnet and the node shares our subnet; with IPIP (and ProgramClusterRoutes Enabled or
+EnabledIPIPOnly, Felix's default), each remote block via the node's address, onlink out of
+tunl0; each remote block of an unencapsulated pool straight to its node, with
+ProgramClusterRoutes Enabled or EnabledNoEncapOnly (otherwise BIRD programs those)."""
 
 from __future__ import annotations
 
 import attrs
 
 from pyfelix import messages as m
+from pyfelix import model
+from pyfelix.config.felix_config import ProgramClusterRoutes
 from pyfelix_dataplane.linux.ipip import DEVICE as IPIP_DEVICE
 from pyfelix_dataplane.linux.kernel import RouteWriting
 from pyfelix_dataplane.linux.managers.ipip import IpipManager
@@ -31,7 +34,17 @@ CHANGES_ROUTES = (
     m.VXLANTunnelEndpointUpdate,
     m.VXLANTunnelEndpointRemove,
     m.ConfigUpdate,
+    m.IPAMPoolUpdate,
+    m.IPAMPoolRemove,
 )
+
+
+IPIP_ROUTES = (ProgramClusterRoutes.ENABLED, ProgramClusterRoutes.ENABLED_IPIPONLY)
+NO_ENCAP_ROUTES = (ProgramClusterRoutes.ENABLED, ProgramClusterRoutes.ENABLED_NO_ENCAP_ONLY)
+
+
+def _unencapsulated(pool: model.IPPool) -> bool:
+    return pool.ipip_mode in ("", "Never") and pool.vxlan_mode in ("", "Never")
 
 
 @attrs.define(eq=False)
@@ -77,27 +90,40 @@ class RoutesManager:
                 routes[net] = RouteTarget(
                     endpoint.name, endpoint.mac, spoofing=spoofing, priority=priority
                 )
-        # IPIP cluster routes are Felix's unless ProgramClusterRoutes leaves them to BIRD.
-        ipip_routes = ipip_on and str(self.state.config.program_cluster_routes) in (
-            "Enabled",
-            "EnabledIPIPOnly",
+        # Cluster routes are Felix's unless ProgramClusterRoutes leaves them to BIRD: IPIP's
+        # with Enabled or EnabledIPIPOnly (the default), unencapsulated pools' with Enabled or
+        # EnabledNoEncapOnly (and only while such a pool exists).
+        program = config.program_cluster_routes
+        ipip_routes = ipip_on and program in IPIP_ROUTES
+        no_encap = program in NO_ENCAP_ROUTES and any(
+            kind == "pool" and _unencapsulated(update.pool)
+            for (kind, _), update in self.state.others.items()
         )
-        if not (vxlan_on or ipip_routes):
+        if not (vxlan_on or ipip_routes or no_encap):
             return routes
         for route in self.state.routes.values():
             if "REMOTE_WORKLOAD" not in route.types or route.dst_node == self.hostname:
                 continue
-            vtep = self.state.vteps.get(route.dst_node)
             version = 6 if ":" in route.dst else 4
-            tunnel_ip = vtep_half(vtep, version)[1] if vtep is not None else ""
-            direct = route.tunnel == "none" or route.same_subnet
-            if direct and route.dst_node_ip:
-                routes[route.dst] = RouteTarget("", gateway=route.dst_node_ip)
-            elif route.tunnel == "vxlan" and version in vxlan_on and tunnel_ip:
-                routes[route.dst] = RouteTarget(device_name(version), gateway=tunnel_ip)
-            elif route.tunnel == "ipip" and ipip_routes and route.dst_node_ip:
-                # As Felix's IPIP manager: onlink via the node's own address, out of tunl0.
-                routes[route.dst] = RouteTarget(IPIP_DEVICE, gateway=route.dst_node_ip)
+            direct = RouteTarget("", gateway=route.dst_node_ip) if route.dst_node_ip else None
+            if route.tunnel == "none":
+                if no_encap and direct is not None:
+                    routes[route.dst] = direct
+            elif route.tunnel == "vxlan" and version in vxlan_on:
+                # CrossSubnet, and the node shares our subnet: straight to it.
+                vtep = self.state.vteps.get(route.dst_node)
+                tunnel_ip = vtep_half(vtep, version)[1] if vtep is not None else ""
+                if route.same_subnet and direct is not None:
+                    routes[route.dst] = direct
+                elif tunnel_ip:
+                    routes[route.dst] = RouteTarget(device_name(version), gateway=tunnel_ip)
+            elif route.tunnel == "ipip" and ipip_routes and direct is not None:
+                # As Felix's IPIP manager: onlink via the node's own address, out of tunl0,
+                # unless CrossSubnet and in our subnet.
+                gateway = route.dst_node_ip
+                routes[route.dst] = (
+                    direct if route.same_subnet else RouteTarget(IPIP_DEVICE, gateway=gateway)
+                )
         return routes
 
     async def complete_deferred_work(self) -> None:
