@@ -76,7 +76,11 @@ async def test_forwards_and_routes_status_back() -> None:
         delivered.append(message)
 
     c = DataplaneConnector(
-        to_receive, deliver, from_receive, Sink(), lambda key, version: keys.append((key, version))
+        to_receive,
+        deliver,
+        from_receive,
+        Sink(),
+        on_wireguard_key=lambda key, version: keys.append((key, version)),
     )
     async with trio.open_nursery() as nursery:
         await nursery.start(c.run)

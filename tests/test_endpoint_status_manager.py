@@ -40,9 +40,13 @@ class Reported:
                 return out
 
 
-def reported(reporting: bool = True) -> Reported:
+def reported(reporting: bool = True, prefix: str = "/var/run/calico") -> Reported:
     state = NodeState()
-    state.apply(m.ConfigUpdate(FrozenMap({"EndpointReportingEnabled": str(reporting).lower()})))
+    config = {
+        "EndpointReportingEnabled": str(reporting).lower(),
+        "EndpointStatusPathPrefix": prefix,
+    }
+    state.apply(m.ConfigUpdate(FrozenMap(config)))
     send, receive = trio.open_memory_channel[m.FromDataplane](100)
     interfaces = FakeInterfaces()
     routes = RoutesManager(state, FakeRoutes(FakeNode()), "node")
@@ -87,8 +91,28 @@ async def test_a_host_endpoint_without_its_interface_is_in_error_until_it_appear
     assert r.taken() == [m.HostEndpointStatusUpdate(HOST_KEY, "up")]
 
 
-async def test_nothing_is_sent_unless_endpoint_reporting_is_enabled() -> None:
-    r = reported(reporting=False)
+async def test_statuses_go_for_the_datastore_or_the_status_files_else_nothing() -> None:
+    """EndpointReportingEnabled wants them for the datastore, EndpointStatusPathPrefix (set
+    by default) for the files Calico's CNI plugin reads; with neither, nothing is sent."""
+    for reporting, prefix, sent in ((False, "", False), (False, "/run/x", True), (True, "", True)):
+        r = reported(reporting, prefix)
+        r.state.apply(m.WorkloadEndpointUpdate(KEY, ENDPOINT, ()))
+        r.routes.results = {"10.0.0.1/32": "added"}
+        await r.manager.complete_deferred_work()
+        assert bool(r.taken()) is sent, (reporting, prefix)
+
+
+async def test_a_changed_endpoint_is_sent_again_with_its_data() -> None:
+    r = reported()
     r.state.apply(m.WorkloadEndpointUpdate(KEY, ENDPOINT, ()))
+    r.routes.results = {"10.0.0.1/32": "added"}
     await r.manager.complete_deferred_work()
-    assert r.taken() == []
+    (first,) = r.taken()
+    assert isinstance(first, m.WorkloadEndpointStatusUpdate)
+    assert first.endpoint == ENDPOINT
+    moved = attrs.evolve(ENDPOINT, mac="ee:ee:ee:ee:ee:ee")
+    r.state.apply(m.WorkloadEndpointUpdate(KEY, moved, ()))
+    await r.manager.complete_deferred_work()
+    (again,) = r.taken()
+    assert isinstance(again, m.WorkloadEndpointStatusUpdate)
+    assert again.endpoint == moved

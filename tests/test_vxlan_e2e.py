@@ -136,6 +136,13 @@ def test_pods_on_two_nodes_talk_through_the_agents_vxlan(
         before = vxlan_tx_packets(nodes[0].node)
         assert connects(client, "10.65.2.2", 8080)
         assert vxlan_tx_packets(nodes[0].node) > before
+        # The endpoint status file Calico's CNI plugin waits for (EndpointStatusPathPrefix).
+        status = nodes[0].status_prefix / "endpoint-status" / "k8s app%2Fpod1 eth0"
+        assert eventually(status.exists)
+        assert json.loads(status.read_text()) == {
+            "ifaceName": "cali1",
+            "ipv4Nets": ["10.65.1.2/32"],
+        }
 
         # Tampering with the overlay is repaired on the route refresh (1 s here).
         def fdb() -> list[str]:

@@ -40,6 +40,7 @@ from pyfelix.logs import configure_logging
 from pyfelix.resources.parse_cache import ParseCache
 from pyfelix.resources.shared_parse import ParsePrefetch
 from pyfelix.stats import DataplaneStats
+from pyfelix.status_files import EndpointStatusFiles
 from pyfelix.syncer.files import FileSyncer
 from pyfelix.validation import context_from
 from pyfelix_dataplane.driver import DataplaneDriver
@@ -270,11 +271,16 @@ async def run_agent(options: AgentOptions, out: TextIO = sys.stdout) -> int:
                 health=health,
             )
             await nursery.start(calc.run)
+            status_files = None
+            if config.endpoint_status_path_prefix and not options.dry_run:
+                status_files = EndpointStatusFiles(Path(config.endpoint_status_path_prefix))
+                await nursery.start(status_files.run)
             connector = DataplaneConnector(
                 to_receive,
                 driver.apply,
                 from_receive,
                 status=status,
+                status_files=status_files,
                 on_wireguard_key=updater.on_key if updater else None,
                 on_config=on_config,
             )

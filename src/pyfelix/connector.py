@@ -5,9 +5,9 @@ To the driver it forwards every message, watching a few on the way: InSync makes
 ready; a configuration change that cannot be applied live, or an encapsulation different from
 the one at start-up, stop the agent with exit code 129 so that its supervisor restarts it with
 the new settings; a datastore marked not ready stops it as a failure (exit code 1), as Felix
-does. From the driver it takes status:
-process status and endpoint status go to the status reporter, a new WireGuard public key to the
-key updater.
+does. From the driver it takes status: process status goes to the status reporter, endpoint
+status to it (EndpointReportingEnabled) and to the status files (EndpointStatusPathPrefix), a
+new WireGuard public key to the key updater.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pyfelix import messages as m
 from pyfelix.config import FelixConfig
 from pyfelix.config.support import NO_EFFECT, no_effect, unsafe
 from pyfelix.errors import FatalShutdown, RestartRequired
+from pyfelix.status_files import EndpointStatusFiles
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,9 @@ class DataplaneConnector:
     send_to_driver: Callable[[m.ToDataplane], Awaitable[None]]
     from_driver: trio.MemoryReceiveChannel[m.FromDataplane]
     status: StatusSink | None = None
+    #: The endpoint-status directory Calico's CNI plugin reads (None: EndpointStatusPathPrefix
+    #: is empty).
+    status_files: EndpointStatusFiles | None = None
     on_wireguard_key: Callable[[str, int], None] | None = None
     #: Every configuration the agent runs with (the first, and each live change).
     on_config: Callable[[FelixConfig], None] | None = None
@@ -99,6 +103,12 @@ class DataplaneConnector:
                 )
             self.encapsulation = message
 
+    @property
+    def _reporting(self) -> bool:
+        """EndpointReportingEnabled: endpoint status goes to the datastore (the dataplane
+        sends it for the status files too)."""
+        return self.felix_config is not None and self.felix_config.endpoint_reporting_enabled
+
     async def _to_dataplane(self) -> None:
         async for flush in self.source:
             for message in flush:
@@ -114,14 +124,20 @@ class DataplaneConnector:
                     # reach too, or every full collection walks it again (7-20 ms pauses).
                     gc.freeze()
                 self.dataplane_in_sync = True
+                if self.status_files is not None:
+                    self.status_files.in_sync()
             elif isinstance(message, m.ProcessStatusUpdate):
                 if self.status is not None:
                     await self.status.report_process(message)
             elif isinstance(message, m.WorkloadEndpointStatusUpdate | m.HostEndpointStatusUpdate):
-                if self.status is not None:
+                if isinstance(message, m.WorkloadEndpointStatusUpdate) and self.status_files:
+                    self.status_files.update(message.id, message.endpoint, message.status)
+                if self.status is not None and self._reporting:
                     await self.status.report_endpoint(message.id, message.status)
             elif isinstance(message, m.WorkloadEndpointStatusRemove | m.HostEndpointStatusRemove):
-                if self.status is not None:
+                if isinstance(message, m.WorkloadEndpointStatusRemove) and self.status_files:
+                    self.status_files.remove(message.id)
+                if self.status is not None and self._reporting:
                     await self.status.report_endpoint(message.id, None)
             elif isinstance(message, m.WireguardStatusUpdate) and self.on_wireguard_key:
                 self.on_wireguard_key(message.public_key, message.ip_version)

@@ -73,8 +73,12 @@ class DemoNode:
     outside: str = ""
     workloads: list[Workload] = attrs.Factory(list)
     processes: list[subprocess.Popen[str]] = attrs.Factory(list)
+    #: The node's EndpointStatusPathPrefix: its agent's endpoint status files go here, never
+    #: to this machine's /var/run/calico (a real CNI plugin may read that).
+    status_prefix: Path = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
+        self.status_prefix = Path(self.stack.enter_context(tempfile.TemporaryDirectory()))
         self.node = self.stack.enter_context(namespace(f"{PREFIX}node-{self.tag}"))
         outside = self.stack.enter_context(namespace(f"{PREFIX}up-{self.tag}"))
         _in(self.node, "sysctl", "-qw", "net.ipv4.ip_forward=1")
@@ -135,7 +139,11 @@ class DemoNode:
             stdout=subprocess.DEVNULL,
             stderr=stderr,
             text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={
+                **os.environ,
+                "PYTHONUNBUFFERED": "1",
+                "FELIX_ENDPOINTSTATUSPATHPREFIX": str(self.status_prefix),
+            },
         )
         self.processes.append(agent)
         return agent

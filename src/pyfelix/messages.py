@@ -324,6 +324,8 @@ class ProcessStatusUpdate:
 class WorkloadEndpointStatusUpdate:
     id: model.WorkloadEndpointKey
     status: str
+    #: The endpoint as programmed (its interface, MAC, addresses: the status file's data).
+    endpoint: model.WorkloadEndpoint | None = attrs.field(default=None, eq=False, repr=False)
 
 
 @attrs.frozen

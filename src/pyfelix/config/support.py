@@ -34,6 +34,8 @@ ACTED_ON: dict[str, str] = {
     "EndpointReportingDelaySecs": "at most one endpoint status write per this many seconds "
     "(jittered by a tenth), oldest first, as Felix's reporter",
     "EndpointReportingEnabled": "workload and host endpoint status reported to the datastore",
+    "EndpointStatusPathPrefix": "a file per local workload endpoint up, in <prefix>/endpoint-status"
+    " (Calico's CNI plugin waits for it); empty: none",
     "ExternalNodesCIDRList": "added to the VXLAN sources set (all-vxlan-net) and, with "
     "NATOutgoingExclusions IPPoolsAndHostIPs, to all-hosts-net (IPv4)",
     "FailsafeInboundHostPorts": "cali-failsafe-in (filter, raw and mangle)",

@@ -1,6 +1,7 @@
 """Endpoint status: each local workload's and host endpoint's "up", "down" or "error" sent
-back (EndpointReportingEnabled), as Felix's endpoint manager reports it once an apply has
-routed the workloads and placed the host endpoints; only what changed since the last report.
+back (for the datastore with EndpointReportingEnabled, for the status files with
+EndpointStatusPathPrefix), as Felix's endpoint manager reports it once an apply has routed
+the workloads and placed the host endpoints; only what changed since the last report.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ from pyfelix_dataplane.linux.routes import IFF_RUNNING, IFF_UP
 from pyfelix_dataplane.state import NodeState
 
 
-def _status_update(key: Any, status: str) -> m.FromDataplane:
+def _status_update(state: NodeState, key: Any, status: str) -> m.FromDataplane:
     if isinstance(key, model.HostEndpointKey):
         return m.HostEndpointStatusUpdate(key, status)
-    return m.WorkloadEndpointStatusUpdate(key, status)
+    return m.WorkloadEndpointStatusUpdate(key, status, state.workloads[key].endpoint)
 
 
 def _status_remove(key: Any) -> m.FromDataplane:
@@ -40,7 +41,8 @@ class EndpointStatusManager:
     endpoints: EndpointManager
     routes: RoutesManager
     area: str = "routes"
-    _statuses: dict[Any, str] = attrs.Factory(dict)
+    #: Per endpoint, the status last sent and (for a workload) the endpoint it was sent for.
+    _statuses: dict[Any, tuple[str, model.WorkloadEndpoint | None]] = attrs.Factory(dict)
 
     def invalidate(self) -> None:
         """Statuses are worked out on every apply; nothing is remembered of the kernel."""
@@ -80,13 +82,24 @@ class EndpointStatusManager:
         return statuses
 
     async def complete_deferred_work(self) -> None:
-        """Send the statuses that changed since the last report."""
-        if not self.state.config.endpoint_reporting_enabled:
+        """Send the statuses that changed since the last report: for the datastore
+        (EndpointReportingEnabled) or for the status files (EndpointStatusPathPrefix)."""
+        config = self.state.config
+        if not (config.endpoint_reporting_enabled or config.endpoint_status_path_prefix):
             return
         statuses = self.workload_statuses(self.routes.results) | self.host_endpoint_statuses()
+        # A workload's status goes again when the endpoint changes (its status file holds
+        # its interface and addresses).
+        reported = {
+            key: (
+                status,
+                self.state.workloads[key].endpoint if key in self.state.workloads else None,
+            )
+            for key, status in statuses.items()
+        }
         for key, status in statuses.items():
-            if self._statuses.get(key) != status:
-                await self.to_calc.send(_status_update(key, status))
+            if self._statuses.get(key) != reported[key]:
+                await self.to_calc.send(_status_update(self.state, key, status))
         for key in self._statuses.keys() - statuses.keys():
             await self.to_calc.send(_status_remove(key))
-        self._statuses = statuses
+        self._statuses = reported
