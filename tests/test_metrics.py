@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import ssl
+import subprocess
+import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -19,6 +23,7 @@ from pyfelix.agent import dataplane_readiness
 from pyfelix.calc.async_loop import CalcLoop
 from pyfelix.calc.decoupler import Decoupler
 from pyfelix.config import parse_config
+from pyfelix.demo import DemoNode
 from pyfelix.httpserver import HttpServer
 from pyfelix.messages import RuleIPSets
 from pyfelix.metrics import FelixCollector, exposition, metrics_routes, registry, tls_context
@@ -29,8 +34,10 @@ from pyfelix_dataplane.linux.commands import CALLS
 from pyfelix_dataplane.linux.managers.ipsets import IpsetsManager
 from pyfelix_dataplane.state import NodeState
 from tests.calc_harness import example_state
+from tests.conftest import REPO
 from tests.etcd_server import free_port, make_certificates
 from tests.fake_kernel import FakeIpsets, FakeNode
+from tests.netns import eventually
 
 
 async def _synced_loop(nursery: trio.Nursery) -> CalcLoop:
@@ -246,3 +253,85 @@ async def test_the_policies_an_ip_set_programmed_cut_weakens_are_named(
     writer.oversized.clear()
     await manager.complete_deferred_work()
     assert dataplane_readiness(True, stats) == (True, "")
+
+
+#: Every metric Calico's Felix dashboard (manifests/grafana-dashboards.yaml, "Calico: Felix")
+#: queries, but for its eBPF and flow-log panels: pyfelix refuses BpfEnabled and writes no
+#: flow logs, so felix_bpf_* and felix_nflog_* / felix_collector_* have nothing to count.
+DASHBOARD = (
+    "felix_cluster_num_hosts",
+    "felix_cluster_num_policies",
+    "felix_cluster_num_profiles",
+    "felix_cluster_num_tiers",
+    "felix_cluster_num_host_endpoints",
+    "felix_cluster_num_workload_endpoints",
+    "felix_resyncs_started",
+    "felix_active_local_endpoints",
+    "felix_active_local_policies",
+    "felix_active_local_selectors",
+    "felix_calc_graph_update_time_seconds_sum",
+    "felix_calc_graph_update_time_seconds_count",
+    "felix_calc_graph_update_time_seconds",
+    "felix_int_dataplane_apply_time_seconds_sum",
+    "felix_int_dataplane_apply_time_seconds_count",
+    "felix_int_dataplane_apply_time_seconds",
+    "felix_ipset_errors",
+    "felix_iptables_restore_errors",
+    "felix_iptables_save_errors",
+    "felix_iptables_rules",
+    "felix_ipsets_calico",
+)
+
+
+async def test_the_cluster_counts(autojump_clock: trio.testing.MockClock) -> None:
+    """felix_cluster_num_*: the example's two nodes, its endpoints, tiers, policies and
+    profiles, cluster-wide (not only this node's)."""
+    async with trio.open_nursery() as nursery:
+        loop = await _synced_loop(nursery)
+        collector = FelixCollector("node-a", loop, DataplaneStats())
+        samples = _samples(exposition(registry(parse_config({}), collector)).decode())
+        nursery.cancel_scope.cancel()
+    kinds = [resource.KIND for resource in example_state().values()]
+    assert samples["felix_cluster_num_hosts"] == 2
+    assert samples["felix_cluster_num_workload_endpoints"] == kinds.count("WorkloadEndpoint")
+    assert samples["felix_cluster_num_host_endpoints"] == kinds.count("HostEndpoint")
+    assert samples["felix_cluster_num_tiers"] == kinds.count("Tier")
+    policies = sum(1 for kind in kinds if kind.endswith("Policy"))  # staged ones too
+    assert samples["felix_cluster_num_policies"] == policies
+    assert samples["felix_cluster_num_profiles"] >= 1
+    assert samples["felix_active_local_selectors"] == len(loop.graph.ipsets) > 0
+
+
+@pytest.mark.netns
+def test_a_running_agent_serves_every_metric_of_felix_dashboard(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent programming a node (in a namespace of its own), scraped as Prometheus
+    scrapes it: every name the dashboard's panels query has samples."""
+    port = free_port()
+    monkeypatch.setenv("FELIX_PROMETHEUSMETRICSENABLED", "true")
+    monkeypatch.setenv("FELIX_PROMETHEUSMETRICSPORT", str(port))
+    url = f"http://127.0.0.1:{port}/metrics"
+    fetch = f"import urllib.request as u; print(u.urlopen({url!r}, timeout=2).read().decode())"
+    with ExitStack() as stack:
+        node = DemoNode(stack, tag=f"m{os.getpid()}")
+        node.start_agent(REPO / "examples", "node-a", tmp_path / "agent.log")
+        scraped = {"text": ""}
+
+        def scrape() -> bool:
+            done = subprocess.run(
+                ["ip", "netns", "exec", node.node, sys.executable, "-c", fetch],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            scraped["text"] = done.stdout
+            return "felix_iptables_rules{" in done.stdout
+
+        assert eventually(scrape, timeout=30), (tmp_path / "agent.log").read_text()[-3000:]
+    names = {line.split("{")[0].split(" ")[0] for line in scraped["text"].splitlines()}
+    missing = [name for name in DASHBOARD if name not in names]
+    assert missing == []
+    samples = _samples(scraped["text"])
+    assert samples['felix_iptables_rules{ip_version="4",table="filter"}'] > 0
+    assert samples["felix_cluster_num_hosts"] == 2

@@ -27,6 +27,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
+from pyfelix.calc.stats_collector import StatsCollector
 from pyfelix.config import FelixConfig
 from pyfelix.errors import PyfelixError
 from pyfelix.httpserver import Response
@@ -41,6 +42,16 @@ log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
+#: The labels of Felix's per-table iptables gauges.
+LABELS_TABLE = ["ip_version", "table"]
+#: The felix_cluster_num_* counts besides hosts, and what their help says they count.
+CLUSTER_COUNTS = {
+    "host_endpoints": "host endpoints cluster-wide",
+    "workload_endpoints": "workload endpoints cluster-wide",
+    "tiers": "tiers cluster-wide",
+    "policies": "policies cluster-wide",
+    "profiles": "profiles cluster-wide",
+}
 #: felix_resync_state's values (felix/calc/async_calc_graph.go).
 RESYNC_STATE = {
     SyncStatus.WAIT_FOR_DATASTORE: 1.0,
@@ -141,6 +152,12 @@ class FelixCollector(Collector):
             "Number of active policies on this host.",
             len(sequencer.policies.sent),
         )
+        yield GaugeMetricFamily(
+            "felix_active_local_selectors",
+            "Number of active selectors on this host.",
+            len(graph.ipsets),
+        )
+        yield from self._cluster(graph.stats)
         ipsets = GaugeMetricFamily(
             "felix_ipsets_calico", "Number of active Calico IP sets.", labels=["ip_version"]
         )
@@ -148,6 +165,17 @@ class FelixCollector(Collector):
             ipsets.add_metric([str(version)], len(graph.ipsets))
         yield ipsets
         yield from self._dataplane(dataplane)
+
+    @staticmethod
+    def _cluster(stats: StatsCollector) -> Iterator[Metric]:
+        """Felix's felix_cluster_num_* gauges: what the whole cluster holds."""
+        yield GaugeMetricFamily(
+            "felix_cluster_num_hosts", "Total number of calico hosts in the cluster.", stats.hosts
+        )
+        for kind, what in CLUSTER_COUNTS.items():
+            yield GaugeMetricFamily(
+                f"felix_cluster_num_{kind}", f"Total number of {what}.", stats.count(kind)
+            )
 
     @staticmethod
     def _dataplane(stats: DataplaneStats) -> Iterator[Metric]:
@@ -189,6 +217,17 @@ class FelixCollector(Collector):
                 "Time in seconds that it took to do the initial resync with the dataplane.",
                 stats.initial_resync_seconds,
             )
+        chains = GaugeMetricFamily(
+            "felix_iptables_chains", "Number of active iptables chains.", labels=LABELS_TABLE
+        )
+        rules = GaugeMetricFamily(
+            "felix_iptables_rules", "Number of active iptables rules.", labels=LABELS_TABLE
+        )
+        for (version, table), (chain_count, rule_count) in sorted(stats.tables.items()):
+            chains.add_metric([str(version), table], chain_count)
+            rules.add_metric([str(version), table], rule_count)
+        yield chains
+        yield rules
         for tool, (calls, errors, what) in TOOL_COUNTERS.items():
             yield CounterMetricFamily(calls, f"Number of {what} calls.", CALLS[tool])
             yield CounterMetricFamily(errors, f"Number of {what} errors.", ERRORS[tool])

@@ -62,3 +62,5 @@ class DataplaneStats:
     #: Of those, each that lets through what a policy means to stop (a Deny rule matching the
     #: set, an Allow rule matching outside it): name -> the policies, as "Kind ns/name".
     weakened_policies: dict[str, tuple[str, ...]] = attrs.Factory(dict)
+    #: Per (IP version, table) as last written: our chains and their rules (iptables mode).
+    tables: dict[tuple[int, str], tuple[int, int]] = attrs.Factory(dict)

@@ -24,6 +24,7 @@ from pyfelix.calc.routes import L3RouteResolver
 from pyfelix.calc.rule_scanner import IPSetData, RuleScanner
 from pyfelix.calc.sequencer import EventSequencer
 from pyfelix.calc.service_index import ServiceIndex
+from pyfelix.calc.stats_collector import StatsCollector
 from pyfelix.calc.vxlan import VXLANResolver
 from pyfelix.syncer.api import SyncStatus, Update
 
@@ -133,6 +134,10 @@ class CalcGraph:
         #   global and this node's configuration, ready flag --> ConfigBatcher --> ConfigUpdate
         self.config = config = ConfigBatcher(hostname, seq)
         config.register_with(all_updates)
+
+        #   nodes, endpoints, tiers, policies, profiles --> StatsCollector --> cluster metrics
+        self.stats = stats = StatsCollector()
+        stats.register_with(all_updates)
 
     # Inputs and output.
     def on_updates(self, updates: Sequence[Update]) -> None:

@@ -59,7 +59,7 @@ class Managers:
             table_mode = NftablesMode(NftablesManager(state, kernel.nftables))
         else:
             ipsets = IpsetsManager(state, kernel.ipsets, tuple(kernel.tables), stats)
-            table_mode = IptablesMode(ipsets, TablesManager(kernel.tables))
+            table_mode = IptablesMode(ipsets, TablesManager(kernel.tables, stats))
         mtu = mtus(kernel.interfaces)
         endpoints = EndpointManager(state, kernel.interfaces)
         vxlan = VxlanManager(state, kernel.devices, hostname, mtus=mtu)

@@ -11,6 +11,7 @@ from functools import partial
 import attrs
 import trio
 
+from pyfelix.stats import DataplaneStats
 from pyfelix_dataplane.linux.iptables import Script, TableState
 from pyfelix_dataplane.linux.kernel import TableReader, TableWriting
 from pyfelix_dataplane.linux.managers import CHECK_ATTEMPTS
@@ -44,6 +45,8 @@ def read_tables(
 @attrs.define(eq=False)
 class TablesManager:
     writers: Mapping[int, TableWriting]
+    #: Where the chains and rules written are counted, for the metrics.
+    stats: DataplaneStats | None = None
     area: str = "iptables"
     # What the last successful writes left in each table, so steady state writes only the
     # tables that changed.
@@ -132,6 +135,9 @@ class TablesManager:
                 self._writes += 1
         for table, chains in tables.items():
             self._written[(version, table)] = chains
+            if self.stats is not None:
+                rules = sum(len(chain.rules) for chain in chains)
+                self.stats.tables[(version, table)] = (len(chains), rules)
 
     async def check(self) -> bool:
         """The refresh and Felix's post-write checks without holding up the applies: every
