@@ -211,3 +211,23 @@ def test_help_gives_examples_the_environment_and_exit_codes() -> None:
     assert shown.returncode == 0
     for words in ("examples:", "| pyfelix dry-run", "FELIX_<PARAMETER>", "exit codes:", "129"):
         assert words in shown.stdout, words
+
+
+def test_a_policy_in_a_tier_that_does_not_exist_is_warned_about(tmp_path: Path) -> None:
+    """Valid for Felix (programmed in a tier ordered last), refused by Calico's API server:
+    validate and dry-run say so on stderr, and still succeed. Calico's own tiers need none."""
+    (tmp_path / "p.yaml").write_text(
+        "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\n"
+        "metadata: {name: ghost.deny}\nspec: {tier: ghost, selector: all()}\n---\n"
+        "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolicy\n"
+        "metadata: {name: kube-admin.x}\nspec: {tier: kube-admin, selector: all()}\n"
+    )
+    for args in (("validate",), ("dry-run", "--hostname", "node-a")):
+        done = pyfelix(*args, str(tmp_path))
+        assert done.returncode == 0, done.stderr
+        warned = [line for line in done.stderr.splitlines() if "does not exist" in line]
+        assert warned == [
+            "GlobalNetworkPolicy/ghost.deny: tier ghost does not exist: Calico's API server"
+            " would refuse this policy; Felix (and pyfelix) programs it in a tier ordered"
+            " after every other, whose default action is Deny"
+        ], args

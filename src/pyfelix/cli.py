@@ -67,7 +67,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if not (result.resources or result.direct):
         print(no_resources(args.paths), file=sys.stderr)
         return EXIT_INVALID
-    for line in refused_settings(item.resource for item in result.resources):
+    from pyfelix.validation.surprises import surprises
+
+    loaded = [item.resource for item in result.resources]
+    for line in [*refused_settings(loaded), *surprises(loaded)]:
         print(line, file=sys.stderr)
     files = {item.source for item in result.resources}
     kinds = Counter(item.resource.shown_kind() for item in result.resources)
@@ -244,7 +247,11 @@ def cmd_dry_run(args: argparse.Namespace) -> int:
     if not tally.count:
         print(no_resources(args.sources), file=sys.stderr)
         return EXIT_INVALID
-    for line in [*tally.messages(args.hostname), *refused_settings(tally.configurations)]:
+    for line in [
+        *tally.messages(args.hostname),
+        *refused_settings(tally.configurations),
+        *tally.surprises(),
+    ]:
         print(line, file=sys.stderr)
     if args.format == "json":
         sys.stdout.flush()

@@ -20,6 +20,7 @@ from pyfelix.resources.loader import Direct, Identity, LoadResult, Located
 from pyfelix.resources.skipped import skipped_line
 from pyfelix.syncer.processors import KV
 from pyfelix.validation import context_from
+from pyfelix.validation.surprises import missing_tiers, policy_tier
 from pyfelix_dataplane.dryrun import snapshot
 from pyfelix_dataplane.rules.nft import render_nftables
 from pyfelix_dataplane.rules.render import TABLES, render
@@ -49,6 +50,9 @@ class InputTally:
     #: The resources read (an input with none is refused: a path or a List left empty by
     #: mistake is not an empty cluster).
     count: int = 0
+    #: The Tier resources' names, and each policy's tier (validation.surprises).
+    tiers: set[str] = attrs.field(factory=set)
+    policy_tiers: list[tuple[str, str]] = attrs.field(factory=list)
 
     def watch(self, results: Iterable[LoadResult]) -> Iterator[LoadResult]:
         for result in results:
@@ -61,6 +65,11 @@ class InputTally:
         for item in result.resources:
             if item.resource.KIND == "FelixConfiguration":
                 self.configurations.append(item.resource)
+            elif item.resource.KIND == "Tier":
+                self.tiers.add(item.resource.name)
+            tier = policy_tier(item.resource)
+            if tier is not None:
+                self.policy_tiers.append((item.resource.ident, tier))
             node_of = _NODE_OF.get(item.resource.KIND)
             if node_of is not None:
                 self.nodes.add(node_of(item.resource))
@@ -69,6 +78,10 @@ class InputTally:
                 hostname = getattr(key, "hostname", None)
                 if isinstance(hostname, str):
                     self.nodes.add(hostname)
+
+    def surprises(self) -> list[str]:
+        """What is valid but would surprise an operator (validation.surprises)."""
+        return missing_tiers(self.tiers, self.policy_tiers)
 
     def messages(self, hostname: str) -> list[str]:
         """The lines for stderr: the skipped count, and an unknown node."""

@@ -1,0 +1,38 @@
+"""What is valid but would surprise a Calico operator: inputs Felix programs one way where
+Calico's API server, or a reader of the manifest, expects another. ``validate`` and
+``dry-run`` print each as a warning on stderr; nothing is refused for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pyfelix.resources import Resource
+from pyfelix.resources.policy import BUILTIN_TIERS
+
+
+def policy_tier(resource: Resource) -> str | None:
+    """The tier a policy is in (None for anything but a policy)."""
+    tier = getattr(getattr(resource, "spec", None), "effective_tier", None)
+    return tier if isinstance(tier, str) else None
+
+
+def missing_tiers(tiers: Iterable[str], policies: Iterable[tuple[str, str]]) -> list[str]:
+    """A line for each policy (ident, tier) whose tier is neither among ``tiers`` (the Tier
+    resources) nor one Calico creates itself."""
+    known = set(tiers) | set(BUILTIN_TIERS)
+    return [
+        f"{ident}: tier {tier} does not exist: Calico's API server would refuse this policy;"
+        " Felix (and pyfelix) programs it in a tier ordered after every other, whose default"
+        " action is Deny"
+        for ident, tier in policies
+        if tier not in known
+    ]
+
+
+def surprises(resources: Iterable[Resource]) -> list[str]:
+    """A line for each surprise, in the resources' order."""
+    resources = list(resources)
+    tiers = [r.name for r in resources if r.KIND == "Tier"]
+    policies = [(r.ident, tier) for r in resources if (tier := policy_tier(r)) is not None]
+    return missing_tiers(tiers, policies)
