@@ -63,11 +63,11 @@ spec:
     *located, parse_error = result.stdout.splitlines()
     assert parse_error.startswith(f"{broken}:2: cannot parse YAML: ")
     assert located == [
-        f"{bad}:1: NetworkPolicy/prod/web: spec.selector: invalid selector 'app = \"web\"': "
+        f"{bad}:7: NetworkPolicy/prod/web: spec.selector: invalid selector 'app = \"web\"': "
         "expected == at position 4",
-        f"{bad}:1: NetworkPolicy/prod/web: spec.ingress[0].destination.ports: "
+        f"{bad}:11: NetworkPolicy/prod/web: spec.ingress[0].destination.ports: "
         "rules with numeric ports or port ranges must set protocol to TCP, UDP or SCTP",
-        f"{bad}:13: Tier/ops: spec.order: expected a number, got string 'first'",
+        f"{bad}:18: Tier/ops: spec.order: expected a number, got string 'first'",
     ]
     assert "4 problem(s) found" in result.stderr
 
@@ -177,7 +177,7 @@ def test_a_dash_reads_standard_input() -> None:
     assert "no resources found" not in shown.stderr
     broken = with_stdin(POLICY.replace("all()", "all("), "validate", "-")
     assert broken.returncode == 1
-    assert broken.stdout.startswith("-:1: GlobalNetworkPolicy/from-stdin: spec.selector")
+    assert broken.stdout.startswith("-:4: GlobalNetworkPolicy/from-stdin: spec.selector")
 
 
 def test_an_input_without_resources_is_refused(tmp_path: Path) -> None:
@@ -231,3 +231,38 @@ def test_a_policy_in_a_tier_that_does_not_exist_is_warned_about(tmp_path: Path) 
             " would refuse this policy; Felix (and pyfelix) programs it in a tier ordered"
             " after every other, whose default action is Deny"
         ], args
+
+
+def test_a_problem_names_the_line_of_its_field(tmp_path: Path) -> None:
+    """The line of the offending field (the key, or the list item), not the document's
+    first line; in a List's items too."""
+    (tmp_path / "a.yaml").write_text(
+        "# a comment\n"
+        "apiVersion: projectcalico.org/v3\n"
+        "kind: GlobalNetworkPolicy\n"
+        "metadata:\n"
+        "  name: x\n"
+        "spec:\n"
+        "  selector: all()\n"
+        "  ingress:\n"
+        "  - action: Allow\n"
+        "    protocol: TCP\n"
+        "    destination:\n"
+        "      ports:\n"
+        "      - http\n"
+        "      - 99999\n"
+        "---\n"
+        "apiVersion: v1\n"
+        "kind: List\n"
+        "items:\n"
+        "- apiVersion: projectcalico.org/v3\n"
+        "  kind: GlobalNetworkPolicy\n"
+        "  metadata: {name: y}\n"
+        "  spec:\n"
+        "    selector: all(\n"
+    )
+    done = pyfelix("validate", str(tmp_path))
+    assert done.returncode == 1
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(f"{tmp_path / 'a.yaml'}:14: GlobalNetworkPolicy/x: spec.ingress")
+    assert lines[1].startswith(f"{tmp_path / 'a.yaml'}:23: GlobalNetworkPolicy/y: spec.selector")

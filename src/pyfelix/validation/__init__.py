@@ -14,6 +14,7 @@ from pyfelix.config.text import ParamError, ProtoPort, parse_duration
 from pyfelix.errors import FieldProblem, Problem
 from pyfelix.resources import LoadResult, Located, Resource
 from pyfelix.resources.config_sources import startup_text
+from pyfelix.resources.field_lines import read_texts, sources_of, with_field_lines
 from pyfelix.validation.felixconfig import parse_param
 from pyfelix.validation.kinds import ValidationContext, check_resource
 
@@ -51,6 +52,7 @@ def validate_loaded(result: LoadResult, hostname: str = "") -> list[Problem]:
     problems = list(result.problems)
     for item in result.resources:
         problems.extend(validate_located(item, context))
+    problems = with_field_lines(problems, read_texts(sources_of(problems)))
     return sorted(problems, key=lambda p: (p.source, p.line or 0))
 
 

@@ -29,6 +29,7 @@ from pyfelix.errors import Problem
 from pyfelix.resources import FelixConfiguration, LoadResult, Located
 from pyfelix.resources.cluster import Node
 from pyfelix.resources.containment import contain
+from pyfelix.resources.field_lines import read_texts, sources_of, with_field_lines
 from pyfelix.resources.loader import (
     Digest,
     Direct,
@@ -112,6 +113,7 @@ def validate_paths(
                 Problem(spoofer.source, p.message, spoofer.line, spoofer.resource.ident, p.field)
                 for p in context_problems(spoofer.resource, context)
             )
+    problems = with_field_lines(problems, read_texts(sources_of(problems)))
     return sorted(problems, key=lambda p: (p.source, p.line or 0))
 
 
