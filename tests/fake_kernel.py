@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -36,6 +36,7 @@ from pyfelix_dataplane.linux.reading import Reading
 from pyfelix_dataplane.linux.routes import IFF_RUNNING, IFF_UP, RouteOwnership, RouteTarget
 from pyfelix_dataplane.linux.vxlan import RemoteVtep, VtepDevice
 from pyfelix_dataplane.linux.wireguard import WireguardDevice
+from pyfelix_dataplane.rules.model import Chain
 from pyfelix_dataplane.rules.nft import NftTable
 
 _TARGET = re.compile(r"(?:--jump|--goto|-j|-g) (\S+)")
@@ -86,6 +87,8 @@ class FakeNode:
     check_read_seconds: float = 0.0
     #: Plans made from tables read ahead (``TableWriting.read``) rather than at the plan.
     plans_read_ahead: int = 0
+    #: Readings of the tables for a plan (``TableWriting.read``), ahead of it or not.
+    table_reads: int = 0
 
     def failure(self, kind: str) -> None:
         pending = self.fail.get(kind)
@@ -199,6 +202,7 @@ class FakeTables:
         }
 
     async def read(self, tables: Collection[str]) -> dict[str, TableState]:
+        self.node.table_reads += 1
         text = self._save()
         await trio.sleep(self.node.table_read_seconds)
         states = parse_save(text)
@@ -222,6 +226,21 @@ class FakeTables:
     async def differing(self, desired: Mapping[str, Desired]) -> set[str]:
         plans = await self._plans(desired, self.node.check_read_seconds)
         return {table for table, script in plans.items() if script}
+
+    def rewrites(
+        self, state: TableState, hooks: Sequence[tuple[str, str]], appends: Sequence[Chain]
+    ) -> bool:
+        return IptablesWriter(self.version, "nft").rewrites(state, hooks, appends)
+
+    def after(
+        self,
+        table: str,
+        state: TableState,
+        chains: Sequence[Chain],
+        hooks: Sequence[tuple[str, str]],
+        appends: Sequence[Chain] = (),
+    ) -> TableState:
+        return IptablesWriter(self.version, "nft").after(table, state, chains, hooks, appends)
 
     async def write(self, script: Script) -> None:
         self.node.failure("tables")

@@ -57,3 +57,29 @@ async def test_a_clobbered_table_is_found_by_the_check_and_rewritten() -> None:
     await manager.write(4, script, tables)
     assert node.tables[4]["filter"][policy] == wanted
     assert not await manager.check()
+
+
+async def test_what_a_write_leaves_is_known_without_reading_it_back() -> None:
+    """After each write the manager knows each table as a reading would find it (so the next
+    plan reads nothing), another program's rule in a kernel chain included; a plan that
+    would rewrite a kernel chain reads first."""
+    state, node, manager = await programmed()
+    node.table(4, "filter")["FORWARD"].append("-j ACCEPT")  # another program's, at the end
+    manager.invalidate()
+    for version in (4, 6):
+        chains = manager.render(state, "key", version)
+        script, tables = await manager.plan(version, chains)
+        await manager.write(version, script, tables)
+    reads = node.table_reads
+    writers = manager.writers
+    for (version, table), known in manager._kernel.items():
+        assert known == (await writers[version].read([table]))[table], (version, table)
+    assert node.table_reads == reads + len(manager._kernel)
+    policy = next(name for name in node.tables[4]["filter"] if name.startswith("cali-pi-"))
+    node.tables[4]["filter"][policy].clear()
+    assert await manager.check()
+    reads = node.table_reads
+    script, tables = await manager.plan(4, manager.render(state, "key", 4))
+    assert node.table_reads == reads + 1, "the changed table is read again"
+    await manager.write(4, script, tables)
+    assert node.tables[4]["filter"][policy]

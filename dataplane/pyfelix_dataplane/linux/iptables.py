@@ -200,6 +200,29 @@ class IptablesWriter:
             return [line.replace("-A ", "-I ", 1) for line in reversed(lines)]
         return lines
 
+    def _layout(
+        self,
+        kernel_chain: str,
+        current: Sequence[str],
+        hooks: Sequence[tuple[str, str]],
+        appends: Sequence[Chain],
+    ) -> tuple[str, ...]:
+        """The rule ids ``kernel_chain`` holds when laid out as Felix lays it out, around the
+        other programs' rules it holds now (``current``): the hooks at the top (at the end of
+        the others' in append mode), the appended rules at the very end."""
+        hook_ids = tuple(
+            Chain(kernel, (_jump(target),)).hashes[0]
+            for kernel, target in hooks
+            if kernel == kernel_chain
+        )
+        appended = tuple(
+            rule_id for chain in appends if chain.name == kernel_chain for rule_id in chain.hashes
+        )
+        others = ("",) * sum(1 for rule_id in current if not rule_id)
+        if self.insert_mode == "insert":
+            return hook_ids + others + appended
+        return others + hook_ids + appended
+
     def _misplaced(
         self,
         state: TableState,
@@ -208,10 +231,9 @@ class IptablesWriter:
     ) -> dict[str, list[int]]:
         """The kernel chains whose rules of ours are not laid out as Felix lays them, each
         with the (1-based) positions of every rule of ours there, to delete before they are
-        written anew. Felix's layout: the hooks at the top (at the end of the other programs'
-        rules in append mode), and the appended rules at the very end. A hook left above the
-        other rules after a switch to append mode, a rule another program inserted above
-        the hooks, or appended behind Felix's last rules, all make the chain misplaced."""
+        written anew. A hook left above the other rules after a switch to append mode, a rule
+        another program inserted above the hooks, or appended behind Felix's last rules, all
+        make the chain misplaced."""
         out: dict[str, list[int]] = {}
         hooked = [kernel for kernel, _ in hooks] + [chain.name for chain in appends]
         # A kernel chain with rules of ours and none wanted (a hook of a feature turned off)
@@ -222,26 +244,43 @@ class IptablesWriter:
             if not name.startswith(PREFIX) and any(ids) and name not in hooked
         ]
         for kernel_chain in dict.fromkeys(hooked + unwanted):
-            hook_ids = tuple(
-                Chain(kernel, (_jump(target),)).hashes[0]
-                for kernel, target in hooks
-                if kernel == kernel_chain
-            )
-            appended = tuple(
-                rule_id
-                for chain in appends
-                if chain.name == kernel_chain
-                for rule_id in chain.hashes
-            )
             current = state.chains.get(kernel_chain, ())
-            others = ("",) * sum(1 for rule_id in current if not rule_id)
-            if self.insert_mode == "insert":
-                expected = hook_ids + others + appended
-            else:
-                expected = others + hook_ids + appended
-            if current != expected:
+            if current != self._layout(kernel_chain, current, hooks, appends):
                 out[kernel_chain] = [i + 1 for i, rule_id in enumerate(current) if rule_id]
         return out
+
+    def rewrites(
+        self, state: TableState, hooks: Sequence[tuple[str, str]], appends: Sequence[Chain]
+    ) -> bool:
+        """Whether a plan against ``state`` rewrites a kernel chain (deleting by positions
+        that other programs' rules move: a plan that does must be made against a reading)."""
+        return bool(self._misplaced(state, hooks, appends))
+
+    def after(
+        self,
+        table: str,
+        state: TableState,
+        chains: Sequence[Chain],
+        hooks: Sequence[tuple[str, str]],
+        appends: Sequence[Chain] = (),
+    ) -> TableState:
+        """What ``table`` holds once ``plan``'s script for the same arguments is written: the
+        next plan can start from it instead of reading the table back (as Felix keeps the
+        hashes it wrote, and reads only on its refresh)."""
+        wanted = {chain.name for chain in chains}
+        held = {
+            name: ids
+            for name, ids in state.chains.items()
+            if not name.startswith(PREFIX) or name in wanted
+        }
+        held.update((chain.name, chain.hashes) for chain in chains)
+        rewritten = self._misplaced(state, hooks, appends)
+        for kernel_chain in rewritten:
+            current = state.chains.get(kernel_chain, ())
+            held[kernel_chain] = self._layout(kernel_chain, current, hooks, appends)
+        kept = {(k, t) for k, t in state.hooks if k not in rewritten}
+        placed = {(k, t) for k, t in hooks if k in rewritten}
+        return TableState(held, frozenset(kept | placed), state.policies)
 
     async def prepare(
         self, desired: Mapping[str, Desired], states: Mapping[str, TableState] | None = None

@@ -10,7 +10,7 @@ maps what fails below it).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 import attrs
@@ -41,6 +41,7 @@ from pyfelix_dataplane.linux.routes import (
 )
 from pyfelix_dataplane.linux.vxlan import RemoteVtep, VtepDevice, sync_vxlan
 from pyfelix_dataplane.linux.wireguard import WireguardDevice, sync_wireguard
+from pyfelix_dataplane.rules.model import Chain
 from pyfelix_dataplane.rules.render import TABLES, ip_versions
 
 if TYPE_CHECKING:
@@ -87,6 +88,23 @@ class TableWriting(TableReader, Protocol):
     async def write(self, script: Script) -> None: ...
 
     async def differing(self, desired: Mapping[str, Desired]) -> set[str]: ...
+
+    def rewrites(
+        self, state: TableState, hooks: Sequence[tuple[str, str]], appends: Sequence[Chain]
+    ) -> bool:
+        """Whether a plan against ``state`` rewrites a kernel chain (it needs a reading)."""
+        ...
+
+    def after(
+        self,
+        table: str,
+        state: TableState,
+        chains: Sequence[Chain],
+        hooks: Sequence[tuple[str, str]],
+        appends: Sequence[Chain] = (),
+    ) -> TableState:
+        """What the table holds once the plan for the same arguments is written."""
+        ...
 
 
 class NftablesWriting(Protocol):

@@ -12,7 +12,7 @@ import attrs
 import trio
 
 from pyfelix.stats import DataplaneStats
-from pyfelix_dataplane.linux.iptables import Script, TableState
+from pyfelix_dataplane.linux.iptables import Desired, Script, TableState
 from pyfelix_dataplane.linux.kernel import TableReader, TableWriting
 from pyfelix_dataplane.linux.managers import CHECK_ATTEMPTS
 from pyfelix_dataplane.linux.reading import Reading, start_reading
@@ -61,6 +61,13 @@ class TablesManager:
     _ahead: dict[int, TableReading] = attrs.Factory(dict)
     #: Readings made before this manager was (``adopt``), for the first apply's plans.
     _adopted: dict[int, TableReading] = attrs.Factory(dict)
+    #: What each table holds as far as this manager knows (read, then kept up to date with
+    #: what it wrote): a plan starts from it rather than reading the table back, as Felix
+    #: keeps the hashes it wrote. A refresh, a failed write or a check that found the
+    #: table changed forgets it.
+    _kernel: dict[tuple[int, str], TableState] = attrs.Factory(dict)
+    #: Per version, what its planned write leaves in each table (``write`` keeps it).
+    _planned: dict[int, dict[str, TableState]] = attrs.Factory(dict)
 
     @property
     def versions(self) -> tuple[int, ...]:
@@ -73,6 +80,7 @@ class TablesManager:
 
     def invalidate(self) -> None:
         self._written.clear()
+        self._kernel.clear()
 
     def adopt(self, readings: Mapping[int, TableReading]) -> None:
         """Readings of this manager's versions made before it existed (the driver reads a
@@ -119,20 +127,48 @@ class TablesManager:
             appends = self._appends.get(table, ())
             desired[table] = (chains[table], HOOKS[table], appends)
         reading = self._ahead.pop(version, None)
+        if not desired:
+            return Script(), {}
+        writer = self.writers[version]
         states = None
-        if reading is not None and desired:
+        if reading is not None:
             await reading.done.wait()
             states = reading.value
-        script = await self.writers[version].prepare(desired, states) if desired else Script()
+        if states is None:
+            states = self._known(version, desired) or await writer.read(desired.keys())
+        script = await writer.prepare(desired, states)
+        self._planned[version] = {
+            table: writer.after(table, states[table], *wanted) for table, wanted in desired.items()
+        }
         return script, {table: chains[table] for table in desired}
 
+    def _known(self, version: int, desired: Mapping[str, Desired]) -> dict[str, TableState] | None:
+        """What the tables hold, if known for every desired table and no kernel chain is to
+        be rewritten (that deletes by positions other programs' rules move: read first)."""
+        known = {table: self._kernel.get((version, table)) for table in desired}
+        writer = self.writers[version]
+        if any(
+            state is None or writer.rewrites(state, hooks, appends)
+            for (_, hooks, appends), state in zip(desired.values(), known.values(), strict=True)
+        ):
+            return None
+        return {table: state for table, state in known.items() if state is not None}
+
     async def write(self, version: int, script: Script, tables: Tables) -> None:
+        planned = self._planned.pop(version, {})
         if script:
             self._writes += 1
             try:
                 await self.writers[version].write(script)
+            except BaseException:
+                # What the tables hold is unknown now: the next plan reads them.
+                for table in TABLES:
+                    self._kernel.pop((version, table), None)
+                raise
             finally:
                 self._writes += 1
+        for table, state in planned.items():
+            self._kernel[(version, table)] = state
         for table, chains in tables.items():
             self._written[(version, table)] = chains
             if self.stats is not None:
@@ -170,6 +206,7 @@ class TablesManager:
                 table,
             )
             del self._written[(version, table)]
+            self._kernel.pop((version, table), None)
         return bool(stale)
 
     async def _differing(
