@@ -334,4 +334,9 @@ def test_a_running_agent_serves_every_metric_of_felix_dashboard(
     assert missing == []
     samples = _samples(scraped["text"])
     assert samples['felix_iptables_rules{ip_version="4",table="filter"}'] > 0
+    assert samples['felix_iptables_chains{ip_version="4",table="filter"}'] > 0
+    executed = samples['felix_iptables_lines_executed{ip_version="4",table="filter"}']
+    assert executed >= samples['felix_iptables_rules{ip_version="4",table="filter"}']
+    assert samples["felix_int_dataplane_msg_batch_size_count"] >= 1
+    assert samples["felix_int_dataplane_msg_batch_size_sum"] > 0
     assert samples["felix_cluster_num_hosts"] == 2

@@ -217,6 +217,19 @@ class FelixCollector(Collector):
                 "Time in seconds that it took to do the initial resync with the dataplane.",
                 stats.initial_resync_seconds,
             )
+        yield summary(
+            "felix_int_dataplane_msg_batch_size",
+            "Number of messages processed in each batch.",
+            stats.batch_sizes,
+        )
+        executed = CounterMetricFamily(
+            "felix_iptables_lines_executed",
+            "Number of iptables rule updates executed.",
+            labels=LABELS_TABLE,
+        )
+        for (version, table), lines in sorted(stats.lines_executed.items()):
+            executed.add_metric([str(version), table], lines)
+        yield executed
         chains = GaugeMetricFamily(
             "felix_iptables_chains", "Number of active iptables chains.", labels=LABELS_TABLE
         )

@@ -95,6 +95,8 @@ class LinuxDriver:
     throttle: LeakyBucket = attrs.Factory(lambda: LeakyBucket(APPLY_REFILL_INTERVAL, APPLY_BURST))
     _wake: trio.Event = attrs.Factory(trio.Event)
     _received: int = 0
+    #: The messages received before the last apply (the next one takes in the rest).
+    _taken: int = 0
     _reported_in_sync: bool = False
     _remove_other_mode: Callable[[], Awaitable[None]] | None = None
     _started: float = 0.0
@@ -203,7 +205,8 @@ class LinuxDriver:
                 log.debug("dataplane updates throttled")
             await self.throttle.take()
             await self._gather()
-            self._wake = trio.Event()
+            self.stats.batch_sizes.observe(self._received - self._taken)
+            self._wake, self._taken = trio.Event(), self._received
             try:
                 wrote_tables = await self._apply_all(managers)
             except DataplaneWriteError as exc:

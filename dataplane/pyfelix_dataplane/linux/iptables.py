@@ -106,6 +106,21 @@ class Script:
     def text(self) -> str:
         return "".join(self.chunks())
 
+    def lines_by_table(self) -> dict[str, int]:
+        """How many lines the tool executes for each table (Felix's
+        felix_iptables_lines_executed), counted without producing the chains' lines."""
+        counts: dict[str, int] = {}
+        table = ""
+        for part in self.parts:
+            if isinstance(part, Chain):
+                counts[table] = counts.get(table, 0) + len(part.rules)
+                continue
+            for line in part.splitlines():
+                if line.startswith("*"):
+                    table = line[1:]
+                counts[table] = counts.get(table, 0) + 1
+        return counts
+
 
 #: Felix's xtables lock timeout for iptables-restore, in seconds (its lock timeout of 0 means 10).
 LOCK_TIMEOUT = 10

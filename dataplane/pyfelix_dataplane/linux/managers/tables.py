@@ -157,6 +157,9 @@ class TablesManager:
     async def write(self, version: int, script: Script, tables: Tables) -> None:
         planned = self._planned.pop(version, {})
         if script:
+            if self.stats is not None:
+                for table, lines in script.lines_by_table().items():
+                    self.stats.lines_executed[(version, table)] += lines
             self._writes += 1
             try:
                 await self.writers[version].write(script)
