@@ -172,7 +172,12 @@ def agent_from_etcd(
                 ["ip", "netns", "exec", namespace, sys.executable, "-m", "pyfelix", *run],
                 stdout=subprocess.DEVNULL,
                 stderr=log,
-                env={**os.environ, **(env or {})},
+                env={
+                    **os.environ,
+                    # Endpoint status files go to a scratch directory.
+                    "FELIX_ENDPOINTSTATUSPATHPREFIX": tempfile.mkdtemp(prefix="pyfelix-bench-"),
+                    **(env or {}),
+                },
             )
             while "apply 1:" not in Path(log.name).read_text():
                 if agent.poll() is not None:

@@ -211,6 +211,8 @@ def start_agent(
     argv = ["run", "--hostname", NODE, "--datastore", str(directory)]
     nftables = "Enabled" if mode == "nftables" else "Disabled"
     env = {**os.environ, "FELIX_NFTABLESMODE": nftables}
+    # Endpoint status files (Felix's, for the CNI plugin) go to a scratch directory.
+    env["FELIX_ENDPOINTSTATUSPATHPREFIX"] = tempfile.mkdtemp(prefix="pyfelix-bench-status-")
     if AGENT_CACHE.path is not None:
         env["PYFELIX_CACHE_DIR"] = str(AGENT_CACHE.path)
         if AGENT_CACHE.cold:

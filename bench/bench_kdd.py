@@ -226,6 +226,8 @@ def _programmed(
 
     threading.Thread(target=read, daemon=True).start()
     env = dict(os.environ, FELIX_LOGFILEPATH="none", FELIX_LOGSEVERITYSYS="none")
+    # Its endpoint status files go with the namespace's, not to this machine's /var/run/calico.
+    env["FELIX_ENDPOINTSTATUSPATHPREFIX"] = stack.enter_context(tempfile.TemporaryDirectory())
     if agent_log is not None:
         env["FELIX_LOGSEVERITYSCREEN"] = "Debug"
     argv = [sys.executable, "-m", "pyfelix", "run", "--hostname", "node-0"]

@@ -53,7 +53,13 @@ def start(
                 ["ip", "netns", "exec", ns, sys.executable, "-m", "pyfelix", *argv],
                 stdout=subprocess.DEVNULL,
                 stderr=log_file,
-                env={**os.environ, "FELIX_NFTABLESMODE": "Disabled", **env},
+                env={
+                    **os.environ,
+                    "FELIX_NFTABLESMODE": "Disabled",
+                    # Endpoint status files go to a scratch directory.
+                    "FELIX_ENDPOINTSTATUSPATHPREFIX": str(logs / "status"),
+                    **env,
+                },
             )
             wait_for(log_path, "in sync:", agent)
             in_sync = time.perf_counter() - began

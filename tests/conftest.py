@@ -24,9 +24,6 @@ IN_CI = bool(os.environ.get("CI"))
 # Agents started by the tests (and every process they start) write the pods' MTU here, never
 # in this machine's /var/lib/calico.
 os.environ["PYFELIX_STATE_DIR"] = tempfile.mkdtemp(prefix="pyfelix-state-")
-# And their endpoint status files, never in this machine's /var/run/calico (a CNI plugin on
-# it may read them).
-os.environ["FELIX_ENDPOINTSTATUSPATHPREFIX"] = tempfile.mkdtemp(prefix="pyfelix-status-")
 # And keep their parsed manifests here, never in this machine's /var/cache/pyfelix.
 os.environ["PYFELIX_CACHE_DIR"] = tempfile.mkdtemp(prefix="pyfelix-cache-")
 

@@ -15,6 +15,7 @@ from pyfelix.config.felix_config import ChainInsertMode, IptablesBackend
 from pyfelix.config.params import DATASTORE_PARAMS, PARAMS
 from pyfelix.config.support import ACTED_ON
 from pyfelix.values import FrozenMap
+from tests.conftest import REPO
 
 
 def test_generated_module_matches_the_table() -> None:
@@ -78,7 +79,7 @@ def test_text_as_felix_carries_it() -> None:
         ProtoPort("udp", 53),
         ProtoPort("tcp", 443, "10.0.0.0/8"),
     )
-    assert config.interface_exclude == "kube-ipvs0,/^veth/"
+    assert config.interface_exclude == ("kube-ipvs0", "/^veth/")
     assert config.route_table_ranges == ((1, 250), (300, 400))
     assert config.nat_port_range == (32768, 65535)
     assert config.cluster_guid == "abc"
@@ -152,3 +153,19 @@ def test_what_the_code_reads_and_what_the_table_says_agree() -> None:
     for felix in ACTED_ON:
         attribute = next(f.attribute for f in FIELDS if f.felix == felix)
         assert re.search(rf"\.{attribute}\b|\"{felix}\"", source), f"{felix} is not read"
+
+
+def test_the_dataplane_reads_only_the_typed_configuration() -> None:
+    """Neither a Felix parameter's name in quotes nor ``str(...config.X)`` anywhere in the
+    dataplane: every setting is read as FelixConfig's typed attribute, an enum compared as a
+    member (a name, or an enum's text, escapes the type checker)."""
+    names = {p.felix for p in (*PARAMS, *DATASTORE_PARAMS) if p.felix}
+    quoted = re.compile(r"([\"'])([A-Za-z0-9]+)\1")
+    as_text = re.compile(r"str\([\w.]*config\.")
+    found = []
+    for path in sorted((REPO / "dataplane").rglob("*.py")):
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            named = [m.group(2) for m in quoted.finditer(line) if m.group(2) in names]
+            if named or as_text.search(line):
+                found.append(f"{path.relative_to(REPO)}:{number}: {line.strip()}")
+    assert found == []

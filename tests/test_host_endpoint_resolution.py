@@ -64,6 +64,6 @@ def test_excluded_interfaces_take_no_host_endpoint() -> None:
     found = dict(INTERFACES, **{"kube-ipvs0": frozenset({"198.51.100.1"}), "dummy7": frozenset()})
     hosts = dict([hep("backend", "", "198.51.100.1"), hep("seven", "dummy7")])
     assert resolve(hosts, found)["kube-ipvs0"] == model.HostEndpointKey("node", "backend")
-    kept = without_excluded(found, interface_excludes("kube-ipvs0,/^dummy[0-9]$/"))
+    kept = without_excluded(found, interface_excludes(("kube-ipvs0", "/^dummy[0-9]$/")))
     assert resolve(hosts, kept) == {"eth1": model.HostEndpointKey("node", "backend")}
-    assert interface_excludes("") == ()
+    assert interface_excludes(()) == ()

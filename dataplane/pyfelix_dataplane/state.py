@@ -45,13 +45,13 @@ class NodeState:
     def ipip_tunnel_addr(self) -> str:
         """This node's IPIP address: IpInIpTunnelAddr, which comes with its host configuration
         (as in Felix), "" if it has none."""
-        return (self.config_text or {}).get("IpInIpTunnelAddr", "")
+        return self.config.ipip_tunnel_addr
 
     def vxlan_tunnel_addr(self, version: int) -> str:
         """This node's VXLAN address of IP ``version`` (IPv4VXLANTunnelAddr,
         IPv6VXLANTunnelAddr), "" if it has none."""
-        name = "IPv6VXLANTunnelAddr" if version == 6 else "IPv4VXLANTunnelAddr"
-        return (self.config_text or {}).get(name, "")
+        config = self.config
+        return config.ipv6_vxlan_tunnel_addr if version == 6 else config.ipv4_vxlan_tunnel_addr
 
     def apply(self, msg: m.ToDataplane) -> None:
         msg_type = type(msg)

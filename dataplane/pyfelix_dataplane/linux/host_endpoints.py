@@ -46,11 +46,11 @@ def resolve(
 
 
 @writing("interface listing")
-def interface_excludes(text: str) -> tuple[re.Pattern[str], ...]:
-    """InterfaceExclude as Felix reads it: comma-separated names (matched whole) or
-    ``/regex/`` patterns (matched anywhere)."""
+def interface_excludes(items: Sequence[str]) -> tuple[re.Pattern[str], ...]:
+    """InterfaceExclude as Felix reads it: names (matched whole) or ``/regex/`` patterns
+    (matched anywhere)."""
     patterns = []
-    for item in (part.strip() for part in text.split(",")):
+    for item in items:
         if len(item) > 1 and item.startswith("/") and item.endswith("/"):
             patterns.append(re.compile(item[1:-1]))
         elif item:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from pyfelix import model
+from pyfelix.config.felix_config import NATOutgoingExclusions
 from pyfelix_dataplane.state import NodeState
 
 MAX_NAME = 31
@@ -91,7 +92,7 @@ def special_ipsets(dp: NodeState) -> dict[str, tuple[str, set[str]]]:
         if encapsulation.vxlan_enabled_v6:
             vteps |= {f"{h.ipv6_addr}/128" for h in hosts if h.ipv6_addr}
         sets[VXLAN_HOSTS] = ("hash:net", vteps | external)
-    if dp.config.nat_outgoing_exclusions == "IPPoolsAndHostIPs" or _ipip(dp):
+    if dp.config.nat_outgoing_exclusions is NATOutgoingExclusions.IPPOOLS_AND_HOST_IPS or _ipip(dp):
         # Felix keeps the hosts' set for IPIP (whose packets only hosts may send) too.
         addresses = {f"{h.ipv4_addr}/32" for h in hosts if h.ipv4_addr}
         sets[ALL_HOSTS] = ("hash:net", addresses | external)

@@ -7,6 +7,7 @@ import ipaddress
 import attrs
 
 from pyfelix.config import FelixConfig, ProtoPort
+from pyfelix.config.felix_config import FloatingIPs, NATOutgoingExclusions, ServiceLoopPrevention
 from pyfelix_dataplane.rules.marks import MarkBits
 
 _DEFAULTS = FelixConfig()
@@ -15,10 +16,9 @@ _DEFAULTS = FelixConfig()
 def _feature(config: FelixConfig, name: str) -> bool:
     """A kernel feature Felix detects, which every supported node has, unless
     FeatureDetectOverride sets it false ("MASQFullyRandom=false,SNATFullyRandom=false")."""
-    for item in config.feature_detect_override.split(","):
-        key, _, value = item.partition("=")
-        if key.strip() == name:
-            return value.strip().lower() != "false"
+    for key, value in config.feature_detect_override:
+        if key == name:
+            return value.lower() != "false"
     return True
 
 
@@ -45,8 +45,7 @@ def metadata_service(config: FelixConfig) -> tuple[str, int] | None:
 
 def interface_prefixes(config: FelixConfig) -> tuple[str, ...]:
     """InterfacePrefix's prefixes, in order (cali when none)."""
-    listed = (prefix.strip() for prefix in config.interface_prefix.split(","))
-    return tuple(prefix for prefix in listed if prefix) or ("cali",)
+    return config.interface_prefix or ("cali",)
 
 
 @attrs.frozen
@@ -95,19 +94,20 @@ class Settings:
     def from_config(cls, config: FelixConfig, *, nftables: bool = False) -> Settings:
         """``nftables``: the Nftables* twins of the Iptables* settings (mark mask, allow and
         deny actions) apply, as in Felix's nftables mode."""
+        # Each action's member is named as its target is (ACCEPT, RETURN, DROP, REJECT).
         if nftables:
             mask = config.nftables_mark_mask
-            allow = str(config.nftables_filter_allow_action)
-            deny = str(config.nftables_filter_deny_action)
-            mangle_allow = str(config.nftables_mangle_allow_action)
+            allow = config.nftables_filter_allow_action.name
+            deny = config.nftables_filter_deny_action.name
+            mangle_allow = config.nftables_mangle_allow_action.name
         else:
             mask = config.iptables_mark_mask
-            allow = str(config.iptables_filter_allow_action)
-            deny = str(config.iptables_filter_deny_action)
-            mangle_allow = str(config.iptables_mangle_allow_action)
+            allow = config.iptables_filter_allow_action.name
+            deny = config.iptables_filter_deny_action.name
+            mangle_allow = config.iptables_mangle_allow_action.name
         return cls(
             marks=MarkBits.from_mask(mask),
-            endpoint_to_host_action=config.default_endpoint_to_host_action.upper(),
+            endpoint_to_host_action=config.default_endpoint_to_host_action.name,
             failsafe_in=config.failsafe_inbound_host_ports,
             failsafe_out=config.failsafe_outbound_host_ports,
             log_prefix=config.log_prefix,
@@ -116,21 +116,25 @@ class Settings:
             interface_prefixes=interface_prefixes(config),
             vxlan_port=config.vxlan_port,
             drop_invalid=not config.disable_conntrack_invalid_check,
-            allow=allow.upper(),
-            deny=deny.upper(),
-            mangle_allow=mangle_allow.upper(),
+            allow=allow,
+            deny=deny,
+            mangle_allow=mangle_allow,
             log_rate=config.log_action_rate_limit,
             log_burst=config.log_action_rate_limit_burst,
             nat_outgoing_address=config.nat_outgoing_address,
             nat_port_range=config.nat_port_range,
             nat_interface_filter=config.iptables_nat_outgoing_interface_filter,
-            nat_exclude_hosts=config.nat_outgoing_exclusions == "IPPoolsAndHostIPs",
+            nat_exclude_hosts=(
+                config.nat_outgoing_exclusions is NATOutgoingExclusions.IPPOOLS_AND_HOST_IPS
+            ),
             masq_random_fully=_feature(config, "MASQFullyRandom"),
             snat_random_fully=_feature(config, "SNATFullyRandom"),
-            floating_ips=str(config.floating_ips) == "Enabled",
+            floating_ips=config.floating_ips is FloatingIPs.ENABLED,
             openstack=openstack_active(config),
             metadata=metadata_service(config),
-            service_loop_action={"Drop": "DROP", "Reject": "REJECT"}.get(
-                str(config.service_loop_prevention), ""
+            service_loop_action=(
+                ""
+                if config.service_loop_prevention is ServiceLoopPrevention.DISABLED
+                else config.service_loop_prevention.name
             ),
         )

@@ -276,7 +276,7 @@ class FelixConfig:
     iptables_refresh_interval: float = 180.0
     iptables_post_write_check_interval: float = 5.0
     iptables_lock_probe_interval: float = 0.05
-    feature_detect_override: str = ''
+    feature_detect_override: tuple[tuple[str, str], ...] = ()
     feature_gates: str = ''
     ipsets_refresh_interval: float = 90.0
     max_ipset_size: int = 1048576
@@ -286,8 +286,8 @@ class FelixConfig:
     metadata_addr: str = '127.0.0.1'
     metadata_port: int = 8775
     openstack_region: str = ''
-    interface_prefix: str = 'cali'
-    interface_exclude: str = 'kube-ipvs0'
+    interface_prefix: tuple[str, ...] = ('cali',)
+    interface_exclude: tuple[str, ...] = ('kube-ipvs0',)
     chain_insert_mode: ChainInsertMode = ChainInsertMode.INSERT
     default_endpoint_to_host_action: DefaultEndpointToHostAction = DefaultEndpointToHostAction.DROP
     iptables_filter_allow_action: IptablesFilterAllowAction = IptablesFilterAllowAction.ACCEPT
@@ -454,6 +454,11 @@ class FelixConfig:
     require_mtu_file: bool = False
     bpf_maglev_max_endpoints_per_service: int = 100
     bpf_maglev_max_services: int = 100
+    ipip_tunnel_addr: str = ''
+    ipv4_vxlan_tunnel_addr: str = ''
+    vxlan_tunnel_mac_addr: str = ''
+    ipv6_vxlan_tunnel_addr: str = ''
+    vxlan_tunnel_mac_addr_v6: str = ''
     cluster_guid: str = ''
     cluster_type: str = ''
     calico_version: str = ''
@@ -471,7 +476,7 @@ FIELDS = (
     Field('iptables_refresh_interval', 'IptablesRefreshInterval', partial(parse_seconds, millis=False)),
     Field('iptables_post_write_check_interval', 'IptablesPostWriteCheckIntervalSecs', partial(parse_seconds, millis=False)),
     Field('iptables_lock_probe_interval', 'IptablesLockProbeIntervalMillis', partial(parse_seconds, millis=True)),
-    Field('feature_detect_override', 'FeatureDetectOverride', str),
+    Field('feature_detect_override', 'FeatureDetectOverride', parse_pairs),
     Field('feature_gates', 'FeatureGates', str),
     Field('ipsets_refresh_interval', 'IpsetsRefreshInterval', partial(parse_seconds, millis=False)),
     Field('max_ipset_size', 'MaxIpsetSize', partial(parse_int_in, low=None, high=None)),
@@ -481,8 +486,8 @@ FIELDS = (
     Field('metadata_addr', 'MetadataAddr', str),
     Field('metadata_port', 'MetadataPort', partial(parse_int_in, low=0, high=65535)),
     Field('openstack_region', 'OpenstackRegion', str),
-    Field('interface_prefix', 'InterfacePrefix', str),
-    Field('interface_exclude', 'InterfaceExclude', str),
+    Field('interface_prefix', 'InterfacePrefix', parse_list),
+    Field('interface_exclude', 'InterfaceExclude', parse_list),
     Field('chain_insert_mode', 'ChainInsertMode', enum_parser(ChainInsertMode)),
     Field('default_endpoint_to_host_action', 'DefaultEndpointToHostAction', enum_parser(DefaultEndpointToHostAction)),
     Field('iptables_filter_allow_action', 'IptablesFilterAllowAction', enum_parser(IptablesFilterAllowAction)),
@@ -649,6 +654,11 @@ FIELDS = (
     Field('require_mtu_file', 'RequireMTUFile', parse_bool),
     Field('bpf_maglev_max_endpoints_per_service', 'BPFMaglevMaxEndpointsPerService', partial(parse_int_in, low=1, high=3000)),
     Field('bpf_maglev_max_services', 'BPFMaglevMaxServices', partial(parse_int_in, low=1, high=3000)),
+    Field('ipip_tunnel_addr', 'IpInIpTunnelAddr', str),
+    Field('ipv4_vxlan_tunnel_addr', 'IPv4VXLANTunnelAddr', str),
+    Field('vxlan_tunnel_mac_addr', 'VXLANTunnelMACAddr', str),
+    Field('ipv6_vxlan_tunnel_addr', 'IPv6VXLANTunnelAddr', str),
+    Field('vxlan_tunnel_mac_addr_v6', 'VXLANTunnelMACAddrV6', str),
     Field('cluster_guid', 'ClusterGUID', str),
     Field('cluster_type', 'ClusterType', str),
     Field('calico_version', 'CalicoVersion', str),

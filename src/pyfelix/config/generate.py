@@ -35,6 +35,10 @@ _NAMES = {
     "IpInIpMtu": "ipip_mtu",
     "IpInIpEnabled": "ipip_enabled",
     "IpInIpTunnelAddr": "ipip_tunnel_addr",
+    "IPv4VXLANTunnelAddr": "ipv4_vxlan_tunnel_addr",
+    "IPv6VXLANTunnelAddr": "ipv6_vxlan_tunnel_addr",
+    "VXLANTunnelMACAddr": "vxlan_tunnel_mac_addr",
+    "VXLANTunnelMACAddrV6": "vxlan_tunnel_mac_addr_v6",
     "MTUIfacePattern": "mtu_iface_pattern",
     "BPFDSROptoutCIDRs": "bpf_dsr_optout_cidrs",
     "BPFExcludeCIDRsFromNAT": "bpf_exclude_cidrs_from_nat",
@@ -104,9 +108,23 @@ _OBJECT_PARSERS: dict[str, tuple[str, str, Callable[[str], object]]] = {
 }
 
 
+#: Parameters written as one string (in a FelixConfiguration too) that Felix reads as a list
+#: or as name=value pairs: typed as such, so no consumer splits the text again.
+_TEXT_COLLECTIONS = {
+    "InterfacePrefix": "list",
+    "InterfaceExclude": "list",
+    "FeatureDetectOverride": "map",
+}
+
+
 def field(param: Param) -> tuple[str, str, str]:
     """(annotation, default expression, parser expression) for one parameter."""
     kind, default = param.kind, param.default
+    collection = _TEXT_COLLECTIONS.get(param.felix)
+    if collection == "list":
+        return "tuple[str, ...]", repr(parse_list(str(default or ""))), "parse_list"
+    if collection == "map":
+        return "tuple[tuple[str, str], ...]", repr(parse_pairs(str(default or ""))), "parse_pairs"
     if kind == "string" and param.felix in _OBJECT_PARSERS:
         return "str", repr(str(default or "")), _OBJECT_PARSERS[param.felix][1]
     if kind == "bool":

@@ -403,6 +403,12 @@ PARAMS: tuple[Param, ...] = (
 
 #: Parameters Felix takes from the datastore's ClusterInformation, not from FelixConfiguration.
 DATASTORE_PARAMS: tuple[Param, ...] = (
+    # This node's tunnel addresses and MACs, from its Node resource (per-node values).
+    _P("", "string", "IpInIpTunnelAddr", None),
+    _P("", "string", "IPv4VXLANTunnelAddr", None),
+    _P("", "string", "VXLANTunnelMACAddr", None),
+    _P("", "string", "IPv6VXLANTunnelAddr", None),
+    _P("", "string", "VXLANTunnelMACAddrV6", None),
     _P("", "string", "ClusterGUID", None),
     _P("", "string", "ClusterType", None),
     _P("", "string", "CalicoVersion", None),

@@ -170,6 +170,10 @@ ACTED_ON: dict[str, str] = {
     "to BIRD (which pyfelix does not run)",
     # ClusterInformation's, not a FelixConfiguration field (so not in docs/CONFIG.md's table).
     "ClusterType": "openstack in it turns on Felix's OpenStack special cases (MetadataAddr)",
+    # This node's, from its Node resource (not FelixConfiguration fields either).
+    "IpInIpTunnelAddr": "tunl0's address",
+    "IPv4VXLANTunnelAddr": "vxlan.calico's address",
+    "IPv6VXLANTunnelAddr": "vxlan-v6.calico's address",
 }
 
 #: Set by the datastore (ClusterInformation), not by an operator: informational, no warning.
