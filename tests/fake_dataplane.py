@@ -10,7 +10,7 @@ from typing import Any
 import attrs
 
 from pyfelix import messages as m
-from pyfelix_dataplane.state import NodeState, keyed_identity
+from pyfelix_dataplane.state import NodeState
 
 KEYED_REMOVALS = (
     m.ServiceAccountRemove,
@@ -121,10 +121,8 @@ class StrictDataplane(NodeState):
             ]
             if users:
                 self.fail(f"VTEP {msg.node} removed while routes use it: {users}")
-        elif type(msg) in KEYED_REMOVALS:
-            kind, key, _ = keyed_identity(msg)
-            if (kind, key) not in self.others:
-                self.fail(f"removal of unknown {kind} {key}")
+        elif type(msg) in KEYED_REMOVALS and not self.holds(msg):
+            self.fail(f"removal of unknown {type(msg).__name__}: {msg}")
 
     def view(self) -> dict[str, Any]:
         """Everything the dataplane holds, comparable between runs."""
@@ -136,7 +134,14 @@ class StrictDataplane(NodeState):
             "hosts": dict(self.hosts),
             "routes": dict(self.routes),
             "vteps": dict(self.vteps),
-            "keyed": dict(self.others),
+            "keyed": {
+                "pools": dict(self.pools),
+                "host_metadata": dict(self.host_metadata),
+                "wireguard": dict(self.wireguard),
+                "namespaces": dict(self.namespaces),
+                "service_accounts": dict(self.service_accounts),
+                "services": dict(self.services),
+            },
             "config": self.config_text,
             "encapsulation": self.encapsulation,
         }

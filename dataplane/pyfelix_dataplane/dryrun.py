@@ -133,8 +133,8 @@ def snapshot(
                     else {}
                 ),
             }
-            for (kind, _), peer in sorted(dp.others.items(), key=lambda kv: str(kv[0]))
-            if kind == "wireguard" and peer.hostname != hostname
+            for _, peer in sorted(dp.wireguard.items())
+            if peer.hostname != hostname
         ],
         "encapsulation": (
             {

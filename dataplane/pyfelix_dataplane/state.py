@@ -28,7 +28,15 @@ class NodeState:
     hosts: dict[Any, m.HostEndpointUpdate] = attrs.Factory(dict)
     routes: dict[str, m.RouteUpdate] = attrs.Factory(dict)
     vteps: dict[str, m.VXLANTunnelEndpointUpdate] = attrs.Factory(dict)
-    others: dict[tuple[str, Any], Any] = attrs.Factory(dict)
+    pools: dict[str, m.IPAMPoolUpdate] = attrs.Factory(dict)
+    #: Every node's addresses, by hostname.
+    host_metadata: dict[str, m.HostMetadataUpdate] = attrs.Factory(dict)
+    #: Every node's WireGuard key and interface addresses, by hostname.
+    wireguard: dict[str, m.WireguardEndpointUpdate] = attrs.Factory(dict)
+    namespaces: dict[str, m.NamespaceUpdate] = attrs.Factory(dict)
+    service_accounts: dict[m.ServiceAccountID, m.ServiceAccountUpdate] = attrs.Factory(dict)
+    #: By (namespace, name).
+    services: dict[tuple[str, str], m.ServiceUpdate] = attrs.Factory(dict)
     #: The typed configuration (Felix's defaults until a ConfigUpdate), and its text as sent.
     config: FelixConfig = attrs.Factory(FelixConfig)
     config_text: dict[str, str] | None = None
@@ -63,12 +71,12 @@ class NodeState:
         handler = _HANDLERS.get(msg_type)
         if handler is not None:
             handler(self, msg)
-            return
-        kind, key, is_update = keyed_identity(msg)
-        if is_update:
-            self.others[(kind, key)] = msg
-        else:
-            self.others.pop((kind, key), None)
+
+    def holds(self, removal: m.ToDataplane) -> bool:
+        """Whether what a removal message removes is held (a strict dataplane refuses the
+        removal of what was never sent)."""
+        attribute, key = _REMOVALS[type(removal)]
+        return key(removal) in getattr(self, attribute)
 
     def snapshot(self) -> NodeState:
         """A copy that later messages leave as it is, for an apply that renders one IP
@@ -84,7 +92,12 @@ class NodeState:
             hosts=dict(self.hosts),
             routes=dict(self.routes),
             vteps=dict(self.vteps),
-            others=dict(self.others),
+            pools=dict(self.pools),
+            host_metadata=dict(self.host_metadata),
+            wireguard=dict(self.wireguard),
+            namespaces=dict(self.namespaces),
+            service_accounts=dict(self.service_accounts),
+            services=dict(self.services),
         )
 
 
@@ -159,24 +172,36 @@ _HANDLERS: dict[type, Callable[[NodeState, Any], None]] = {
     m.VXLANTunnelEndpointRemove: _remove("vteps", lambda msg: msg.node),
 }
 
-_KEYED: dict[type, tuple[str, bool]] = {
-    m.ServiceAccountUpdate: ("service_account", True),
-    m.ServiceAccountRemove: ("service_account", False),
-    m.NamespaceUpdate: ("namespace", True),
-    m.NamespaceRemove: ("namespace", False),
-    m.WireguardEndpointUpdate: ("wireguard", True),
-    m.WireguardEndpointRemove: ("wireguard", False),
-    m.HostMetadataUpdate: ("host", True),
-    m.HostMetadataRemove: ("host", False),
-    m.IPAMPoolUpdate: ("pool", True),
-    m.IPAMPoolRemove: ("pool", False),
-    m.ServiceUpdate: ("service", True),
-    m.ServiceRemove: ("service", False),
+
+def _by_hostname(msg: Any) -> Any:
+    return msg.hostname
+
+
+def _by_service(msg: Any) -> Any:
+    return (msg.namespace, msg.name)
+
+
+#: The keyed kinds: (update, removal, attribute, key).
+_KEYED: tuple[tuple[type, type, str, Callable[[Any], Any]], ...] = (
+    (m.IPAMPoolUpdate, m.IPAMPoolRemove, "pools", _by_id),
+    (m.HostMetadataUpdate, m.HostMetadataRemove, "host_metadata", _by_hostname),
+    (m.WireguardEndpointUpdate, m.WireguardEndpointRemove, "wireguard", _by_hostname),
+    (m.NamespaceUpdate, m.NamespaceRemove, "namespaces", _by_id),
+    (m.ServiceAccountUpdate, m.ServiceAccountRemove, "service_accounts", _by_id),
+    (m.ServiceUpdate, m.ServiceRemove, "services", _by_service),
+)
+for _update, _removal, _attribute, _key in _KEYED:
+    _HANDLERS[_update] = _set(_attribute, _key)
+    _HANDLERS[_removal] = _remove(_attribute, _key)
+
+#: Every removal message: the attribute it removes from, and its key there.
+_REMOVALS: dict[type, tuple[str, Callable[[Any], Any]]] = {
+    m.IPSetRemove: ("ipsets", _by_id),
+    m.ActivePolicyRemove: ("policies", _by_id),
+    m.ActiveProfileRemove: ("profiles", _by_id),
+    m.WorkloadEndpointRemove: ("workloads", _by_id),
+    m.HostEndpointRemove: ("hosts", _by_id),
+    m.RouteRemove: ("routes", lambda msg: msg.dst),
+    m.VXLANTunnelEndpointRemove: ("vteps", lambda msg: msg.node),
+    **{removal: (attribute, key) for _, removal, attribute, key in _KEYED},
 }
-
-
-def keyed_identity(msg: Any) -> tuple[str, Any, bool]:
-    kind, is_update = _KEYED[type(msg)]
-    if kind == "service":
-        return kind, (msg.namespace, msg.name), is_update
-    return kind, getattr(msg, "id", None) or getattr(msg, "hostname", None), is_update

@@ -70,8 +70,8 @@ def _ipip(dp: NodeState) -> bool:
 
 def special_ipsets(dp: NodeState) -> dict[str, tuple[str, set[str]]]:
     """The fixed sets Felix keeps: NAT-outgoing pools, all pools, VXLAN-capable hosts."""
-    pools = [v for (kind, _), v in dp.others.items() if kind == "pool"]
-    hosts = [v for (kind, _), v in dp.others.items() if kind == "host"]
+    pools = list(dp.pools.values())
+    hosts = list(dp.host_metadata.values())
     sets = {
         MASQ_POOLS: (
             "hash:net",

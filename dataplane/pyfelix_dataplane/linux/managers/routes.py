@@ -96,8 +96,7 @@ class RoutesManager:
         program = config.program_cluster_routes
         ipip_routes = ipip_on and program in IPIP_ROUTES
         no_encap = program in NO_ENCAP_ROUTES and any(
-            kind == "pool" and _unencapsulated(update.pool)
-            for (kind, _), update in self.state.others.items()
+            _unencapsulated(update.pool) for update in self.state.pools.values()
         )
         if not (vxlan_on or ipip_routes or no_encap):
             return routes

@@ -114,16 +114,18 @@ class WireguardManager:
             )
             return None
         port = config.wireguard_listening_port_v6 if v6 else config.wireguard_listening_port
-        keys, addresses = {}, {}
-        for (kind, host), update in self.state.others.items():
-            if kind == "wireguard":
-                keys[host] = (
-                    (update.public_key_v6, update.interface_ipv6_addr)
-                    if v6
-                    else (update.public_key, update.interface_ipv4_addr)
-                )
-            elif kind == "host":
-                addresses[host] = update.ipv6_addr if v6 else update.ipv4_addr
+        keys = {
+            host: (
+                (update.public_key_v6, update.interface_ipv6_addr)
+                if v6
+                else (update.public_key, update.interface_ipv4_addr)
+            )
+            for host, update in self.state.wireguard.items()
+        }
+        addresses = {
+            host: update.ipv6_addr if v6 else update.ipv4_addr
+            for host, update in self.state.host_metadata.items()
+        }
         encrypt_hosts = config.wireguard_host_encryption_enabled
         destinations = self._destinations(v6, encrypt_hosts)
         peers = peers_from(keys, destinations, addresses, port, self.hostname)
