@@ -11,7 +11,8 @@ import trio
 from pyfelix.config import FelixConfig
 from pyfelix.config.felix_config import IptablesBackend, NFTablesMode
 from pyfelix_dataplane.linux.iptables import IptablesWriter
-from pyfelix_dataplane.linux.kernel import KernelProbe, early_readers, linux_kernel, probe_kernel
+from pyfelix_dataplane.linux.kernel import KernelProbe
+from pyfelix_dataplane.linux.opening import early_readers, linux_kernel, probe_kernel
 from pyfelix_dataplane.rules.render import TABLES
 from tests.netns import in_netns, run_in, temporary_netns
 

@@ -36,18 +36,12 @@ from pyfelix.errors import DataplaneWriteError
 from pyfelix.stats import DataplaneStats
 from pyfelix.throttle import LeakyBucket
 from pyfelix_dataplane.driver import ToCalc
-from pyfelix_dataplane.linux.kernel import (
-    EarlyReaders,
-    Kernel,
-    KernelProbe,
-    early_readers,
-    linux_kernel,
-    probe_kernel,
-)
+from pyfelix_dataplane.linux.kernel import EarlyReaders, Kernel, KernelProbe
 from pyfelix_dataplane.linux.managers.assembly import Managers
 from pyfelix_dataplane.linux.managers.mtu import MtuManager
 from pyfelix_dataplane.linux.monitor import rescan_interfaces
 from pyfelix_dataplane.linux.mtu import MONITOR_INTERVAL, state_dir
+from pyfelix_dataplane.linux.opening import early_readers, linux_kernel, probe_kernel
 from pyfelix_dataplane.linux.refresh import Refresher
 from pyfelix_dataplane.linux.startup import StartupProbe, follow_kube_proxy
 from pyfelix_dataplane.process_status import report_process_status
