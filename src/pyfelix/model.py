@@ -64,6 +64,10 @@ class HostEndpointKey:
         return f"/calico/v1/host/{self.hostname}/endpoint/{_escape(self.endpoint)}"
 
 
+#: Either kind of endpoint's key.
+EndpointKey = WorkloadEndpointKey | HostEndpointKey
+
+
 @attrs.frozen(cache_hash=True)
 class PolicyKey:
     name: str

@@ -17,10 +17,10 @@ from typing import cast
 from pyfelix import model
 from pyfelix.calc.dispatcher import Dispatcher, endpoint_of, value_of
 from pyfelix.calc.labelindex import LabelIndex, MatchCallback, SelectorCallback
+from pyfelix.model import EndpointKey
 from pyfelix.selector import SelectorError, parse_selector
 from pyfelix.syncer.api import Update
 
-EndpointKey = model.WorkloadEndpointKey | model.HostEndpointKey
 Endpoint = model.WorkloadEndpoint | model.HostEndpoint
 DENY_ALL = model.ProfileRules((model.Rule(action="deny"),), (model.Rule(action="deny"),))
 

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from pyfelix import model
+from pyfelix.model import EndpointKey
 from pyfelix.syncer.api import SyncStatus, Update
 
 # A receiver returns True to stop the update going to the receivers after it (the hostname
@@ -20,14 +21,13 @@ def value_of(update: Update, cls: type[T]) -> T | None:
     return value if isinstance(value, cls) else None
 
 
-EndpointKey = model.WorkloadEndpointKey | model.HostEndpointKey
 Endpoint = model.WorkloadEndpoint | model.HostEndpoint
 
 
 def endpoint_of(update: Update) -> tuple[EndpointKey, Endpoint | None]:
     """A workload or host endpoint update's key and value (None: deleted)."""
     key, value = update.key, update.value
-    assert isinstance(key, model.WorkloadEndpointKey | model.HostEndpointKey)
+    assert isinstance(key, model.EndpointKey)
     assert value is None or isinstance(value, model.WorkloadEndpoint | model.HostEndpoint)
     return key, value
 

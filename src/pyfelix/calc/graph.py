@@ -54,7 +54,7 @@ class CalcGraph:
 
         def local_only(update: Update) -> None:
             key = update.key
-            assert isinstance(key, model.WorkloadEndpointKey | model.HostEndpointKey)
+            assert isinstance(key, model.EndpointKey)
             if key.hostname == hostname:
                 local_updates.on_update(update)
 

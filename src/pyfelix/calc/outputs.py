@@ -52,9 +52,7 @@ class EndpointOutput(Protocol):
         self, update: m.WorkloadEndpointUpdate | m.HostEndpointUpdate
     ) -> None: ...
 
-    def on_endpoint_remove(
-        self, key: model.WorkloadEndpointKey | model.HostEndpointKey
-    ) -> None: ...
+    def on_endpoint_remove(self, key: model.EndpointKey) -> None: ...
 
 
 class RouteOutput(Protocol):

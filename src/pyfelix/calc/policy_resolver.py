@@ -23,10 +23,10 @@ from collections.abc import Callable
 from pyfelix import messages, model
 from pyfelix.calc.dispatcher import Dispatcher, endpoint_of, value_of
 from pyfelix.calc.outputs import EndpointOutput
+from pyfelix.model import EndpointKey
 from pyfelix.resources.policy import BUILTIN_TIERS
 from pyfelix.syncer.api import SyncStatus, Update
 
-EndpointKey = model.WorkloadEndpointKey | model.HostEndpointKey
 Endpoint = model.WorkloadEndpoint | model.HostEndpoint
 EndpointMessage = messages.WorkloadEndpointUpdate | messages.HostEndpointUpdate
 

@@ -151,7 +151,7 @@ class EventSequencer:
         else:
             self.hosts.update(update.id, update)
 
-    def on_endpoint_remove(self, key: model.WorkloadEndpointKey | model.HostEndpointKey) -> None:
+    def on_endpoint_remove(self, key: model.EndpointKey) -> None:
         if isinstance(key, model.WorkloadEndpointKey):
             self.workloads.remove(key)
         else:
