@@ -67,12 +67,12 @@ async def test_statuses_are_sent_when_they_change_and_removed_when_endpoints_go(
     r.state.apply(m.WorkloadEndpointUpdate(KEY, ENDPOINT, ()))
     r.routes.results = {"10.0.0.1/32": "waiting"}
     await r.manager.complete_deferred_work()
-    assert r.taken() == [m.WorkloadEndpointStatusUpdate(KEY, "down")]
+    assert r.taken() == [m.WorkloadEndpointStatusUpdate(KEY, m.EndpointStatus.DOWN)]
     await r.manager.complete_deferred_work()
     assert r.taken() == []
     r.routes.results = {"10.0.0.1/32": "added"}
     await r.manager.complete_deferred_work()
-    assert r.taken() == [m.WorkloadEndpointStatusUpdate(KEY, "up")]
+    assert r.taken() == [m.WorkloadEndpointStatusUpdate(KEY, m.EndpointStatus.UP)]
     r.state.apply(m.WorkloadEndpointRemove(KEY))
     await r.manager.complete_deferred_work()
     assert r.taken() == [m.WorkloadEndpointStatusRemove(KEY)]
@@ -84,11 +84,11 @@ async def test_a_host_endpoint_without_its_interface_is_in_error_until_it_appear
     r.state.apply(m.HostEndpointUpdate(HOST_KEY, host, ()))
     await r.endpoints.complete_deferred_work()
     await r.manager.complete_deferred_work()
-    assert r.taken() == [m.HostEndpointStatusUpdate(HOST_KEY, "error")]
+    assert r.taken() == [m.HostEndpointStatusUpdate(HOST_KEY, m.EndpointStatus.ERROR)]
     r.interfaces.addresses_by_name["eth9"] = frozenset({"192.0.2.9"})
     await r.endpoints.complete_deferred_work()
     await r.manager.complete_deferred_work()
-    assert r.taken() == [m.HostEndpointStatusUpdate(HOST_KEY, "up")]
+    assert r.taken() == [m.HostEndpointStatusUpdate(HOST_KEY, m.EndpointStatus.UP)]
 
 
 async def test_statuses_go_for_the_datastore_or_the_status_files_else_nothing() -> None:

@@ -11,6 +11,7 @@ import pytest
 import trio
 
 from pyfelix import model, status_files
+from pyfelix.messages import EndpointStatus
 from pyfelix.status_files import (
     EndpointStatusFiles,
     status_filename,
@@ -59,7 +60,7 @@ async def test_written_once_in_sync_removed_when_down_and_repaired(
     stale.write_text("{}")
     async with trio.open_nursery() as nursery:
         await nursery.start(files.run)
-        files.update(KEY, ENDPOINT, "up")
+        files.update(KEY, ENDPOINT, EndpointStatus.UP)
         await trio.sleep(0.2)
         assert not path.exists(), "nothing before the dataplane is in sync"
         files.in_sync()
@@ -68,9 +69,9 @@ async def test_written_once_in_sync_removed_when_down_and_repaired(
         assert await until(lambda: not stale.exists()), "a file no endpoint is up for goes"
         path.unlink()  # another program
         assert await until(path.exists), "repaired when the directory is read again"
-        files.update(KEY, ENDPOINT, "down")
+        files.update(KEY, ENDPOINT, EndpointStatus.DOWN)
         assert await until(lambda: not path.exists())
-        files.update(KEY, ENDPOINT, "up")
+        files.update(KEY, ENDPOINT, EndpointStatus.UP)
         assert await until(path.exists)
         files.remove(KEY)
         assert await until(lambda: not path.exists())

@@ -10,6 +10,8 @@ key its buffers on them and tests can compare them.
 
 from __future__ import annotations
 
+import enum
+
 import attrs
 
 from pyfelix import model
@@ -320,10 +322,19 @@ class ProcessStatusUpdate:
     uptime: float
 
 
+class EndpointStatus(enum.StrEnum):
+    """What the dataplane reports of a local endpoint (Felix's oper status)."""
+
+    UP = "up"
+    DOWN = "down"
+    #: A host endpoint that governs no interface.
+    ERROR = "error"
+
+
 @attrs.frozen
 class WorkloadEndpointStatusUpdate:
     id: model.WorkloadEndpointKey
-    status: str
+    status: EndpointStatus
     #: The endpoint as programmed (its interface, MAC, addresses: the status file's data).
     endpoint: model.WorkloadEndpoint | None = attrs.field(default=None, eq=False, repr=False)
 
@@ -336,7 +347,7 @@ class WorkloadEndpointStatusRemove:
 @attrs.frozen
 class HostEndpointStatusUpdate:
     id: model.HostEndpointKey
-    status: str
+    status: EndpointStatus
 
 
 @attrs.frozen

@@ -25,6 +25,7 @@ import attrs
 import trio
 
 from pyfelix import model
+from pyfelix.messages import EndpointStatus
 
 log = logging.getLogger(__name__)
 
@@ -72,11 +73,14 @@ class EndpointStatusFiles:
         return self.prefix / STATUS_DIR
 
     def update(
-        self, key: model.WorkloadEndpointKey, endpoint: model.WorkloadEndpoint | None, status: str
+        self,
+        key: model.WorkloadEndpointKey,
+        endpoint: model.WorkloadEndpoint | None,
+        status: EndpointStatus,
     ) -> None:
         """A workload endpoint's status: its file while it is up (and its data known)."""
         name = status_filename(key)
-        if status == "up" and endpoint is not None:
+        if status is EndpointStatus.UP and endpoint is not None:
             self._desired[name] = status_text(endpoint)
         else:
             self._desired.pop(name, None)

@@ -12,6 +12,7 @@ import attrs
 
 from pyfelix import messages as m
 from pyfelix import model
+from pyfelix.messages import EndpointStatus
 from pyfelix_dataplane.driver import ToCalc
 from pyfelix_dataplane.linux.kernel import InterfaceReading
 from pyfelix_dataplane.linux.managers.endpoints import EndpointManager
@@ -19,8 +20,10 @@ from pyfelix_dataplane.linux.managers.routes import RoutesManager
 from pyfelix_dataplane.linux.routes import IFF_RUNNING, IFF_UP
 from pyfelix_dataplane.state import NodeState
 
+UP, DOWN, ERROR = EndpointStatus.UP, EndpointStatus.DOWN, EndpointStatus.ERROR
 
-def _status_update(state: NodeState, key: Any, status: str) -> m.FromDataplane:
+
+def _status_update(state: NodeState, key: Any, status: EndpointStatus) -> m.FromDataplane:
     if isinstance(key, model.HostEndpointKey):
         return m.HostEndpointStatusUpdate(key, status)
     return m.WorkloadEndpointStatusUpdate(key, status, state.workloads[key].endpoint)
@@ -42,7 +45,7 @@ class EndpointStatusManager:
     routes: RoutesManager
     area: str = "routes"
     #: Per endpoint, the status last sent and (for a workload) the endpoint it was sent for.
-    _statuses: dict[Any, tuple[str, model.WorkloadEndpoint | None]] = attrs.Factory(dict)
+    _statuses: dict[Any, tuple[EndpointStatus, model.WorkloadEndpoint | None]] = attrs.Factory(dict)
 
     def invalidate(self) -> None:
         """Statuses are worked out on every apply; nothing is remembered of the kernel."""
@@ -50,17 +53,17 @@ class EndpointStatusManager:
     def on_update(self, msg: m.ToDataplane) -> None:
         """Nothing to note: statuses follow the interfaces and routes, not messages alone."""
 
-    def workload_statuses(self, route_results: dict[str, str]) -> dict[Any, str]:
+    def workload_statuses(self, route_results: dict[str, str]) -> dict[Any, EndpointStatus]:
         """ "up" when every address of a workload is routed, "down" while its interface is
         missing or down (what Felix reports when EndpointReportingEnabled)."""
         statuses = {}
         for key, update in self.state.workloads.items():
             nets = update.endpoint.ipv4_nets + update.endpoint.ipv6_nets
             waiting = any(route_results.get(net) == "waiting" for net in nets)
-            statuses[key] = "down" if waiting or not nets else "up"
+            statuses[key] = DOWN if waiting or not nets else UP
         return statuses
 
-    def host_endpoint_statuses(self) -> dict[Any, str]:
+    def host_endpoint_statuses(self) -> dict[Any, EndpointStatus]:
         """As Felix: "up" when every interface the host endpoint governs is up and running,
         "down" otherwise, "error" when it governs none (no such interface, no interface with
         its expected addresses, or another endpoint won it). An all-interfaces ("*")
@@ -68,17 +71,17 @@ class EndpointStatusManager:
         statuses = {}
         for key, update in self.state.hosts.items():
             if update.endpoint.name == "*":
-                statuses[key] = "up"
+                statuses[key] = UP
                 continue
             placed = self.endpoints.host_interfaces.items()
             interfaces = [name for name, owner in placed if owner == key]
             flags = [self.interfaces.flags(name) for name in interfaces]
             if not flags:
-                statuses[key] = "error"
+                statuses[key] = ERROR
                 continue
             running = IFF_UP | IFF_RUNNING
             up = all(found is not None and found[1] & running == running for found in flags)
-            statuses[key] = "up" if up else "down"
+            statuses[key] = UP if up else DOWN
         return statuses
 
     async def complete_deferred_work(self) -> None:
