@@ -36,6 +36,7 @@ from pyfelix.resources.meta import (
     load_document,
     resource_ident,
 )
+from pyfelix.resources.parsing import MAX_DEPTH, Parsed
 from pyfelix.resources.schema import JSON
 from pyfelix.resources.skipped import unread_kind
 
@@ -44,12 +45,6 @@ log = logging.getLogger(__name__)
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 #: No manifest comes close (250k endpoints are about 100 MB across many files).
 MAX_FILE_BYTES = 256 << 20
-#: Calico's resources nest about ten levels; Kubernetes objects with status about twenty.
-MAX_DEPTH = 64
-#: Values built per character of YAML text, plus a constant: a document without aliases builds
-#: fewer values than it has characters; anchors reused sensibly stay far below this.
-ALIAS_EXPANSION_PER_CHAR = 4
-ALIAS_EXPANSION_SLACK = 100_000
 
 
 @attrs.frozen
@@ -108,10 +103,6 @@ class LoadResult:
     @property
     def ok(self) -> bool:
         return not self.problems
-
-
-#: A file's parsed documents: each with its start line and its items' start lines.
-Parsed = list[tuple[JSON, int, list[int]]]
 
 
 def _is_list_document(data: JSON) -> bool:

@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from pyfelix import __version__
-from pyfelix.resources.loader import Digest, LoadResult, Parsed, parse_text, read_manifest
+from pyfelix.resources.loader import Digest, LoadResult, parse_text, read_manifest
+from pyfelix.resources.parsing import Parsed
 
 log = logging.getLogger(__name__)
 

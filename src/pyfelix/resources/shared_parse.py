@@ -28,11 +28,11 @@ from typing import BinaryIO
 from pyfelix.resources.containment import contain
 from pyfelix.resources.loader import (
     Digest,
-    Parsed,
     manifest_files_and_links,
     read_manifest,
 )
 from pyfelix.resources.parse_cache import ParseCache, Stat, file_stat, parse_marshalled
+from pyfelix.resources.parsing import Parsed
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from pyfelix.errors import Problem
-from pyfelix.resources.loader import (
+from pyfelix.resources.parsing import (
     ALIAS_EXPANSION_PER_CHAR,
     ALIAS_EXPANSION_SLACK,
     MAX_DEPTH,

@@ -45,7 +45,6 @@ from pyfelix.resources.loader import (
     Direct,
     LoadResult,
     Located,
-    Parsed,
     escapes,
     load_parsed,
     load_text,
@@ -54,6 +53,7 @@ from pyfelix.resources.loader import (
 )
 from pyfelix.resources.meta import Resource
 from pyfelix.resources.parse_cache import ParseCache, Stat, stat_key
+from pyfelix.resources.parsing import Parsed
 from pyfelix.resources.shared_parse import ParsePrefetch
 from pyfelix.syncer.api import SyncerCallbacks, SyncStatus, Update
 from pyfelix.syncer.inotify import Event, Inotify, InotifyUnavailable
