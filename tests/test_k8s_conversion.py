@@ -763,9 +763,9 @@ def test_qos_annotations_are_named_in_a_warning_once_each(
     annotations into qosControls; pyfelix programs none of them, so each one asked for is
     named in a warning (once: a cluster may shape thousands of pods), and the pod is still
     programmed."""
-    from pyfelix.syncer import processors  # noqa: PLC0415
+    from pyfelix.syncer.processors import endpoints  # noqa: PLC0415
 
-    processors._QOS_WARNED.clear()
+    endpoints._QOS_WARNED.clear()
     annotations = {
         "kubernetes.io/ingress-bandwidth": "10M",
         "qos.projectcalico.org/egressMaxConnections": "100",

@@ -1,0 +1,244 @@
+"""Update processors: v3 resources -> Felix model keys and values, shared by both datastores.
+
+``convert(resource)`` gives the (key, value) pairs one resource stands for; a value of None means
+"this key is absent" (a WorkloadEndpoint without addresses, a staged Delete). ``Converter``
+remembers which keys each source produced, so a change that drops a key (a Node losing its
+VXLAN address) emits that key's deletion, and deleting the source deletes them all.
+
+One module per kind family, as libcalico-go's update processors are split: policies and tiers
+(``policies``), profiles with namespaces and service accounts (``profiles``), endpoints and pods
+(``endpoints``), network sets, pools, blocks and nodes (``networks``), Felix's configuration
+(``config``); what they share is ``common``'s. This module dispatches by kind and tracks
+sources.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from pyfelix import model
+from pyfelix.syncer.api import Update, UpdateType
+
+if TYPE_CHECKING:
+    from pyfelix.resources import Resource
+from pyfelix.syncer.processors.common import (
+    KV,
+)
+from pyfelix.syncer.processors.config import (
+    _cluster_information,
+    _felix_configuration,
+)
+from pyfelix.syncer.processors.endpoints import (
+    _host_endpoint,
+    _pod,
+    _workload_endpoint,
+    workload_key,
+    workload_key_of,
+    workload_label_dict,
+)
+from pyfelix.syncer.processors.networks import (
+    _ip_pool,
+    _ipam_block,
+    _kubernetes_node,
+    _network_set,
+    _node,
+    use_pod_cidr,
+)
+from pyfelix.syncer.processors.policies import (
+    _admin_network_policy,
+    _baseline_admin_network_policy,
+    _kubernetes_cluster_network_policy,
+    _kubernetes_network_policy,
+    _policy,
+    _tier,
+    convert_rule,
+    entity_selector,
+    policy_selector,
+)
+from pyfelix.syncer.processors.profiles import (
+    _namespace,
+    _profile,
+    _service_account,
+    namespace_kvs,
+)
+
+
+def _passthrough(resource: Resource) -> list[KV]:
+    key = model.ResourceKey(resource.KIND, resource.namespace, resource.name)
+    return [(key, model.Passthrough(resource))]
+
+
+#: Each kind's conversion, by its KIND (the classes are imported only with their kinds).
+_CONVERTERS: dict[str, Callable[[Any], list[KV]]] = {
+    "GlobalNetworkPolicy": _policy,
+    "NetworkPolicy": _policy,
+    "KubernetesNetworkPolicy": _kubernetes_network_policy,
+    "StagedKubernetesNetworkPolicy": _kubernetes_network_policy,
+    "KubernetesClusterNetworkPolicy": _kubernetes_cluster_network_policy,
+    "AdminNetworkPolicy": _admin_network_policy,
+    "BaselineAdminNetworkPolicy": _baseline_admin_network_policy,
+    "Pod": _pod,
+    "StagedGlobalNetworkPolicy": _policy,
+    "StagedNetworkPolicy": _policy,
+    "Tier": _tier,
+    "Profile": _profile,
+    "Namespace": _namespace,
+    "ServiceAccount": _service_account,
+    "WorkloadEndpoint": _workload_endpoint,
+    "HostEndpoint": _host_endpoint,
+    "GlobalNetworkSet": _network_set,
+    "NetworkSet": _network_set,
+    "IPPool": _ip_pool,
+    "IPAMBlock": _ipam_block,
+    "Node": _node,
+    "KubernetesNode": _kubernetes_node,
+    "FelixConfiguration": _felix_configuration,
+    "ClusterInformation": _cluster_information,
+    "BGPConfiguration": _passthrough,
+    "Service": _passthrough,
+    "EndpointSlice": _passthrough,
+    "BlockAffinity": _passthrough,
+}
+
+
+#: The profile every Calico datastore backend holds without its being written.
+DEFAULT_ALLOW_PROFILE = "projectcalico-default-allow"
+
+
+def default_allow_profile() -> Resource:
+    """libcalico-go's DefaultAllowProfile: allow everything in and out."""
+    from pyfelix.resources import Profile  # noqa: PLC0415
+
+    return Profile.from_manifest(
+        {
+            "apiVersion": "projectcalico.org/v3",
+            "kind": "Profile",
+            "metadata": {"name": DEFAULT_ALLOW_PROFILE},
+            "spec": {"ingress": [{"action": "Allow"}], "egress": [{"action": "Allow"}]},
+        }
+    )
+
+
+def convert(resource: Resource) -> list[KV]:
+    """The model keys and values ``resource`` stands for (None values mean "absent")."""
+    return _CONVERTERS[resource.KIND](resource)
+
+
+@attrs.define
+class Converter:
+    """Tracks the keys each source (a datastore key or file identity) produced.
+
+    Two sources producing the same model key (two pools with one CIDR) resolve as Calico's
+    conflict-resolving cache does: the source that sorts lowest wins, and the other takes over
+    when the winner goes away.
+    """
+
+    #: What each source produced, and each key's sources: tuples and lists, as nearly every
+    #: source produces one key and nearly every key has one source (a dict and a set each
+    #: would be a fifth of a large snapshot's memory).
+    _produced: dict[Hashable, tuple[KV, ...]] = attrs.Factory(dict)
+    _owners: dict[Hashable, list[Hashable]] = attrs.Factory(dict)
+
+    def update(
+        self, source: Hashable, resource: Resource | None, revision: str = ""
+    ) -> list[Update]:
+        """The Updates that bring downstream from the old to the new form of ``source``."""
+        new = tuple(convert(resource)) if resource is not None else ()
+        return self.produce(source, new, revision)
+
+    def produce(self, source: Hashable, new: tuple[KV, ...], revision: str = "") -> list[Update]:
+        """As ``update``, for a source already converted (``new``: what it stands for now)."""
+        old = self._produced.get(source)
+        owners = self._owners
+        if old is None:
+            for key, _ in new:
+                if key in owners:
+                    break
+            else:
+                # A new source with keys of its own: what it produced is what goes downstream.
+                if new:
+                    self._produced[source] = new
+                for key, _ in new:
+                    owners[key] = [source]
+                return [Update(k, v, revision, UpdateType.NEW) for k, v in new if v is not None]
+        old_keys = [key for key, _ in old or ()]
+        keys = old_keys + [key for key, _ in new if key not in old_keys]
+        new_keys = {key for key, _ in new}
+        before = {key: self._winning_value(key) for key in keys}
+        if new:
+            self._produced[source] = new
+        else:
+            self._produced.pop(source, None)
+        for key in keys:
+            sources = owners.setdefault(key, [])
+            if key in new_keys:
+                if source not in sources:
+                    sources.append(source)
+            elif source in sources:
+                sources.remove(source)
+            if not sources:
+                del owners[key]
+        updates = []
+        for key in keys:
+            after = self._winning_value(key)
+            if _same(before[key], after):
+                continue
+            updates.append(Update(key, after, revision, self._update_type(before[key], after)))
+        return updates
+
+    def produce_new(self, source: Hashable, kv: KV, revision: str = "") -> Update | None:
+        """``produce`` for a source seen for the first time, standing for one key that no
+        other source has and a value: its Update; None (and nothing done) for any other
+        case, which ``produce`` then takes."""
+        key, value = kv
+        if value is None or source in self._produced:
+            return None
+        sources = [source]
+        if self._owners.setdefault(key, sources) is not sources:
+            return None  # another source's key (setdefault left it as it was)
+        self._produced[source] = (kv,)
+        return Update(key, value, revision, UpdateType.NEW)
+
+    def _winning_value(self, key: Hashable) -> object | None:
+        sources = self._owners.get(key)
+        if not sources:
+            return None
+        winner = sources[0] if len(sources) == 1 else min(sources, key=repr)
+        for produced_key, value in self._produced.get(winner, ()):
+            if produced_key == key:
+                return value
+        return None
+
+    @staticmethod
+    def _update_type(before: object | None, after: object | None) -> UpdateType:
+        if after is None:
+            return UpdateType.DELETED
+        return UpdateType.NEW if before is None else UpdateType.UPDATED
+
+    def keys(self) -> Iterator[Hashable]:
+        return iter(self._owners)
+
+
+def _same(a: object | None, b: object | None) -> bool:
+    """Equal values from equal resources: anything else is worth an update downstream."""
+    return a == b and getattr(a, "origin", None) == getattr(b, "origin", None)
+
+
+__all__ = [
+    "DEFAULT_ALLOW_PROFILE",
+    "KV",
+    "Converter",
+    "convert",
+    "convert_rule",
+    "default_allow_profile",
+    "entity_selector",
+    "namespace_kvs",
+    "policy_selector",
+    "use_pod_cidr",
+    "workload_key",
+    "workload_key_of",
+    "workload_label_dict",
+]

@@ -1,0 +1,80 @@
+"""Profiles, and the profiles Kubernetes namespaces and service accounts stand for (kns. and
+ksa.)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from pyfelix import model
+from pyfelix.model import (
+    NAME_LABEL,
+    NAMESPACE_LABEL_PREFIX,
+    NAMESPACE_PROFILE_PREFIX,
+    SERVICE_ACCOUNT_LABEL_PREFIX,
+    SERVICE_ACCOUNT_PROFILE_PREFIX,
+)
+from pyfelix.values import FrozenMap
+
+if TYPE_CHECKING:
+    from pyfelix.resources import (
+        Namespace,
+        Profile,
+        Resource,
+        ServiceAccount,
+    )
+from pyfelix.syncer.processors.common import (
+    KV,
+)
+from pyfelix.syncer.processors.policies import (
+    _rules,
+)
+
+
+def _profile_kvs(
+    name: str,
+    labels: Mapping[str, str],
+    ingress: tuple[model.Rule, ...],
+    egress: tuple[model.Rule, ...],
+    origin: Resource | None,
+) -> list[KV]:
+    label_value = model.ProfileLabels(FrozenMap(labels), origin=origin) if labels else None
+    return [
+        (model.ProfileLabelsKey(name), label_value),
+        (model.ProfileRulesKey(name), model.ProfileRules(ingress, egress, origin=origin)),
+    ]
+
+
+def _profile(profile: Profile) -> list[KV]:
+    spec = profile.spec
+    kvs = _profile_kvs(
+        profile.name,
+        spec.labels_to_apply,
+        _rules(spec.ingress, ""),
+        _rules(spec.egress, ""),
+        profile,
+    )
+    return [*kvs, (model.ResourceKey("Profile", "", profile.name), model.Passthrough(profile))]
+
+
+_ALLOW_ALL = (model.Rule(action="allow"),)
+
+
+def _namespace(ns: Namespace) -> list[KV]:
+    return namespace_kvs(ns.name, ns.labels, ns)
+
+
+def namespace_kvs(name: str, labels: Mapping[str, str], origin: Resource | None) -> list[KV]:
+    """Kubernetes' conversion of a namespace: profile kns.<name> applying pcns.* labels,
+    allowing all (``origin``: the Namespace, or None where none was built)."""
+    applied = {f"{NAMESPACE_LABEL_PREFIX}{k}": v for k, v in labels.items()}
+    applied[f"{NAMESPACE_LABEL_PREFIX}{NAME_LABEL}"] = name
+    profile = f"{NAMESPACE_PROFILE_PREFIX}{name}"
+    return _profile_kvs(profile, applied, _ALLOW_ALL, _ALLOW_ALL, origin)
+
+
+def _service_account(sa: ServiceAccount) -> list[KV]:
+    labels = {f"{SERVICE_ACCOUNT_LABEL_PREFIX}{k}": v for k, v in sa.labels.items()}
+    labels[f"{SERVICE_ACCOUNT_LABEL_PREFIX}{NAME_LABEL}"] = sa.name
+    name = f"{SERVICE_ACCOUNT_PROFILE_PREFIX}{sa.namespace}.{sa.name}"
+    return _profile_kvs(name, labels, (), (), sa)
