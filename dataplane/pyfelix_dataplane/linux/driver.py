@@ -59,6 +59,8 @@ APPLY_REFILL_INTERVAL = 0.01
 #: Before applying, the loop yields until this many passes of the scheduler bring no message:
 #: a flush of the calculation graph arrives one message at a time.
 QUIET_PASSES = 2
+#: ... but gathers for this long at most.
+GATHER_MAX = 0.05
 #: The loop reports its health at least this often, idle or not (Felix's healthInterval).
 HEALTH_INTERVAL = 10.0
 RETRY_START = 0.2
@@ -115,9 +117,11 @@ class LinuxDriver:
 
     async def _gather(self) -> None:
         """Let the messages already on their way arrive, as Felix drains its channel before an
-        apply: otherwise the first message of a flush would be applied on its own."""
-        quiet = 0
-        while quiet < QUIET_PASSES:
+        apply: otherwise the first message of a flush would be applied on its own. Not for
+        longer than GATHER_MAX: a calculation graph kept busy (pods created without pause)
+        never goes quiet, and what it has sent must not wait for it."""
+        quiet, until = 0, trio.current_time() + GATHER_MAX
+        while quiet < QUIET_PASSES and trio.current_time() < until:
             received = self._received
             await trio.lowlevel.checkpoint()
             quiet = quiet + 1 if self._received == received else 0
