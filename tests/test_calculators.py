@@ -145,10 +145,12 @@ ROUTE_STATES: list[tuple[str, list[Update], dict[str, Route]]] = [
         {"10.65.0.0/16": (frozenset({"CIDR_INFO"}), "", "vxlan", True, "")},
     ),
     (
-        "a remote block waits for its node's VTEP",
+        # As Felix's resolver: the route does not wait for the VTEP (the dataplane does).
+        "a remote block is routed before its node's VTEP is known",
         [VXLAN_POOL, REMOTE_BLOCK, NODE_B_IP],
         {
             "10.65.0.0/16": (frozenset({"CIDR_INFO"}), "", "vxlan", True, ""),
+            "10.65.1.0/26": (frozenset({"REMOTE_WORKLOAD"}), "node-b", "vxlan", True, ""),
             "192.0.2.2/32": (frozenset({"REMOTE_HOST"}), "node-b", "none", False, ""),
         },
     ),
@@ -167,8 +169,9 @@ ROUTE_STATES: list[tuple[str, list[Update], dict[str, Route]]] = [
         [VXLAN_POOL, LOCAL_BLOCK, LOCAL_WORKLOAD],
         {
             "10.65.0.0/16": (frozenset({"CIDR_INFO"}), "", "vxlan", True, ""),
-            "10.65.0.0/26": (frozenset({"LOCAL_WORKLOAD"}), "node-a", "none", True, ""),
-            "10.65.0.5/32": (frozenset({"LOCAL_WORKLOAD"}), "node-a", "none", True, "calipod"),
+            # As Felix: a local route inside a pool carries the pool's type too.
+            "10.65.0.0/26": (frozenset({"LOCAL_WORKLOAD"}), "node-a", "vxlan", True, ""),
+            "10.65.0.5/32": (frozenset({"LOCAL_WORKLOAD"}), "node-a", "vxlan", True, "calipod"),
         },
     ),
 ]
@@ -302,8 +305,7 @@ def test_every_route_to_a_node_carries_its_ip() -> None:
 def test_cross_subnet_routes_to_nodes_in_our_subnet_go_direct() -> None:
     """As Felix: in a CrossSubnet pool, a route to a node in this node's subnet is flagged
     same-subnet (routed straight to its IP, no VTEP needed); to a node elsewhere it goes
-    through the tunnel (held back until the VTEP is known); an Always pool never says
-    same-subnet."""
+    through the tunnel; an Always pool never says same-subnet."""
     cross = Update(model.IPPoolKey("10.65.0.0/16"), pool("10.65.0.0/16", "cross-subnet"))
     ours = Update(model.HostNetworkKey("node-a"), config("192.0.2.0/24"))
     far_block = Update(
@@ -315,10 +317,8 @@ def test_cross_subnet_routes_to_nodes_in_our_subnet_go_direct() -> None:
         routes = resolve_routes(order).routes
         near = routes["10.65.1.0/26"]
         assert (near.same_subnet, near.dst_node_ip, near.tunnel) == (True, "192.0.2.2", "vxlan")
-        assert "10.65.3.0/26" not in routes, "needs node-c's VTEP"
-    far_tunnel = Update(model.HostConfigKey("node-c", "IPv4VXLANTunnelAddr"), config("10.65.3.0"))
-    routes = resolve_routes([*inputs, far_tunnel]).routes
-    assert routes["10.65.3.0/26"].same_subnet is False
+        far = routes["10.65.3.0/26"]
+        assert (far.same_subnet, far.tunnel) == (False, "vxlan")
     always = Update(model.IPPoolKey("10.65.0.0/16"), pool("10.65.0.0/16", "always"))
     routes = resolve_routes([always, ours, REMOTE_BLOCK, NODE_B_IP, NODE_B_TUNNEL]).routes
     assert routes["10.65.1.0/26"].same_subnet is False
@@ -335,13 +335,13 @@ NODE_B_TUNNEL6 = Update(
 
 
 def test_ipv6_vxlan_routes_wait_for_the_nodes_ipv6_vtep() -> None:
-    """As Felix: an IPv6 block goes through the tunnel once its node has an IPv6 address and
-    an IPv6 VXLAN address (its IPv4 VTEP is not enough); its routes carry the node's IPv6
-    address, and the node's IPv6 address and tunnel address get /128 routes."""
+    """As Felix: an IPv6 block is routed through the tunnel whatever its node's VTEPs (the
+    dataplane waits for its IPv6 one); its routes carry the node's IPv6 address, and the
+    node's IPv6 address and tunnel address get /128 routes."""
     dual = [VXLAN_POOL, REMOTE_BLOCK, NODE_B_IP, NODE_B_TUNNEL, V6_POOL, V6_REMOTE_BLOCK]
     for order in orders([*dual, NODE_B_IP6]):
         routes = resolve_routes(order).routes
-        assert "fd65:0:0:1::/122" not in routes
+        assert routes["fd65:0:0:1::/122"].dst_node_ip == "fd99::2"
         assert routes["fd99::2/128"].types == frozenset({"REMOTE_HOST"})
         assert routes["10.65.1.0/26"].dst_node_ip == "192.0.2.2"
     for order in orders([V6_POOL, V6_REMOTE_BLOCK, NODE_B_IP6, NODE_B_TUNNEL6, NODE_B_IP]):
@@ -363,7 +363,7 @@ def test_ipv6_cross_subnet_uses_the_nodes_ipv6_subnet() -> None:
     ours4 = Update(model.HostNetworkKey("node-a"), config("192.0.2.0/24"))
     ours6 = Update(model.HostNetworkV6Key("node-a"), config("fd99::/64"))
     base = [cross6, V6_REMOTE_BLOCK, NODE_B_IP, NODE_B_IP6, ours4]
-    assert "fd65:0:0:1::/122" not in resolve_routes(base).routes, "not same-subnet: needs a VTEP"
+    assert resolve_routes(base).routes["fd65:0:0:1::/122"].same_subnet is False
     for order in orders([*base, ours6]):
         block = resolve_routes(order).routes["fd65:0:0:1::/122"]
         assert (block.same_subnet, block.dst_node_ip) == (True, "fd99::2")
@@ -442,6 +442,7 @@ def test_route_resolver_removes_what_goes() -> None:
         updates.on_update(update)
     resolver.flush()
     updates.on_update(Update(NODE_B_TUNNEL.key, None))
+    updates.on_update(Update(REMOTE_BLOCK.key, None))
     resolver.flush()
     assert set(out.routes) == {"10.65.0.0/16", "192.0.2.2/32"}
 
@@ -766,16 +767,15 @@ def test_an_address_claimed_twice_resolves_as_felix_in_every_order(
         assert got == expected, [str(u.key) for u in order]
 
 
-def test_a_node_that_loses_its_tunnel_address_loses_its_tunnelled_routes() -> None:
-    """Its tunnel route goes, and so do the routes through the tunnel to it (Felix's VXLAN
-    resolver no longer has its VTEP); they come back with the address."""
+def test_a_node_that_loses_its_tunnel_address_keeps_its_block_route() -> None:
+    """Its tunnel route goes; its block's route stays, as in Felix's "VXLAN tunnel IP
+    removed" state (the VXLAN resolver drops its VTEP, and the dataplane stops routing
+    through it until the address comes back)."""
     base = [VXLAN_POOL, REMOTE_BLOCK, NODE_B_IP, NODE_B_TUNNEL]
     out = resolve_routes([*base, gone(NODE_B_TUNNEL)])
     assert "10.65.1.0/32" not in out.routes
-    assert "10.65.1.0/26" not in out.routes
-    assert out.routes["192.0.2.2/32"].types == frozenset({"REMOTE_HOST"})
-    out = resolve_routes([*base, gone(NODE_B_TUNNEL), NODE_B_TUNNEL])
     assert out.routes["10.65.1.0/26"].tunnel == "vxlan"
+    assert out.routes["192.0.2.2/32"].types == frozenset({"REMOTE_HOST"})
 
 
 def test_route_source_workload_ips_routes_every_workload_not_blocks() -> None:

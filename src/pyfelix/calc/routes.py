@@ -183,10 +183,6 @@ class L3RouteResolver:
         """``node``'s address of ``dst``'s family ("" if unknown)."""
         return (self._host_ips6 if ":" in dst else self._host_ips).get(node, "")
 
-    def _has_vtep(self, node: str, dst: str) -> bool:
-        tunnels = self._tunnels6 if ":" in dst else self._tunnels
-        return bool(self._node_ip(node, dst) and tunnels.get(node))
-
     def _in_our_subnet(self, node: str, dst: str) -> bool:
         """Whether ``node``'s IP of ``dst``'s family is in this node's subnet of that family
         (both known; Felix's nodeInOurSubnet)."""
@@ -249,22 +245,13 @@ class L3RouteResolver:
             pool = self._pool_for(dst)
             types = entry["types"]
             assert isinstance(types, set)
+            # As Felix: every route inside a pool carries the pool's type, local ones too.
             tunnel = _pool_tunnel(pool)
-            remote = types & {"REMOTE_WORKLOAD", "REMOTE_TUNNEL"}
-            if not remote and "CIDR_INFO" not in types:
-                tunnel = "none"
             node = str(entry.get("dst_node", ""))
             cross_subnet = pool is not None and "cross-subnet" in (pool.vxlan_mode, pool.ipip_mode)
             same_subnet = bool(node) and cross_subnet and self._in_our_subnet(node, dst)
-            if (
-                remote
-                and tunnel == "vxlan"
-                and not same_subnet
-                and node != self._hostname
-                and not self._has_vtep(node, dst)
-            ):
-                # Felix cannot route over VXLAN to a node whose VTEP it does not know yet.
-                continue
+            # A remote route over VXLAN is sent whether or not its node's VTEP is known (as
+            # Felix's resolver): the routes manager programs it once the VTEP has its address.
             out[dst] = m.RouteUpdate(
                 dst=dst,
                 types=frozenset(types),
