@@ -13,18 +13,17 @@ from collections.abc import Callable, Hashable
 
 from pyfelix import model
 from pyfelix.calc.dispatcher import Dispatcher
-from pyfelix.syncer.api import Update
+from pyfelix.syncer.api import Update, UpdateType
 
 
 class StatsCollector:
-    """Counts keys by kind, and keys by host, as the updates come."""
+    """Counts keys by kind, and keys by host, as the updates come: a key counts from the
+    update that creates it (NEW, with a value) to the one that removes it (a value of None on a
+    key that had one: a deletion, or an update the validation filter found invalid). Counts,
+    not sets of keys: a snapshot's hundreds of thousands of keys are not held twice."""
 
     def __init__(self) -> None:
-        #: Per counted kind, the keys present (a key is counted once, however often updated).
-        self._keys: dict[str, set[Hashable]] = {
-            kind: set() for kind in ("workload_endpoints", "host_endpoints")
-        }
-        self._keys.update(tiers=set(), policies=set(), profiles=set())
+        self._counts: Counter[str] = Counter()
         #: Per host, how many of its keys are present; the Node and configuration keys.
         self._by_host: Counter[str] = Counter()
         self._host_keys: set[Hashable] = set()
@@ -39,28 +38,20 @@ class StatsCollector:
         updates.register(model.ResourceKey, self._on_resource)
 
     def _counted(self, kind: str) -> Callable[[Update], None]:
-        keys = self._keys[kind]
-
+        counts, by_host = self._counts, self._by_host
         endpoints = kind in ("workload_endpoints", "host_endpoints")
 
         def on_update(update: Update) -> None:
-            key = update.key
-            present = key in keys
-            if update.value is None and present:
-                keys.discard(key)
+            change = _change(update)
+            if change:
+                counts[kind] += change
                 if endpoints:
-                    self._host_gone(getattr(key, "hostname", ""))
-            elif update.value is not None and not present:
-                keys.add(key)
-                if endpoints:
-                    self._by_host[getattr(key, "hostname", "")] += 1
+                    host = update.key.hostname  # type: ignore[attr-defined]
+                    by_host[host] += change
+                    if by_host[host] <= 0:
+                        del by_host[host]
 
         return on_update
-
-    def _host_gone(self, host: str) -> None:
-        self._by_host[host] -= 1
-        if self._by_host[host] <= 0:
-            del self._by_host[host]
 
     def _on_resource(self, update: Update) -> None:
         key = update.key
@@ -76,7 +67,9 @@ class StatsCollector:
         if update.value is None:
             if key in self._host_keys:
                 self._host_keys.discard(key)
-                self._host_gone(host)
+                self._by_host[host] -= 1
+                if self._by_host[host] <= 0:
+                    del self._by_host[host]
         elif key not in self._host_keys:
             self._host_keys.add(key)
             self._by_host[host] += 1
@@ -88,4 +81,11 @@ class StatsCollector:
     def count(self, kind: str) -> int:
         """How many of a counted kind ("workload_endpoints", "host_endpoints", "tiers",
         "policies", "profiles") the cluster holds."""
-        return len(self._keys[kind])
+        return self._counts[kind]
+
+
+def _change(update: Update) -> int:
+    """+1 for an update that creates its key, -1 for one that removes it, else 0."""
+    if update.value is None:
+        return 0 if update.update_type in (UpdateType.NEW, UpdateType.UNKNOWN) else -1
+    return 1 if update.update_type is UpdateType.NEW else 0
