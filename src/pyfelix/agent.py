@@ -31,6 +31,7 @@ from pyfelix import startup
 from pyfelix.calc.async_loop import CalcLoop
 from pyfelix.calc.config_batcher import startup_config
 from pyfelix.calc.decoupler import Decoupler
+from pyfelix.calc.graph import GraphSettings
 from pyfelix.config import FelixConfig
 from pyfelix.connector import SHUTDOWN_PAUSE, DataplaneConnector
 from pyfelix.datastore import is_etcd, is_kubernetes
@@ -267,7 +268,7 @@ async def run_agent(options: AgentOptions, out: TextIO = sys.stdout) -> int:
                 decoupler,
                 to_send,
                 context=context_from(startup_resources, options.hostname),
-                route_source=config.route_source,
+                settings=GraphSettings.of(config),
                 health=health,
             )
             await nursery.start(calc.run)

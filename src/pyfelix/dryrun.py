@@ -12,6 +12,7 @@ from typing import Any, TypeVar, cast
 import attrs
 
 from pyfelix.calc.config_batcher import startup_config
+from pyfelix.calc.graph import GraphSettings
 from pyfelix.calc.pipeline import Pipeline, build_pipeline
 from pyfelix.config import NFTablesMode, parse_config
 from pyfelix.jsontext import dumps_indented
@@ -112,9 +113,9 @@ def compute(
     resources = list(resources)
     dataplane = NodeState()
     context = context_from(resources, hostname)
-    route_source = startup_config(resources, hostname).route_source
+    settings = GraphSettings.of(startup_config(resources, hostname))
     pipeline = build_pipeline(
-        hostname, dataplane.apply, context, validated=validated, route_source=route_source
+        hostname, dataplane.apply, context, validated=validated, settings=settings
     )
     pipeline.load(resources, ((d.key, cast(tuple[KV, ...], d.value)) for d in direct))
     return _view(pipeline, dataplane, hostname), dataplane
@@ -123,12 +124,12 @@ def compute(
 def compute_files(files: Iterable[LoadResult], hostname: str) -> tuple[dict[str, Any], NodeState]:
     """``compute`` of validated files' loads, each computed as it comes (the first of each
     resource kept, as ``merge`` keeps it), so that the computing overlaps the loading. The
-    graph is built with the RouteSource of the environment; should the files' own
-    FelixConfigurations say otherwise (which the start-up configuration takes from them), the
-    whole is computed again with theirs."""
+    graph is built with the settings of the environment (RouteSource, NFTablesMode); should
+    the files' own FelixConfigurations say otherwise (which the start-up configuration takes
+    from them), the whole is computed again with theirs."""
     dataplane = NodeState()
-    route_source = startup_config((), hostname).route_source
-    pipeline = build_pipeline(hostname, dataplane.apply, validated=True, route_source=route_source)
+    settings = GraphSettings.of(startup_config((), hostname))
+    pipeline = build_pipeline(hostname, dataplane.apply, validated=True, settings=settings)
     seen: set[Identity] = set()
     resources: list[Resource] = []
     direct: list[Direct] = []
@@ -138,7 +139,7 @@ def compute_files(files: Iterable[LoadResult], hostname: str) -> tuple[dict[str,
         resources += mine
         direct += theirs
         pipeline.add(mine, ((d.key, cast(tuple[KV, ...], d.value)) for d in theirs))
-    if startup_config(resources, hostname).route_source != route_source:
+    if GraphSettings.of(startup_config(resources, hostname)) != settings:
         return compute(resources, hostname, validated=True, direct=direct)
     pipeline.finish()
     return _view(pipeline, dataplane, hostname), dataplane

@@ -21,7 +21,7 @@ import trio
 
 from pyfelix import messages as m
 from pyfelix.calc.decoupler import Decoupler
-from pyfelix.calc.graph import CalcGraph
+from pyfelix.calc.graph import CalcGraph, GraphSettings
 from pyfelix.calc.pipeline import Pipeline, build_pipeline
 from pyfelix.health import CALC_GRAPH, CALC_GRAPH_TIMEOUT, HEALTH_INTERVAL, HealthAggregator
 from pyfelix.stats import Observations
@@ -47,8 +47,8 @@ class CalcLoop:
     source: Decoupler
     output: trio.MemorySendChannel[m.Flush]
     context: ValidationContext = attrs.Factory(ValidationContext)
-    #: The start-up configuration's RouteSource (the graph is built with it).
-    route_source: str = "CalicoIPAM"
+    #: What the graph is built with, from the start-up configuration.
+    settings: GraphSettings = attrs.Factory(GraphSettings)
     pipeline: Pipeline = attrs.field(init=False)
     bucket: LeakyBucket = attrs.Factory(lambda: LeakyBucket(FLUSH_INTERVAL, BUCKET_SIZE))
     health: HealthAggregator = attrs.Factory(HealthAggregator)
@@ -68,7 +68,7 @@ class CalcLoop:
 
     def __attrs_post_init__(self) -> None:
         self.pipeline = build_pipeline(
-            self.hostname, self._pending.append, self.context, route_source=self.route_source
+            self.hostname, self._pending.append, self.context, settings=self.settings
         )
         self.health.register(CALC_GRAPH, timeout=CALC_GRAPH_TIMEOUT)
 

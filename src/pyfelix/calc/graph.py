@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import attrs
+
 from pyfelix import model
 from pyfelix.calc.active_rules import ActiveRulesCalculator
 from pyfelix.calc.config_batcher import ConfigBatcher
@@ -26,14 +28,36 @@ from pyfelix.calc.sequencer import EventSequencer
 from pyfelix.calc.service_index import ServiceIndex
 from pyfelix.calc.stats_collector import StatsCollector
 from pyfelix.calc.vxlan import VXLANResolver
+from pyfelix.config import FelixConfig, NFTablesMode
 from pyfelix.syncer.api import SyncStatus, Update
+
+
+@attrs.frozen
+class GraphSettings:
+    """What the graph is built with, from the start-up configuration (a change restarts the
+    agent, as in Felix): RouteSource, and whether members nested in a wider one are left out
+    of IP sets (NFTablesMode other than Disabled)."""
+
+    route_source: str = "CalicoIPAM"
+    suppress_nested_members: bool = True
+
+    @classmethod
+    def of(cls, config: FelixConfig) -> GraphSettings:
+        return cls(
+            route_source=config.route_source,
+            suppress_nested_members=config.nftables_mode is not NFTablesMode.DISABLED,
+        )
 
 
 class CalcGraph:
     """Feed it datastore updates; flush it to get dataplane messages in a consistent order."""
 
     def __init__(
-        self, hostname: str, sequencer: EventSequencer, *, route_source: str = "CalicoIPAM"
+        self,
+        hostname: str,
+        sequencer: EventSequencer,
+        *,
+        settings: GraphSettings = GraphSettings(),
     ) -> None:
         self.hostname = hostname
         self.sequencer = seq = sequencer
@@ -64,7 +88,9 @@ class CalcGraph:
         #   all endpoints, network sets, profile labels --> IPSetMemberIndex --> IP set members
         #   EndpointSlices                              --> ServiceIndex     --> IP set members
         self.member_index = members = IPSetMemberIndex(
-            seq.on_ipset_member_added, seq.on_ipset_member_removed
+            seq.on_ipset_member_added,
+            seq.on_ipset_member_removed,
+            suppress_nested=settings.suppress_nested_members,
         )
         members.register_with(all_updates)
         self.service_index = services = ServiceIndex(
@@ -120,7 +146,7 @@ class CalcGraph:
         passthru.register_with(all_updates)
 
         #   pools, blocks, host IPs, tunnels, local workloads --> L3RouteResolver --> routes
-        self.routes = routes = L3RouteResolver(hostname, seq, route_source)
+        self.routes = routes = L3RouteResolver(hostname, seq, settings.route_source)
         routes.register_with(all_updates, local_updates)
 
         #   host IPs, tunnel addresses and MACs --> VXLANResolver --> VTEPs

@@ -15,11 +15,12 @@ process's memory.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 
 from pyfelix import model
 from pyfelix.calc.dispatcher import Dispatcher, value_of
 from pyfelix.calc.labelindex import LabelIndex
+from pyfelix.calc.nested_members import NestedMembers
 from pyfelix.calc.rule_scanner import IPSetData
 from pyfelix.selector import parse_selector
 from pyfelix.syncer.api import Update
@@ -72,14 +73,25 @@ class IPSetMemberIndex:
         self,
         on_member_added: Callable[[str, str], None],
         on_member_removed: Callable[[str, str], None],
+        *,
+        suppress_nested: bool = False,
     ) -> None:
+        """``suppress_nested``: leave out a member inside a wider member of its set, as Felix
+        does unless NFTablesMode is Disabled (calc.nested_members)."""
         self._added = on_member_added
         self._removed = on_member_removed
+        self._nested: NestedMembers | None = None
+        if suppress_nested:
+            self._nested = NestedMembers(on_member_added, on_member_removed, self._members_of)
+            self._added, self._removed = self._nested.added, self._nested.removed
         self._index = LabelIndex(self._match_started, self._match_stopped)
         self._sets: dict[str, IPSetData] = {}
         self._items: dict[Hashable, Item] = {}
         #: Set id -> member -> how many matching items contribute it.
         self._counts: dict[str, dict[str, int]] = {}
+
+    def _members_of(self, set_id: str) -> Iterable[str]:
+        return self._counts.get(set_id, {}).keys()
 
     def register_with(self, updates: Dispatcher) -> None:
         for key_type in (model.WorkloadEndpointKey, model.HostEndpointKey, model.NetworkSetKey):
@@ -111,6 +123,8 @@ class IPSetMemberIndex:
             return
         self._index.delete_selector(data.id)
         del self._sets[data.id]
+        if self._nested is not None:
+            self._nested.dropped(data.id)
 
     # Items (from the dispatcher).
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 import attrs
 
 from pyfelix import messages as m
-from pyfelix.calc.graph import CalcGraph
+from pyfelix.calc.graph import CalcGraph, GraphSettings
 from pyfelix.calc.sequencer import EventSequencer
 from pyfelix.calc.validation_filter import ValidationFilter
 from pyfelix.resources import Resource
@@ -89,12 +89,12 @@ def build_pipeline(
     context: ValidationContext | None = None,
     *,
     validated: bool = False,
-    route_source: str = "CalicoIPAM",
+    settings: GraphSettings = GraphSettings(),  # noqa: B008 (frozen)
 ) -> Pipeline:
     """The pipeline for ``hostname``, sending each message to ``emit``. With ``validated``, the
     caller has validated every resource it will load (each is validated once, not twice);
-    ``route_source`` is the start-up configuration's RouteSource (a change restarts)."""
-    graph = CalcGraph(hostname, EventSequencer(emit), route_source=route_source)
+    ``settings`` are the start-up configuration's (a change restarts)."""
+    graph = CalcGraph(hostname, EventSequencer(emit), settings=settings)
     if validated:
         return Pipeline(graph, graph)
     return Pipeline(graph, ValidationFilter(graph, context or ValidationContext()))
