@@ -11,9 +11,10 @@ from pathlib import Path
 from tests.conftest import REPO
 
 
-def pyfelix(*args: str) -> subprocess.CompletedProcess[str]:
+def pyfelix(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "pyfelix", *args],
+        input=stdin,
         capture_output=True,
         text=True,
         check=False,
@@ -154,28 +155,17 @@ spec: {selector: all(), types: [Ingress], ingress: [{action: Deny}]}
 """
 
 
-def with_stdin(text: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pyfelix", *args],
-        input=text,
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        check=False,
-    )
-
-
 def test_a_dash_reads_standard_input() -> None:
     """`kubectl get ... -o yaml | pyfelix validate -` and `| pyfelix dry-run -`; a problem
     there is located in ``-``."""
-    checked = with_stdin(POLICY, "validate", "-")
+    checked = pyfelix("validate", "-", stdin=POLICY)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "valid: 1 resources in 1 file(s) (1 GlobalNetworkPolicy)" in checked.stdout
-    shown = with_stdin(POLICY, "dry-run", "--hostname", "node-a", "-")
+    shown = pyfelix("dry-run", "--hostname", "node-a", "-", stdin=POLICY)
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.startswith("Dataplane of node-a")
     assert "no resources found" not in shown.stderr
-    broken = with_stdin(POLICY.replace("all()", "all("), "validate", "-")
+    broken = pyfelix("validate", "-", stdin=POLICY.replace("all()", "all("))
     assert broken.returncode == 1
     assert broken.stdout.startswith("-:4: GlobalNetworkPolicy/from-stdin: spec.selector")
 
@@ -188,7 +178,7 @@ def test_an_input_without_resources_is_refused(tmp_path: Path) -> None:
         done = pyfelix(*args, str(tmp_path))
         assert done.returncode == 1, done
         assert done.stderr.strip().endswith(f"no resources found in {tmp_path}")
-    assert with_stdin("", "validate", "-").stderr.strip() == "no resources found in -"
+    assert pyfelix("validate", "-", stdin="").stderr.strip() == "no resources found in -"
 
 
 def test_each_problem_is_printed_once(tmp_path: Path) -> None:

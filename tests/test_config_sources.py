@@ -36,18 +36,27 @@ spec: {{defaultEndpointToHostAction: {action}{selected}}}
 """
 
 
-def to_host_action(tmp_path: Path, manifests: str, **environment: str) -> str:
-    """The action ``pyfelix dry-run`` renders at the end of node-1's cali-wl-to-host."""
+def dry_run(
+    tmp_path: Path, manifests: str, environment: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """``pyfelix dry-run`` for node-1 of ``manifests`` (beside node-1's Node), with only
+    ``environment``'s Felix variables."""
     (tmp_path / "cluster.yaml").write_text(NODE + manifests)
     env = {k: v for k, v in os.environ.items() if not k.upper().startswith("FELIX_")}
-    done = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "pyfelix", "dry-run", "--hostname", "node-1", str(tmp_path)],
         capture_output=True,
         text=True,
         cwd=REPO,
         env={**env, **environment},
-        check=True,
+        check=False,
     )
+
+
+def to_host_action(tmp_path: Path, manifests: str, **environment: str) -> str:
+    """The action ``pyfelix dry-run`` renders at the end of node-1's cali-wl-to-host."""
+    done = dry_run(tmp_path, manifests, environment)
+    assert done.returncode == 0, done.stderr
     (line,) = [
         line
         for line in done.stdout.splitlines()
@@ -112,16 +121,7 @@ spec:
 def spoofing_allowed(tmp_path: Path, manifests: str, **environment: str) -> bool:
     """Whether ``pyfelix dry-run`` for node-1 takes the endpoint's spoofed prefixes (its
     raw cali-rpf-skip rule), rather than refusing the endpoint."""
-    (tmp_path / "cluster.yaml").write_text(NODE + SPOOFER + manifests)
-    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("FELIX_")}
-    done = subprocess.run(
-        [sys.executable, "-m", "pyfelix", "dry-run", "--hostname", "node-1", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env={**env, **environment},
-        check=False,
-    )
+    done = dry_run(tmp_path, SPOOFER + manifests, environment)
     if done.returncode != 0:
         assert "allowSpoofedSourcePrefixes" in done.stdout + done.stderr
         return False

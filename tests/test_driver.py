@@ -3,7 +3,6 @@ root (the writers themselves are tested against the real kernel in test_linux_*.
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,6 @@ from pyfelix_dataplane.linux.ipip import IpipDevice
 from pyfelix_dataplane.linux.kernel import EarlyReaders, Kernel, KernelProbe
 from pyfelix_dataplane.linux.routes import RouteTarget
 from pyfelix_dataplane.rules.ipsets import ipset_name
-from pyfelix_dataplane.rules.render import kernel_ipsets
 from pyfelix_dataplane.state import NodeState
 from tests.calc_harness import example_state, load_manifest
 from tests.driver_harness import (
@@ -210,54 +208,6 @@ async def test_a_lone_change_goes_at_once_and_a_storm_is_throttled(
         stream = r.driver.stats.applies.count - applies - 1
         assert 15 <= stream <= 10 + 200 / 10 + 2, stream
         assert {f"10.9.1.{n}/32" for n in range(200)} <= r.node.sets[name][1]
-
-
-async def test_sets_stay_exact_through_incremental_applies(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    """Random set creations, deltas, removals and pool changes (which move the special sets),
-    with a failed write now and then: after every apply the kernel holds exactly the sets the
-    state describes, though each apply writes only the sets that changed."""
-    rng = random.Random(5)
-    members = [f"10.{i // 250}.{i % 250}.1/32" for i in range(60)] + ["fd00::1/128", "fd00::2/128"]
-    async with running() as r:
-        await r.send(messages_for(example_state()))
-        await r.settle()
-        ours = set(r.node.sets)
-        live: set[str] = set()
-        for step in range(120):
-            roll = rng.random()
-            set_id = f"s:random-{rng.randrange(8)}"
-            if roll < 0.2 or set_id not in live:
-                chosen = frozenset(rng.sample(members, rng.randrange(5)))
-                msg: Any = m.IPSetUpdate(set_id, "hash:net", chosen)
-                live.add(set_id)
-            elif roll < 0.7:
-                added = frozenset(rng.sample(members, 2))
-                removed = (
-                    frozenset(rng.sample(sorted(r.driver.state.ipsets[set_id][1]) or [], 1))
-                    if r.driver.state.ipsets[set_id][1]
-                    else frozenset()
-                )
-                msg = m.IPSetDeltaUpdate(set_id, added - removed, removed)
-            elif roll < 0.85:
-                msg = m.IPSetRemove(set_id)
-                live.discard(set_id)
-            else:
-                cidr = f"10.{rng.randrange(200, 250)}.0.0/16"
-                pool = model.IPPool(cidr, "Never", "Never", rng.random() < 0.5, False)
-                msg = m.IPAMPoolUpdate(f"pool-{rng.randrange(3)}", pool)
-            if step % 17 == 5:
-                r.node.fail["ipsets"] = [DataplaneWriteError("ipset restore", "boom", "")]
-            await r.send([msg])
-            await r.settle(rng.choice([0.0005, 0.02, 0.5]))
-            if r.node.fail.get("ipsets"):
-                continue  # the failed write has not been retried yet
-            await r.settle(1)
-            wanted = kernel_ipsets(r.driver.state, (4, 6))
-            kernel = {n: (t, frozenset(s)) for n, (t, s) in r.node.sets.items()}
-            assert kernel == wanted, step
-        assert ours <= set(r.node.sets)
 
 
 def test_rules_generation_ignores_members_and_local_labels() -> None:
