@@ -26,6 +26,11 @@ DENY_ALL = model.ProfileRules((model.Rule(action="deny"),), (model.Rule(action="
 
 
 class ActiveRulesCalculator:
+    """Which policies and profiles are active on this node (matching a local endpoint), as
+    Felix's calculator of that name: tells the rule scanner when one starts or stops being
+    active, and the policy resolver which endpoints each policy matches. Ordering them is the
+    resolver's."""
+
     def __init__(
         self,
         *,

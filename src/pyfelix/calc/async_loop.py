@@ -43,6 +43,10 @@ async def _enable_gc_after(seconds: float) -> None:
 
 @attrs.define(eq=False)
 class CalcLoop:
+    """The calculation graph's Trio edge, as Felix's AsyncCalcGraph: takes the decoupler's
+    batches, feeds the pipeline, and flushes its messages to the dataplane through a leaky
+    bucket; reports the graph's health and counts for the metrics."""
+
     hostname: str
     source: Decoupler
     output: trio.MemorySendChannel[m.Flush]

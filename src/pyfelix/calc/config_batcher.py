@@ -42,6 +42,10 @@ def startup_config(
 
 
 class ConfigBatcher:
+    """Felix's configuration from the datastore's sources and the environment, merged in
+    Felix's precedence and sent as one ConfigUpdate once in sync and at every effective
+    change; a datastore not ready stops the agent."""
+
     def __init__(self, hostname: str, output: ConfigOutput) -> None:
         self._hostname = hostname
         self._out = output

@@ -62,10 +62,15 @@ def passthrough_of(update: Update, kind: str) -> tuple[str, str, Any] | None:
 
 
 class StatusReceiver(Protocol):
+    """What a calculator registers to hear the syncer's status (in sync, resyncing)."""
+
     def __call__(self, status: SyncStatus) -> None: ...
 
 
 class Dispatcher:
+    """Fans updates out by key type to the calculators registered for it, as Felix's
+    dispatcher; a receiver that returns True filters the update out of the others."""
+
     def __init__(self) -> None:
         self._receivers: dict[type, list[Receiver]] = {}
         self._status_receivers: list[StatusReceiver] = []

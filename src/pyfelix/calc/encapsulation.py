@@ -17,6 +17,10 @@ from pyfelix.syncer.api import SyncStatus, Update
 
 
 class EncapsulationResolver:
+    """Whether IPIP and VXLAN (each IP version's) are on, from the pools and the
+    FelixConfiguration overrides; sent once in sync and when it changes (the connector
+    restarts the agent then)."""
+
     def __init__(self, output: EncapsulationOutput) -> None:
         self._out = output
         self._pools: dict[str, model.IPPool] = {}

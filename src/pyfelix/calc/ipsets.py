@@ -69,6 +69,10 @@ def _members(data: IPSetData, item: Item) -> frozenset[str]:
 
 
 class IPSetMemberIndex:
+    """The members of every active selector and named-port IP set: endpoints and network
+    sets matched through a label index, their addresses counted per set, each member sent
+    when its first contributor comes and removed when its last goes."""
+
     def __init__(
         self,
         on_member_added: Callable[[str, str], None],

@@ -58,6 +58,8 @@ def _bucket_discard(buckets: dict[str, Bucket], key: str, member: Hashable) -> N
 
 
 class _Item:
+    """An item's own labels and parents, and its labels as last evaluated."""
+
     __slots__ = ("effective", "own", "parents")
 
     def __init__(self, own: Mapping[str, str], parents: tuple[str, ...]) -> None:
@@ -67,6 +69,9 @@ class _Item:
 
 
 class LabelIndex:
+    """Which items each selector matches, items inheriting their parents' (profiles')
+    labels; calls back when a match starts or stops. What a match means is the caller's."""
+
     def __init__(
         self,
         on_match_started: MatchCallback,

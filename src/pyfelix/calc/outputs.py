@@ -14,16 +14,22 @@ from pyfelix import model
 
 
 class ConfigOutput(Protocol):
+    """Where the config batcher sends its configuration (the event sequencer)."""
+
     def on_config_update(self, config: dict[str, str]) -> None: ...
 
     def on_datastore_not_ready(self) -> None: ...
 
 
 class EncapsulationOutput(Protocol):
+    """Where the encapsulation resolver sends its verdict."""
+
     def on_encapsulation(self, encapsulation: m.Encapsulation) -> None: ...
 
 
 class IPSetOutput(Protocol):
+    """Where IP sets and their members go (the event sequencer)."""
+
     def on_ipset_added(self, set_id: str, set_type: str) -> None: ...
 
     def on_ipset_member_added(self, set_id: str, member: str) -> None: ...
@@ -56,12 +62,16 @@ class EndpointOutput(Protocol):
 
 
 class RouteOutput(Protocol):
+    """Where the route resolver sends routes and their removals."""
+
     def on_route_update(self, update: m.RouteUpdate) -> None: ...
 
     def on_route_remove(self, dst: str) -> None: ...
 
 
 class VtepOutput(Protocol):
+    """Where the VXLAN resolver sends VTEPs and their removals."""
+
     def on_vtep_update(self, update: m.VXLANTunnelEndpointUpdate) -> None: ...
 
     def on_vtep_remove(self, node: str) -> None: ...

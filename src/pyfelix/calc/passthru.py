@@ -21,6 +21,10 @@ if TYPE_CHECKING:
 
 
 class DataplanePassthru:
+    """What the dataplane needs as the datastore has it: host addresses, pools, WireGuard
+    keys, Services and the default BGPConfiguration's service CIDRs, passed through to the
+    sequencer with nothing computed."""
+
     def __init__(self, output: PassthruOutput) -> None:
         self._out = output
         #: node -> (IPv4 address, IPv6 address), either possibly "".

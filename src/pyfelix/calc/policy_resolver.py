@@ -55,6 +55,10 @@ WANTED: dict[str, Callable[[model.Policy], bool]] = {
 
 
 class PolicyResolver:
+    """Each local endpoint's policies, ordered into tiers as Felix orders them (tier order,
+    then policy order, then name), sent once in sync and whenever a match, a policy or a tier
+    changes; the rules themselves are the rule scanner's."""
+
     def __init__(self, output: EndpointOutput) -> None:
         self._out = output
         self._tiers: dict[str, model.Tier] = {}

@@ -24,6 +24,9 @@ def _strip(labels: Mapping[str, str], prefix: str) -> FrozenMap[str]:
 
 
 class ProfileDecoder:
+    """The namespaces and service accounts that Kubernetes profiles (kns., ksa.) stand for,
+    sent to the dataplane as Felix's profile decoder sends them."""
+
     def __init__(self, output: NamespaceOutput) -> None:
         self._out = output
 

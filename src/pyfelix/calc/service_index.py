@@ -41,6 +41,9 @@ def _slice_members(eps: EndpointSlice, include_ports: bool) -> set[str]:
 
 
 class ServiceIndex:
+    """The members of Service IP sets (svc:, svcnoport:): each Service's endpoint addresses
+    (and ports) from its EndpointSlices, counted as the member index counts."""
+
     def __init__(
         self,
         on_member_added: Callable[[str, str], None],

@@ -28,6 +28,10 @@ def origin_of(value: object) -> Resource | None:
 
 @attrs.define(eq=False)
 class ValidationFilter:
+    """Between the syncer and the graph, as Felix's validation filter: an invalid resource's
+    updates become deletions (it is treated as absent, once named in a warning), the rest
+    pass on."""
+
     downstream: SyncerCallbacks
     context: ValidationContext = attrs.field(factory=ValidationContext)
     rejected: int = 0

@@ -30,6 +30,10 @@ def derived_vtep_mac(node: str, version: int = 4) -> str:
 
 
 class VXLANResolver:
+    """Each node's VTEP, from its addresses, VXLAN tunnel addresses and MACs: sent once one
+    IP version's half has its address and tunnel address (either half alone is a VTEP),
+    removed when neither has."""
+
     def __init__(self, output: VtepOutput) -> None:
         self._out = output
         #: (version, what) -> node -> value; what is "host", "tunnel" or "mac".
