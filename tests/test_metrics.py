@@ -340,3 +340,40 @@ def test_a_running_agent_serves_every_metric_of_felix_dashboard(
     assert samples["felix_int_dataplane_msg_batch_size_count"] >= 1
     assert samples["felix_int_dataplane_msg_batch_size_sum"] > 0
     assert samples["felix_cluster_num_hosts"] == 2
+
+
+DUMP = (
+    "wireguard.cali\tPRIV\tPUBKEY=\t51820\t0x100000\n"
+    "wireguard.cali\tPEERB=\t(none)\t192.0.2.2:51820\t10.65.2.0/26\t1764950000\t1234\t5678\t0\n"
+    "wireguard.cali\tPEERC=\t(none)\t(none)\t10.65.3.0/26\t0\t0\t0\t0\n"
+)
+
+
+class _Nothing:
+    """No families: a registry with only the WireGuard collector's."""
+
+    def collect(self) -> list[Metric]:
+        return []
+
+
+def test_wireguard_families_as_felix_names_them() -> None:
+    """PrometheusWireGuardMetricsEnabled: every WireGuard device and peer on the host, with
+    Felix's names, types and labels (a peer never heard from has Go's <nil> endpoint)."""
+    from pyfelix.metrics import WireguardCollector  # noqa: PLC0415
+    from pyfelix_dataplane.linux.wireguard import parse_dump  # noqa: PLC0415
+
+    collector = WireguardCollector("node-a", lambda: parse_dump(DUMP))
+    text = exposition(registry(parse_config({}), _Nothing(), collector)).decode()
+    samples = _samples(text)
+    assert "# TYPE wireguard_bytes_rcvd counter" in text
+    assert "wireguard_bytes_rcvd_total" not in text
+    device = 'hostname="node-a",iface="wireguard.cali",listen_port="51820",public_key="PUBKEY="'
+    assert samples[f"wireguard_meta{{{device}}}"] == 1
+    peer = 'hostname="node-a",peer_endpoint="192.0.2.2:51820",peer_key="PEERB="'
+    peer += ',public_key="PUBKEY="'
+    assert samples[f"wireguard_bytes_rcvd{{{peer}}}"] == 1234
+    assert samples[f"wireguard_bytes_sent{{{peer}}}"] == 5678
+    assert samples[f"wireguard_latest_handshake_seconds{{{peer}}}"] == 1764950000
+    assert 'peer_endpoint="<nil>"' in text
+    disabled = parse_config({"PrometheusWireGuardMetricsEnabled": "false"})
+    assert "wireguard_meta" not in exposition(registry(disabled, _Nothing(), collector)).decode()

@@ -141,6 +141,7 @@ async def _serve_health(
         if config.prometheus_metrics_enabled:
             from pyfelix.metrics import (  # noqa: PLC0415
                 FelixCollector,
+                WireguardCollector,
                 metrics_routes,
                 registry,
                 tls_context,
@@ -149,7 +150,9 @@ async def _serve_health(
             versions = (4, 6) if config.ipv6_support else (4,)
             felix = FelixCollector(calc.hostname, calc, driver.stats, lambda: versions)
             server = HttpServer(
-                metrics_routes(registry(config, felix)), tls=tls_context(config), name="metrics"
+                metrics_routes(registry(config, felix, WireguardCollector(calc.hostname))),
+                tls=tls_context(config),
+                name="metrics",
             )
             await nursery.start(
                 server.serve, config.prometheus_metrics_host, config.prometheus_metrics_port

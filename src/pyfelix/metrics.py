@@ -14,9 +14,11 @@ Felix's names, so ``exposition`` renames the felix counters back.
 from __future__ import annotations
 
 import logging
+import math
 import re
 import ssl
-from collections.abc import Callable, Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import attrs
@@ -34,6 +36,7 @@ from pyfelix.httpserver import Response
 from pyfelix.stats import DataplaneStats, Observations
 from pyfelix.syncer.api import SyncStatus
 from pyfelix_dataplane.linux.commands import CALLS, ERRORS
+from pyfelix_dataplane.linux.wireguard import DeviceStats, device_stats
 
 if TYPE_CHECKING:
     from pyfelix.calc.async_loop import CalcLoop
@@ -70,7 +73,9 @@ TOOL_COUNTERS = {
     "iptables-save": ("felix_iptables_save_calls", "felix_iptables_save_errors", "iptables-save"),
 }
 
-_COUNTER_SUFFIX = re.compile(rb"^(# (?:HELP|TYPE) )?(felix_[a-zA-Z0-9_]+?)_total\b", re.MULTILINE)
+_COUNTER_SUFFIX = re.compile(
+    rb"^(# (?:HELP|TYPE) )?((?:felix|wireguard)_[a-zA-Z0-9_]+?)_total\b", re.MULTILINE
+)
 
 #: Felix's client-authentication modes, as Python's ssl can enforce them. Python cannot ask
 #: for a certificate without verifying it, so RequireAnyClientCert verifies it (and says so).
@@ -246,10 +251,61 @@ class FelixCollector(Collector):
             yield CounterMetricFamily(errors, f"Number of {what} errors.", ERRORS[tool])
 
 
-def registry(config: FelixConfig, felix: Collector) -> CollectorRegistry:
-    """Felix's families plus the runtime collectors the configuration enables."""
+@attrs.define(eq=False)
+class WireguardCollector(Collector):
+    """Felix's WireGuard families (PrometheusWireGuardMetricsEnabled): every WireGuard device
+    on the host and its peers, read when scraped, at most once a second."""
+
+    hostname: str
+    devices: Callable[[], Sequence[DeviceStats]] = device_stats
+    clock: Callable[[], float] = time.monotonic
+    _cached: tuple[float, Sequence[DeviceStats]] = (-math.inf, ())
+
+    def collect(self) -> Iterator[Metric]:
+        if self.clock() - self._cached[0] >= 1.0:
+            self._cached = (self.clock(), self.devices())
+        devices = self._cached[1]
+        labels = ["hostname", "public_key", "iface", "listen_port"]
+        meta = GaugeMetricFamily(
+            "wireguard_meta", "wireguard interface and runtime metadata", labels=labels
+        )
+        peer_labels = ["hostname", "public_key", "peer_key", "peer_endpoint"]
+        received = CounterMetricFamily(
+            "wireguard_bytes_rcvd",
+            "wireguard interface incoming bytes count from peer",
+            labels=peer_labels,
+        )
+        sent = CounterMetricFamily(
+            "wireguard_bytes_sent",
+            "wireguard interface outgoing bytes count to peer",
+            labels=peer_labels,
+        )
+        handshake = GaugeMetricFamily(
+            "wireguard_latest_handshake_seconds",
+            "wireguard interface latest handshake unix timestamp in seconds to a peer",
+            labels=peer_labels,
+        )
+        for device in devices:
+            meta.add_metric(
+                [self.hostname, device.public_key, device.name, str(device.listen_port)], 1
+            )
+            for peer in device.peers:
+                values = [self.hostname, device.public_key, peer.key, peer.endpoint]
+                received.add_metric(values, peer.received)
+                sent.add_metric(values, peer.sent)
+                handshake.add_metric(values, peer.handshake)
+        yield from (meta, received, sent, handshake)
+
+
+def registry(
+    config: FelixConfig, felix: Collector, wireguard: Collector | None = None
+) -> CollectorRegistry:
+    """Felix's families plus the runtime collectors the configuration enables (and, given,
+    the WireGuard families: PrometheusWireGuardMetricsEnabled)."""
     result = CollectorRegistry()
     result.register(felix)
+    if wireguard is not None and config.prometheus_wireguard_metrics_enabled:
+        result.register(wireguard)
     if config.prometheus_process_metrics_enabled:
         ProcessCollector(registry=result)
     if config.prometheus_go_metrics_enabled:

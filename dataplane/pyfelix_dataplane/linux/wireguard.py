@@ -107,6 +107,52 @@ def _wg(*args: str, stdin: str = "") -> str:
     return result.stdout.strip()
 
 
+@attrs.frozen
+class PeerStats:
+    key: str
+    #: ``host:port``, or Go's ``<nil>`` for a peer never heard from (as Felix labels it).
+    endpoint: str
+    #: The latest handshake, as a Unix time (0: none yet).
+    handshake: int
+    received: int
+    sent: int
+
+
+@attrs.frozen
+class DeviceStats:
+    name: str
+    public_key: str
+    listen_port: int
+    peers: tuple[PeerStats, ...]
+
+
+def device_stats() -> list[DeviceStats]:
+    """Every WireGuard device on the host and its peers' counters (``wg show all dump``), as
+    Felix's WireGuard metrics read them; none when ``wg`` is missing or fails."""
+    try:
+        return parse_dump(_wg("show", "all", "dump"))
+    except OSError:
+        return []
+
+
+def parse_dump(dump: str) -> list[DeviceStats]:
+    """``wg show all dump``'s lines: a device's (5 fields), each of its peers' (9)."""
+    devices: dict[str, list[str]] = {}
+    peers: dict[str, list[PeerStats]] = {}
+    for line in dump.splitlines():
+        fields = line.split("\t")
+        if len(fields) == 5:  # interface, private key, public key, port, fwmark
+            devices[fields[0]] = fields
+        elif len(fields) == 9:  # interface, key, psk, endpoint, ips, handshake, rx, tx, keepalive
+            endpoint = "<nil>" if fields[3] == "(none)" else fields[3]
+            stats = PeerStats(fields[1], endpoint, int(fields[5]), int(fields[6]), int(fields[7]))
+            peers.setdefault(fields[0], []).append(stats)
+    return [
+        DeviceStats(name, fields[2], int(fields[3]), tuple(peers.get(name, ())))
+        for name, fields in sorted(devices.items())
+    ]
+
+
 def _create(ipr: IPRoute, name: str) -> None:
     """The kernel's device if it can, else wireguard-go's (left running on its own)."""
     try:
