@@ -303,14 +303,18 @@ async def test_the_cluster_counts(autojump_clock: trio.testing.MockClock) -> Non
 
 
 @pytest.mark.netns
+@pytest.mark.parametrize("mode", ["Disabled", "Enabled"])
 def test_a_running_agent_serves_every_metric_of_felix_dashboard(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
     """The agent programming a node (in a namespace of its own), scraped as Prometheus
-    scrapes it: every name the dashboard's panels query has samples."""
+    scrapes it: every name the dashboard's panels query has samples; in the nftables mode
+    the nft families stand where the iptables rules do (as in Felix's)."""
     port = free_port()
+    monkeypatch.setenv("FELIX_NFTABLESMODE", mode)
     monkeypatch.setenv("FELIX_PROMETHEUSMETRICSENABLED", "true")
     monkeypatch.setenv("FELIX_PROMETHEUSMETRICSPORT", str(port))
+    nftables = mode == "Enabled"
     url = f"http://127.0.0.1:{port}/metrics"
     fetch = f"import urllib.request as u; print(u.urlopen({url!r}, timeout=2).read().decode())"
     with ExitStack() as stack:
@@ -326,13 +330,20 @@ def test_a_running_agent_serves_every_metric_of_felix_dashboard(
                 check=False,
             )
             scraped["text"] = done.stdout
-            return "felix_iptables_rules{" in done.stdout
+            return ("felix_nft_rules{" if nftables else "felix_iptables_rules{") in done.stdout
 
         assert eventually(scrape, timeout=30), (tmp_path / "agent.log").read_text()[-3000:]
     names = {line.split("{")[0].split(" ")[0] for line in scraped["text"].splitlines()}
+    samples = _samples(scraped["text"])
+    if nftables:
+        missing = [name for name in DASHBOARD if name not in names and "iptables" not in name]
+        assert missing == []
+        assert samples['felix_nft_rules{ip_version="4"}'] > 0
+        assert samples['felix_nft_sets{ip_version="4"}'] > 0
+        assert samples["felix_nft_calls"] >= 1
+        return
     missing = [name for name in DASHBOARD if name not in names]
     assert missing == []
-    samples = _samples(scraped["text"])
     assert samples['felix_iptables_rules{ip_version="4",table="filter"}'] > 0
     assert samples['felix_iptables_chains{ip_version="4",table="filter"}'] > 0
     executed = samples['felix_iptables_lines_executed{ip_version="4",table="filter"}']

@@ -71,7 +71,17 @@ TOOL_COUNTERS = {
         "iptables-restore",
     ),
     "iptables-save": ("felix_iptables_save_calls", "felix_iptables_save_errors", "iptables-save"),
+    "nft": ("felix_nft_calls", "felix_nft_errors", "nft rule write transaction"),
+    "nft-list": ("felix_nft_list_calls", "felix_nft_list_errors", "nft list"),
+    "nft-set": ("felix_nft_set_calls", "felix_nft_set_errors", "nftables set transaction"),
 }
+#: The nftables mode's gauges per IP version, by the place in DataplaneStats.nft's tuples.
+NFT_GAUGES = (
+    ("felix_nft_chains", "Number of active nft chains in the Calico table."),
+    ("felix_nft_rules", "Number of active nftables rules in the Calico table."),
+    ("felix_nft_sets", "Number of active Calico nftables sets."),
+    ("felix_nft_maps", "Number of active Calico nftables maps."),
+)
 
 _COUNTER_SUFFIX = re.compile(
     rb"^(# (?:HELP|TYPE) )?((?:felix|wireguard)_[a-zA-Z0-9_]+?)_total\b", re.MULTILINE
@@ -246,6 +256,11 @@ class FelixCollector(Collector):
             rules.add_metric([str(version), table], rule_count)
         yield chains
         yield rules
+        for place, (name, help_text) in enumerate(NFT_GAUGES):
+            gauge = GaugeMetricFamily(name, help_text, labels=["ip_version"])
+            for version, sizes in sorted(stats.nft.items()):
+                gauge.add_metric([str(version)], sizes[place])
+            yield gauge
         for tool, (calls, errors, what) in TOOL_COUNTERS.items():
             yield CounterMetricFamily(calls, f"Number of {what} calls.", CALLS[tool])
             yield CounterMetricFamily(errors, f"Number of {what} errors.", ERRORS[tool])

@@ -64,6 +64,9 @@ class DataplaneStats:
     weakened_policies: dict[str, tuple[str, ...]] = attrs.Factory(dict)
     #: Per (IP version, table) as last written: our chains and their rules (iptables mode).
     tables: dict[tuple[int, str], tuple[int, int]] = attrs.Factory(dict)
+    #: Per IP version as last written (nftables mode): the calico table's chains, rules,
+    #: sets and maps.
+    nft: dict[int, tuple[int, int, int, int]] = attrs.Factory(dict)
     #: Per (IP version, table): the restore lines executed, all writes together.
     lines_executed: Counter[tuple[int, str]] = attrs.Factory(Counter)
     #: The messages each apply took in (Felix's felix_int_dataplane_msg_batch_size).

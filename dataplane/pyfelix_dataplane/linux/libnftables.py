@@ -121,5 +121,8 @@ class Nft:
         """A ``list`` command's text ("" when it fails: nothing to list)."""
         if self._lib is None:
             return await run(["nft", *LISTING_OPTIONS, *command.split()], check=False)
+        CALLS["nft-list"] += 1
         code, output, _ = await trio.to_thread.run_sync(self._run_here, command, True)
+        if code != 0:
+            ERRORS["nft-list"] += 1
         return output if code == 0 else ""

@@ -24,7 +24,7 @@ import attrs
 import trio
 
 from pyfelix.errors import DataplaneWriteError
-from pyfelix_dataplane.linux.commands import KERNEL_ERRORS
+from pyfelix_dataplane.linux.commands import CALLS, ERRORS, KERNEL_ERRORS
 from pyfelix_dataplane.linux.libnftables import Nft
 from pyfelix_dataplane.linux.nft_elements import ElementChange, ElementWriter
 from pyfelix_dataplane.linux.reading import Reading
@@ -362,9 +362,11 @@ class NftablesWriter:
         return True
 
     async def _write_elements(self, changes: list[ElementChange]) -> None:
+        CALLS["nft-set"] += 1
         try:
             await trio.to_thread.run_sync(self._elements.write, changes)
         except KERNEL_ERRORS as exc:
+            ERRORS["nft-set"] += 1
             raise DataplaneWriteError(f"nft set elements ({self.family})", str(exc)) from exc
 
     async def remove(self) -> None:

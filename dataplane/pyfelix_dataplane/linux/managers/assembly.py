@@ -56,7 +56,7 @@ class Managers:
         if kernel.nftables:
             from pyfelix_dataplane.linux.managers.nftables import NftablesManager  # noqa: PLC0415
 
-            table_mode = NftablesMode(NftablesManager(state, kernel.nftables))
+            table_mode = NftablesMode(NftablesManager(state, kernel.nftables, stats))
         else:
             ipsets = IpsetsManager(state, kernel.ipsets, tuple(kernel.tables), stats)
             table_mode = IptablesMode(ipsets, TablesManager(kernel.tables, stats))

@@ -16,6 +16,7 @@ import trio
 
 from pyfelix import messages as m
 from pyfelix.errors import DataplaneWriteError
+from pyfelix.stats import DataplaneStats
 from pyfelix_dataplane.linux.kernel import NftablesWriting
 from pyfelix_dataplane.linux.managers import CHECK_ATTEMPTS
 from pyfelix_dataplane.linux.nftables import KernelTable
@@ -44,6 +45,8 @@ Translated = tuple[dict[str, NftChain], dict[str, dict[str, str]], dict[str, Nft
 class NftablesManager:
     state: NodeState
     writers: Mapping[int, NftablesWriting]
+    #: Where each version's table as written is counted, for the metrics.
+    stats: DataplaneStats | None = None
     area: str = "nftables"
     _translated: tuple[Hashable, dict[int, Translated]] | None = None
     #: Per version, the table's sets as last rendered; None: render them all again.
@@ -144,7 +147,12 @@ class NftablesManager:
         """Write what differs; only the sets named changed are compared (all after a
         refresh, a failure or a full render)."""
         try:
-            return await self.writers[version].apply(table, self._changed.get(version))
+            wrote = await self.writers[version].apply(table, self._changed.get(version))
         except DataplaneWriteError:
             self._sets = None
             raise
+        if self.stats is not None:
+            rules = sum(len(chain.rules) for chain in table.chains.values())
+            sizes = (len(table.chains), rules, len(table.sets), len(table.maps))
+            self.stats.nft[version] = sizes
+        return wrote
