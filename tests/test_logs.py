@@ -154,3 +154,16 @@ def test_lines_have_felix_format_and_a_json_form_on_request() -> None:
     assert entry["level"] == "fatal"
     assert (entry["file"], entry["line"], entry["message"]) == ("linux/driver.py", 210, "apply 7")
     assert isinstance(logs.formatter({}), OneLineFormatter)
+
+
+def test_a_line_a_destination_fails_to_write_is_counted() -> None:
+    """Felix's felix_log_errors: a record a destination could not write (a closed stream)."""
+    import io  # noqa: PLC0415
+
+    stream = io.StringIO()
+    handler = logs.counted(logging.StreamHandler(stream))
+    handler.handleError = logs._Counting(logging.Handler())  # type: ignore[method-assign]
+    stream.close()
+    before = logs.ERRORS[0]
+    handler.handle(logging.LogRecord("pyfelix.x", logging.WARNING, "f", 1, "lost", (), None))
+    assert logs.ERRORS[0] == before + 1

@@ -345,6 +345,9 @@ def test_a_running_agent_serves_every_metric_of_felix_dashboard(
     missing = [name for name in DASHBOARD if name not in names]
     assert missing == []
     assert samples['felix_iptables_rules{ip_version="4",table="filter"}'] > 0
+    assert samples['felix_route_table_num_routes{table="main"}'] > 0
+    assert samples["felix_route_table_resync_seconds_count"] >= 1
+    assert samples["felix_log_errors"] == 0
     assert samples['felix_iptables_chains{ip_version="4",table="filter"}'] > 0
     executed = samples['felix_iptables_lines_executed{ip_version="4",table="filter"}']
     assert executed >= samples['felix_iptables_rules{ip_version="4",table="filter"}']

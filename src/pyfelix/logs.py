@@ -41,6 +41,27 @@ LEVEL_NAMES = {"CRITICAL": "FATAL"}
 PACKAGES = ("pyfelix_dataplane.", "pyfelix.")
 
 
+#: Errors writing log lines (Felix's felix_log_errors): a destination that failed a record.
+ERRORS = [0]
+
+
+class _Counting:
+    """Counts a handler's failed records, then lets it report them as it does."""
+
+    def __init__(self, handler: logging.Handler) -> None:
+        self._report = handler.handleError
+
+    def __call__(self, record: logging.LogRecord) -> None:
+        ERRORS[0] += 1
+        self._report(record)
+
+
+def counted(handler: logging.Handler) -> logging.Handler:
+    """``handler``, its failures counted in ERRORS."""
+    handler.handleError = _Counting(handler)  # type: ignore[method-assign]
+    return handler
+
+
 def _source(record: logging.LogRecord) -> str:
     for package in PACKAGES:
         if record.name.startswith(package):
@@ -96,7 +117,7 @@ def screen_handler() -> logging.Handler:
     """stderr, as the agent logs there before (and beside) its configured destinations."""
     handler = logging.StreamHandler()
     handler.setFormatter(formatter())
-    return handler
+    return counted(handler)
 
 
 #: Felix's "none": the destination is off.
@@ -161,7 +182,7 @@ def _log_file(path: str, level: int) -> list[logging.Handler]:
         return []
     handler.setLevel(level)
     handler.setFormatter(formatter())
-    return [handler]
+    return [counted(handler)]
 
 
 def _syslog(level: int) -> list[logging.Handler]:
@@ -181,4 +202,4 @@ def _syslog(level: int) -> list[logging.Handler]:
     handler.ident = f"{SYSLOG_TAG}: "
     handler.setLevel(level)
     handler.setFormatter(OneLineFormatter(syslog=True))
-    return [handler]
+    return [counted(handler)]

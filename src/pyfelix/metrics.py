@@ -33,6 +33,7 @@ from pyfelix.calc.stats_collector import StatsCollector
 from pyfelix.config import FelixConfig
 from pyfelix.errors import PyfelixError
 from pyfelix.httpserver import Response
+from pyfelix.logs import ERRORS as LOG_ERRORS
 from pyfelix.stats import DataplaneStats, Observations
 from pyfelix.syncer.api import SyncStatus
 from pyfelix_dataplane.linux.commands import CALLS, ERRORS
@@ -232,6 +233,33 @@ class FelixCollector(Collector):
                 "Time in seconds that it took to do the initial resync with the dataplane.",
                 stats.initial_resync_seconds,
             )
+        yield summary(
+            "felix_route_table_resync_seconds",
+            "Time taken to list all the routes during a resync.",
+            stats.route_syncs,
+        )
+        for name, what, value in (
+            ("felix_route_table_num_routes", "routes that Felix is managing", stats.routes[0]),
+            (
+                "felix_route_table_num_ifaces",
+                "interfaces that Felix is monitoring",
+                stats.routes[1],
+            ),
+        ):
+            family = GaugeMetricFamily(
+                name, f"Number of {what} in the particular routing table.", labels=["table"]
+            )
+            family.add_metric(["main"], value)
+            yield family
+        yield CounterMetricFamily(
+            "felix_log_errors", "Number of errors encountered while logging.", LOG_ERRORS[0]
+        )
+        # Lines are written as they come (Felix queues them, and drops them when blocked).
+        yield CounterMetricFamily(
+            "felix_logs_dropped",
+            "Number of logs dropped because the output stream was blocked.",
+            0,
+        )
         yield summary(
             "felix_int_dataplane_msg_batch_size",
             "Number of messages processed in each batch.",

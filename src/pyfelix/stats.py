@@ -69,5 +69,9 @@ class DataplaneStats:
     nft: dict[int, tuple[int, int, int, int]] = attrs.Factory(dict)
     #: Per (IP version, table): the restore lines executed, all writes together.
     lines_executed: Counter[tuple[int, str]] = attrs.Factory(Counter)
+    #: The main routing table as last written: the routes managed, and their interfaces.
+    routes: tuple[int, int] = (0, 0)
+    #: Each route write's listing and sync of the main table (Felix's resync time).
+    route_syncs: Observations = attrs.Factory(Observations)
     #: The messages each apply took in (Felix's felix_int_dataplane_msg_batch_size).
     batch_sizes: Observations = attrs.Factory(Observations)

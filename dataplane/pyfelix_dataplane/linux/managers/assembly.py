@@ -64,7 +64,7 @@ class Managers:
         endpoints = EndpointManager(state, kernel.interfaces)
         vxlan = VxlanManager(state, kernel.devices, hostname, mtus=mtu)
         ipip = IpipManager(state, kernel.devices, mtus=mtu)
-        routes = RoutesManager(state, kernel.routes, hostname, vxlan=vxlan, ipip=ipip)
+        routes = RoutesManager(state, kernel.routes, hostname, vxlan, ipip, stats)
         return cls(
             endpoints=endpoints,
             table_mode=table_mode,

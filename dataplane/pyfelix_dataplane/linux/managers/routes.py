@@ -8,11 +8,14 @@ ProgramClusterRoutes Enabled or EnabledNoEncapOnly (otherwise BIRD programs thos
 
 from __future__ import annotations
 
+import time
+
 import attrs
 
 from pyfelix import messages as m
 from pyfelix import model
 from pyfelix.config.felix_config import ProgramClusterRoutes
+from pyfelix.stats import DataplaneStats
 from pyfelix_dataplane.linux.ipip import DEVICE as IPIP_DEVICE
 from pyfelix_dataplane.linux.kernel import RouteWriting
 from pyfelix_dataplane.linux.managers.ipip import IpipManager
@@ -55,6 +58,8 @@ class RoutesManager:
     #: The tunnel managers, applied before this one: whether their devices are up.
     vxlan: VxlanManager | None = None
     ipip: IpipManager | None = None
+    #: Where the routes managed and each write's time are counted, for the metrics.
+    stats: DataplaneStats | None = None
     area: str = "routes"
     #: Per destination: "added", "waiting" (interface missing) or "failed", from the last write.
     results: dict[str, str] = attrs.Factory(dict)
@@ -147,6 +152,11 @@ class RoutesManager:
             source_v6=config.device_route_source_address_ipv6,
             sync=not config.route_sync_disabled,
         )
+        started = time.monotonic()
         self.results = await self.writer.apply(desired, ownership)
+        if self.stats is not None:
+            self.stats.route_syncs.observe(time.monotonic() - started)
+            interfaces = {target.interface for target in desired.values() if target.interface}
+            self.stats.routes = (len(desired), len(interfaces))
         if not {"waiting", "failed"} & set(self.results.values()):
             self._written, self._dirty = desired, False
