@@ -100,6 +100,7 @@ ACTED_ON: dict[str, str] = {
     "PrometheusMetricsKeyFile": "the key of PrometheusMetricsCertFile",
     "PrometheusMetricsPort": "the metrics server's port",
     "PrometheusProcessMetricsEnabled": "adds the process collector (CPU, memory, open files)",
+    "PrometheusWireGuardMetricsEnabled": "the WireGuard families (meta, bytes, handshakes)",
     "ServiceLoopPrevention": "Drop or Reject: cali-cidr-block drops (rejects) forwarded "
     "traffic to the default BGPConfiguration's service CIDRs; Disabled: no rules",
     "RouteSource": "CalicoIPAM routes IPAM blocks and local workloads; WorkloadIPs every "
