@@ -63,7 +63,7 @@ class Workload:
     ports: dict[int, str]
 
 
-@attrs.define
+@attrs.define(eq=False)
 class DemoNode:
     """A node namespace with an uplink, and workloads behind veth pairs."""
 

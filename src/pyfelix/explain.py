@@ -72,7 +72,7 @@ def _in_nets(ip: str, nets: Sequence[str]) -> bool:
     )
 
 
-@attrs.define
+@attrs.define(eq=False)
 class Explainer:
     dataplane: NodeState
 

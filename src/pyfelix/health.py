@@ -30,7 +30,7 @@ DATAPLANE = "InternalDataplaneMainLoop"
 HEALTH_INTERVAL = 10.0
 
 
-@attrs.define
+@attrs.define(eq=False)
 class _Reporter:
     live: bool
     ready: bool

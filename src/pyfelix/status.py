@@ -126,7 +126,7 @@ class NodeStore(Protocol):
     async def put_node(self, node: Node, revision: int) -> bool: ...
 
 
-@attrs.define
+@attrs.define(eq=False)
 class EtcdNodeStore:
     client: EtcdClient
 
@@ -146,7 +146,7 @@ class EtcdNodeStore:
         return await self.client.put_if(key, encode(node), mod_revision=revision) is not None
 
 
-@attrs.define
+@attrs.define(eq=False)
 class KubeNodeStore:
     """The Kubernetes API datastore's Nodes: v1 Nodes, read as Calico reads them. Writing one
     writes only its WireGuard keys, as the annotations Felix writes in KDD mode, with the read

@@ -11,7 +11,7 @@ import attrs
 import trio
 
 
-@attrs.define
+@attrs.define(eq=False)
 class LeakyBucket:
     """Tokens refill at one per ``interval`` seconds, up to ``size``; time is Trio's clock.
 

@@ -39,7 +39,7 @@ MIN_POST_WRITE = 0.05
 MAX_POST_WRITE = 3600.0
 
 
-@attrs.define
+@attrs.define(eq=False)
 class RefreshSchedule:
     """When each area is next due to be re-read from the kernel.
 

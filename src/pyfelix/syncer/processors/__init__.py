@@ -127,7 +127,7 @@ def convert(resource: Resource) -> list[KV]:
     return _CONVERTERS[resource.KIND](resource)
 
 
-@attrs.define
+@attrs.define(eq=False)
 class Converter:
     """Tracks the keys each source (a datastore key or file identity) produced.
 
