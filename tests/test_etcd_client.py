@@ -13,6 +13,7 @@ from pyfelix.datastore.etcd import (
     EtcdConfig,
     EtcdTLSError,
     EtcdUnavailable,
+    _client_certificate_wanted,
 )
 from tests.etcd_server import (
     EtcdServer,
@@ -119,6 +120,22 @@ async def test_tls_with_client_certificates(tmp_path: Path) -> None:
         async with EtcdClient(anonymous) as client:
             with pytest.raises(EtcdUnavailable, match="ETCD_CERT_FILE and ETCD_KEY_FILE"):
                 await client.put("/tls", "no")
+
+
+@pytest.mark.parametrize(
+    ("reason", "wanted"),
+    [
+        ("ReadError", True),
+        ("TLS: TLSV13_ALERT_CERTIFICATE_REQUIRED", True),
+        ("TLS: SSLV3_ALERT_BAD_CERTIFICATE", True),
+        ("TLS: WRONG_VERSION_NUMBER", False),
+        ("Connection refused", False),
+    ],
+)
+def test_refused_handshakes_read_as_client_certificate_wanted(reason: str, wanted: bool) -> None:
+    """etcd refuses a client without a certificate in whichever way its TLS stack and ours
+    agree on: silence, or an alert; each is told as a missing client certificate."""
+    assert _client_certificate_wanted(reason) is wanted
 
 
 def test_tls_file_problems_name_the_file(tmp_path: Path) -> None:

@@ -67,6 +67,15 @@ def _why(exc: BaseException) -> str:
     return type(exc).__name__
 
 
+def _client_certificate_wanted(reason: str) -> bool:
+    """Whether a failed handshake reads as etcd's client-cert-auth refusing us. Depending on
+    the TLS versions and OpenSSL builds at both ends, etcd closes the connection without a word
+    or sends an alert (certificate required, or bad certificate)."""
+    if reason in ("ReadError", "RemoteProtocolError"):
+        return True
+    return reason.startswith("TLS: ") and "ALERT" in reason and "CERTIFICATE" in reason
+
+
 class EtcdCompacted(EtcdError):
     def __init__(self, compact_revision: int) -> None:
         super().__init__(f"revision compacted (oldest available: {compact_revision})")
@@ -254,13 +263,12 @@ class EtcdClient:
             return data
         reason = _why(last) if last is not None else "no endpoint configured"
         if (
-            reason in ("ReadError", "RemoteProtocolError")
+            _client_certificate_wanted(reason)
             and not self.config.cert_file
             and any(e.startswith("https") for e in self.config.endpoints)
         ):
-            # etcd with client-cert-auth ends the TLS handshake without a word.
             reason += (
-                " (the connection was closed during TLS: does etcd want a client certificate?"
+                " (the TLS handshake was refused: does etcd want a client certificate?"
                 " set ETCD_CERT_FILE and ETCD_KEY_FILE)"
             )
         raise EtcdUnavailable(
