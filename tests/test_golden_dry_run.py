@@ -9,6 +9,7 @@ sources and node of each case below.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -46,6 +47,24 @@ def test_dry_run_output_is_unchanged(name: str, fmt: str) -> None:
     )
     assert result.returncode == 0, result.stderr.decode()
     assert result.stdout == (GOLDEN / f"{name}.{fmt}").read_bytes()
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_nftables_dry_run_output_is_unchanged(name: str) -> None:
+    """The same in NFTablesMode: the tables as ``nft -f`` takes them. Written by the code
+    before rules became typed data (issue 39), when nft.py still translated iptables text;
+    regenerate as above with ``FELIX_NFTABLESMODE=Enabled`` into ``NAME.nft.text``."""
+    node, sources = CASES[name]
+    command = ["dry-run", "--hostname", node, "--format", "text", *map(str, sources)]
+    result = subprocess.run(
+        [sys.executable, "-m", "pyfelix.cli", *command],
+        capture_output=True,
+        check=False,
+        env={**os.environ, "FELIX_NFTABLESMODE": "Enabled"},
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    assert b"table ip calico {" in result.stdout
+    assert result.stdout == (GOLDEN / f"{name}.nft.text").read_bytes()
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -15,10 +15,11 @@ import trio
 
 from pyfelix.errors import DataplaneWriteError
 from pyfelix_dataplane.linux.iptables import IptablesWriter, TableState
+from pyfelix_dataplane.rules import matches as mt
 from pyfelix_dataplane.rules.model import Chain, Rule
 from tests.netns import in_netns, run_in
 
-Spec = list[tuple[str, list[list[str]]]]
+Spec = list[tuple[str, list[tuple[mt.Match, mt.Action]]]]
 XTABLES_LOCK = "/run/xtables.lock"
 HOOKS = [("INPUT", "cali-INPUT"), ("FORWARD", "cali-FORWARD"), ("OUTPUT", "cali-OUTPUT")]
 
@@ -28,8 +29,8 @@ APPENDS = (
     Chain(
         "FORWARD",
         (
-            Rule("-m mark --mark 0x10000/0x10000", "--jump ACCEPT", ("accepted",)),
-            Rule(action="--jump MARK --set-mark 0x10000/0x10000"),
+            Rule((mt.Mark(0x10000, 0x10000),), mt.ACCEPT, ("accepted",)),
+            Rule(action=mt.SetMark(0x10000, 0x10000)),
         ),
     ),
 )
@@ -53,15 +54,18 @@ def apply_filter(steps: list[Spec], insert_mode: str = "insert") -> list[str]:
     return trio.run(main)
 
 
-def policy_chains(count: int, rules: int, port: int = 80) -> list[tuple[str, list[list[str]]]]:
+def policy_chains(count: int, rules: int, port: int = 80) -> Spec:
     """``count`` policy-like chains of ``rules`` rules each, and the top-level chains."""
-    spec: list[tuple[str, list[list[str]]]] = [
-        (f"cali-pi-p{i}", [[f"-p tcp --dport {port + r}", "--jump ACCEPT"] for r in range(rules)])
+    spec: Spec = [
+        (
+            f"cali-pi-p{i}",
+            [((mt.Protocol("tcp"), mt.Port("dst", port + r)), mt.ACCEPT) for r in range(rules)],
+        )
         for i in range(count)
     ]
-    spec.append(("cali-INPUT", [["", f"--jump cali-pi-p{i}"] for i in range(count)]))
-    spec.append(("cali-FORWARD", [["", "--jump cali-pi-p0"]]))
-    spec.append(("cali-OUTPUT", [["", "--jump RETURN"]]))
+    spec.append(("cali-INPUT", [((), mt.Jump(f"cali-pi-p{i}")) for i in range(count)]))
+    spec.append(("cali-FORWARD", [((), mt.Jump("cali-pi-p0"))]))
+    spec.append(("cali-OUTPUT", [((), mt.RETURN)]))
     return spec
 
 
@@ -125,7 +129,7 @@ def test_first_write_into_a_namespace_without_the_table(netns: str) -> None:
 def test_later_writes_rewrite_only_what_changed_without_listing(netns: str) -> None:
     first = policy_chains(120, 10)
     changed = policy_chains(120, 10)
-    changed[5] = ("cali-pi-p5", [["-p tcp --dport 8080", "--jump ACCEPT"]])
+    changed[5] = ("cali-pi-p5", [((mt.Protocol("tcp"), mt.Port("dst", 8080)), mt.ACCEPT)])
     _, second = write(netns, [first, changed])
 
     assert "\n-S\n" not in second
@@ -167,7 +171,7 @@ def test_a_check_finds_a_table_another_program_changed(netns: str, tamper: list[
 
 
 def test_the_listing_is_only_for_the_nft_backend_and_large_writes() -> None:
-    chains = [Chain(f"cali-pi-p{i}", (Rule(action="--jump ACCEPT"),) * 20) for i in range(100)]
+    chains = [Chain(f"cali-pi-p{i}", (Rule(action=mt.Jump("ACCEPT")),) * 20) for i in range(100)]
     hooks = [("INPUT", "cali-INPUT")]
     empty = TableState({}, frozenset())
     nft, legacy = IptablesWriter(backend="nft"), IptablesWriter(backend="legacy")
@@ -250,8 +254,8 @@ def test_switching_to_append_mode_moves_the_hooks_below_other_programs_rules(net
 def test_a_hook_nobody_wants_is_deleted() -> None:
     """A kernel chain holding a rule of ours that no hook or appended rule wants any more (a
     feature turned off) loses it; the other programs' rules there stay."""
-    old_hook = Chain("INPUT", (Rule(action="--jump cali-gone"),))
-    chains = [Chain("cali-INPUT", (Rule(action="--jump RETURN"),))]
+    old_hook = Chain("INPUT", (Rule(action=mt.Jump("cali-gone")),))
+    chains = [Chain("cali-INPUT", (Rule(action=mt.Jump("RETURN")),))]
     state = TableState(
         {"cali-INPUT": chains[0].hashes, "INPUT": ("", old_hook.hashes[0])}, frozenset()
     )
@@ -263,8 +267,8 @@ def test_a_jump_inserted_by_an_older_version_moves_to_the_end() -> None:
     """nat POSTROUTING's jump into cali-POSTROUTING is appended (Felix's AppendRules): where an
     older version inserted it at the top, in front of kube-proxy's rules, it is deleted there
     and appended; at the end already, nothing is written."""
-    jump = Chain("POSTROUTING", (Rule(action="--jump cali-POSTROUTING"),))
-    chains = [Chain("cali-POSTROUTING", (Rule(action="--jump RETURN"),))]
+    jump = Chain("POSTROUTING", (Rule(action=mt.Jump("cali-POSTROUTING")),))
+    chains = [Chain("cali-POSTROUTING", (Rule(action=mt.Jump("RETURN")),))]
     ours = {"cali-POSTROUTING": chains[0].hashes}
     old = TableState({**ours, "POSTROUTING": (jump.hashes[0], "")}, frozenset())
     script = IptablesWriter(backend="nft").plan("nat", old, chains, [], [jump]).text()
@@ -273,7 +277,7 @@ def test_a_jump_inserted_by_an_older_version_moves_to_the_end() -> None:
     assert not IptablesWriter(backend="nft").plan("nat", settled, chains, [], [jump])
 
 
-def _write_legacy_while_locked(hold: float, action: str) -> tuple[float, str]:
+def _write_legacy_while_locked(hold: float, action: mt.Action) -> tuple[float, str]:
     """A legacy write (cali-INPUT with one rule of ``action``) while another program holds the
     xtables lock for ``hold`` seconds: how long the write took, and its error ("" if it
     wrote). Runs inside the namespace (the lock file is the machine's, /run/xtables.lock)."""
@@ -308,10 +312,10 @@ def test_a_write_waits_for_another_programs_xtables_lock_for_ten_seconds(netns: 
     for it and then writes; after 10 s it gives up with the tool's reason (without the
     option the tool would wait for ever). iptables 1.8.8 and later ignore the probe
     interval (IptablesLockProbeIntervalMillis), which is passed as Felix passes it."""
-    took, error = in_netns(netns, _write_legacy_while_locked, 0.5, "--jump RETURN")
+    took, error = in_netns(netns, _write_legacy_while_locked, 0.5, mt.RETURN)
     assert (took >= 0.5, error) == (True, "")
     listed = run_in(netns, "iptables-legacy-save", "-t", "filter").stdout
     assert rules_in(listed, "cali-INPUT")[0].endswith("-j RETURN")
-    took, error = in_netns(netns, _write_legacy_while_locked, 12.0, "--jump ACCEPT")
+    took, error = in_netns(netns, _write_legacy_while_locked, 12.0, mt.ACCEPT)
     assert "xtables lock" in error
     assert took >= 12.0

@@ -14,6 +14,7 @@ from pyfelix.dryrun import compute
 from pyfelix.resources.loader import load_paths
 from pyfelix_dataplane.linux.libnftables import LISTING_OPTIONS
 from pyfelix_dataplane.linux.nftables import delta, parse_listing
+from pyfelix_dataplane.rules import matches as mt
 from pyfelix_dataplane.rules.model import Chain, Rule
 from pyfelix_dataplane.rules.nft import (
     NftSet,
@@ -29,75 +30,120 @@ from tests.test_golden_dry_run import CASES
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize(
-    ("match", "action", "expected"),
-    [
-        ("", "--jump cali-FORWARD", "counter jump filter-cali-FORWARD"),
+#: (criteria, action, the iptables mode's text, the nft mode's): one value, two spellings.
+SPELLINGS: list[tuple[mt.Match, mt.Action, str, str]] = [
+    ((), mt.Jump("cali-FORWARD"), "--jump cali-FORWARD", "counter jump filter-cali-FORWARD"),
+    (
+        (mt.Mark(0x10000, 0x10000),),
+        mt.ACCEPT,
+        "-m mark --mark 0x10000/0x10000 --jump ACCEPT",
+        "meta mark & 0x10000 == 0x10000 counter accept",
+    ),
+    (
+        (),
+        mt.SetMark(0, 0x1B0000),
+        "--jump MARK --set-mark 0/0x1b0000",
+        "counter meta mark set mark & 0xffe4ffff",
+    ),
+    (
+        (),
+        mt.SetMark(0x80000, 0x80000),
+        "--jump MARK --set-mark 0x80000/0x80000",
+        "counter meta mark set mark or 0x80000",
+    ),
+    (
+        (mt.Protocol("tcp"), mt.Ports("dst", "80,8000:8080")),
+        mt.ACCEPT,
+        "-p tcp -m multiport --destination-ports 80,8000:8080 --jump ACCEPT",
+        "meta l4proto tcp tcp dport @calipt-80_8000-8080 counter accept",
+    ),
+    (
         (
-            "-m mark --mark 0x10000/0x10000",
-            "--jump ACCEPT",
-            "meta mark & 0x10000 == 0x10000 counter accept",
+            mt.Protocol("17"),
+            mt.Ports("dst", "4789"),
+            mt.InSet("cali40all-vxlan-net", "src"),
+            mt.AddrType("dst", "LOCAL"),
         ),
-        ("", "--jump MARK --set-mark 0/0x1b0000", "counter meta mark set mark & 0xffe4ffff"),
-        ("", "--jump MARK --set-mark 0x80000/0x80000", "counter meta mark set mark or 0x80000"),
+        mt.ACCEPT,
+        "-p 17 -m multiport --destination-ports 4789 -m set --match-set cali40all-vxlan-net"
+        " src -m addrtype --dst-type LOCAL --jump ACCEPT",
+        "meta l4proto 17 udp dport 4789 ip saddr @cali40all-vxlan-net fib daddr type local"
+        " counter accept",
+    ),
+    (
+        (mt.InSet("cali40n:abc", "dst,dst", negate=True),),
+        mt.RETURN,
+        "-m set ! --match-set cali40n:abc dst,dst --jump RETURN",
+        "ip daddr . meta l4proto . th dport != @cali40n-abc counter return",
+    ),
+    (
+        (mt.Interface("in", "cali+"),),
+        mt.Goto("cali-wl-to-host"),
+        "--in-interface cali+ --goto cali-wl-to-host",
+        'iifname "cali*" counter goto filter-cali-wl-to-host',
+    ),
+    (
+        (mt.ConnState("RELATED,ESTABLISHED"),),
+        mt.ACCEPT,
+        "-m conntrack --ctstate RELATED,ESTABLISHED --jump ACCEPT",
+        "ct state related,established counter accept",
+    ),
+    (
+        (mt.ConnState("DNAT", negate=True),),
+        mt.Jump("cali-x"),
+        "-m conntrack ! --ctstate DNAT --jump cali-x",
+        "ct status != dnat counter jump filter-cali-x",
+    ),
+    (
         (
-            "-p tcp -m multiport --destination-ports 80,8000:8080",
-            "--jump ACCEPT",
-            "meta l4proto tcp tcp dport @calipt-80_8000-8080 counter accept",
+            mt.Interface("out", "tunl0"),
+            mt.AddrType("src", "LOCAL", negate=True, limit_iface_out=True),
+            mt.AddrType("src", "LOCAL"),
         ),
-        (
-            "-p 17 -m multiport --destination-ports 4789 -m set --match-set cali40all-vxlan-net"
-            " src -m addrtype --dst-type LOCAL",
-            "--jump ACCEPT",
-            "meta l4proto 17 udp dport 4789 ip saddr @cali40all-vxlan-net fib daddr type local"
-            " counter accept",
-        ),
-        (
-            "-m set ! --match-set cali40n:abc dst,dst",
-            "--jump RETURN",
-            "ip daddr . meta l4proto . th dport != @cali40n-abc counter return",
-        ),
-        (
-            "--in-interface cali+",
-            "--goto cali-wl-to-host",
-            'iifname "cali*" counter goto filter-cali-wl-to-host',
-        ),
-        (
-            "-m conntrack --ctstate RELATED,ESTABLISHED",
-            "--jump ACCEPT",
-            "ct state related,established counter accept",
-        ),
-        (
-            "-m conntrack ! --ctstate DNAT",
-            "--jump cali-x",
-            "ct status != dnat counter jump filter-cali-x",
-        ),
-        (
-            "--out-interface tunl0 -m addrtype ! --src-type LOCAL --limit-iface-out"
-            " -m addrtype --src-type LOCAL",
-            "--jump MASQUERADE --random-fully",
-            'oifname "tunl0" fib saddr . oif type != local fib saddr type local counter'
-            " masquerade fully-random",
-        ),
-        (
-            "-m mark --mark 0x80000/0x80000 -m rpfilter --invert --validmark",
-            "--jump DROP",
-            "meta mark & 0x80000 == 0x80000 fib saddr . mark . iif oif 0 counter drop",
-        ),
-        (
-            "-p icmp -m icmp --icmp-type 8/0",
-            "--jump DROP",
-            "meta l4proto icmp icmp type 8 icmp code 0 counter drop",
-        ),
-        (
-            "! --source 10.0.0.0/8",
-            "--jump SNAT --to-source 10.9.9.9",
-            "ip saddr != 10.0.0.0/8 counter snat to 10.9.9.9",
-        ),
-    ],
-)
-def test_rules_translate_as_felix_renders_them(match: str, action: str, expected: str) -> None:
-    assert translate(Rule(match, action), "filter", 4).text == expected
+        mt.Masquerade(random_fully=True),
+        "--out-interface tunl0 -m addrtype ! --src-type LOCAL --limit-iface-out"
+        " -m addrtype --src-type LOCAL --jump MASQUERADE --random-fully",
+        'oifname "tunl0" fib saddr . oif type != local fib saddr type local counter'
+        " masquerade fully-random",
+    ),
+    (
+        (mt.Mark(0x80000, 0x80000), mt.ReversePath()),
+        mt.DROP,
+        "-m mark --mark 0x80000/0x80000 -m rpfilter --invert --validmark --jump DROP",
+        "meta mark & 0x80000 == 0x80000 fib saddr . mark . iif oif 0 counter drop",
+    ),
+    (
+        (mt.Protocol("icmp"), mt.Icmp(4, 8, 0)),
+        mt.DROP,
+        "-p icmp -m icmp --icmp-type 8/0 --jump DROP",
+        "meta l4proto icmp icmp type 8 icmp code 0 counter drop",
+    ),
+    (
+        (mt.Net("src", "10.0.0.0/8", negate=True),),
+        mt.Snat("10.9.9.9"),
+        "! --source 10.0.0.0/8 --jump SNAT --to-source 10.9.9.9",
+        "ip saddr != 10.0.0.0/8 counter snat to 10.9.9.9",
+    ),
+    (
+        (mt.Limit("10/second", 5), mt.Protocol("udp"), mt.Port("dst", 53)),
+        mt.Log("calico-packet: "),
+        "-m limit --limit 10/second --limit-burst 5 -p udp --dport 53 --jump LOG --log-prefix"
+        ' "calico-packet: " --log-level 5',
+        "limit rate 10/second burst 5 packets meta l4proto udp udp dport 53 counter log prefix"
+        ' "calico-packet: " level notice',
+    ),
+]
+
+
+@pytest.mark.parametrize(("match", "action", "iptables", "nft"), SPELLINGS)
+def test_one_rule_value_is_spelled_by_both_modes(
+    match: mt.Match, action: mt.Action, iptables: str, nft: str
+) -> None:
+    """A rule is typed criteria and an action; each table mode spells them its own way, as
+    Felix's two match builders do."""
+    rule = Rule(match, action)
+    assert rule.body == iptables
+    assert translate(rule, "filter", 4).text == nft
 
 
 def test_rules_on_the_same_ports_share_one_set_of_the_table() -> None:
@@ -105,10 +151,10 @@ def test_rules_on_the_same_ports_share_one_set_of_the_table() -> None:
     ports (Felix's anonymous sets cost the kernel O(N^2) to load); overlapping ranges stay
     an anonymous set, which an interval set could not hold."""
     rules = (
-        Rule("-p tcp -m multiport --destination-ports 80,443", "--jump ACCEPT"),
-        Rule("-p udp -m multiport --source-ports 80,443", "--jump DROP"),
-        Rule("-p tcp -m multiport --destination-ports 53,1000:2000", "--jump ACCEPT"),
-        Rule("-p tcp -m multiport --destination-ports 80,70:90", "--jump ACCEPT"),
+        Rule((mt.Protocol("tcp"), mt.Ports("dst", "80,443")), mt.ACCEPT),
+        Rule((mt.Protocol("udp"), mt.Ports("src", "80,443")), mt.DROP),
+        Rule((mt.Protocol("tcp"), mt.Ports("dst", "53,1000:2000")), mt.ACCEPT),
+        Rule((mt.Protocol("tcp"), mt.Ports("dst", "80,70:90")), mt.ACCEPT),
     )
     chains = {"raw": (), "mangle": (), "nat": (), "filter": (Chain("cali-pi-x", rules),)}
     table = nft_table(4, chains, {}, {})
@@ -124,9 +170,9 @@ def test_rules_on_the_same_ports_share_one_set_of_the_table() -> None:
     )
 
 
-def test_an_unknown_match_is_an_error_naming_it() -> None:
-    with pytest.raises(NftUnsupported, match="--frobnicate"):
-        translate(Rule("--frobnicate 3", "--jump ACCEPT"), "filter", 4)
+def test_a_kernel_target_without_an_nft_spelling_is_an_error_naming_the_rule() -> None:
+    with pytest.raises(NftUnsupported, match="--jump CLASSIFY"):
+        translate(Rule((mt.Protocol("tcp"),), mt.Jump("CLASSIFY")), "filter", 4)
 
 
 def test_layout_dispatch_maps_sets_and_base_chains() -> None:
@@ -137,13 +183,13 @@ def test_layout_dispatch_maps_sets_and_base_chains() -> None:
     dispatch = Chain(
         "cali-from-wl-dispatch",
         (
-            Rule("--in-interface cali1", "--goto cali-fw-cali1"),
-            Rule("--in-interface cali2", "--goto cali-fw-cali2"),
-            Rule(action="--jump DROP", comment=("Unknown interface",)),
+            Rule((mt.Interface("in", "cali1"),), mt.Goto("cali-fw-cali1")),
+            Rule((mt.Interface("in", "cali2"),), mt.Goto("cali-fw-cali2")),
+            Rule(action=mt.DROP, comment=("Unknown interface",)),
         ),
     )
     chains = {"raw": (), "mangle": (), "nat": (), "filter": (dispatch,)}
-    kept = {"filter": (Chain("FORWARD", (Rule(action="--jump ACCEPT"),)),)}
+    kept = {"filter": (Chain("FORWARD", (Rule(action=mt.ACCEPT),)),)}
     sets = {
         "cali40s:a": ("hash:net", frozenset({"10.0.0.0/8", "10.1.0.0/16", "192.0.2.1/32"})),
         "cali40n:b": ("hash:ip,port", frozenset({"10.0.0.1,tcp:8080"})),

@@ -4,6 +4,7 @@ accept 0x10000, pass 0x20000, drop 0x40000, scratch0 0x80000, scratch1 0x100000)
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from pyfelix.resources import FelixConfiguration
 from pyfelix.resources.cluster import FelixConfigurationSpec
 from pyfelix.resources.loader import load_paths, load_text
 from pyfelix.values import FrozenMap, Port
+from pyfelix_dataplane.rules import matches as mt
 from pyfelix_dataplane.rules.endpoints import dispatch_chains, endpoint_chain
 from pyfelix_dataplane.rules.groups import group_chain, group_policies, group_targets, tier_groups
 from pyfelix_dataplane.rules.ipsets import ipset_name, restore_script
@@ -54,7 +56,7 @@ def text(rules: list[Rule]) -> list[str]:
 
 def test_felix_hash_vectors() -> None:
     """Rule ids and shortened chain names reproduce values Felix itself produces."""
-    assert Chain("FORWARD", (Rule(action="--jump cali-FORWARD"),)).rule_hashes() == [
+    assert Chain("FORWARD", (Rule(action=mt.Jump("cali-FORWARD")),)).rule_hashes() == [
         "wUHhoiAYhphO9Mso"
     ]
     assert length_limited("cali-pi-", "gnp/long-policy-name-that-gets-hashed") == (
@@ -69,8 +71,8 @@ def test_felix_hash_vectors() -> None:
 
 def test_rule_ids_depend_on_everything_before() -> None:
     """Changing an earlier rule changes the ids of every rule after it."""
-    a = Chain("c", (Rule(action="--jump ACCEPT"), Rule(action="--jump DROP")))
-    b = Chain("c", (Rule(action="--jump RETURN"), Rule(action="--jump DROP")))
+    a = Chain("c", (Rule(action=mt.Jump("ACCEPT")), Rule(action=mt.Jump("DROP"))))
+    b = Chain("c", (Rule(action=mt.Jump("RETURN")), Rule(action=mt.Jump("DROP"))))
     assert a.rule_hashes()[1] != b.rule_hashes()[1]
     assert all(len(h) == 16 for h in a.rule_hashes())
     assert a.lines()[0] == f'-A c -m comment --comment "cali:{a.rule_hashes()[0]}" --jump ACCEPT'
@@ -269,7 +271,7 @@ def test_dispatch_tree() -> None:
         "cali-from-wl-dispatch",
         targets,
         outbound=False,
-        end=[Rule(action="--jump DROP", comment=("Unknown interface",))],
+        end=[Rule(action=mt.Jump("DROP"), comment=("Unknown interface",))],
     )
     assert [r.body for r in root.rules] == [
         "--in-interface calia+ --goto cali-from-wl-dispatch-a",
@@ -901,3 +903,18 @@ def test_wireguard_host_encryption_marks_what_arrives_from_outside_the_tunnels()
         "--jump MARK --set-mark 0/0x1b0000",
         "--jump cali-wireguard-incoming-mark",
     ]
+
+
+def test_only_the_iptables_spelling_writes_iptables_options() -> None:
+    """Rules are typed data: every module of the rules package but the iptables spelling
+    (model.py) builds criteria and actions, and the nft spelling reads them, never iptables
+    text (a quoted ``--option`` or ``-m``/``-p`` anywhere else would be a step back)."""
+    rules = REPO / "dataplane" / "pyfelix_dataplane" / "rules"
+    option = re.compile(r"""f?["'](?:--[a-z]|-[mpjgsdio] )""")
+    spelled = {
+        path.name: [line for line in path.read_text().splitlines() if option.search(line)]
+        for path in sorted(rules.glob("*.py"))
+        if path.name != "model.py"
+    }
+    assert {name: lines for name, lines in spelled.items() if lines} == {}
+    assert option.search((rules / "model.py").read_text())

@@ -21,6 +21,7 @@ import trio
 
 from pyfelix.errors import DataplaneWriteError
 from pyfelix_dataplane.linux.commands import run
+from pyfelix_dataplane.rules import matches as mt
 from pyfelix_dataplane.rules.model import Chain, Rule
 
 _HASH = re.compile(r'--comment "?cali:([A-Za-z0-9_-]+)"?')
@@ -366,7 +367,7 @@ class IptablesWriter:
 
 
 def _jump(target: str) -> Rule:
-    return Rule(action=f"--jump {target}")
+    return Rule(action=mt.Jump(target))
 
 
 #: Chains kubelet and kube-proxy create in the mangle table of the backend they use.

@@ -14,14 +14,12 @@ import functools
 from collections.abc import Mapping, Sequence
 
 from pyfelix import messages as m
+from pyfelix_dataplane.rules import matches as mt
 from pyfelix_dataplane.rules.groups import TierGroups, group_chains, group_targets, tier_groups
 from pyfelix_dataplane.rules.marks import MarkBits
+from pyfelix_dataplane.rules.matches import match_mark, set_mark
 from pyfelix_dataplane.rules.model import Chain, Rule, length_limited
-from pyfelix_dataplane.rules.policy import (
-    match_mark,
-    profile_chain_name,
-    set_mark,
-)
+from pyfelix_dataplane.rules.policy import profile_chain_name
 from pyfelix_dataplane.rules.settings import Settings
 from pyfelix_dataplane.state import NodeState
 
@@ -58,34 +56,34 @@ def endpoint_chain(
     normal and forward chains drop at the end of a tier.
     """
     if not active:
-        return Chain(name, (Rule(action=f"--jump {deny}", comment=("Endpoint admin disabled",)),))
+        return Chain(name, (Rule(action=mt.Jump(deny), comment=("Endpoint admin disabled",)),))
     rules = []
     if kind != "untracked":
-        established = "-m conntrack --ctstate RELATED,ESTABLISHED"
+        established: mt.Match = (mt.ConnState("RELATED,ESTABLISHED"),)
         if allow != "ACCEPT":
             # Returning instead of accepting: the packet is flagged as allowed first.
             rules.append(Rule(established, set_mark(marks.accept)))
-        rules.append(Rule(established, f"--jump {allow}"))
+        rules.append(Rule(established, mt.Jump(allow)))
         if drop_invalid:
-            rules.append(Rule("-m conntrack --ctstate INVALID", f"--jump {deny}"))
+            rules.append(Rule((mt.ConnState("INVALID"),), mt.Jump(deny)))
     if failsafe:
-        rules.append(Rule(action=f"--jump {failsafe}"))
+        rules.append(Rule(action=mt.Jump(failsafe)))
     rules.append(Rule(action=set_mark(0, marks.accept | marks.pass_)))
     if from_workload:
         drop_vxlan, drop_ipip = drop_encap
         if drop_vxlan:
             rules.append(
                 Rule(
-                    f"-p 17 -m multiport --destination-ports {vxlan_port}",
-                    f"--jump {deny}",
+                    (mt.Protocol("17"), mt.Ports("dst", str(vxlan_port))),
+                    mt.Jump(deny),
                     (f"{deny.capitalize()} VXLAN encapped packets originating in workloads",),
                 )
             )
         if drop_ipip:
             rules.append(
                 Rule(
-                    "-p 4",
-                    f"--jump {deny}",
+                    (mt.Protocol("4"),),
+                    mt.Jump(deny),
                     (f"{deny.capitalize()} IPinIP encapped packets originating in workloads",),
                 )
             )
@@ -95,17 +93,17 @@ def endpoint_chain(
             continue
         rules.append(Rule(action=set_mark(0, marks.pass_), comment=(f"Start of tier {tier.name}",)))
         for target in (chain for group in groups for chain in group_targets(group)):
-            rules.append(Rule(match_mark(0, marks.pass_), f"--jump {target}"))
+            rules.append(Rule((match_mark(0, marks.pass_),), mt.Jump(target)))
             if kind == "untracked":
-                rules.append(Rule(match_mark(marks.accept), "--jump NOTRACK"))
+                rules.append(Rule((match_mark(marks.accept),), mt.NOTRACK))
             rules.append(
-                Rule(match_mark(marks.accept), "--jump RETURN", ("Return if policy accepted",))
+                Rule((match_mark(marks.accept),), mt.RETURN, ("Return if policy accepted",))
             )
         if tier.default_action != "Pass" and kind in ("normal", "forward"):
             rules.append(
                 Rule(
-                    match_mark(0, marks.pass_),
-                    f"--jump {deny}",
+                    (match_mark(0, marks.pass_),),
+                    mt.Jump(deny),
                     (f"End of tier {tier.name}. {deny.capitalize()} if no policies passed packet",),
                 )
             )
@@ -116,17 +114,13 @@ def endpoint_chain(
             rules.append(
                 Rule(action=set_mark(marks.accept), comment=("Allow forwarded traffic by default",))
             )
-            rules.append(
-                Rule(action="--jump RETURN", comment=("Return for accepted forward traffic",))
-            )
+            rules.append(Rule(action=mt.RETURN, comment=("Return for accepted forward traffic",)))
         return Chain(name, tuple(rules))
     for profile in profiles:
-        rules.append(Rule(action=f"--jump {profile_chain_name(profile, inbound)}"))
-        rules.append(
-            Rule(match_mark(marks.accept), "--jump RETURN", ("Return if profile accepted",))
-        )
+        rules.append(Rule(action=mt.Jump(profile_chain_name(profile, inbound))))
+        rules.append(Rule((match_mark(marks.accept),), mt.RETURN, ("Return if profile accepted",)))
     rules.append(
-        Rule(action=f"--jump {deny}", comment=(f"{deny.capitalize()} if no profiles matched",))
+        Rule(action=mt.Jump(deny), comment=(f"{deny.capitalize()} if no profiles matched",))
     )
     return Chain(name, tuple(rules))
 
@@ -145,7 +139,7 @@ def dispatch_chains(
 ) -> list[Chain]:
     """A one-level tree by interface-name prefix: the root sends ``<prefix+char>+`` groups to a
     child chain that sends each interface to its chain (always --goto)."""
-    option = "--out-interface" if outbound else "--in-interface"
+    direction: mt.Direction = "out" if outbound else "in"
     names = sorted(targets)
     if not names:
         return [Chain(root, tuple(end))]
@@ -159,11 +153,13 @@ def dispatch_chains(
     for key in sorted(bins):
         members = bins[key]
         if len(members) == 1:
-            root_rules.append(Rule(f"{option} {members[0]}", f"--goto {targets[members[0]]}"))
+            root_rules.append(
+                Rule((mt.Interface(direction, members[0]),), mt.Goto(targets[members[0]]))
+            )
             continue
         child = f"{root}-{key[len(common) :]}"
-        root_rules.append(Rule(f"{option} {key}+", f"--goto {child}"))
-        rules = [Rule(f"{option} {n}", f"--goto {targets[n]}") for n in members]
+        root_rules.append(Rule((mt.Interface(direction, f"{key}+"),), mt.Goto(child)))
+        rules = [Rule((mt.Interface(direction, n),), mt.Goto(targets[n])) for n in members]
         children.append(Chain(child, (*rules, *end)))
     return [Chain(root, (*root_rules, *end)), *children]
 
@@ -224,7 +220,7 @@ def workload_chains(
         to_workload[interface] = tw
         from_workload[interface] = fw
     filter_chains += endpoint_chains
-    unknown = [Rule(action=f"--jump {settings.deny}", comment=("Unknown interface",))]
+    unknown = [Rule(action=mt.Jump(settings.deny), comment=("Unknown interface",))]
     filter_chains += dispatch_chains(
         "cali-from-wl-dispatch", from_workload, outbound=False, end=unknown
     )

@@ -20,9 +20,11 @@ from functools import cached_property
 import attrs
 
 from pyfelix import messages as m
+from pyfelix_dataplane.rules import matches as mt
 from pyfelix_dataplane.rules.marks import MarkBits
+from pyfelix_dataplane.rules.matches import match_mark
 from pyfelix_dataplane.rules.model import Chain, Rule
-from pyfelix_dataplane.rules.policy import match_mark, policy_chain_name
+from pyfelix_dataplane.rules.policy import policy_chain_name
 
 #: iptables' chain name limit less the prefix.
 MAX_UID_LENGTH = 28 - len("cali-gi-")
@@ -115,10 +117,10 @@ def group_chain(group: PolicyGroup, marks: MarkBits) -> Chain:
     for index, policy in enumerate(group.policies):
         if index and index % RETURN_STRIDE == 0:
             rules.append(
-                Rule(f"-m mark ! --mark 0/{verdict:#x}", "--jump RETURN", ("Return on verdict",))
+                Rule((mt.Mark(0, verdict, negate=True),), mt.RETURN, ("Return on verdict",))
             )
-        match = "" if index % RETURN_STRIDE == 0 else match_mark(0, verdict)
-        rules.append(Rule(match, f"--jump {policy_chain_name(policy, group.inbound)}"))
+        match: mt.Match = () if index % RETURN_STRIDE == 0 else (match_mark(0, verdict),)
+        rules.append(Rule(match, mt.Jump(policy_chain_name(policy, group.inbound))))
     return Chain(group.chain_name, tuple(rules))
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from pyfelix import messages as m
+from pyfelix_dataplane.rules import matches as mt
 from pyfelix_dataplane.rules.endpoints import (
     ANY_INTERFACE,
     dispatch_chains,
@@ -53,14 +54,14 @@ def host_endpoint_chains(
             # from the host to a local workload.
             end = tuple(
                 Rule(
-                    f"--out-interface {prefix}+",
-                    "--jump RETURN",
+                    (mt.Interface("out", f"{prefix}+"),),
+                    mt.RETURN,
                     ("Skip egress WHEP policy for traffic to local workload",),
                 )
                 for prefix in settings.interface_prefixes
             )
         if default:
-            end += (Rule(action=f"--goto {default}"),)
+            end += (Rule(action=mt.Goto(default)),)
         chains.extend(dispatch_chains(root, targets, outbound=outbound, end=end))
     return {"filter": filter_chains, "raw": raw_chains, "mangle": mangle_chains}
 

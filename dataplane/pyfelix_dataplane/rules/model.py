@@ -1,6 +1,7 @@
 """Chains and rules as data, and their iptables-restore text.
 
-A rule is a match string plus an action; its comment (``cali:<hash>``) chains the hash of the
+A rule is its typed criteria and action (matches.py), spelled here for iptables as Felix
+spells them, long options in Felix's order; its comment (``cali:<hash>``) chains the hash of the
 previous rule in the same chain with this rule's text, as Felix does, so a rule's id changes when
 anything before it changes, and the Linux driver can tell which chains differ from the kernel's.
 """
@@ -12,8 +13,11 @@ import binascii
 import functools
 import hashlib
 from collections.abc import Iterable, Sequence
+from typing import assert_never
 
 import attrs
+
+from pyfelix_dataplane.rules import matches as mt
 
 MAX_CHAIN_NAME = 28
 RULE_HASH_LENGTH = 16
@@ -57,16 +61,91 @@ def rule_body(match: str, action: str, comment: Iterable[str]) -> str:
     return " ".join(parts)
 
 
-@attrs.frozen
+def _bits(value: int, mask: int) -> str:
+    return f"{value:#x}/{mask:#x}" if value else f"0/{mask:#x}"
+
+
+def _not(negate: bool) -> str:
+    return "! " if negate else ""
+
+
+def criterion_text(c: mt.Criterion) -> str:
+    """One criterion as iptables is given it."""
+    match c:
+        case mt.Protocol(name, negate):
+            return f"{_not(negate)}-p {name}"
+        case mt.Net(end, cidr, negate):
+            return f"{_not(negate)}--{'source' if end == 'src' else 'destination'} {cidr}"
+        case mt.InSet(name, flags, negate):
+            return f"-m set {_not(negate)}--match-set {name} {flags}"
+        case mt.Ports(end, ports, negate):
+            which = "--source-ports" if end == "src" else "--destination-ports"
+            return f"-m multiport {_not(negate)}{which} {ports}"
+        case mt.Port(end, port):
+            return f"--{'sport' if end == 'src' else 'dport'} {port}"
+        case mt.Interface(direction, name, negate):
+            return f"{_not(negate)}--{direction}-interface {name}"
+        case mt.Mark(value, mask, negate):
+            return f"-m mark {_not(negate)}--mark {_bits(value, mask)}"
+        case mt.ConnState(states, negate):
+            return f"-m conntrack {_not(negate)}--ctstate {states}"
+        case mt.AddrType(end, kind, negate, limit_iface_out):
+            limit = " --limit-iface-out" if limit_iface_out else ""
+            return f"-m addrtype {_not(negate)}--{end}-type {kind}{limit}"
+        case mt.Icmp(version, icmp_type, code, negate):
+            module, option = ("icmp", "--icmp-type") if version == 4 else ("icmp6", "--icmpv6-type")
+            detail = f"/{code}" if code is not None else ""
+            return f"-m {module} {_not(negate)}{option} {icmp_type}{detail}"
+        case mt.Limit(rate, burst):
+            return f"-m limit --limit {rate}" + (f" --limit-burst {burst}" if burst else "")
+        case mt.ReversePath(invert):
+            return f"-m rpfilter {'--invert ' if invert else ''}--validmark"
+        case _:
+            assert_never(c)
+
+
+def match_text(match: mt.Match) -> str:
+    return " ".join(criterion_text(c) for c in match)
+
+
+def action_text(action: mt.Action | None) -> str:
+    """The action as iptables is given it (``--jump``/``--goto`` and the target's options)."""
+    match action:
+        case None:
+            return ""
+        case mt.Jump(target):
+            return f"--jump {target}"
+        case mt.Goto(target):
+            return f"--goto {target}"
+        case mt.SetMark(value, mask):
+            return f"--jump MARK --set-mark {_bits(value, mask)}"
+        case mt.Masquerade(to_ports, random_fully):
+            ports = f" --to-ports {to_ports}" if to_ports else ""
+            return f"--jump MASQUERADE{ports}{' --random-fully' if random_fully else ''}"
+        case mt.Snat(to, random_fully):
+            return f"--jump SNAT --to-source {to}{' --random-fully' if random_fully else ''}"
+        case mt.Dnat(to):
+            return f"--jump DNAT --to-destination {to}"
+        case mt.Log(prefix, level):
+            return f'--jump LOG --log-prefix "{prefix}" --log-level {level}'
+        case _:
+            assert_never(action)
+
+
+@attrs.frozen(cache_hash=True)
 class Rule:
-    match: str = ""
-    action: str = ""
+    """A rule of a chain: all of ``match`` must hold for ``action``; the comments follow its
+    id on its line."""
+
+    match: mt.Match = ()
+    action: mt.Action | None = None
     comment: tuple[str, ...] = ()
 
     @functools.cached_property
     def body(self) -> str:
-        """Its text (rule_body); once per rule value, as both its id and its line need it."""
-        return rule_body(self.match, self.action, self.comment)
+        """Its iptables text (rule_body); once per rule value, as both its id and its line
+        need it."""
+        return rule_body(match_text(self.match), action_text(self.action), self.comment)
 
 
 @attrs.frozen

@@ -10,7 +10,9 @@ and the rules iptables keeps at the end of kernel chains. IP sets are sets of th
 (``cali40s:x`` is ``cali40s-x``; networks are interval sets, named ports concatenations),
 and the workload dispatch is a verdict map keyed by interface name instead of a chain of
 interface matches. Each rule is ``<match> counter <verdict>`` with ``comment "cali:<id>;
-..."``, its id chained as the iptables mode chains them, over the nft text.
+..."``, its id chained as the iptables mode chains them, over the nft text. The rules come to
+this module as typed criteria and actions (matches.py), the same values the iptables mode
+spells; nothing here reads iptables text.
 
 An nft interval set refuses overlapping elements, so a member inside a wider member of the
 same set is left out (the wider one matches it anyway), as Felix's IP set member index
@@ -22,8 +24,9 @@ Felix writes an anonymous set into each rule (``tcp dport { 80, 443 }``). The ke
 each anonymous set by scanning every set of the table, so loading N of them costs O(N^2)
 (1,000 rules 0.19 s, 4,000 rules 2.3 s: bench/RESULTS.md); the packets matched are the same.
 
-The translation covers the match and target vocabulary pyfelix's rules use; anything else is
-an ``NftUnsupported`` error naming the rule, caught by the tests that render every cluster.
+Every criterion and action has its case here (the type checker holds the unions closed); an
+``NftUnsupported`` error can only mean an IP set type or kernel target without an nft spelling,
+caught by the tests that render every cluster.
 """
 
 from __future__ import annotations
@@ -32,12 +35,13 @@ import functools
 import ipaddress
 import itertools
 import re
-import shlex
 from collections.abc import Iterable, Mapping, Sequence
+from typing import assert_never
 
 import attrs
 
 from pyfelix.errors import PyfelixError
+from pyfelix_dataplane.rules import matches as mt
 from pyfelix_dataplane.rules.model import Chain, Rule, rule_body, rule_ids
 from pyfelix_dataplane.rules.render import HOOKS, TABLES, ip_versions, kernel_ipsets, render_chains
 from pyfelix_dataplane.rules.settings import Settings
@@ -226,7 +230,7 @@ def nft_chains(
     for layer, kernel_chain, chain_type, hook, priority in BASE_CHAINS:
         name = layer_name(layer, kernel_chain)
         jumps = [
-            Rule(action=f"--jump {ours}") for hooked, ours in HOOKS[layer] if hooked == kernel_chain
+            Rule(action=mt.Jump(ours)) for hooked, ours in HOOKS[layer] if hooked == kernel_chain
         ]
         kept = [
             rule
@@ -262,11 +266,10 @@ def _dispatch_entries(chain: Chain, layer: str) -> dict[str, str]:
     """The interface -> goto entries of one chain of the iptables dispatch tree."""
     entries = {}
     for rule in chain.rules:
-        tokens = _tokens(rule.match)
-        if len(tokens) == 2 and not tokens[1].endswith("+") and rule.action.startswith("--goto "):
-            target = rule.action.split()[1]
-            if not _dispatch_base(target):
-                entries[tokens[1]] = f"goto {layer_name(layer, target)}"
+        match rule.match, rule.action:
+            case (mt.Interface(name=name),), mt.Goto(target) if not name.endswith("+"):
+                if not _dispatch_base(target):
+                    entries[name] = f"goto {layer_name(layer, target)}"
     return entries
 
 
@@ -316,32 +319,24 @@ def _uncovered(members: Iterable[str]) -> list[str]:
     return [str(n) if n.prefixlen != n.max_prefixlen else str(n.network_address) for n in kept]
 
 
-#: Matches whose nft spelling names the IP version (``ip saddr``, ``ip6 daddr @set``).
-_VERSIONED = re.compile(r"(?:^|\s)(?:--source|-s|--destination|-d|--match-set)(?:\s|$)")
-
-
 def translate(rule: Rule, layer: str, version: int) -> NftRule:
-    """One iptables-mode rule as nft text: ``<match> counter <verdict>``; once per rule
-    value (every workload's chains repeat most of their rules), and once for both IP
-    versions where nothing in it names one (most rules: in the benchmark 7,470 of 8,470)."""
-    return _translate(rule, layer, version if _VERSIONED.search(rule.match) else 0)
+    """One rule as nft text: ``<match> counter <verdict>``; once per rule value (every
+    workload's chains repeat most of their rules), and once for both IP versions where
+    nothing in it names one (most rules: in the benchmark 7,470 of 8,470)."""
+    versioned = any(isinstance(c, (mt.Net, mt.InSet)) for c in rule.match)
+    return _translate(rule, layer, version if versioned else 0)
 
 
 @functools.lru_cache(maxsize=65536)
 def _translate(rule: Rule, layer: str, version: int) -> NftRule:
     try:
-        match = _match(_tokens(rule.match), version)
-        action = _action(_tokens(rule.action), layer, version) if rule.action else ""
-    except (NftUnsupported, IndexError, ValueError) as exc:
-        raise NftUnsupported(f"{rule.match} {rule.action}: {exc}") from exc
-    parts = [*match, *(("counter", action) if action else ())]
+        parts = _match(rule.match, version)
+        if rule.action is not None:
+            parts += ["counter", _action(rule.action, layer)]
+    except NftUnsupported as exc:
+        raise NftUnsupported(f"{rule.body}: {exc}") from exc
     # As Felix: a rule of only a comment is a "continue" (nft keeps no empty rule).
     return NftRule(" ".join(parts) or "continue", rule.comment)
-
-
-def _tokens(text: str) -> list[str]:
-    """The words of a match or target; shlex only where something is quoted."""
-    return shlex.split(text) if '"' in text or "'" in text else text.split()
 
 
 def _ports(spec: str) -> str:
@@ -383,118 +378,100 @@ def port_sets(chains: Mapping[str, NftChain]) -> dict[str, NftSet]:
     return found
 
 
-def _match(tokens: list[str], version: int) -> list[str]:
+def _match(match: mt.Match, version: int) -> list[str]:
+    """The criteria in nft's words; a port match takes its protocol from the criteria before
+    it, as iptables' does."""
     ip = "ip" if version == 4 else "ip6"
     out: list[str] = []
     protocol = ""
-    negate = False
-    index = 0
-
-    def take() -> str:
-        nonlocal index
-        index += 1
-        return tokens[index]
-
-    while index < len(tokens):
-        token = tokens[index]
-        op = "!= " if negate else ""
-        negate = False
-        if token == "!":
-            negate = True
-        elif token == "-m":
-            take()  # the module: its options follow
-        elif token in ("-p", "--protocol"):
-            protocol = take().lower()
-            out.append(f"meta l4proto {op}{_PROTOCOLS.get(protocol, protocol)}")
-        elif token in ("--source", "-s", "--destination", "-d"):
-            direction = "saddr" if token in ("--source", "-s") else "daddr"
-            out.append(f"{ip} {direction} {op}{take()}")
-        elif token in ("--in-interface", "-i", "--out-interface", "-o"):
-            which = "iifname" if token in ("--in-interface", "-i") else "oifname"
-            out.append(f'{which} {op}"{take().replace("+", "*")}"')
-        elif token == "--mark":
-            value, _, mask = take().partition("/")
-            mask = mask or "0xffffffff"
-            out.append(f"meta mark & {int(mask, 0):#x} {'!=' if op else '=='} {int(value, 0):#x}")
-        elif token == "--ctstate":
-            states = take().lower()
-            # iptables' DNAT and SNAT "states" are nft's conntrack status bits.
-            kind = "status" if states in ("dnat", "snat") else "state"
-            out.append(f"ct {kind} {op}{states}")
-        elif token == "--match-set":
-            name, flags = set_name(take()), take()
-            if flags == "src":
-                out.append(f"{ip} saddr {op}@{name}")
-            elif flags == "dst":
-                out.append(f"{ip} daddr {op}@{name}")
-            elif flags in ("dst,dst", "src,src"):
-                end, port = ("daddr", "dport") if flags == "dst,dst" else ("saddr", "sport")
-                out.append(f"{ip} {end} . meta l4proto . th {port} {op}@{name}")
-            else:
-                raise NftUnsupported(f"set flags {flags}")
-        elif token in ("--destination-ports", "--dports", "--dport", "--destination-port"):
-            out.append(f"{_PORT_PROTOCOLS.get(protocol, 'th')} dport {op}{_ports(take())}")
-        elif token in ("--source-ports", "--sports", "--sport", "--source-port"):
-            out.append(f"{_PORT_PROTOCOLS.get(protocol, 'th')} sport {op}{_ports(take())}")
-        elif token in ("--src-type", "--dst-type"):
-            kind = take().lower()
-            end = "saddr" if token == "--src-type" else "daddr"
-            if index + 1 < len(tokens) and tokens[index + 1] == "--limit-iface-out":
-                index += 1
-                out.append(f"fib {end} . oif type {op}{kind}")
-            else:
-                out.append(f"fib {end} type {op}{kind}")
-        elif token == "--invert":
-            negate = True
-        elif token == "--validmark":
-            # rpfilter: no route back out of the interface the packet came in on.
-            out.append("fib saddr . mark . iif oif " + ("0" if op else "!= 0"))
-        elif token in ("--icmp-type", "--icmpv6-type"):
-            name = "icmp" if token == "--icmp-type" else "icmpv6"
-            kind, _, code = take().partition("/")
-            out.append(f"{name} type {op}{kind}" + (f" {name} code {code}" if code else ""))
-        elif token == "--limit":
-            rate, _, unit = take().partition("/")
-            out.append(f"limit rate {rate}/{_RATE_UNITS.get(unit[:1], unit)}")
-        elif token == "--limit-burst":
-            out[-1] += f" burst {take()} packets"
-        else:
-            raise NftUnsupported(f"match {token}")
-        index += 1
+    for c in match:
+        match c:
+            case mt.Protocol(name, negate):
+                protocol = name.lower()
+                out.append(f"meta l4proto {_op(negate)}{_PROTOCOLS.get(protocol, protocol)}")
+            case mt.Net(end, cidr, negate):
+                out.append(f"{ip} {end[0]}addr {_op(negate)}{cidr}")
+            case mt.InSet(name, flags, negate):
+                out.append(_set_match(ip, set_name(name), flags, _op(negate)))
+            case mt.Ports(end, ports, negate):
+                which = _PORT_PROTOCOLS.get(protocol, "th")
+                out.append(f"{which} {end[0]}port {_op(negate)}{_ports(ports)}")
+            case mt.Port(end, port):
+                out.append(f"{_PORT_PROTOCOLS.get(protocol, 'th')} {end[0]}port {port}")
+            case mt.Interface(direction, name, negate):
+                which = "iifname" if direction == "in" else "oifname"
+                out.append(f'{which} {_op(negate)}"{name.replace("+", "*")}"')
+            case mt.Mark(value, mask, negate):
+                out.append(f"meta mark & {mask:#x} {'!=' if negate else '=='} {value:#x}")
+            case mt.ConnState(states, negate):
+                states = states.lower()
+                # iptables' DNAT and SNAT "states" are nft's conntrack status bits.
+                kind = "status" if states in ("dnat", "snat") else "state"
+                out.append(f"ct {kind} {_op(negate)}{states}")
+            case mt.AddrType(end, kind, negate, limit_iface_out):
+                oif = " . oif" if limit_iface_out else ""
+                out.append(f"fib {end[0]}addr{oif} type {_op(negate)}{kind.lower()}")
+            case mt.Icmp(icmp_version, icmp_type, code, negate):
+                name = "icmp" if icmp_version == 4 else "icmpv6"
+                detail = f" {name} code {code}" if code is not None else ""
+                out.append(f"{name} type {_op(negate)}{icmp_type}{detail}")
+            case mt.Limit(rate, burst):
+                number, _, unit = rate.partition("/")
+                text = f"limit rate {number}/{_RATE_UNITS.get(unit[:1], unit)}"
+                out.append(text + (f" burst {burst} packets" if burst else ""))
+            case mt.ReversePath(invert):
+                # No route back out of the interface the packet came in on.
+                out.append("fib saddr . mark . iif oif " + ("0" if invert else "!= 0"))
+            case _:
+                assert_never(c)
     return out
 
 
-def _action(tokens: list[str], layer: str, version: int) -> str:
-    verb, target, options = tokens[0], tokens[1], tokens[2:]
-    values = {options[i]: options[i + 1] for i in range(0, len(options) - 1)}
-    flags = set(options)
-    if verb not in ("--jump", "-j", "--goto", "-g"):
-        raise NftUnsupported(f"action {verb}")
-    simple = {"ACCEPT": "accept", "DROP": "drop", "RETURN": "return", "NOTRACK": "notrack"}
-    if target in simple:
-        return simple[target]
-    if target == "REJECT":
-        return "reject"
-    if target == "MARK":
-        value, _, mask = values["--set-mark"].partition("/")
-        bits, keep = int(value, 0), int(mask or "0xffffffff", 0)
-        if bits == keep:
-            return f"meta mark set mark or {bits:#x}"
-        if bits == 0:
-            return f"meta mark set mark & {~keep & 0xFFFFFFFF:#x}"
-        return f"meta mark set mark & {~keep & 0xFFFFFFFF:#x} ^ {bits:#x}"
-    random = " fully-random" if "--random-fully" in flags else ""
-    if target == "MASQUERADE":
-        ports = f" to :{values['--to-ports']}" if "--to-ports" in values else ""
-        return f"masquerade{ports}{random}"
-    if target == "SNAT":
-        return f"snat to {values['--to-source']}{random}"
-    if target == "DNAT":
-        return f"dnat to {values['--to-destination']}"
-    if target == "LOG":
-        level = _LOG_LEVELS[int(values.get("--log-level", "6"))]
-        return f'log prefix "{values.get("--log-prefix", "")}" level {level}'
-    if target.isupper():
-        raise NftUnsupported(f"target {target}")
-    verdict = "goto" if verb in ("--goto", "-g") else "jump"
-    return f"{verdict} {layer_name(layer, target)}"
+def _op(negate: bool) -> str:
+    return "!= " if negate else ""
+
+
+def _set_match(ip: str, name: str, flags: str, op: str) -> str:
+    if flags == "src":
+        return f"{ip} saddr {op}@{name}"
+    if flags == "dst":
+        return f"{ip} daddr {op}@{name}"
+    if flags in ("dst,dst", "src,src"):
+        end, port = ("daddr", "dport") if flags == "dst,dst" else ("saddr", "sport")
+        return f"{ip} {end} . meta l4proto . th {port} {op}@{name}"
+    raise NftUnsupported(f"set flags {flags}")
+
+
+#: The kernel's verdicts that nft spells as words.
+_VERDICTS = {"ACCEPT": "accept", "DROP": "drop", "RETURN": "return", "NOTRACK": "notrack"}
+
+
+def _action(action: mt.Action, layer: str) -> str:
+    match action:
+        case mt.Jump(target) | mt.Goto(target) if target in _VERDICTS:
+            return _VERDICTS[target]
+        case mt.Jump("REJECT"):
+            return "reject"
+        case mt.Jump(target) | mt.Goto(target) if target.isupper():
+            raise NftUnsupported(f"target {target}")
+        case mt.Jump(target):
+            return f"jump {layer_name(layer, target)}"
+        case mt.Goto(target):
+            return f"goto {layer_name(layer, target)}"
+        case mt.SetMark(bits, keep):
+            if bits == keep:
+                return f"meta mark set mark or {bits:#x}"
+            if bits == 0:
+                return f"meta mark set mark & {~keep & 0xFFFFFFFF:#x}"
+            return f"meta mark set mark & {~keep & 0xFFFFFFFF:#x} ^ {bits:#x}"
+        case mt.Masquerade(to_ports, random_fully):
+            ports = f" to :{to_ports}" if to_ports else ""
+            return f"masquerade{ports}{' fully-random' if random_fully else ''}"
+        case mt.Snat(to, random_fully):
+            return f"snat to {to}{' fully-random' if random_fully else ''}"
+        case mt.Dnat(to):
+            return f"dnat to {to}"
+        case mt.Log(prefix, level):
+            return f'log prefix "{prefix}" level {_LOG_LEVELS[level]}'
+        case _:
+            assert_never(action)

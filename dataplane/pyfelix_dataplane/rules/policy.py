@@ -18,8 +18,10 @@ import attrs
 
 from pyfelix import messages as m
 from pyfelix.values import Port
+from pyfelix_dataplane.rules import matches as mt
 from pyfelix_dataplane.rules.ipsets import ipset_name
 from pyfelix_dataplane.rules.marks import MarkBits
+from pyfelix_dataplane.rules.matches import match_mark, set_mark
 from pyfelix_dataplane.rules.model import Chain, Rule, length_limited
 
 MAX_MULTIPORT_SLOTS = 15
@@ -48,18 +50,6 @@ def policy_chain_name(policy: m.PolicyID, inbound: bool) -> str:
 
 def profile_chain_name(profile: str, inbound: bool) -> str:
     return length_limited("cali-pri-" if inbound else "cali-pro-", profile)
-
-
-def _mark(value: int, mask: int) -> str:
-    return f"{value:#x}/{mask:#x}" if value else f"0/{mask:#x}"
-
-
-def set_mark(bits: int, mask: int | None = None) -> str:
-    return f"--jump MARK --set-mark {_mark(bits, bits if mask is None else mask)}"
-
-
-def match_mark(bits: int, mask: int | None = None) -> str:
-    return f"-m mark --mark {_mark(bits, bits if mask is None else mask)}"
 
 
 def split_ports(ports: Sequence[Port]) -> list[str]:
@@ -153,70 +143,70 @@ def _render_rule(parsed: m.ParsedRule, ctx: RuleContext) -> list[Rule]:
     src_numeric = split_ports([p for p in rule.src_ports if not p.is_named])
     dst_numeric = split_ports([p for p in rule.dst_ports if not p.is_named])
 
-    positive: list[str] = []
+    positive: list[mt.Criterion] = []
     if protocol:
-        positive.append(f"-p {protocol}")
-    blocks: list[list[str]] = []
+        positive.append(mt.Protocol(protocol))
+    # Each block is an OR of its alternatives; each alternative is criteria ANDed.
+    blocks: list[list[mt.Match]] = []
+
+    def port_alternative(option: mt.Criterion) -> mt.Match:
+        return (mt.Protocol(protocol), option) if protocol else (option,)
+
     if len(nets["src_nets"]) == 1:
-        positive.append(f"--source {nets['src_nets'][0]}")
+        positive.append(mt.Net("src", nets["src_nets"][0]))
     elif nets["src_nets"]:
-        blocks.append([f"--source {c}" for c in nets["src_nets"]])
-    positive.extend(f"-m set --match-set {n} src" for n in _set_names(src_sel_sets, version))
-    src_port_options = [f"-m multiport --source-ports {p}" for p in src_numeric] + [
-        f"-m set --match-set {n} src,src" for n in _set_names(src_named, version)
-    ]
+        blocks.append([(mt.Net("src", c),) for c in nets["src_nets"]])
+    positive.extend(mt.InSet(n, "src") for n in _set_names(src_sel_sets, version))
+    src_port_options: list[mt.Criterion] = [mt.Ports("src", p) for p in src_numeric]
+    src_port_options += [mt.InSet(n, "src,src") for n in _set_names(src_named, version)]
     if len(src_port_options) == 1:
         positive.append(src_port_options[0])
     elif src_port_options:
-        blocks.append([f"-p {protocol} {o}" if protocol else o for o in src_port_options])
+        blocks.append([port_alternative(o) for o in src_port_options])
     if len(nets["dst_nets"]) == 1:
-        positive.append(f"--destination {nets['dst_nets'][0]}")
+        positive.append(mt.Net("dst", nets["dst_nets"][0]))
     elif nets["dst_nets"]:
-        blocks.append([f"--destination {c}" for c in nets["dst_nets"]])
-    positive.extend(f"-m set --match-set {n} dst" for n in _set_names(dst_sel_sets, version))
+        blocks.append([(mt.Net("dst", c),) for c in nets["dst_nets"]])
+    positive.extend(mt.InSet(n, "dst") for n in _set_names(dst_sel_sets, version))
     if sets.dst_service:
-        positive.append(f"-m set --match-set {ipset_name(sets.dst_service, version)} dst,dst")
+        positive.append(mt.InSet(ipset_name(sets.dst_service, version), "dst,dst"))
     if sets.src_service:
-        positive.append(f"-m set --match-set {ipset_name(sets.src_service, version)} src")
-    dst_port_options = [f"-m multiport --destination-ports {p}" for p in dst_numeric] + [
-        f"-m set --match-set {n} dst,dst" for n in _set_names(dst_named, version)
-    ]
+        positive.append(mt.InSet(ipset_name(sets.src_service, version), "src"))
+    dst_port_options: list[mt.Criterion] = [mt.Ports("dst", p) for p in dst_numeric]
+    dst_port_options += [mt.InSet(n, "dst,dst") for n in _set_names(dst_named, version)]
     if len(dst_port_options) == 1:
         positive.append(dst_port_options[0])
     elif dst_port_options:
-        blocks.append([f"-p {protocol} {o}" if protocol else o for o in dst_port_options])
-    icmp = "icmp" if version == 4 else "icmp6"
-    icmp_option = "--icmp-type" if version == 4 else "--icmpv6-type"
+        blocks.append([port_alternative(o) for o in dst_port_options])
     if rule.icmp_type is not None:
-        code = f"/{rule.icmp_code}" if rule.icmp_code is not None else ""
-        positive.append(f"-m {icmp} {icmp_option} {rule.icmp_type}{code}")
+        positive.append(mt.Icmp(version, rule.icmp_type, rule.icmp_code))
 
-    negative: list[str] = []
+    negative: list[mt.Criterion] = []
     if rule.not_protocol is not None:
-        negative.append(f"! -p {rule.not_protocol}")
-    not_blocks: list[str] = []
-    for side, positive_side, option in (
-        ("not_src_nets", "src_nets", "--source"),
-        ("not_dst_nets", "dst_nets", "--destination"),
-    ):
+        negative.append(mt.Protocol(str(rule.not_protocol), negate=True))
+    not_blocks: list[mt.Criterion] = []
+    sides: tuple[tuple[str, str, mt.End], ...] = (
+        ("not_src_nets", "src_nets", "src"),
+        ("not_dst_nets", "dst_nets", "dst"),
+    )
+    for side, positive_side, end in sides:
         # iptables takes one -s/-d per rule: a negated CIDR shares it only when alone.
         if len(nets[side]) == 1 and not nets[positive_side]:
-            negative.append(f"! {option} {nets[side][0]}")
+            negative.append(mt.Net(end, nets[side][0], negate=True))
         else:
-            not_blocks.extend(f"{option} {c}" for c in nets[side])
+            not_blocks.extend(mt.Net(end, c) for c in nets[side])
     for name in _set_names(sets.not_src, version):
-        negative.append(f"-m set ! --match-set {name} src")
+        negative.append(mt.InSet(name, "src", negate=True))
     for split in split_ports([p for p in rule.not_src_ports if not p.is_named]):
-        negative.append(f"-m multiport ! --source-ports {split}")
+        negative.append(mt.Ports("src", split, negate=True))
     for split in split_ports([p for p in rule.not_dst_ports if not p.is_named]):
-        negative.append(f"-m multiport ! --destination-ports {split}")
+        negative.append(mt.Ports("dst", split, negate=True))
     for name in _set_names(sets.not_dst, version):
-        negative.append(f"-m set ! --match-set {name} dst")
+        negative.append(mt.InSet(name, "dst", negate=True))
     not_dst_named = _set_names(sets.not_dst_named_ports, version)
-    negative.extend(f"-m set ! --match-set {n} dst,dst" for n in not_dst_named)
+    negative.extend(mt.InSet(n, "dst,dst", negate=True) for n in not_dst_named)
     if rule.not_icmp_type is not None:
-        code = f"/{rule.not_icmp_code}" if rule.not_icmp_code is not None else ""
-        negative.append(f"-m {icmp} ! {icmp_option} {rule.not_icmp_type}{code}")
+        negative.append(mt.Icmp(version, rule.not_icmp_type, rule.not_icmp_code, negate=True))
 
     out: list[Rule] = []
     if blocks or not_blocks:
@@ -229,25 +219,24 @@ def _render_rule(parsed: m.ParsedRule, ctx: RuleContext) -> list[Rule]:
                 continue
             out.append(Rule(action=set_mark(0, this_block)))
             out.extend(Rule(m_, set_mark(this_block)) for m_ in block)
-            out.append(Rule(match_mark(0, this_block), set_mark(0, all_blocks)))
-        out.extend(Rule(m_, set_mark(0, all_blocks)) for m_ in not_blocks)
+            out.append(Rule((match_mark(0, this_block),), set_mark(0, all_blocks)))
+        out.extend(Rule((m_,), set_mark(0, all_blocks)) for m_ in not_blocks)
         positive.append(match_mark(all_blocks))
-    match = " ".join(positive + negative)
+    match = (*positive, *negative)
     action = rule.action
     if action == "allow":
         out.append(Rule(match, set_mark(marks.accept)))
-        out.append(Rule(match_mark(marks.accept), "--jump RETURN"))
+        out.append(Rule((match_mark(marks.accept),), mt.RETURN))
     elif action == "next-tier":
         out.append(Rule(match, set_mark(marks.pass_)))
-        out.append(Rule(match_mark(marks.pass_), "--jump RETURN"))
+        out.append(Rule((match_mark(marks.pass_),), mt.RETURN))
     elif action == "deny":
         out.append(Rule(match, set_mark(marks.drop)))
-        out.append(Rule(match_mark(marks.drop), f"--jump {ctx.deny}"))
+        out.append(Rule((match_mark(marks.drop),), mt.Jump(ctx.deny)))
     elif action == "log":
         if ctx.log_rate:
-            burst = f" --limit-burst {ctx.log_burst}" if ctx.log_burst else ""
-            match = f"-m limit --limit {ctx.log_rate}{burst} {match}".rstrip()
-        out.append(Rule(match, f'--jump LOG --log-prefix "{ctx.log_prefix}: " --log-level 5'))
+            match = (mt.Limit(ctx.log_rate, ctx.log_burst), *match)
+        out.append(Rule(match, mt.Log(f"{ctx.log_prefix}: ", 5)))
     return out
 
 
@@ -259,7 +248,7 @@ def rules_chain(
     out: list[Rule] = []
     for rule in rules:
         out.extend(render_rule(rule, ctx))
-    if out and out[-1].action == "--jump RETURN":
+    if out and out[-1].action == mt.RETURN:
         out.pop()
     if not out:
         return Chain(name, (Rule(comment=(description,)),))

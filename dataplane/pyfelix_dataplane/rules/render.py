@@ -15,6 +15,7 @@ import attrs
 
 from pyfelix.config import FelixConfig
 from pyfelix_dataplane.rules import ipsets as ipset_rendering
+from pyfelix_dataplane.rules import matches as mt
 from pyfelix_dataplane.rules import static
 from pyfelix_dataplane.rules.endpoints import workload_chains
 from pyfelix_dataplane.rules.groups import selectors_of
@@ -49,7 +50,7 @@ def _hooks(table: str, settings: Settings) -> list[str]:
     kept at their end."""
     lines = []
     for kernel_chain, ours in reversed(HOOKS[table]):
-        hook = Chain(kernel_chain, (Rule(action=f"--jump {ours}"),))
+        hook = Chain(kernel_chain, (Rule(action=mt.Jump(ours)),))
         (line,) = hook.lines()
         lines.append(line.replace("-A ", "-I ", 1))
     for appended in static.kernel_appends(settings).get(table, ()):

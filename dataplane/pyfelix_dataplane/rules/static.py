@@ -9,10 +9,11 @@ from collections.abc import Iterable, Mapping
 
 from pyfelix.config import ProtoPort
 from pyfelix_dataplane.rules import ipsets as ipset_rendering
+from pyfelix_dataplane.rules import matches as mt
 from pyfelix_dataplane.rules.ipsets import ALL_HOSTS, ALL_POOLS, MASQ_POOLS, VXLAN_HOSTS
 from pyfelix_dataplane.rules.marks import wireguard_mark
+from pyfelix_dataplane.rules.matches import match_mark, set_mark
 from pyfelix_dataplane.rules.model import Chain, Rule
-from pyfelix_dataplane.rules.policy import match_mark, set_mark
 from pyfelix_dataplane.rules.settings import Settings
 from pyfelix_dataplane.state import NodeState
 
@@ -29,14 +30,15 @@ def failsafe(
     as source ports, since raw runs before conntrack and a reply must not fall through to an
     untracked policy (Felix's failsafeInChain/failsafeOutChain)."""
     rules = []
-    for entries, ports_option in ((ports, "--destination-ports"), (replies, "--source-ports")):
+    ends: tuple[tuple[Iterable[ProtoPort], mt.End], ...] = ((ports, "dst"), (replies, "src"))
+    for entries, end in ends:
         for entry in entries:
             if entry.net and (":" in entry.net) != (version == 6):
                 continue
-            match = f"-p {entry.protocol} -m multiport {ports_option} {entry.port}"
+            match: mt.Match = (mt.Protocol(entry.protocol), mt.Ports(end, str(entry.port)))
             if entry.net:
-                match += f" {'--source' if inbound else '--destination'} {entry.net}"
-            rules.append(Rule(match, "--jump ACCEPT"))
+                match += (mt.Net("src" if inbound else "dst", entry.net),)
+            rules.append(Rule(match, mt.ACCEPT))
     return Chain(name, tuple(rules))
 
 
@@ -75,13 +77,13 @@ def kernel_appends(settings: Settings) -> dict[str, tuple[Chain, ...]]:
     accept = settings.marks.accept
     forward = (
         Rule(
-            match_mark(accept), f"--jump {settings.allow}", ("Policy explicitly accepted packet.",)
+            (match_mark(accept),), mt.Jump(settings.allow), ("Policy explicitly accepted packet.",)
         ),
         Rule(action=set_mark(accept, accept)),
     )
     return {
         "filter": (Chain("FORWARD", forward),),
-        "nat": (Chain("POSTROUTING", (Rule(action="--jump cali-POSTROUTING"),)),),
+        "nat": (Chain("POSTROUTING", (Rule(action=mt.Jump("cali-POSTROUTING")),)),),
     }
 
 
@@ -100,13 +102,13 @@ def filter_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain
         hosts = ipset_rendering.ipset_name(ALL_HOSTS, version)
         input_rules += [
             Rule(
-                f"-p 4 -m set --match-set {hosts} src -m addrtype --dst-type LOCAL",
-                f"--jump {settings.allow}",
+                (mt.Protocol("4"), mt.InSet(hosts, "src"), mt.AddrType("dst", "LOCAL")),
+                mt.Jump(settings.allow),
                 ("Allow IPIP packets from Calico hosts",),
             ),
             Rule(
-                "-p 4",
-                f"--jump {settings.deny}",
+                (mt.Protocol("4"),),
+                mt.Jump(settings.deny),
                 (f"{settings.deny} IPIP packets from non-Calico hosts",),
             ),
         ]
@@ -114,17 +116,23 @@ def filter_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain
         hosts = ipset_rendering.ipset_name(VXLAN_HOSTS, version)
         input_rules += [
             Rule(
-                f"-p 17 -m multiport --destination-ports {settings.vxlan_port}"
-                f" -m set --match-set {hosts} src"
-                " -m addrtype --dst-type LOCAL",
-                f"--jump {settings.allow}",
+                (
+                    mt.Protocol("17"),
+                    mt.Ports("dst", str(settings.vxlan_port)),
+                    mt.InSet(hosts, "src"),
+                    mt.AddrType("dst", "LOCAL"),
+                ),
+                mt.Jump(settings.allow),
                 (f"Allow IPv{version} VXLAN packets from allowed hosts",),
             ),
             Rule(
-                f"-p 17 -m multiport --destination-ports {settings.vxlan_port}"
-                " -m addrtype --dst-type LOCAL",
+                (
+                    mt.Protocol("17"),
+                    mt.Ports("dst", str(settings.vxlan_port)),
+                    mt.AddrType("dst", "LOCAL"),
+                ),
                 # As Felix: IPv4's is always a drop, IPv6's the configured deny action.
-                "--jump DROP" if version == 4 else f"--jump {settings.deny}",
+                mt.DROP if version == 4 else mt.Jump(settings.deny),
                 (
                     "Drop IPv4 VXLAN packets from non-allowed hosts"
                     if version == 4
@@ -137,19 +145,22 @@ def filter_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain
         port = _wireguard_port(dp, version)
         input_rules.append(
             Rule(
-                f"-p 17 -m multiport --destination-ports {port} -m addrtype --dst-type LOCAL",
-                f"--jump {settings.allow}",
+                (mt.Protocol("17"), mt.Ports("dst", str(port)), mt.AddrType("dst", "LOCAL")),
+                mt.Jump(settings.allow),
                 (f"Allow incoming IPv{version} Wireguard packets",),
             )
         )
     input_rules += [
-        *(Rule(f"--in-interface {wildcard}", "--goto cali-wl-to-host") for wildcard in wildcards),
-        Rule(match_mark(marks.accept), f"--jump {settings.allow}"),
+        *(
+            Rule((mt.Interface("in", wildcard),), mt.Goto("cali-wl-to-host"))
+            for wildcard in wildcards
+        ),
+        Rule((match_mark(marks.accept),), mt.Jump(settings.allow)),
         Rule(action=set_mark(0, all_calico)),
-        Rule(action="--jump cali-from-host-endpoint"),
+        Rule(action=mt.Jump("cali-from-host-endpoint")),
         Rule(
-            match_mark(marks.accept),
-            f"--jump {settings.allow}",
+            (match_mark(marks.accept),),
+            mt.Jump(settings.allow),
             ("Host endpoint policy accepted packet.",),
         ),
     ]
@@ -158,17 +169,17 @@ def filter_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain
             "cali-FORWARD",
             (
                 Rule(action=set_mark(0, all_calico & ~marks.accept)),
-                Rule(match_mark(0, marks.accept), "--jump cali-from-hep-forward"),
+                Rule((match_mark(0, marks.accept),), mt.Jump("cali-from-hep-forward")),
                 *(
                     rule
                     for wildcard in wildcards
                     for rule in (
-                        Rule(f"--in-interface {wildcard}", "--jump cali-from-wl-dispatch"),
-                        Rule(f"--out-interface {wildcard}", "--jump cali-to-wl-dispatch"),
+                        Rule((mt.Interface("in", wildcard),), mt.Jump("cali-from-wl-dispatch")),
+                        Rule((mt.Interface("out", wildcard),), mt.Jump("cali-to-wl-dispatch")),
                     )
                 ),
-                Rule(action="--jump cali-to-hep-forward"),
-                Rule(action="--jump cali-cidr-block"),
+                Rule(action=mt.Jump("cali-to-hep-forward")),
+                Rule(action=mt.Jump("cali-cidr-block")),
             ),
         ),
         cidr_block_chain(dp, settings, version),
@@ -181,15 +192,15 @@ def filter_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain
                 # advertisements), whatever its policy.
                 *(
                     Rule(
-                        f"-p ipv6-icmp -m icmp6 --icmpv6-type {icmp_type}",
-                        f"--jump {settings.allow}",
+                        (mt.Protocol("ipv6-icmp"), mt.Icmp(6, icmp_type)),
+                        mt.Jump(settings.allow),
                     )
                     for icmp_type in ((130, 131, 132, 133, 135, 136) if version == 6 else ())
                 ),
                 *openstack_to_host(settings, version),
-                Rule(action="--jump cali-from-wl-dispatch"),
+                Rule(action=mt.Jump("cali-from-wl-dispatch")),
                 Rule(
-                    action=f"--jump {settings.endpoint_to_host_action}",
+                    action=mt.Jump(settings.endpoint_to_host_action),
                     comment=("Configured DefaultEndpointToHostAction",),
                 ),
             ),
@@ -197,14 +208,14 @@ def filter_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain
         Chain(
             "cali-OUTPUT",
             (
-                Rule(match_mark(marks.accept), f"--jump {settings.allow}"),
-                *(Rule(f"--out-interface {wildcard}", "--jump RETURN") for wildcard in wildcards),
+                Rule((match_mark(marks.accept),), mt.Jump(settings.allow)),
+                *(Rule((mt.Interface("out", wildcard),), mt.RETURN) for wildcard in wildcards),
                 *output_tunnel_allows(dp, settings, version),
                 Rule(action=set_mark(0, all_calico)),
-                Rule("-m conntrack ! --ctstate DNAT", "--jump cali-to-host-endpoint"),
+                Rule((mt.ConnState("DNAT", negate=True),), mt.Jump("cali-to-host-endpoint")),
                 Rule(
-                    match_mark(marks.accept),
-                    f"--jump {settings.allow}",
+                    (match_mark(marks.accept),),
+                    mt.Jump(settings.allow),
                     ("Host endpoint policy accepted packet.",),
                 ),
             ),
@@ -222,8 +233,8 @@ def output_tunnel_allows(dp: NodeState, settings: Settings, version: int) -> lis
         hosts = ipset_rendering.ipset_name(ALL_HOSTS, version)
         rules.append(
             Rule(
-                f"-p 4 -m set --match-set {hosts} dst -m addrtype --src-type LOCAL",
-                f"--jump {settings.allow}",
+                (mt.Protocol("4"), mt.InSet(hosts, "dst"), mt.AddrType("src", "LOCAL")),
+                mt.Jump(settings.allow),
                 ("Allow IPIP packets to other Calico hosts",),
             )
         )
@@ -231,9 +242,13 @@ def output_tunnel_allows(dp: NodeState, settings: Settings, version: int) -> lis
         hosts = ipset_rendering.ipset_name(VXLAN_HOSTS, version)
         rules.append(
             Rule(
-                f"-p 17 -m multiport --destination-ports {settings.vxlan_port}"
-                f" -m addrtype --src-type LOCAL -m set --match-set {hosts} dst",
-                f"--jump {settings.allow}",
+                (
+                    mt.Protocol("17"),
+                    mt.Ports("dst", str(settings.vxlan_port)),
+                    mt.AddrType("src", "LOCAL"),
+                    mt.InSet(hosts, "dst"),
+                ),
+                mt.Jump(settings.allow),
                 (f"Allow IPv{version} VXLAN packets to other allowed hosts",),
             )
         )
@@ -241,8 +256,8 @@ def output_tunnel_allows(dp: NodeState, settings: Settings, version: int) -> lis
         port = _wireguard_port(dp, version)
         rules.append(
             Rule(
-                f"-p 17 -m multiport --destination-ports {port} -m addrtype --src-type LOCAL",
-                f"--jump {settings.allow}",
+                (mt.Protocol("17"), mt.Ports("dst", str(port)), mt.AddrType("src", "LOCAL")),
+                mt.Jump(settings.allow),
                 (f"Allow outgoing IPv{version} Wireguard packets",),
             )
         )
@@ -259,7 +274,7 @@ def cidr_block_chain(dp: NodeState, settings: Settings, version: int) -> Chain:
     )
     action = settings.service_loop_action
     rules = tuple(
-        Rule(f"--destination {cidr}", f"--jump {action}")
+        Rule((mt.Net("dst", cidr),), mt.Jump(action))
         for cidr in cidrs
         if action and (":" in cidr) == (version == 6)
     )
@@ -277,13 +292,13 @@ def raw_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain]:
             if (":" in prefix_net) == (version == 6):
                 rpf_skip.append(
                     Rule(
-                        f"--in-interface {update.endpoint.name} --source {prefix_net}",
-                        "--jump ACCEPT",
+                        (mt.Interface("in", update.endpoint.name), mt.Net("src", prefix_net)),
+                        mt.ACCEPT,
                     )
                 )
     # VXLAN uses different source ports each way: tracking would leave unreplied flows.
     untracked_vxlan = (
-        [Rule(f"-p udp --dport {settings.vxlan_port}", "--jump NOTRACK")]
+        [Rule((mt.Protocol("udp"), mt.Port("dst", settings.vxlan_port)), mt.NOTRACK)]
         if _vxlan(dp, version)
         else []
     )
@@ -294,7 +309,7 @@ def raw_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain]:
         (config.wireguard_enabled and config.wireguard_interface_name)
         or (config.wireguard_enabled_v6 and config.wireguard_interface_name_v6)
     )
-    incoming_mark = [Rule(action="--jump cali-wireguard-incoming-mark")] if encrypt_hosts else []
+    incoming_mark = [Rule(action=mt.Jump("cali-wireguard-incoming-mark"))] if encrypt_hosts else []
     return [
         Chain(
             "cali-PREROUTING",
@@ -303,15 +318,13 @@ def raw_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain]:
                 *incoming_mark,
                 *untracked_vxlan,
                 *(
-                    Rule(f"--in-interface {wildcard}", set_mark(marks.scratch0))
+                    Rule((mt.Interface("in", wildcard),), set_mark(marks.scratch0))
                     for wildcard in wildcards
                 ),
-                Rule(match_mark(marks.scratch0), "--jump cali-rpf-skip"),
-                Rule(
-                    f"{match_mark(marks.scratch0)} -m rpfilter --invert --validmark", "--jump DROP"
-                ),
-                Rule(match_mark(0, marks.scratch0), "--jump cali-from-host-endpoint"),
-                Rule(match_mark(marks.accept), "--jump ACCEPT"),
+                Rule((match_mark(marks.scratch0),), mt.Jump("cali-rpf-skip")),
+                Rule((match_mark(marks.scratch0), mt.ReversePath()), mt.DROP),
+                Rule((match_mark(0, marks.scratch0),), mt.Jump("cali-from-host-endpoint")),
+                Rule((match_mark(marks.accept),), mt.ACCEPT),
             ),
         ),
         Chain("cali-rpf-skip", tuple(rpf_skip)),
@@ -320,9 +333,9 @@ def raw_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain]:
             "cali-OUTPUT",
             (
                 Rule(action=set_mark(0, all_calico)),
-                Rule(action="--jump cali-to-host-endpoint"),
+                Rule(action=mt.Jump("cali-to-host-endpoint")),
                 *untracked_vxlan,
-                Rule(match_mark(marks.accept), "--jump ACCEPT"),
+                Rule((match_mark(marks.accept),), mt.ACCEPT),
             ),
         ),
         failsafe("cali-failsafe-in", settings.failsafe_in, True, version, settings.failsafe_out),
@@ -340,7 +353,7 @@ def wireguard_incoming_mark_chain(dp: NodeState, settings: Settings) -> Chain:
     return Chain(
         "cali-wireguard-incoming-mark",
         (
-            *(Rule(f"--in-interface {name}", "--jump RETURN") for name in skipped),
+            *(Rule((mt.Interface("in", name),), mt.RETURN) for name in skipped),
             Rule(action=set_mark(mark)),
         ),
     )
@@ -355,12 +368,12 @@ def mangle_chains(settings: Settings, version: int) -> list[Chain]:
     all_calico = marks.accept | marks.pass_ | marks.scratch0 | marks.scratch1
     postrouting = (
         # Forwarded traffic (filter FORWARD marked it) gets no normal host endpoint policy.
-        Rule(match_mark(marks.accept), "--jump RETURN"),
+        Rule((match_mark(marks.accept),), mt.RETURN),
         Rule(action=set_mark(0, all_calico)),
-        Rule("-m conntrack --ctstate DNAT", "--jump cali-to-host-endpoint"),
+        Rule((mt.ConnState("DNAT"),), mt.Jump("cali-to-host-endpoint")),
         Rule(
-            match_mark(marks.accept),
-            "--jump RETURN",
+            (match_mark(marks.accept),),
+            mt.RETURN,
             ("Host endpoint policy accepted packet.",),
         ),
     )
@@ -368,12 +381,12 @@ def mangle_chains(settings: Settings, version: int) -> list[Chain]:
         Chain(
             "cali-PREROUTING",
             (
-                Rule("-m conntrack --ctstate RELATED,ESTABLISHED", f"--jump {allow}"),
-                Rule(match_mark(marks.accept), f"--jump {allow}"),
-                Rule(action="--jump cali-from-host-endpoint"),
+                Rule((mt.ConnState("RELATED,ESTABLISHED"),), mt.Jump(allow)),
+                Rule((match_mark(marks.accept),), mt.Jump(allow)),
+                Rule(action=mt.Jump("cali-from-host-endpoint")),
                 Rule(
-                    match_mark(marks.accept),
-                    f"--jump {allow}",
+                    (match_mark(marks.accept),),
+                    mt.Jump(allow),
                     ("Host endpoint policy accepted packet.",),
                 ),
             ),
@@ -395,13 +408,12 @@ def masq_port_range_excluding(port: int) -> str:
     return f"{port + 1}-{high}"
 
 
-def _masquerade(settings: Settings, to_ports: str = "") -> str:
-    ports = f" --to-ports {to_ports}" if to_ports else ""
-    return f"--jump MASQUERADE{ports}{' --random-fully' if settings.masq_random_fully else ''}"
+def _masquerade(settings: Settings, to_ports: str = "") -> mt.Masquerade:
+    return mt.Masquerade(to_ports, settings.masq_random_fully)
 
 
-def _snat(settings: Settings, to: str) -> str:
-    return f"--jump SNAT --to-source {to}{' --random-fully' if settings.snat_random_fully else ''}"
+def _snat(settings: Settings, to: str) -> mt.Snat:
+    return mt.Snat(to, settings.snat_random_fully)
 
 
 def nat_outgoing_rules(settings: Settings, version: int, active: bool) -> list[Rule]:
@@ -412,15 +424,15 @@ def nat_outgoing_rules(settings: Settings, version: int, active: bool) -> list[R
         return []
     pools = ipset_rendering.ipset_name(MASQ_POOLS, version)
     every = ipset_rendering.ipset_name(ALL_POOLS, version)
-    base = f"-m set --match-set {pools} src -m set ! --match-set {every} dst"
+    base: mt.Match = (mt.InSet(pools, "src"), mt.InSet(every, "dst", negate=True))
     if settings.nat_exclude_hosts:
-        base += f" -m set ! --match-set {ipset_rendering.ipset_name(ALL_HOSTS, version)} dst"
+        base += (mt.InSet(ipset_rendering.ipset_name(ALL_HOSTS, version), "dst", negate=True),)
 
-    def match(protocol: str) -> str:
-        text = f"{base} -p {protocol}" if protocol else base
+    def match(protocol: str) -> mt.Match:
+        criteria = (*base, mt.Protocol(protocol)) if protocol else base
         if settings.nat_interface_filter:
-            text += f" --out-interface {settings.nat_interface_filter}"
-        return text
+            criteria += (mt.Interface("out", settings.nat_interface_filter),)
+        return criteria
 
     address = settings.nat_outgoing_address
     default = _snat(settings, address) if address else _masquerade(settings)
@@ -433,9 +445,9 @@ def nat_outgoing_rules(settings: Settings, version: int, active: bool) -> list[R
     )
     return [
         Rule(match("tcp"), ranged),
-        Rule(match("tcp"), "--jump RETURN"),
+        Rule(match("tcp"), mt.RETURN),
         Rule(match("udp"), ranged),
-        Rule(match("udp"), "--jump RETURN"),
+        Rule(match("udp"), mt.RETURN),
         Rule(match(""), default),
     ]
 
@@ -458,16 +470,17 @@ def nat_chains(
     if _wireguard(dp, version) and _wireguard_device(dp, version):
         tunnels.append(_wireguard_device(dp, version))
     to_ports = masq_port_range_excluding(settings.vxlan_port) if _vxlan(dp, version) else ""
-    postrouting = [Rule(action="--jump cali-fip-snat"), Rule(action="--jump cali-nat-outgoing")]
+    postrouting = [Rule(action=mt.Jump("cali-fip-snat")), Rule(action=mt.Jump("cali-nat-outgoing"))]
     for tunnel in tunnels:
-        local = (
-            f"--out-interface {tunnel} -m addrtype ! --src-type LOCAL --limit-iface-out"
-            " -m addrtype --src-type LOCAL"
+        local: mt.Match = (
+            mt.Interface("out", tunnel),
+            mt.AddrType("src", "LOCAL", negate=True, limit_iface_out=True),
+            mt.AddrType("src", "LOCAL"),
         )
         if to_ports:
-            postrouting.append(Rule(f"-p 17 {local}", _masquerade(settings, to_ports)))
+            postrouting.append(Rule((mt.Protocol("17"), *local), _masquerade(settings, to_ports)))
         postrouting.append(Rule(local, _masquerade(settings)))
-    dnat = (Rule(action="--jump cali-fip-dnat"),)
+    dnat = (Rule(action=mt.Jump("cali-fip-dnat")),)
     return [
         Chain("cali-PREROUTING", dnat + openstack_metadata_dnat(settings, version)),
         Chain("cali-OUTPUT", dnat),
@@ -482,17 +495,17 @@ def openstack_to_host(settings: Settings, version: int) -> tuple[Rule, ...]:
     policy: the metadata service (IPv4), DHCP and DNS."""
     if not settings.openstack:
         return ()
-    allow = f"--jump {settings.allow}"
+    allow = mt.Jump(settings.allow)
     rules = []
     if version == 4 and settings.metadata:
         address, port = settings.metadata
         rules.append(
-            Rule(f"-p tcp -m multiport --destination-ports {port} --destination {address}", allow)
+            Rule((mt.Protocol("tcp"), mt.Ports("dst", str(port)), mt.Net("dst", address)), allow)
         )
     client, server = (68, 67) if version == 4 else (546, 547)
-    ports = f"-m multiport --source-ports {client} -m multiport --destination-ports {server}"
-    rules.append(Rule(f"-p udp {ports}", allow))
-    rules.append(Rule("-p udp -m multiport --destination-ports 53", allow))
+    ports = (mt.Ports("src", str(client)), mt.Ports("dst", str(server)))
+    rules.append(Rule((mt.Protocol("udp"), *ports), allow))
+    rules.append(Rule((mt.Protocol("udp"), mt.Ports("dst", "53")), allow))
     return tuple(rules)
 
 
@@ -501,8 +514,8 @@ def openstack_metadata_dnat(settings: Settings, version: int) -> tuple[Rule, ...
     if not (settings.openstack and settings.metadata and version == 4):
         return ()
     address, port = settings.metadata
-    match = "-p tcp -m multiport --destination-ports 80 --destination 169.254.169.254/32"
-    return (Rule(match, f"--jump DNAT --to-destination {address}:{port}"),)
+    match = (mt.Protocol("tcp"), mt.Ports("dst", "80"), mt.Net("dst", "169.254.169.254/32"))
+    return (Rule(match, mt.Dnat(f"{address}:{port}")),)
 
 
 def floating_ip_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain]:
@@ -527,15 +540,12 @@ def floating_ip_chains(dp: NodeState, settings: Settings, version: int) -> list[
     return [
         Chain(
             "cali-fip-dnat",
-            tuple(
-                Rule(f"--destination {ext}", f"--jump DNAT --to-destination {dnats[ext]}")
-                for ext in sorted(dnats)
-            ),
+            tuple(Rule((mt.Net("dst", ext),), mt.Dnat(dnats[ext])) for ext in sorted(dnats)),
         ),
         Chain(
             "cali-fip-snat",
             tuple(
-                Rule(f"--destination {inner} --source {inner}", _snat(settings, snats[inner]))
+                Rule((mt.Net("dst", inner), mt.Net("src", inner)), _snat(settings, snats[inner]))
                 for inner in sorted(snats)
             ),
         ),
