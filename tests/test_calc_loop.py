@@ -4,13 +4,16 @@ and counters."""
 from __future__ import annotations
 
 import gc
+import re
+from pathlib import Path
 
 import trio
 import trio.testing
 
 from pyfelix import messages as m
-from pyfelix.calc.async_loop import BUCKET_SIZE, FLUSH_INTERVAL, STARTUP_GC_PAUSE, CalcLoop
+from pyfelix.calc.async_loop import BUCKET_SIZE, FLUSH_INTERVAL, CalcLoop
 from pyfelix.calc.decoupler import Decoupler
+from pyfelix.collection import STARTUP_PAUSE
 from pyfelix.syncer.api import SyncStatus
 from pyfelix.syncer.processors import Converter
 from pyfelix.throttle import LeakyBucket
@@ -98,7 +101,7 @@ async def test_storm_is_rate_limited(autojump_clock: trio.testing.MockClock) -> 
 async def test_collector_is_paused_only_while_the_snapshot_loads(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    """The cyclic collector is off from start to InSync, back on after STARTUP_GC_PAUSE if
+    """The cyclic collector is off from start to InSync, back on after STARTUP_PAUSE if
     InSync is late, and never left off when the loop stops."""
     for in_sync in (True, False):
         decoupler = Decoupler()
@@ -112,7 +115,7 @@ async def test_collector_is_paused_only_while_the_snapshot_loads(
                 await trio.sleep(0.1)
                 assert gc.isenabled()
             else:
-                await trio.sleep(STARTUP_GC_PAUSE - 1)
+                await trio.sleep(STARTUP_PAUSE - 1)
                 assert not gc.isenabled()
                 await trio.sleep(2)
                 assert gc.isenabled()
@@ -123,3 +126,18 @@ async def test_collector_is_paused_only_while_the_snapshot_loads(
         await nursery.start(loop.run)
         nursery.cancel_scope.cancel()
     assert gc.isenabled()
+
+
+def test_the_collector_is_switched_in_one_module() -> None:
+    """Only pyfelix.collection turns the cyclic collector off, on or freezes the heap; every
+    other module names the moment it is at."""
+    root = Path(__file__).resolve().parent.parent
+    switch = re.compile(r"\bgc\.(disable|enable|freeze|unfreeze|collect)\(")
+    found = [
+        str(path.relative_to(root))
+        for package in ("src", "dataplane")
+        for path in sorted((root / package).rglob("*.py"))
+        if switch.search(path.read_text()) and path.name != "collection.py"
+    ]
+    assert found == []
+    assert switch.search((root / "src" / "pyfelix" / "collection.py").read_text())

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import logging
 import os
 import socket
@@ -14,7 +13,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from pyfelix import __version__
+from pyfelix import __version__, collection
 from pyfelix.attrs_cache import CACHE
 from pyfelix.datastore import KUBERNETES_SCHEME, is_etcd, is_kubernetes
 from pyfelix.datastore.prefetch import ListingPrefetch
@@ -404,9 +403,9 @@ def _run_agent(
     cache: ParseCache | None = None,
 ) -> int:
     # The cyclic collector is paused from here, not only from the calc loop's start (which
-    # resumes it at InSync, or after STARTUP_GC_PAUSE): the imports and the agent's set-up
+    # resumes it at InSync, or after its start-up pause): the imports and the agent's set-up
     # build only long-lived objects, and collecting them cost 20-30 ms of every start.
-    gc.disable()
+    collection.pause_while_loading()
     import trio
 
     from pyfelix.agent import AgentOptions, run_agent
@@ -674,11 +673,11 @@ ONE_SHOT = frozenset({cmd_validate, cmd_dry_run})
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.handler in ONE_SHOT:
-        gc.disable()
+        collection.pause_while_loading()
     try:
         return int(args.handler(args))
     finally:
-        gc.enable()
+        collection.resume()
 
 
 def console() -> None:
@@ -688,7 +687,7 @@ def console() -> None:
     args = build_parser().parse_args()
     if args.handler not in ONE_SHOT:
         sys.exit(int(args.handler(args)))
-    gc.disable()
+    collection.pause_while_loading()
     code = int(args.handler(args))
     CACHE.save()  # what atexit would have done: attrs' methods compiled here, if any
     sys.stdout.flush()

@@ -12,7 +12,6 @@ new WireGuard public key to the key updater.
 
 from __future__ import annotations
 
-import gc
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol
@@ -20,6 +19,7 @@ from typing import Protocol
 import attrs
 import trio
 
+from pyfelix import collection
 from pyfelix import messages as m
 from pyfelix.config import FelixConfig
 from pyfelix.config.support import NO_EFFECT, no_effect, unsafe
@@ -122,7 +122,7 @@ class DataplaneConnector:
                     # The first apply's state (chains, rules, sets) is as long-lived as the
                     # snapshot the calculation graph froze at InSync: out of the collector's
                     # reach too, or every full collection walks it again (7-20 ms pauses).
-                    gc.freeze()
+                    collection.keep_heap_as_long_lived()
                 self.dataplane_in_sync = True
                 if self.status_files is not None:
                     self.status_files.in_sync()

@@ -11,7 +11,6 @@ stuck loop does not), ready once the datastore is in sync.
 
 from __future__ import annotations
 
-import gc
 import logging
 import time
 from collections import Counter
@@ -19,6 +18,7 @@ from collections import Counter
 import attrs
 import trio
 
+from pyfelix import collection
 from pyfelix import messages as m
 from pyfelix.calc.decoupler import Decoupler
 from pyfelix.calc.graph import CalcGraph, GraphSettings
@@ -33,12 +33,11 @@ log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL = 0.010
 BUCKET_SIZE = 10
-STARTUP_GC_PAUSE = 60.0
 
 
-async def _enable_gc_after(seconds: float) -> None:
-    await trio.sleep(seconds)
-    gc.enable()
+async def _resume_collection_late() -> None:
+    await trio.sleep(collection.STARTUP_PAUSE)
+    collection.resume()
 
 
 @attrs.define(eq=False)
@@ -103,11 +102,11 @@ class CalcLoop:
         # Loading the snapshot creates a large heap of long-lived objects, and the cyclic
         # collector, triggered by allocations, walked it again and again (over half of the
         # time to InSync for 10k endpoints). It is paused until InSync, when the snapshot is
-        # frozen; or until STARTUP_GC_PAUSE if InSync is late.
-        gc.disable()
+        # frozen; or until the start-up pause ends if InSync is late.
+        collection.pause_while_loading()
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_enable_gc_after, STARTUP_GC_PAUSE)
+                nursery.start_soon(_resume_collection_late)
                 task_status.started()
                 while True:
                     self._report_health()
@@ -122,7 +121,7 @@ class CalcLoop:
                         self._apply(delivery)
                     await self._flush()
         finally:
-            gc.enable()
+            collection.resume()
 
     async def _flush(self) -> None:
         self.pipeline.flush()
@@ -136,8 +135,7 @@ class CalcLoop:
             # collections do not walk it again and again (they stall every update otherwise).
             # No collection first: it took 80 ms of the start at 10k endpoints to find a few
             # dozen objects of garbage, which stay frozen.
-            gc.freeze()
-            gc.enable()
+            collection.settle_after_in_sync()
         messages = tuple(self._pending)
         self._pending.clear()
         if messages:

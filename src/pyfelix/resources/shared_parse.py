@@ -13,7 +13,6 @@ files on through ``pyfelix.validation.loading``.)
 
 from __future__ import annotations
 
-import gc
 import logging
 import marshal
 import mmap
@@ -25,6 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from pyfelix import collection
 from pyfelix.resources.containment import contain
 from pyfelix.resources.loader import (
     Digest,
@@ -75,7 +75,7 @@ def fork_worker(work: Callable[[BinaryIO], object]) -> tuple[int, BinaryIO] | No
     if pid == 0:
         # What a worker makes is dropped as it is written, and trees hold no cycles; a full
         # collection would walk the whole heap the child inherited (20 ms of a first read).
-        gc.disable()
+        collection.pause_while_loading()
         contain()  # a native crash here is this worker's, which the parent survives
         status = 1
         try:
