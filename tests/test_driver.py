@@ -33,7 +33,7 @@ from tests.driver_harness import (
     with_config,
 )
 from tests.fake_kernel import FakeNode, fake_kernel
-from tests.test_render_rules import ipip_cluster
+from tests.rules_harness import ipip_cluster
 
 
 async def test_first_apply_programs_sets_before_the_tables_that_use_them(
