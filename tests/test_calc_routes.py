@@ -1,142 +1,43 @@
-"""State tables for the calculators, in the style of Felix's states_for_test.go: each case is a
-set of inputs and the output the calculator must hold after them, and every case is replayed
-in several orders (the output may not depend on the order the datastore delivered things in).
-
-Each calculator writes to a recorder implementing its output interface (calc/outputs.py), so
-the tables state the content, not only that two runs agree."""
+"""State tables for the route and VTEP calculators (calc/routes.py, calc/vxlan.py), in the
+style of Felix's states_for_test.go; every case is replayed in several orders."""
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import attrs
 import pytest
 
 from pyfelix import messages as m
 from pyfelix import model
-from pyfelix.calc.active_rules import DENY_ALL, ActiveRulesCalculator
 from pyfelix.calc.config_batcher import startup_config
 from pyfelix.calc.dispatcher import Dispatcher
-from pyfelix.calc.encapsulation import EncapsulationResolver
-from pyfelix.calc.passthru import DataplanePassthru
-from pyfelix.calc.policy_resolver import PolicyResolver, policy_id
-from pyfelix.calc.profile_decoder import ProfileDecoder
 from pyfelix.calc.routes import L3RouteResolver
 from pyfelix.calc.vxlan import VXLANResolver, derived_vtep_mac
 from pyfelix.resources import FelixConfiguration
-from pyfelix.syncer.api import SyncStatus, Update
-from pyfelix.values import FrozenMap
+from pyfelix.syncer.api import Update
+from tests.calc_harness import NODE_B_IP, VXLAN_POOL, Recorder, config, local, orders, pool, wep
 
-
-@attrs.define
-class Recorder:
-    """Every output interface, kept as the current state the dataplane would hold."""
-
-    routes: dict[str, m.RouteUpdate] = attrs.Factory(dict)
-    endpoints: dict[Any, Any] = attrs.Factory(dict)
-    passthru: dict[tuple[str, Any], Any] = attrs.Factory(dict)
-    namespaces: dict[Any, Any] = attrs.Factory(dict)
-    encapsulation: m.Encapsulation | None = None
-
-    def on_route_update(self, update: m.RouteUpdate) -> None:
-        self.routes[update.dst] = update
-
-    def on_route_remove(self, dst: str) -> None:
-        del self.routes[dst]
-
-    def on_endpoint_update(self, update: Any) -> None:
-        self.endpoints[update.id] = update
-
-    def on_endpoint_remove(self, key: Any) -> None:
-        del self.endpoints[key]
-
-    def on_encapsulation(self, encapsulation: m.Encapsulation) -> None:
-        self.encapsulation = encapsulation
-
-    def on_host_metadata_update(self, update: m.HostMetadataUpdate) -> None:
-        address = update.ipv4_addr
-        self.passthru[("host", update.hostname)] = (
-            f"{address} {update.ipv6_addr}" if update.ipv6_addr else address
-        )
-
-    def on_host_metadata_remove(self, hostname: str) -> None:
-        self.passthru.pop(("host", hostname))
-
-    def on_pool_update(self, update: m.IPAMPoolUpdate) -> None:
-        self.passthru[("pool", update.id)] = update.pool.masquerade
-
-    def on_pool_remove(self, cidr: str) -> None:
-        self.passthru.pop(("pool", cidr))
-
-    def on_wireguard_update(self, update: m.WireguardEndpointUpdate) -> None:
-        self.passthru[("wireguard", update.hostname)] = update.public_key
-
-    def on_wireguard_remove(self, hostname: str) -> None:
-        self.passthru.pop(("wireguard", hostname), None)
-
-    def on_service_update(self, update: m.ServiceUpdate) -> None:
-        self.passthru[("service", f"{update.namespace}/{update.name}")] = update.cluster_ips
-
-    def on_service_remove(self, namespace: str, name: str) -> None:
-        self.passthru.pop(("service", f"{namespace}/{name}"))
-
-    def on_global_bgp_config(self, update: m.GlobalBGPConfigUpdate) -> None:
-        self.passthru[("bgp", "default")] = update
-
-    def on_namespace_update(self, update: m.NamespaceUpdate) -> None:
-        self.namespaces[update.id] = dict(update.labels)
-
-    def on_namespace_remove(self, namespace: str) -> None:
-        del self.namespaces[namespace]
-
-    def on_service_account_update(self, update: m.ServiceAccountUpdate) -> None:
-        self.namespaces[update.id] = dict(update.labels)
-
-    def on_service_account_remove(self, account: m.ServiceAccountID) -> None:
-        del self.namespaces[account]
-
-
-def orders(updates: Sequence[Update]) -> list[list[Update]]:
-    """The updates as given, reversed, and a few other permutations (at most six in all)."""
-    found = [list(updates), list(reversed(updates))]
-    for permutation in itertools.islice(itertools.permutations(updates), 1, 20, 5):
-        found.append(list(permutation))
-    return found[:6]
-
-
-def wep(name: str, ip: str, labels: dict[str, str] | None = None) -> model.WorkloadEndpoint:
-    return model.WorkloadEndpoint("active", name, "", ("open",), (ip,), (), FrozenMap(labels or {}))
-
-
-def local(workload: str) -> model.WorkloadEndpointKey:
-    return model.WorkloadEndpointKey("node-a", "k8s", f"ns/{workload}", "eth0")
-
-
-def pool(cidr: str, vxlan: str = "", nat: bool = False) -> model.IPPool:
-    return model.IPPool(cidr, "", vxlan, nat, False)
-
-
-def config(value: str) -> model.ConfigValue:
-    return model.ConfigValue(value)
-
-
-# --------------------------------------------------------------------------------- routes
-
-VXLAN_POOL = Update(model.IPPoolKey("10.65.0.0/16"), pool("10.65.0.0/16", "Always", nat=True))
 REMOTE_BLOCK = Update(
     model.BlockKey("10.65.1.0/26"), model.AllocationBlock("10.65.1.0/26", "host:node-b")
 )
+
+
 LOCAL_BLOCK = Update(
     model.BlockKey("10.65.0.0/26"), model.AllocationBlock("10.65.0.0/26", "host:node-a")
 )
-NODE_B_IP = Update(model.HostIPKey("node-b"), config("192.0.2.2"))
+
+
 NODE_B_TUNNEL = Update(model.HostConfigKey("node-b", "IPv4VXLANTunnelAddr"), config("10.65.1.0"))
+
+
 LOCAL_WORKLOAD = Update(local("pod"), wep("calipod", "10.65.0.5/32"))
+
 
 # dst -> (types, destination node, tunnel, nat outgoing, local interface)
 Route = tuple[frozenset[str], str, str, bool, str]
+
+
 ROUTE_STATES: list[tuple[str, list[Update], dict[str, Route]]] = [
     ("nothing", [], {}),
     (
@@ -218,7 +119,11 @@ def allocated(cidr: str, affinity: str, owners: list[str | None]) -> Update:
 
 
 NODE_C_IP = Update(model.HostIPKey("node-c"), config("192.0.2.3"))
+
+
 NODE_C_TUNNEL = Update(model.HostConfigKey("node-c", "IPv4VXLANTunnelAddr"), config("10.65.2.0"))
+
+
 BORROWING_STATES: list[tuple[str, list[Update], dict[str, tuple[frozenset[str], str, bool]]]] = [
     (
         "an address of node-b's block on node-c: its own route to node-c, borrowed",
@@ -325,10 +230,16 @@ def test_cross_subnet_routes_to_nodes_in_our_subnet_go_direct() -> None:
 
 
 V6_POOL = Update(model.IPPoolKey("fd65::/48"), pool("fd65::/48", "Always"))
+
+
 V6_REMOTE_BLOCK = Update(
     model.BlockKey("fd65:0:0:1::/122"), model.AllocationBlock("fd65:0:0:1::/122", "host:node-b")
 )
+
+
 NODE_B_IP6 = Update(model.HostIPv6Key("node-b"), config("fd99::2"))
+
+
 NODE_B_TUNNEL6 = Update(
     model.HostConfigKey("node-b", "IPv6VXLANTunnelAddr"), config("fd65:0:0:1::")
 )
@@ -415,6 +326,8 @@ def test_vteps_have_an_ipv4_half_an_ipv6_half_or_both() -> None:
 IPIP_POOL = Update(
     model.IPPoolKey("10.65.0.0/16"), model.IPPool("10.65.0.0/16", "always", "", True, False)
 )
+
+
 NODE_B_IPIP = Update(model.HostConfigKey("node-b", "IpInIpTunnelAddr"), config("10.65.1.1"))
 
 
@@ -447,263 +360,6 @@ def test_route_resolver_removes_what_goes() -> None:
     assert set(out.routes) == {"10.65.0.0/16", "192.0.2.2/32"}
 
 
-# ------------------------------------------------------------------ active rules + resolver
-
-
-def policy(selector: str, order: float | None = None, tier: str = "default") -> model.Policy:
-    allow = (model.Rule(action="allow"),)
-    return model.Policy("", tier, order, allow, allow, selector, ("ingress", "egress"))
-
-
-def gnp(name: str, tier: str = "default") -> model.PolicyKey:
-    return model.PolicyKey(name, "", "GlobalNetworkPolicy", tier)
-
-
-@attrs.define
-class Rules:
-    """What the active rules calculator says is active."""
-
-    policies: dict[model.PolicyKey, model.Policy] = attrs.Factory(dict)
-    profiles: dict[str, model.ProfileRules] = attrs.Factory(dict)
-
-
-def active_rules_graph() -> tuple[Dispatcher, Dispatcher, Rules, PolicyResolver, Recorder]:
-    rules, out = Rules(), Recorder()
-    resolver = PolicyResolver(out)
-    arc = ActiveRulesCalculator(
-        on_policy_active=rules.policies.__setitem__,
-        on_policy_inactive=rules.policies.__delitem__,
-        on_profile_active=rules.profiles.__setitem__,
-        on_profile_inactive=rules.profiles.__delitem__,
-        on_match_started=resolver.on_match_started,
-        on_match_stopped=resolver.on_match_stopped,
-    )
-    updates, local_updates = Dispatcher(), Dispatcher()
-    resolver.register_with(updates, local_updates)
-    arc.register_with(updates, local_updates)
-    return updates, local_updates, rules, resolver, out
-
-
-TIERED = [
-    Update(model.TierKey("security"), model.Tier(100.0, "Deny")),
-    Update(gnp("security.gate", "security"), policy('app == "web"', 1, "security")),
-    Update(gnp("b-late"), policy('app == "web"', 20)),
-    Update(gnp("a-early"), policy('app == "web"', 10)),
-    Update(gnp("unordered"), policy("all()")),
-    Update(gnp("other-app"), policy('app == "db"', 1)),
-    Update(gnp("zz.last", "zz"), policy("all()", 1, "zz")),
-    Update(
-        model.PolicyKey("staged:x", "", "StagedGlobalNetworkPolicy", "default"), policy("all()")
-    ),
-]
-
-
-def test_active_rules_and_tiers_state() -> None:
-    """Tiers by order (a tier without a resource last), policies by order then name (unset
-    last); a policy no local endpoint matches is not active; staged ones never are; a profile
-    that does not exist is a deny-all stand-in."""
-    web = Update(local("web"), wep("caliweb", "10.65.0.2/32", {"app": "web"}))
-    for order in orders([*TIERED, web]):
-        updates, local_updates, rules, resolver, out = active_rules_graph()
-        for update in order:
-            target = local_updates if isinstance(update.key, model.WorkloadEndpointKey) else updates
-            target.on_update(update)
-        updates.on_status(SyncStatus.IN_SYNC)
-        resolver.flush()
-        assert {k.name for k in rules.policies} == {
-            "security.gate",
-            "b-late",
-            "a-early",
-            "unordered",
-            "zz.last",
-        }
-        assert rules.profiles == {"open": DENY_ALL}
-        (endpoint,) = out.endpoints.values()
-        tiers = [(t.name, [p.name for p in t.ingress_policies]) for t in endpoint.tiers]
-        assert tiers == [
-            ("security", ["security.gate"]),
-            ("default", ["a-early", "b-late", "unordered"]),
-            ("zz", ["zz.last"]),
-        ]
-
-
-def test_nothing_resolved_before_in_sync_and_a_relabel_moves_policies() -> None:
-    updates, local_updates, rules, resolver, out = active_rules_graph()
-    for update in TIERED:
-        updates.on_update(update)
-    local_updates.on_update(Update(local("web"), wep("caliweb", "10.65.0.2/32", {"app": "web"})))
-    resolver.flush()
-    assert out.endpoints == {}
-    updates.on_status(SyncStatus.IN_SYNC)
-    resolver.flush()
-    local_updates.on_update(Update(local("web"), wep("caliweb", "10.65.0.2/32", {"app": "db"})))
-    resolver.flush()
-    assert policy_id(gnp("other-app")) in out.endpoints[local("web")].tiers[0].ingress_policies
-    assert gnp("a-early") not in rules.policies
-
-
-def test_a_policy_changed_or_deleted_after_in_sync_resolves_its_endpoints_again() -> None:
-    """The resolver keeps no policy-to-endpoint index: a known policy's change finds its
-    endpoints among the node's; a new one's come with its matches."""
-    updates, local_updates, _, resolver, out = active_rules_graph()
-    for update in TIERED:
-        updates.on_update(update)
-    local_updates.on_update(Update(local("web"), wep("caliweb", "10.65.0.2/32", {"app": "web"})))
-    updates.on_status(SyncStatus.IN_SYNC)
-    resolver.flush()
-
-    def default_tier() -> list[str]:
-        tiers = out.endpoints[local("web")].tiers
-        return [p.name for t in tiers if t.name == "default" for p in t.ingress_policies]
-
-    assert default_tier() == ["a-early", "b-late", "unordered"]
-    updates.on_update(Update(gnp("b-late"), policy('app == "web"', 5)))
-    resolver.flush()
-    assert default_tier() == ["b-late", "a-early", "unordered"]
-    updates.on_update(Update(gnp("a-early"), None))
-    resolver.flush()
-    assert default_tier() == ["b-late", "unordered"]
-    updates.on_update(Update(gnp("new"), policy('app == "web"', 1)))
-    resolver.flush()
-    assert default_tier() == ["new", "b-late", "unordered"]
-
-
-# ------------------------------------------------------------------ passthru, decoder, encap
-
-
-PASSTHRU_STATES: list[tuple[str, list[Update], dict[tuple[str, Any], Any]]] = [
-    ("host IP", [NODE_B_IP], {("host", "node-b"): "192.0.2.2"}),
-    (
-        "host IPv4 and IPv6 addresses, one message",
-        [NODE_B_IP, Update(model.HostIPv6Key("node-b"), config("fd99::2"))],
-        {("host", "node-b"): "192.0.2.2 fd99::2"},
-    ),
-    (
-        "host IPv6 address alone",
-        [Update(model.HostIPv6Key("node-b"), config("fd99::2"))],
-        {("host", "node-b"): " fd99::2"},
-    ),
-    ("pool", [VXLAN_POOL], {("pool", "10.65.0.0/16"): True}),
-    (
-        "WireGuard key",
-        [Update(model.WireguardKey("node-b"), model.Wireguard("a2V5"))],
-        {("wireguard", "node-b"): "a2V5"},
-    ),
-    ("WireGuard without a key", [Update(model.WireguardKey("node-b"), model.Wireguard(""))], {}),
-]
-
-
-@pytest.mark.parametrize(
-    ("inputs", "expected"), [c[1:] for c in PASSTHRU_STATES], ids=[c[0] for c in PASSTHRU_STATES]
-)
-def test_passthru_states(inputs: list[Update], expected: dict[tuple[str, Any], Any]) -> None:
-    out, updates = Recorder(), Dispatcher()
-    DataplanePassthru(out).register_with(updates)
-    for update in inputs:
-        updates.on_update(update)
-    assert out.passthru == expected
-    for update in inputs:
-        updates.on_update(Update(update.key, None))
-    assert out.passthru == {}
-
-
-def test_profile_decoder_states() -> None:
-    out, updates = Recorder(), Dispatcher()
-    ProfileDecoder(out).register_with(updates)
-    labels = {"pcns.team": "blue", "pcns.projectcalico.org/name": "shop", "other": "x"}
-    updates.on_update(
-        Update(model.ProfileLabelsKey("kns.shop"), model.ProfileLabels(FrozenMap(labels)))
-    )
-    account = {"pcsa.role": "frontend"}
-    updates.on_update(
-        Update(model.ProfileLabelsKey("ksa.shop.web"), model.ProfileLabels(FrozenMap(account)))
-    )
-    updates.on_update(
-        Update(model.ProfileLabelsKey("open"), model.ProfileLabels(FrozenMap({"a": "b"})))
-    )
-    assert out.namespaces == {
-        "shop": {"team": "blue", "projectcalico.org/name": "shop"},
-        m.ServiceAccountID("shop", "web"): {"role": "frontend"},
-    }
-    updates.on_update(Update(model.ProfileLabelsKey("kns.shop"), None))
-    assert list(out.namespaces) == [m.ServiceAccountID("shop", "web")]
-
-
-ENCAP_STATES: list[tuple[str, list[Update], m.Encapsulation]] = [
-    ("no pools", [], m.Encapsulation(False, False)),
-    ("a VXLAN pool", [VXLAN_POOL], m.Encapsulation(False, True)),
-    (
-        "an IPv6 VXLAN pool",
-        [Update(model.IPPoolKey("fd00::/64"), pool("fd00::/64", "Always"))],
-        m.Encapsulation(False, False, True),
-    ),
-    (
-        "an IPIP pool",
-        [
-            Update(
-                model.IPPoolKey("10.66.0.0/16"),
-                model.IPPool("10.66.0.0/16", "Always", "", False, False),
-            )
-        ],
-        m.Encapsulation(True, False),
-    ),
-    (
-        "VXLANEnabled false overrides the pools",
-        [VXLAN_POOL, Update(model.GlobalConfigKey("VXLANEnabled"), config("false"))],
-        m.Encapsulation(False, False),
-    ),
-    (
-        "a disabled pool still counts (its pods keep their tunnel, as in a pool migration)",
-        [
-            Update(
-                model.IPPoolKey("10.67.0.0/16"),
-                model.IPPool("10.67.0.0/16", "", "Always", False, True),
-            )
-        ],
-        m.Encapsulation(False, True),
-    ),
-]
-
-
-@pytest.mark.parametrize(
-    ("inputs", "expected"), [c[1:] for c in ENCAP_STATES], ids=[c[0] for c in ENCAP_STATES]
-)
-def test_encapsulation_states(inputs: list[Update], expected: m.Encapsulation) -> None:
-    for order in orders(inputs):
-        out, updates = Recorder(), Dispatcher()
-        EncapsulationResolver(out).register_with(updates)
-        for update in order:
-            updates.on_update(update)
-        assert out.encapsulation is None, "nothing before the datastore is in sync"
-        updates.on_status(SyncStatus.IN_SYNC)
-        assert out.encapsulation == expected
-
-
-# -------------------------------------------------------------------------------- dispatcher
-
-
-def test_dispatcher_fans_out_in_order_and_a_filter_stops_the_rest() -> None:
-    seen: list[str] = []
-    dispatcher = Dispatcher()
-
-    def receiver(name: str, stop: bool = False) -> Callable[[Update], bool]:
-        def receive(update: Update) -> bool:
-            seen.append(name)
-            return stop
-
-        return receive
-
-    dispatcher.register(model.HostIPKey, receiver("first"))
-    dispatcher.register(model.HostIPKey, receiver("filter", stop=True))
-    dispatcher.register(model.HostIPKey, receiver("never"))
-    dispatcher.register(model.TierKey, receiver("tier"))
-    dispatcher.register_status(lambda status: seen.append(status.name))
-    assert dispatcher.on_update(NODE_B_IP) is True
-    dispatcher.on_updates([Update(model.TierKey("t"), None)])
-    dispatcher.on_status(SyncStatus.IN_SYNC)
-    assert seen == ["first", "filter", "tier", "IN_SYNC"]
-
-
 def workload_on(node: str, name: str, ip: str) -> Update:
     return Update(model.WorkloadEndpointKey(node, "k8s", f"ns/{name}", "eth0"), wep(name, ip))
 
@@ -714,6 +370,8 @@ def gone(update: Update) -> Update:
 
 # (types, destination node, local interface) of one address's route.
 Claimed = tuple[frozenset[str], str, str]
+
+
 CLAIM_STATES: list[tuple[str, list[Update], dict[str, Claimed]]] = [
     (
         "two local workloads on one address: the first interface by name",
