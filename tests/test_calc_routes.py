@@ -14,6 +14,7 @@ from pyfelix.calc.config_batcher import startup_config
 from pyfelix.calc.dispatcher import Dispatcher
 from pyfelix.calc.routes import L3RouteResolver
 from pyfelix.calc.vxlan import VXLANResolver, derived_vtep_mac
+from pyfelix.config import RouteSource
 from pyfelix.resources import FelixConfiguration
 from pyfelix.syncer.api import Update
 from tests.calc_harness import NODE_B_IP, VXLAN_POOL, Recorder, config, local, orders, pool, wep
@@ -78,14 +79,16 @@ ROUTE_STATES: list[tuple[str, list[Update], dict[str, Route]]] = [
 ]
 
 
-def resolve_routes(order: Sequence[Update], route_source: str = "CalicoIPAM") -> Recorder:
+def resolve_routes(
+    order: Sequence[Update], route_source: RouteSource = RouteSource.CALICO_IPAM
+) -> Recorder:
     """The routes node-a's resolver sent for ``order``, flushed after each update."""
     out = Recorder()
     updates, local_updates = Dispatcher(), Dispatcher()
     resolver = L3RouteResolver("node-a", out, route_source=route_source)
     resolver.register_with(updates, local_updates)
     # With WorkloadIPs the resolver takes every workload from the main dispatcher.
-    every = route_source == "WorkloadIPs"
+    every = route_source is RouteSource.WORKLOAD_IPS
     for update in order:
         workload = isinstance(update.key, model.WorkloadEndpointKey)
         target = local_updates if workload and not every else updates
@@ -416,7 +419,7 @@ def test_an_address_claimed_twice_resolves_as_felix_in_every_order(
     workload before a tunnel. Orders keep a removal after what it removes."""
     removals = [u for u in inputs if u.value is None]
     for order in orders([u for u in inputs if u.value is not None]):
-        out = resolve_routes([*order, *removals], route_source="WorkloadIPs")
+        out = resolve_routes([*order, *removals], route_source=RouteSource.WORKLOAD_IPS)
         got = {
             dst: (r.types, r.dst_node, r.local_workload_interface)
             for dst, r in out.routes.items()
@@ -441,7 +444,7 @@ def test_route_source_workload_ips_routes_every_workload_not_blocks() -> None:
     ones through the tunnel once the VTEP is known), IPAM blocks are ignored."""
     out = Recorder()
     updates, local_updates = Dispatcher(), Dispatcher()
-    resolver = L3RouteResolver("node-a", out, route_source="WorkloadIPs")
+    resolver = L3RouteResolver("node-a", out, route_source=RouteSource.WORKLOAD_IPS)
     resolver.register_with(updates, local_updates)
     remote = Update(
         model.WorkloadEndpointKey("node-b", "k8s", "ns/web", "eth0"), wep("caliweb", "10.70.0.9/32")

@@ -14,6 +14,7 @@ import functools
 from collections.abc import Mapping, Sequence
 
 from pyfelix import messages as m
+from pyfelix.config import FelixConfig
 from pyfelix_dataplane.rules import matches as mt
 from pyfelix_dataplane.rules.groups import TierGroups, group_chains, group_targets, tier_groups
 from pyfelix_dataplane.rules.marks import MarkBits
@@ -23,6 +24,8 @@ from pyfelix_dataplane.rules.policy import profile_chain_name
 from pyfelix_dataplane.rules.settings import Settings
 from pyfelix_dataplane.state import NodeState
 
+#: VXLANPort's default, for the chains of callers that do not render a workload's egress.
+DEFAULT_VXLAN_PORT = FelixConfig().vxlan_port
 ANY_INTERFACE = "any-interface-at-all"
 
 
@@ -43,7 +46,7 @@ def endpoint_chain(
     failsafe: str = "",
     drop_encap: tuple[bool, bool] = (True, True),
     kind: str = "normal",
-    vxlan_port: int = 4789,
+    vxlan_port: int = DEFAULT_VXLAN_PORT,
     drop_invalid: bool = True,
     allow: str = "ACCEPT",
     deny: str = "DROP",

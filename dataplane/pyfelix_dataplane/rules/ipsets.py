@@ -10,12 +10,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from pyfelix import model
-from pyfelix.config.felix_config import NATOutgoingExclusions
+from pyfelix.config.felix_config import FelixConfig, NATOutgoingExclusions
 from pyfelix_dataplane.state import NodeState
 
 MAX_NAME = 31
 #: Felix's MaxIpsetSize default: every set's maxelem (hash sets do not allocate it up front).
-DEFAULT_MAXELEM = 1048576
+#: MaxIpsetSize's default.
+DEFAULT_MAXELEM = FelixConfig().max_ipset_size
 
 
 def ipset_name(set_id: str, version: int = 4) -> str:

@@ -28,7 +28,7 @@ from pyfelix.calc.sequencer import EventSequencer
 from pyfelix.calc.service_index import ServiceIndex
 from pyfelix.calc.stats_collector import StatsCollector
 from pyfelix.calc.vxlan import VXLANResolver
-from pyfelix.config import FelixConfig, NFTablesMode
+from pyfelix.config import FelixConfig, NFTablesMode, RouteSource
 from pyfelix.syncer.api import SyncStatus, Update
 
 
@@ -38,7 +38,7 @@ class GraphSettings:
     agent, as in Felix): RouteSource, and whether members nested in a wider one are left out
     of IP sets (NFTablesMode other than Disabled)."""
 
-    route_source: str = "CalicoIPAM"
+    route_source: RouteSource = RouteSource.CALICO_IPAM
     suppress_nested_members: bool = True
 
     @classmethod

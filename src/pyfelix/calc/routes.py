@@ -21,6 +21,7 @@ from pyfelix import messages as m
 from pyfelix import model
 from pyfelix.calc.dispatcher import Dispatcher, host_config_of, host_ip_of, value_of
 from pyfelix.calc.outputs import RouteOutput
+from pyfelix.config import RouteSource
 from pyfelix.ipnet import IPNetwork
 from pyfelix.syncer.api import Update
 
@@ -74,11 +75,14 @@ class L3RouteResolver:
     blocks ignored (for clusters whose IPAM is not Calico's)."""
 
     def __init__(
-        self, hostname: str, output: RouteOutput, route_source: str = "CalicoIPAM"
+        self,
+        hostname: str,
+        output: RouteOutput,
+        route_source: RouteSource = RouteSource.CALICO_IPAM,
     ) -> None:
         self._hostname = hostname
         self._out = output
-        self._workload_ips = route_source == "WorkloadIPs"
+        self._workload_ips = route_source is RouteSource.WORKLOAD_IPS
         self._pools: dict[str, model.IPPool] = {}
         self._blocks: dict[str, model.AllocationBlock] = {}
         self._host_ips: dict[str, str] = {}

@@ -11,10 +11,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from pyfelix.config.felix_config import FIELDS, FelixConfig, NFTablesMode
+from pyfelix.config.felix_config import FIELDS, FelixConfig, NFTablesMode, RouteSource
 from pyfelix.config.text import ParamError, ProtoPort
 
-__all__ = ["FIELDS", "FelixConfig", "NFTablesMode", "ParamError", "ProtoPort", "parse_config"]
+__all__ = [
+    "FIELDS",
+    "FelixConfig",
+    "NFTablesMode",
+    "ParamError",
+    "ProtoPort",
+    "RouteSource",
+    "parse_config",
+]
 
 log = logging.getLogger(__name__)
 
