@@ -4,7 +4,7 @@ VMs cannot run here, so this checks what can drift without anyone noticing: the 
 the nodes' names and addresses against the example Node resources (the agents find their
 VXLAN parent by that address), the pyfelix command lines in provision.sh against the CLI, and
 the systemd unit's path against the virtualenv the script installs. The agents' part, pods on
-two nodes talking over VXLAN with `pyfelix pods`, runs in tests/test_vxlan_e2e.py.
+two nodes talking over VXLAN with `pyfelix pods`, runs in tests/e2e/test_vxlan.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Two nodes, one agent each, pod traffic between them encrypted by the agents' WireGuard.
 
-As in tests/test_vxlan_e2e.py, each node is a network namespace with one pod and an underlay
+As in tests/e2e/test_vxlan.py, each node is a network namespace with one pod and an underlay
 link joins them, but the pool has no encapsulation: what crosses the underlay must be
 WireGuard. This machine's kernel has no WireGuard module, so here the agents run wireguard-go
 (in the VM of tests/test_in_vm.py the same test runs the kernel's device); wireguard-go's
