@@ -421,10 +421,16 @@ class FakeInterfaces:
     async def addresses(
         self, named: tuple[str, ...], workload_prefixes: tuple[str, ...]
     ) -> dict[str, frozenset[str]]:
-        return dict(self.addresses_by_name)
+        """As the real one: the named interfaces, and every other one's addresses but the
+        workloads'."""
+        return {
+            name: addresses
+            for name, addresses in self.addresses_by_name.items()
+            if name in named or not name.startswith(workload_prefixes)
+        }
 
     def flags(self, name: str) -> tuple[int, int] | None:
-        if name not in self.addresses_by_name:
+        if name not in self.addresses_by_name and all(link[0] != name for link in self.node.links):
             return None
         return (1, IFF_UP | IFF_RUNNING)
 

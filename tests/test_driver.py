@@ -445,16 +445,21 @@ async def test_ipip_device_routes_and_mtu(
                 assert block is None
 
 
-async def test_kube_proxy_in_ipvs_mode_is_named_as_not_supported(
-    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+async def test_kube_proxy_in_ipvs_mode_gets_felix_s_ipvs_chains(
+    autojump_clock: trio.testing.MockClock,
 ) -> None:
-    """Felix renders extra chains when kube-proxy runs in IPVS mode (kube-ipvs0 exists);
-    pyfelix does not, and says so instead of leaving the difference silent."""
-    for links, warned in (([("eth0", 1500, True), ("kube-ipvs0", 1500, False)], True), ([], False)):
-        caplog.clear()
+    """Where kube-ipvs0 exists at start, the first apply programs Felix's IPVS chains: the
+    forward check in INPUT, the endpoint marks, and the diversion in OUTPUT; elsewhere none
+    of them."""
+    for links, ipvs in (([("eth0", 1500, True), ("kube-ipvs0", 1500, False)], True), ([], False)):
         async with running(FakeNode(links=links)) as r:
             await _first_apply(r, messages_for(example_state()))
-        assert ("kube-proxy runs in IPVS mode" in caplog.text) == warned
+            filter_table = r.node.tables[4]["filter"]
+            assert ("cali-forward-check" in filter_table) == ipvs
+            assert ("cali-set-endpoint-mark" in filter_table) == ipvs
+            input_rules = " ".join(filter_table["cali-INPUT"])
+            assert ("--jump cali-forward-check" in input_rules) == ipvs
+            assert ("cali40this-host" in r.node.sets) is True
 
 
 @pytest.mark.parametrize("fails", [False, True])

@@ -45,6 +45,12 @@ class NodeState:
     bgp_config: m.GlobalBGPConfigUpdate = attrs.Factory(m.GlobalBGPConfigUpdate)
     in_sync: bool = False
     datastore_not_ready: bool = False
+    #: What the node itself holds, not the messages: kube-proxy runs in IPVS mode (its
+    #: kube-ipvs0 device was there at start, as Felix detects it), and this node's own
+    #: addresses (its interfaces but the workloads' and the excluded ones: Felix's
+    #: this-host IP set). The Linux driver observes them; the dry-run is told.
+    kube_ipvs: bool = False
+    host_ips: frozenset[str] = frozenset()
     #: Bumped by every message a rule may depend on (all but IP set members and a local
     #: endpoint's labels), so a driver renders its chains again only when it changed.
     rules_generation: int = 0

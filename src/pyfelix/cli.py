@@ -233,12 +233,17 @@ def cmd_dry_run(args: argparse.Namespace) -> int:
         # Strict: every resource is valid (the input was refused otherwise); else the
         # pipeline's validation filter leaves the invalid ones out, as the agent's does.
         resources = (i.resource for i in loaded.resources)
-        view, _ = compute(resources, args.hostname, validated=not args.skip_invalid)
+        view, _ = compute(
+            resources,
+            args.hostname,
+            validated=not args.skip_invalid,
+            kube_ipvs=args.kube_proxy_ipvs,
+        )
     else:
         computed: dict[str, Any] | int = (
-            _dry_run_as_agent(args.sources, args.hostname, tally)
+            _dry_run_as_agent(args.sources, args.hostname, tally, args.kube_proxy_ipvs)
             if args.skip_invalid
-            else _dry_run_manifests(args.sources, args.hostname, tally)
+            else _dry_run_manifests(args.sources, args.hostname, tally, args.kube_proxy_ipvs)
         )
         if isinstance(computed, int):
             return computed
@@ -261,7 +266,7 @@ def cmd_dry_run(args: argparse.Namespace) -> int:
 
 
 def _dry_run_manifests(
-    sources: list[str], hostname: str, tally: InputTally
+    sources: list[str], hostname: str, tally: InputTally, kube_ipvs: bool = False
 ) -> dict[str, Any] | int:
     """The dry-run's view of manifest files, or the exit code of refusing them. Plain
     endpoints and namespaces (most of a big cluster) go from their document straight to the
@@ -284,12 +289,15 @@ def _dry_run_manifests(
         if validation.pid:
             # The child parses and checks each file; this process computes it as it comes.
             trusted = partial(plain_entry, validate=False)
-            view, _ = compute_files(tally.watch(validation.loaded(trusted)), hostname)
+            loaded = tally.watch(validation.loaded(trusted))
+            view, _ = compute_files(loaded, hostname, kube_ipvs=kube_ipvs)
         else:
             result = load_paths(sources, direct=plain_entry)
             tally.note(result)
             resources = (item.resource for item in result.resources)
-            view, _ = compute(resources, hostname, validated=True, direct=result.direct)
+            view, _ = compute(
+                resources, hostname, validated=True, direct=result.direct, kube_ipvs=kube_ipvs
+            )
         failure: Exception | None = None
     except Exception as exc:  # invalid input may break it: the verdict decides
         failure = exc
@@ -301,7 +309,9 @@ def _dry_run_manifests(
     return view
 
 
-def _dry_run_as_agent(sources: list[str], hostname: str, tally: InputTally) -> dict[str, Any]:
+def _dry_run_as_agent(
+    sources: list[str], hostname: str, tally: InputTally, kube_ipvs: bool = False
+) -> dict[str, Any]:
     """The dry-run's view as ``pyfelix run`` would program it: every invalid resource is
     named on stderr and treated as absent by the pipeline's validation filter, as the
     agent's is (a document that does not load at all is absent too)."""
@@ -319,7 +329,9 @@ def _dry_run_as_agent(sources: list[str], hostname: str, tally: InputTally) -> d
     # Left out here, as the pipeline's validation filter would leave them out (each is
     # named once, above, with its file and line).
     resources = (item.resource for item in result.resources if item.resource.ident not in invalid)
-    view, _ = compute(resources, hostname, validated=True, direct=result.direct)
+    view, _ = compute(
+        resources, hostname, validated=True, direct=result.direct, kube_ipvs=kube_ipvs
+    )
     return view
 
 
@@ -623,6 +635,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--skip-invalid",
         action="store_true",
         help="treat invalid resources as absent, as `pyfelix run` does (each named on stderr)",
+    )
+    dry_run.add_argument(
+        "--kube-proxy-ipvs",
+        action="store_true",
+        help="render as on a node where kube-proxy runs in IPVS mode (kube-ipvs0 present),"
+        " with Felix's IPVS chains and endpoint marks",
     )
     dry_run.set_defaults(handler=cmd_dry_run)
     run = commands.add_parser("run", help="run the agent")

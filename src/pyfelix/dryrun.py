@@ -105,11 +105,13 @@ def compute(
     *,
     validated: bool = False,
     direct: Iterable[Direct] = (),
+    kube_ipvs: bool = False,
 ) -> tuple[dict[str, Any], NodeState]:
     """The snapshot of ``hostname``'s dataplane for this datastore content, with the rendered
     iptables-restore scripts (per IP version and table) and ipset restore script.
     ``validated``: every resource has been validated already (invalid ones left out);
-    ``direct``: documents the loader turned into model values itself (``plain_entry``)."""
+    ``direct``: documents the loader turned into model values itself (``plain_entry``);
+    ``kube_ipvs``: render as on a node where kube-proxy runs in IPVS mode."""
     resources = list(resources)
     dataplane = NodeState()
     context = context_from(resources, hostname)
@@ -118,10 +120,12 @@ def compute(
         hostname, dataplane.apply, context, validated=validated, settings=settings
     )
     pipeline.load(resources, ((d.key, cast(tuple[KV, ...], d.value)) for d in direct))
-    return _view(pipeline, dataplane, hostname), dataplane
+    return _view(pipeline, dataplane, hostname, kube_ipvs), dataplane
 
 
-def compute_files(files: Iterable[LoadResult], hostname: str) -> tuple[dict[str, Any], NodeState]:
+def compute_files(
+    files: Iterable[LoadResult], hostname: str, *, kube_ipvs: bool = False
+) -> tuple[dict[str, Any], NodeState]:
     """``compute`` of validated files' loads, each computed as it comes (the first of each
     resource kept, as ``merge`` keeps it), so that the computing overlaps the loading. The
     graph is built with the settings of the environment (RouteSource, NFTablesMode); should
@@ -140,9 +144,9 @@ def compute_files(files: Iterable[LoadResult], hostname: str) -> tuple[dict[str,
         direct += theirs
         pipeline.add(mine, ((d.key, cast(tuple[KV, ...], d.value)) for d in theirs))
     if GraphSettings.of(startup_config(resources, hostname)) != settings:
-        return compute(resources, hostname, validated=True, direct=direct)
+        return compute(resources, hostname, validated=True, direct=direct, kube_ipvs=kube_ipvs)
     pipeline.finish()
-    return _view(pipeline, dataplane, hostname), dataplane
+    return _view(pipeline, dataplane, hostname, kube_ipvs), dataplane
 
 
 def _first(items: Iterable[_Item], seen: set[Identity]) -> list[_Item]:
@@ -155,8 +159,22 @@ def _first(items: Iterable[_Item], seen: set[Identity]) -> list[_Item]:
     return kept
 
 
-def _view(pipeline: Pipeline, dataplane: NodeState, hostname: str) -> dict[str, Any]:
+def own_addresses(dataplane: NodeState, hostname: str) -> frozenset[str]:
+    """What a dry-run takes for the node's own addresses (the agent reads its interfaces):
+    those its Node resource gives."""
+    metadata = dataplane.host_metadata.get(hostname)
+    if metadata is None:
+        return frozenset()
+    found = (metadata.ipv4_addr, metadata.ipv6_addr)
+    return frozenset(address.split("/")[0] for address in found if address)
+
+
+def _view(
+    pipeline: Pipeline, dataplane: NodeState, hostname: str, kube_ipvs: bool = False
+) -> dict[str, Any]:
     """The snapshot of the computed ``dataplane``, with its rendered tables."""
+    dataplane.kube_ipvs = kube_ipvs
+    dataplane.host_ips = own_addresses(dataplane, hostname)
 
     def describe(set_id: str) -> dict[str, str]:
         data = pipeline.graph.ipsets.get(set_id)

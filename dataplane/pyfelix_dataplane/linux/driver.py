@@ -131,13 +131,9 @@ class LinuxDriver:
         return self.managers.wireguard.public_key if self.managers else ""
 
     def _on_interface(self, name: str) -> None:
-        """A link or an address changed: if it is a local workload's interface, re-route now
-        rather than at refresh; with host endpoints, re-resolve them and report their status."""
-        if any(update.endpoint.name == name for update in self.state.workloads.values()):
-            if self.managers is not None:
-                self.managers.routes.invalidate()
-            self._wake.set()
-        elif self.state.hosts:
+        """A link or an address changed: apply now if a manager wants to (the first apply,
+        before the managers exist, reads every interface anyway)."""
+        if self.managers is not None and self.managers.on_interface(name, self.state):
             self._wake.set()
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -252,6 +248,7 @@ class LinuxDriver:
             mark(name)
 
         async with trio.open_nursery() as nursery:
+            await managers.host_facts.complete_deferred_work()
             await managers.endpoints.complete_deferred_work()
             # The sets and every version's chains from one state: messages keep arriving while
             # the writes are awaited, and a rule must never name a set that was not written.

@@ -142,10 +142,24 @@ def dispatch_chains(
 ) -> list[Chain]:
     """A one-level tree by interface-name prefix: the root sends ``<prefix+char>+`` groups to a
     child chain that sends each interface to its chain (always --goto)."""
-    direction: mt.Direction = "out" if outbound else "in"
+    root_rules, children = dispatch_tree(root, targets, "out" if outbound else "in", end=end)
+    return [Chain(root, (*root_rules, *end)), *children]
+
+
+def dispatch_tree(
+    root: str,
+    targets: Mapping[str, str],
+    direction: mt.Direction,
+    *,
+    end: Sequence[Rule] = (),
+    infix: str = "",
+) -> tuple[list[Rule], list[Chain]]:
+    """The root's rules and the child chains of a dispatch tree (the root chain is the
+    caller's: Felix's endpoint-mark dispatch puts two trees in one). Children are named
+    ``<root><infix>-<char>`` and end with ``end``."""
     names = sorted(targets)
     if not names:
-        return [Chain(root, tuple(end))]
+        return [], []
     common = _common_prefix(names)
     bins: dict[str, list[str]] = {}
     for name in names:
@@ -160,11 +174,11 @@ def dispatch_chains(
                 Rule((mt.Interface(direction, members[0]),), mt.Goto(targets[members[0]]))
             )
             continue
-        child = f"{root}-{key[len(common) :]}"
+        child = f"{root}{infix}-{key[len(common) :]}"
         root_rules.append(Rule((mt.Interface(direction, f"{key}+"),), mt.Goto(child)))
         rules = [Rule((mt.Interface(direction, n),), mt.Goto(targets[n])) for n in members]
         children.append(Chain(child, (*rules, *end)))
-    return [Chain(root, (*root_rules, *end)), *children]
+    return root_rules, children
 
 
 def workload_chains(

@@ -15,7 +15,6 @@ from pyfelix_dataplane.state import NodeState
 
 MAX_NAME = 31
 #: Felix's MaxIpsetSize default: every set's maxelem (hash sets do not allocate it up front).
-#: MaxIpsetSize's default.
 DEFAULT_MAXELEM = FelixConfig().max_ipset_size
 
 
@@ -53,10 +52,12 @@ ALL_POOLS = "network-ip-pools"
 VXLAN_HOSTS = "all-vxlan-net"
 #: Every host's address, which NATOutgoingExclusions IPPoolsAndHostIPs keeps out of NAT.
 ALL_HOSTS = "all-hosts-net"
+#: This node's own addresses (Felix's host IP manager keeps it; the IPVS rules read it).
+THIS_HOST = "this-host"
 
 
 #: The fixed sets' ids (the calculation graph's sets never take these).
-SPECIAL_IDS = frozenset({MASQ_POOLS, ALL_POOLS, VXLAN_HOSTS, ALL_HOSTS})
+SPECIAL_IDS = frozenset({MASQ_POOLS, ALL_POOLS, VXLAN_HOSTS, ALL_HOSTS, THIS_HOST})
 
 
 def _load_balancer_only(pool: model.IPPool) -> bool:
@@ -97,4 +98,5 @@ def special_ipsets(dp: NodeState) -> dict[str, tuple[str, set[str]]]:
         # Felix keeps the hosts' set for IPIP (whose packets only hosts may send) too.
         addresses = {f"{h.ipv4_addr}/32" for h in hosts if h.ipv4_addr}
         sets[ALL_HOSTS] = ("hash:net", addresses | external)
+    sets[THIS_HOST] = ("hash:ip", set(dp.host_ips))
     return sets

@@ -39,6 +39,13 @@ class MarkBits:
         return self.accept | self.pass_ | self.drop | self.scratch0 | self.scratch1
 
 
+def endpoint_mark_mask(mask: int, wireguard: bool) -> int:
+    """Felix's endpoint mark bits (kube-proxy's IPVS mode): every bit of the mask the rules,
+    and WireGuard if it is on, leave free."""
+    bits = [1 << i for i in range(32) if mask & (1 << i)]
+    return sum(bits[_NEEDED + (1 if wireguard else 0) :])
+
+
 def wireguard_mark(mask: int = DEFAULT_MARK_MASK) -> int:
     """The WireGuard device's firewall mark: the first bit of the mask the rules leave free
     (0x200000 for the default mask); 0 if none is."""

@@ -183,7 +183,7 @@ class NftTable:
 
 def render_nftables(dp: NodeState, versions: Iterable[int] | None = None) -> dict[int, NftTable]:
     """Each IP version's table for the state, with the Nftables* settings."""
-    settings = Settings.from_config(dp.config, nftables=True)
+    settings = Settings.for_node(dp, nftables=True)
     versions = tuple(versions) if versions is not None else ip_versions(dp.config)
     sets = kernel_ipsets(dp, versions)
     appends = kernel_appends(settings)

@@ -21,6 +21,7 @@ from pyfelix_dataplane.rules.endpoints import workload_chains
 from pyfelix_dataplane.rules.groups import selectors_of
 from pyfelix_dataplane.rules.host_endpoints import host_endpoint_chains
 from pyfelix_dataplane.rules.ipsets import special_ipsets
+from pyfelix_dataplane.rules.ipvs import ipvs_filter_chains
 from pyfelix_dataplane.rules.model import Chain, Rule, restore_script
 from pyfelix_dataplane.rules.policy import RuleContext, policy_chains, profile_chains
 from pyfelix_dataplane.rules.settings import Settings
@@ -69,7 +70,7 @@ def render(
     """Chains per version and table, and the kernel's ipsets; ``with_text`` also builds the
     restore scripts (the dry-run prints them). ``versions`` defaults to what the
     configuration enables."""
-    settings = Settings.from_config(dp.config)
+    settings = Settings.for_node(dp)
     if versions is None:
         versions = ip_versions(dp.config)
     iptables: dict[int, dict[str, str]] = {}
@@ -92,7 +93,7 @@ def render_chains(
 ) -> dict[str, tuple[Chain, ...]]:
     """One IP version's chains per table (the Linux driver renders these for a state in which
     host endpoints have been placed on the kernel's interfaces)."""
-    settings = settings or Settings.from_config(dp.config)
+    settings = settings or Settings.for_node(dp)
     # REJECT is a filter-table target: untracked and pre-DNAT policies drop.
     ctx_other = RuleContext(
         version,
@@ -114,6 +115,7 @@ def render_chains(
         *workloads,
         *hosts["filter"],
         *static.filter_chains(dp, settings, version),
+        *ipvs_filter_chains(dp, settings, version),
     ]
     raw_chains = [
         *hosts["raw"],

@@ -8,7 +8,8 @@ import attrs
 
 from pyfelix.config import FelixConfig, ProtoPort
 from pyfelix.config.felix_config import FloatingIPs, NATOutgoingExclusions, ServiceLoopPrevention
-from pyfelix_dataplane.rules.marks import MarkBits
+from pyfelix_dataplane.rules.marks import MarkBits, MarkMaskTooSmall, endpoint_mark_mask
+from pyfelix_dataplane.state import NodeState
 
 _DEFAULTS = FelixConfig()
 
@@ -89,6 +90,28 @@ class Settings:
     #: and DNS and the metadata service (``metadata``), and 169.254.169.254:80 is DNATed to it.
     openstack: bool = False
     metadata: tuple[str, int] | None = None
+    #: kube-proxy in IPVS mode: the mark bits of the endpoint ids and the non-Calico id
+    #: (0: no IPVS rules), and KubeNodePortRanges, which INPUT hands to IPVS.
+    endpoint_mark: int = 0
+    non_cali_endpoint_mark: int = 0
+    node_port_ranges: tuple[tuple[int, int], ...] = _DEFAULTS.kube_node_port_ranges
+
+    @classmethod
+    def for_node(cls, dp: NodeState, *, nftables: bool = False) -> Settings:
+        """The configuration's settings, and what the node itself says (kube-proxy's IPVS
+        mode gets Felix's endpoint marks: the mask's bits the rules leave free, the
+        lowest for the non-Calico mark)."""
+        settings = cls.from_config(dp.config, nftables=nftables)
+        if not dp.kube_ipvs:
+            return settings
+        wireguard = dp.config.wireguard_enabled or dp.config.wireguard_enabled_v6
+        mask = endpoint_mark_mask(settings.marks.mask, wireguard)
+        if not mask:
+            raise MarkMaskTooSmall(
+                f"IptablesMarkMask {settings.marks.mask:#x} leaves no bit for kube-proxy's IPVS"
+                " mode's endpoint marks"
+            )
+        return attrs.evolve(settings, endpoint_mark=mask, non_cali_endpoint_mark=mask & -mask)
 
     @classmethod
     def from_config(cls, config: FelixConfig, *, nftables: bool = False) -> Settings:
@@ -132,6 +155,7 @@ class Settings:
             floating_ips=config.floating_ips is FloatingIPs.ENABLED,
             openstack=openstack_active(config),
             metadata=metadata_service(config),
+            node_port_ranges=config.kube_node_port_ranges,
             service_loop_action=(
                 ""
                 if config.service_loop_prevention is ServiceLoopPrevention.DISABLED

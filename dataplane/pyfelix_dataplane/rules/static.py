@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 
 from pyfelix.config import ProtoPort
 from pyfelix_dataplane.rules import ipsets as ipset_rendering
+from pyfelix_dataplane.rules import ipvs
 from pyfelix_dataplane.rules import matches as mt
 from pyfelix_dataplane.rules.ipsets import ALL_HOSTS, ALL_POOLS, MASQ_POOLS, VXLAN_HOSTS
 from pyfelix_dataplane.rules.marks import wireguard_mark
@@ -150,6 +151,8 @@ def filter_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain
                 (f"Allow incoming IPv{version} Wireguard packets",),
             )
         )
+    if settings.endpoint_mark:
+        input_rules += ipvs.input_rules(settings.endpoint_mark)
     input_rules += [
         *(
             Rule((mt.Interface("in", wildcard),), mt.Goto("cali-wl-to-host"))
@@ -209,6 +212,7 @@ def filter_chains(dp: NodeState, settings: Settings, version: int) -> list[Chain
             "cali-OUTPUT",
             (
                 Rule((match_mark(marks.accept),), mt.Jump(settings.allow)),
+                *([ipvs.output_rule(settings.endpoint_mark)] if settings.endpoint_mark else []),
                 *(Rule((mt.Interface("out", wildcard),), mt.RETURN) for wildcard in wildcards),
                 *output_tunnel_allows(dp, settings, version),
                 Rule(action=set_mark(0, all_calico)),
@@ -369,6 +373,8 @@ def mangle_chains(settings: Settings, version: int) -> list[Chain]:
     postrouting = (
         # Forwarded traffic (filter FORWARD marked it) gets no normal host endpoint policy.
         Rule((match_mark(marks.accept),), mt.RETURN),
+        # Nor does what IPVS forwarded (kube-proxy's IPVS mode: INPUT marked it).
+        *([ipvs.mangle_postrouting_rule(settings.endpoint_mark)] if settings.endpoint_mark else []),
         Rule(action=set_mark(0, all_calico)),
         Rule((mt.ConnState("DNAT"),), mt.Jump("cali-to-host-endpoint")),
         Rule(

@@ -75,6 +75,8 @@ ACTED_ON: dict[str, str] = {
     "--random-fully (other features are not detected: no effect)",
     "IptablesNATOutgoingInterfaceFilter": "cali-nat-outgoing only for traffic leaving through "
     "this interface (pattern)",
+    "KubeNodePortRanges": "with kube-proxy in IPVS mode, traffic to these ports of this host "
+    "is IPVS's (cali-forward-check), so the endpoint's policy applies",
     "LogActionRateLimit": "Log rules under -m limit --limit <rate> (none when unset)",
     "LogActionRateLimitBurst": "the --limit-burst of LogActionRateLimit (0: none)",
     "LogPrefix": "the prefix of the LOG rules policies' Log actions render, %t %k %n %p "

@@ -16,6 +16,7 @@ from pyfelix_dataplane.linux.kernel import InterfaceReading, Kernel
 from pyfelix_dataplane.linux.managers import Manager, Refreshed
 from pyfelix_dataplane.linux.managers.endpoint_status import EndpointStatusManager
 from pyfelix_dataplane.linux.managers.endpoints import EndpointManager
+from pyfelix_dataplane.linux.managers.host_facts import HostFactsManager
 from pyfelix_dataplane.linux.managers.ipip import IpipManager
 from pyfelix_dataplane.linux.managers.ipsets import IpsetsManager
 from pyfelix_dataplane.linux.managers.mtu import MtuManager
@@ -31,6 +32,8 @@ from pyfelix_dataplane.state import NodeState
 class Managers:
     """The managers of one kernel, over one desired state."""
 
+    #: What the node itself holds (its addresses, kube-proxy's mode): before all others.
+    host_facts: HostFactsManager
     endpoints: EndpointManager
     #: IptablesMode (its IP sets and tables managers) or NftablesMode (NFTablesMode).
     table_mode: TableMode
@@ -66,6 +69,7 @@ class Managers:
         ipip = IpipManager(state, kernel.devices, mtus=mtu)
         routes = RoutesManager(state, kernel.routes, hostname, vxlan, ipip, stats)
         return cls(
+            host_facts=HostFactsManager(state, kernel.interfaces),
             endpoints=endpoints,
             table_mode=table_mode,
             vxlan=vxlan,
@@ -81,6 +85,7 @@ class Managers:
         return (self.vxlan, self.ipip, self.wireguard, self.routes)
 
     def on_update(self, msg: m.ToDataplane) -> None:
+        self.host_facts.on_update(msg)
         self.endpoints.on_update(msg)
         self.table_mode.on_update(msg)
         for manager in self.routing():
@@ -88,4 +93,21 @@ class Managers:
         self.status.on_update(msg)
 
     def refreshed(self) -> tuple[Refreshed, ...]:
-        return (self.endpoints, *self.table_mode.managers(), *self.routing(), self.status)
+        return (
+            self.host_facts,
+            self.endpoints,
+            *self.table_mode.managers(),
+            *self.routing(),
+            self.status,
+        )
+
+    def on_interface(self, name: str, state: NodeState) -> bool:
+        """A link or an address changed: whether an apply is wanted now rather than at the
+        refresh. A local workload's interface is re-routed; with host endpoints they are
+        re-resolved and their status reported; a host interface may change the host's
+        addresses."""
+        wanted = self.host_facts.on_interface(name)
+        if any(update.endpoint.name == name for update in state.workloads.values()):
+            self.routes.invalidate()
+            return True
+        return wanted or bool(state.hosts)

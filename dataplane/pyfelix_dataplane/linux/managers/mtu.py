@@ -31,20 +31,6 @@ from pyfelix_dataplane.state import NodeState
 
 log = logging.getLogger(__name__)
 
-#: kube-proxy's IPVS mode holds every service address on this device (Felix's sign of IPVS).
-KUBE_IPVS_DEVICE = "kube-ipvs0"
-
-
-def warn_unsupported(links: list[Link]) -> None:
-    """What Felix would switch on for this node and pyfelix cannot: said once, at start."""
-    if any(name == KUBE_IPVS_DEVICE for name, _, _ in links):
-        log.warning(
-            "%s found: kube-proxy runs in IPVS mode, and pyfelix does not render Felix's IPVS"
-            " chains (cali-forward-check, the endpoint marks), so NodePort traffic to local"
-            " workloads is not policed as Felix polices it",
-            KUBE_IPVS_DEVICE,
-        )
-
 
 @attrs.define(eq=False)
 class MtuManager:
@@ -69,7 +55,6 @@ class MtuManager:
         task_status.started()
         await self._wanted.wait()
         links = await self.interfaces.links()
-        warn_unsupported(links)
         host = self._configure(links)
         self.known.set()
         while True:

@@ -121,7 +121,7 @@ class NftablesManager:
         sets, translated = self._sets, self._translated[1]
         for version in self.versions:
             if version not in translated:
-                settings = Settings.from_config(rendering.config, nftables=True)
+                settings = Settings.for_node(rendering, nftables=True)
                 rendered = render_chains(rendering, version, settings)
                 chains, maps = nft_chains(version, rendered, kernel_appends(settings))
                 translated[version] = (chains, maps, port_sets(chains))

@@ -111,7 +111,7 @@ class TablesManager:
         a time, so that the first one's restore runs while the next one is rendered."""
         cached = self._rendered.get(version)
         if cached is None or cached[0] != key:
-            settings = Settings.from_config(rendering.config)
+            settings = Settings.for_node(rendering)
             cached = self._rendered[version] = (key, render_chains(rendering, version, settings))
             self._appends = kernel_appends(settings)
         return cached[1]
