@@ -1,21 +1,35 @@
 """Explain a policy decision: which policy (or tier end, or profile) decides a flow, and how.
 
-It walks the same state the dataplane is given — the endpoints' ordered tiers, the active
-policies' and profiles' rules, the IP sets' members — the way the rendered chains do: egress of
-the source endpoint, then ingress of the destination; per tier, the first rule that matches
-decides (Pass moves to the next tier, Log goes on); a tier with policies and no verdict drops
-unless its default action is Pass; then the profiles; then drop.
+The verdict is the rendered rules': the flow's first packet is traced through the filter
+table's chains exactly as they would be programmed (pyfelix_dataplane.rules.trace), from the
+kernel's FORWARD chain, and the explanation is read off the rules it matched: the policy
+rule that set the accept, pass or drop mark (with its position among the policy's rules),
+the end of a tier, or a profile. So the explanation and the kernel cannot disagree; the
+demo measures both on real traffic.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from itertools import accumulate
+from typing import Any
 
 import attrs
 
 from pyfelix import messages as m
-from pyfelix.values import Port
+from pyfelix_dataplane.rules import matches as mt
+from pyfelix_dataplane.rules.model import Rule
+from pyfelix_dataplane.rules.policy import (
+    RuleContext,
+    policy_chain_name,
+    profile_chain_name,
+    render_rule,
+)
+from pyfelix_dataplane.rules.render import kernel_ipsets, render_chains
+from pyfelix_dataplane.rules.settings import Settings
+from pyfelix_dataplane.rules.static import kernel_appends
+from pyfelix_dataplane.rules.trace import Packet, Step, Tracer
 from pyfelix_dataplane.state import NodeState
 
 PROTOCOLS = {"tcp": 6, "udp": 17, "icmp": 1, "icmpv6": 58, "sctp": 132, "udplite": 136}
@@ -61,6 +75,17 @@ class Flow:
 class Verdict:
     allowed: bool
     reason: str
+    #: The IP sets the deciding rules matched the flow by: (kernel name, the address that is
+    #: a member, what the set stands for where known).
+    sets: tuple[tuple[str, str, str], ...] = ()
+    #: Every rule the first packet matched: (chain, position, rule text).
+    path: tuple[tuple[str, int, str], ...] = ()
+
+
+#: What a policy chain's rule does with the marks: Felix's verdict words.
+_DECIDED = {"accept": "allowed", "pass": "passed to the next tier", "drop": "denied"}
+#: An interface outside the node's workloads: where a flow to or from elsewhere comes in.
+OUTSIDE = "eth0"
 
 
 def _in_nets(ip: str, nets: Sequence[str]) -> bool:
@@ -74,143 +99,285 @@ def _in_nets(ip: str, nets: Sequence[str]) -> bool:
 
 @attrs.define(eq=False)
 class Explainer:
+    """Explanations of one node's rules; ``why`` says what each IP set (by kernel name)
+    stands for (its selector, named port or service), where the caller knows it."""
+
     dataplane: NodeState
+    why: Mapping[str, str] = attrs.Factory(dict)
+    _tracers: dict[int, Tracer] = attrs.Factory(dict)
+    _chains: dict[str, tuple[str, m.PolicyID | str, bool]] = attrs.Factory(dict)
 
-    def _members(self, set_id: str) -> set[str]:
-        return self.dataplane.ipsets.get(set_id, ("", set()))[1]
+    def _tracer(self, version: int) -> Tracer:
+        tracer = self._tracers.get(version)
+        if tracer is None:
+            chains = render_chains(self.dataplane, version)["filter"]
+            tracer = Tracer.of(chains, kernel_ipsets(self.dataplane, (version,)))
+            self._tracers[version] = tracer
+        return tracer
 
-    def _in_set(self, set_id: str, ip: str) -> bool:
-        return _in_nets(ip, [m for m in self._members(set_id) if "," not in m])
+    def _owner(self, chain: str) -> tuple[str, m.PolicyID | str, bool] | None:
+        """("policy", id, inbound) or ("profile", name, inbound) for a policy's or profile's
+        chain; None for the others."""
+        if not self._chains:
+            for pid in self.dataplane.policies:
+                for inbound in (True, False):
+                    self._chains[policy_chain_name(pid, inbound)] = ("policy", pid, inbound)
+            for name in self.dataplane.profiles:
+                for inbound in (True, False):
+                    self._chains[profile_chain_name(name, inbound)] = ("profile", name, inbound)
+        return self._chains.get(chain)
 
-    def _protocol_matches(self, wanted: int | str | None, flow: Flow) -> bool:
-        if wanted is None:
-            return True
-        number = PROTOCOLS.get(flow.protocol, -1)
-        return wanted in (flow.protocol, number)
-
-    def _ports_match(
-        self, ports: Sequence[Port], named: Sequence[str], ip: str, flow: Flow
-    ) -> bool:
-        port = flow.dst_port
-        if port is None:
-            return False
-        numeric = any(p.min_port <= port <= p.max_port for p in ports if not p.is_named)
-        by_name = any(f"{ip},{flow.protocol}:{port}" in self._members(n) for n in named)
-        return numeric or by_name
-
-    def rule_matches(self, parsed: m.ParsedRule, flow: Flow) -> bool:
-        """Whether the rule matches the flow, by the IP sets the graph resolved for it."""
-        rule, sets = parsed.rule, parsed.ipsets
-        if not self._protocol_matches(rule.protocol, flow):
-            return False
-        if rule.not_protocol is not None and self._protocol_matches(rule.not_protocol, flow):
-            return False
-        version = ipaddress.ip_address(flow.src_ip).version
-        if rule.ip_version not in (None, version):
-            return False
-        if rule.icmp_type is not None and (flow.icmp_type != rule.icmp_type):
-            return False
-        if rule.not_icmp_type is not None and flow.icmp_type == rule.not_icmp_type:
-            return False
-        # Source side: the flow's source port is ephemeral, so source ports never match.
-        if rule.src_ports or (rule.src_nets and not _in_nets(flow.src_ip, rule.src_nets)):
-            return False
-        if _in_nets(flow.src_ip, rule.not_src_nets):
-            return False
-        if any(not self._in_set(s, flow.src_ip) for s in sets.src):
-            return False
-        if any(self._in_set(s, flow.src_ip) for s in sets.not_src):
-            return False
-        if sets.src_service and flow.src_ip not in self._members(sets.src_service):
-            return False
-        # Destination side.
-        if rule.dst_nets and not _in_nets(flow.dst_ip, rule.dst_nets):
-            return False
-        if _in_nets(flow.dst_ip, rule.not_dst_nets):
-            return False
-        if any(not self._in_set(s, flow.dst_ip) for s in sets.dst):
-            return False
-        if rule.dst_ports and not self._ports_match(
-            rule.dst_ports, sets.dst_named_ports, flow.dst_ip, flow
-        ):
-            return False
-        if rule.not_dst_ports and self._ports_match(
-            rule.not_dst_ports, sets.not_dst_named_ports, flow.dst_ip, flow
-        ):
-            return False
-        if any(self._in_set(s, flow.dst_ip) for s in sets.not_dst):
-            return False
-        if sets.dst_service:
-            member = f"{flow.dst_ip},{flow.protocol}:{flow.dst_port}"
-            if member not in self._members(sets.dst_service):
-                return False
-        return True
-
-    def _direction(self, endpoint: m.WorkloadEndpointUpdate, flow: Flow, inbound: bool) -> Verdict:
-        side = "ingress" if inbound else "egress"
-        for tier in endpoint.tiers:
-            policies = tier.ingress_policies if inbound else tier.egress_policies
-            if not policies:
-                continue
-            passed = False
-            for policy_id in policies:
-                active = self.dataplane.policies[policy_id]
-                rules = active.inbound if inbound else active.outbound
-                verdict = self._first_verdict(rules, flow)
-                name = policy_label(tier.name, policy_id)
-                if verdict == "allow":
-                    return Verdict(True, f"{side} allowed by {name}")
-                if verdict == "deny":
-                    return Verdict(False, f"{side} denied by {name}")
-                if verdict == "next-tier":
-                    passed = True
-                    break
-            if not passed and tier.default_action != "Pass":
-                reason = f"{side} dropped at the end of tier {tier.name}"
-                if all(p.kind == KUBERNETES_POLICY for p in policies):
-                    # Kubernetes' isolation: a pod some NetworkPolicy selects takes only what
-                    # one of them allows.
-                    names = ", ".join(str(p) for p in policies)
-                    reason += f" (selected by Kubernetes NetworkPolicy {names}, none allows it)"
-                return Verdict(False, reason)
-        for profile_id in endpoint.endpoint.profile_ids:
-            profile = self.dataplane.profiles.get(profile_id)
-            if profile is None:
-                continue
-            rules = profile.inbound if inbound else profile.outbound
-            verdict = self._first_verdict(rules, flow)
-            if verdict == "allow":
-                return Verdict(True, f"{side} allowed by profile {profile_id}")
-            if verdict == "deny":
-                return Verdict(False, f"{side} denied by profile {profile_id}")
-        return Verdict(False, f"{side} dropped: no profile matched")
-
-    def _first_verdict(self, rules: Sequence[m.ParsedRule], flow: Flow) -> str:
-        for parsed in rules:
-            if parsed.rule.action == "log" or not self.rule_matches(parsed, flow):
-                continue
-            return parsed.rule.action
-        return ""
+    def _rule_number(self, pid: m.PolicyID, inbound: bool, index: int, version: int) -> int:
+        """The 1-based position among the policy's own rules of its chain's ``index``-th rule
+        (one Calico rule renders as one or several)."""
+        active = self.dataplane.policies[pid]
+        rules = active.inbound if inbound else active.outbound
+        marks = Settings.for_node(self.dataplane).marks
+        ctx = RuleContext(version, marks)
+        ends = list(accumulate(len(render_rule(parsed, ctx)) for parsed in rules))
+        return next((n for n, end in enumerate(ends, start=1) if index < end), len(ends))
 
     def explain(self, flow: Flow) -> Verdict:
-        """The decision for a flow between two local workloads (egress, then ingress)."""
-        source = self._endpoint(flow.src_ip)
-        destination = self._endpoint(flow.dst_ip)
-        reasons = []
-        if source is not None:
-            egress = self._direction(source, flow, inbound=False)
-            if not egress.allowed:
-                return egress
-            reasons.append(egress.reason)
-        if destination is not None:
-            ingress = self._direction(destination, flow, inbound=True)
-            if not ingress.allowed:
-                return ingress
-            reasons.append(ingress.reason)
-        return Verdict(True, "; ".join(reasons) or "no policy applies")
+        """The decision for a flow's first packet, from and to the node's workloads or
+        elsewhere: egress policy of a local source, then ingress policy of a local
+        destination, as the rules apply them."""
+        version = ipaddress.ip_address(flow.src_ip).version
+        source, destination = self._endpoint(flow.src_ip), self._endpoint(flow.dst_ip)
+        if source is None and destination is None:
+            return Verdict(True, "no policy applies")
+        packet = Packet(
+            flow.src_ip,
+            flow.dst_ip,
+            flow.protocol,
+            flow.dst_port,
+            in_interface=source.endpoint.name if source else OUTSIDE,
+            out_interface=destination.endpoint.name if destination else OUTSIDE,
+            icmp_type=flow.icmp_type,
+        )
+        settings = Settings.for_node(self.dataplane)
+        forward = [Rule(action=mt.Jump("cali-FORWARD"))]
+        forward += [r for c in kernel_appends(settings)["filter"] for r in c.rules]
+        tracer = self._tracer(version)
+        trace = tracer.run(forward, packet, "FORWARD")
+        reasons, sets = self._reasons(trace.steps, packet, tracer, settings, version)
+        allowed = trace.verdict == "ACCEPT"
+        if not allowed:
+            reason = reasons[-1] if reasons else f"dropped by {trace.steps[-1].chain}"
+        else:
+            reason = "; ".join(r for r in reasons if "passed" not in r) or "no policy applies"
+        path = tuple((s.chain, s.index, s.rule.body) for s in trace.steps)
+        return Verdict(allowed, reason, tuple(sets), path)
+
+    def _reasons(
+        self,
+        steps: Sequence[Step],
+        packet: Packet,
+        tracer: Tracer,
+        settings: Settings,
+        version: int,
+    ) -> tuple[list[str], list[tuple[str, str, str]]]:
+        marks = settings.marks
+        reasons: list[str] = []
+        sets: list[tuple[str, str, str]] = []
+        tier_of: dict[bool, str] = {}
+        for step in steps:
+            chain, rule = step.chain, step.rule
+            inbound = chain.startswith("cali-tw-")
+            comment = rule.comment[0] if rule.comment else ""
+            if chain.startswith(("cali-tw-", "cali-fw-")):
+                side = "ingress" if inbound else "egress"
+                if comment.startswith("Start of tier "):
+                    tier_of[inbound] = comment.removeprefix("Start of tier ")
+                elif comment.startswith("End of tier "):
+                    reasons.append(self._tier_end(side, tier_of.get(inbound, ""), packet))
+                elif comment.endswith("if no profiles matched"):
+                    reasons.append(f"{side} dropped: no profile matched")
+                elif comment == "Endpoint admin disabled":
+                    reasons.append(f"{side} dropped: the endpoint is not active")
+                continue
+            owner = self._owner(chain)
+            if owner is None or not isinstance(rule.action, mt.SetMark):
+                continue
+            kind, ident, owner_inbound = owner
+            side = "ingress" if owner_inbound else "egress"
+            bits = rule.action.value
+            word = next(
+                (
+                    w
+                    for key, w in _DECIDED.items()
+                    if bits & getattr(marks, "pass_" if key == "pass" else key)
+                ),
+                "",
+            )
+            if not word:
+                continue  # a scratch mark of a rule's OR blocks
+            if kind == "profile":
+                reasons.append(f"{side} {word} by profile {ident}")
+            else:
+                assert isinstance(ident, m.PolicyID)
+                number = self._rule_number(ident, owner_inbound, step.index, version)
+                label = policy_label(tier_of.get(owner_inbound, ident.tier), ident)
+                reasons.append(f"{side} {word} by {label}, rule {number}")
+            sets += [
+                (
+                    c.name,
+                    packet.src if c.flags.startswith("src") else packet.dst,
+                    self.why.get(c.name, ""),
+                )
+                for c in rule.match
+                if isinstance(c, mt.InSet) and not c.negate
+            ]
+        return reasons, sets
+
+    def _tier_end(self, side: str, tier: str, packet: Packet) -> str:
+        reason = f"{side} dropped at the end of tier {tier}"
+        update = self._endpoint(packet.dst if side == "ingress" else packet.src)
+        if update is None:
+            return reason
+        for info in update.tiers:
+            if info.name != tier:
+                continue
+            policies = info.ingress_policies if side == "ingress" else info.egress_policies
+            if policies and all(p.kind == KUBERNETES_POLICY for p in policies):
+                # Kubernetes' isolation: a pod some NetworkPolicy selects takes only what
+                # one of them allows.
+                names = ", ".join(str(p) for p in policies)
+                reason += f" (selected by Kubernetes NetworkPolicy {names}, none allows it)"
+        return reason
 
     def _endpoint(self, ip: str) -> m.WorkloadEndpointUpdate | None:
         for update in self.dataplane.workloads.values():
             if _in_nets(ip, update.endpoint.ipv4_nets + update.endpoint.ipv6_nets):
                 return update
         return None
+
+
+class ExplainError(ValueError):
+    """A flow's end that names nothing in the input, or a port that does not parse."""
+
+
+@attrs.frozen
+class Place:
+    """One end of a flow: a workload on its node, or an address outside the workloads."""
+
+    label: str
+    ip: str
+    #: The workload's node; "" for an address outside.
+    node: str = ""
+
+
+def parse_port(text: str) -> tuple[str, int | None]:
+    """``tcp/80``, ``udp/53``, ``80`` (TCP), ``icmp``: the protocol and port."""
+    protocol, _, port = text.rpartition("/") if "/" in text else ("", "", text)
+    if not protocol and not port.isdigit():
+        return port.lower(), None
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ExplainError(f"--port {text}: expected PROTOCOL/PORT, like tcp/80")
+    return (protocol or "tcp").lower(), int(port)
+
+
+def find_place(spec: str, endpoints: Sequence[tuple[str, str, str, tuple[str, ...]]]) -> Place:
+    """``NS/POD``, a workload endpoint's name, or an IP address. ``endpoints`` are (label,
+    endpoint name, node, addresses) of every workload the input holds."""
+    for label, name, node, nets in endpoints:
+        if spec in (label, name):
+            if not nets:
+                raise ExplainError(f"{spec} has no address (not running?)")
+            return Place(label, nets[0].split("/")[0], node)
+    try:
+        address = str(ipaddress.ip_address(spec))
+    except ValueError:
+        raise ExplainError(f"{spec} is no workload of the input, nor an IP address") from None
+    for label, _, node, nets in endpoints:
+        if _in_nets(address, nets):
+            return Place(label, address, node)
+    return Place(address, address)
+
+
+@attrs.frozen
+class Question:
+    """Would ``source`` reach ``destination`` on ``protocol``/``port``?"""
+
+    source: Place
+    destination: Place
+    protocol: str = "tcp"
+    port: int | None = None
+
+    @property
+    def flow(self) -> Flow:
+        return Flow(self.source.ip, self.destination.ip, self.protocol, self.port)
+
+    def __str__(self) -> str:
+        what = f"{self.protocol}/{self.port}" if self.port is not None else self.protocol
+        source, destination = self.source, self.destination
+        return f"{source.label} ({source.ip}) -> {destination.label} ({destination.ip}) {what}"
+
+
+@attrs.frozen
+class Side:
+    """What one node's rules say of the flow: the source's egress, the destination's
+    ingress, or both where they share a node."""
+
+    node: str
+    verdict: Verdict
+
+
+def set_sources(view: Mapping[str, Any]) -> dict[str, str]:
+    """What each IP set of a dry-run view stands for, by kernel name (``selector app ==
+    "web"``, ``named_port http``, ``service shop/web``)."""
+    return {
+        entry["name"]: ", ".join(f"{k} {v}" for k, v in sorted((entry.get("source") or {}).items()))
+        for entry in view.get("ipsets", [])
+    }
+
+
+def explain_flow(
+    question: Question, states: Mapping[str, NodeState], why: Mapping[str, str]
+) -> tuple[Side, ...]:
+    """The flow through the rules of the source's node, then of the destination's (one
+    trace where they are the same node); ``why`` as Explainer's."""
+    source, destination = question.source.node, question.destination.node
+    nodes = [source, destination] if source != destination else [source]
+    return tuple(
+        Side(node, Explainer(states[node], why).explain(question.flow)) for node in nodes if node
+    )
+
+
+def report_text(question: Question, sides: Sequence[Side]) -> str:
+    lines = [str(question)]
+    for side in sides:
+        verdict = side.verdict
+        word = "allowed" if verdict.allowed else "denied"
+        lines.append(f"  at {side.node}: {word}: {verdict.reason}")
+        for name, member, why in verdict.sets:
+            stands = f" ({why})" if why else ""
+            lines.append(f"    matched IP set {name}{stands}: it holds {member}")
+    allowed = all(side.verdict.allowed for side in sides)
+    lines.append(f"verdict: {'allowed' if allowed else 'denied'}")
+    return "\n".join(lines) + "\n"
+
+
+def report_json(question: Question, sides: Sequence[Side]) -> dict[str, object]:
+    return {
+        "from": attrs.asdict(question.source),
+        "to": attrs.asdict(question.destination),
+        "protocol": question.protocol,
+        "port": question.port,
+        "allowed": all(side.verdict.allowed for side in sides),
+        "sides": [
+            {
+                "node": side.node,
+                "allowed": side.verdict.allowed,
+                "reason": side.verdict.reason,
+                "ip_sets": [
+                    {"name": name, "member": member, "source": why}
+                    for name, member, why in side.verdict.sets
+                ],
+                "rules": [
+                    {"chain": chain, "index": index, "rule": text}
+                    for chain, index, text in side.verdict.path
+                ],
+            }
+            for side in sides
+        ],
+    }
