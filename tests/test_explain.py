@@ -91,7 +91,7 @@ def test_json_holds_the_rules_the_packet_matched() -> None:
     [
         (["--from", "shop/nobody", "--to", "shop/frontend-1"], "shop/nobody is no workload"),
         (["--from", "shop/frontend-1", "--to", "shop/checkout-1", "--port", "tcp/x"], "--port"),
-        (["--from", "192.0.2.1", "--to", "192.0.2.2"], "neither end is a workload"),
+        (["--from", "192.0.2.1", "--to", "192.0.2.2"], "no end of the flow is a workload"),
     ],
 )
 def test_a_question_naming_nothing_is_a_usage_error(argv: list[str], said: str) -> None:
@@ -99,3 +99,23 @@ def test_a_question_naming_nothing_is_a_usage_error(argv: list[str], said: str) 
     assert done.returncode == 2
     assert said in done.stderr
     assert done.stdout == ""
+
+
+def test_the_matrix_agrees_with_each_flow_explained_alone() -> None:
+    selector = "projectcalico.org/namespace in {'shop', 'monitoring'}"
+    done = explain("--matrix", selector, "--port", "tcp/8080")
+    assert done.returncode == 1  # some flows are denied
+    rows = [line.split() for line in done.stdout.splitlines()[2:]]
+    names = [row[1] for row in rows]
+    assert names == [
+        "monitoring/prometheus-1",
+        "shop/checkout-1",
+        "shop/frontend-1",
+        "shop/payments-1",
+    ]
+    for row in rows:
+        for column, cell in enumerate(row[2:]):
+            if cell == "-":
+                continue
+            alone = explain("--from", row[1], "--to", names[column], "--port", "tcp/8080")
+            assert alone.returncode == (0 if cell == "." else 1), (row[1], names[column])

@@ -471,11 +471,11 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from pyfelix import jsontext
     from pyfelix.dryrun import compute
     from pyfelix.explain import (
+        Endpoint,
         ExplainError,
-        Question,
+        ask,
         explain_flow,
-        find_place,
-        parse_port,
+        matrix_text,
         report_json,
         report_text,
         set_sources,
@@ -492,34 +492,45 @@ def cmd_explain(args: argparse.Namespace) -> int:
         endpoint = workload_endpoint(resource) if isinstance(resource, Pod) else resource
         if isinstance(endpoint, WorkloadEndpoint):
             spec = endpoint.spec
+            labels = {
+                **endpoint.labels,
+                "projectcalico.org/namespace": endpoint.namespace,
+                "projectcalico.org/orchestrator": spec.orchestrator,
+            }
             label = f"{endpoint.namespace}/{spec.pod or endpoint.name}"
-            endpoints.append((label, endpoint.name, spec.node, spec.ip_networks))
+            endpoints.append(Endpoint(label, endpoint.name, spec.node, spec.ip_networks, labels))
     try:
-        protocol, port = parse_port(args.port)
-        question = Question(
-            find_place(args.source, endpoints),
-            find_place(args.destination, endpoints),
-            protocol,
-            port,
+        places, questions = ask(
+            endpoints,
+            args.port,
+            source=args.source,
+            destination=args.destination,
+            matrix=args.matrix,
         )
     except ExplainError as exc:
         print(f"explain: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    nodes = {place.node for place in (question.source, question.destination) if place.node}
+    nodes = {p.node for q in questions.values() for p in (q.source, q.destination) if p.node}
     if not nodes:
-        print("explain: neither end is a workload of the input", file=sys.stderr)
+        print("explain: no end of the flow is a workload of the input", file=sys.stderr)
         return EXIT_USAGE
     states, why = {}, {}
     for node in sorted(nodes):
         view, states[node] = compute(resources, node)
         why.update(set_sources(view))
-    sides = explain_flow(question, states, why)
-    if args.format == "json":
+    answers = {key: explain_flow(q, states, why) for key, q in questions.items()}
+    allowed = {key: all(s.verdict.allowed for s in sides) for key, sides in answers.items()}
+    if args.matrix and args.format == "text":
+        sys.stdout.write(matrix_text(places, allowed, args.port))
+    elif args.format == "json":
+        reports = [report_json(questions[key], sides) for key, sides in answers.items()]
         sys.stdout.flush()
-        sys.stdout.buffer.write(jsontext.dumps_indented(report_json(question, sides)))
+        document = {"flows": reports} if args.matrix else reports[0]
+        sys.stdout.buffer.write(jsontext.dumps_indented(document))
     else:
-        sys.stdout.write(report_text(question, sides))
-    return EXIT_OK if all(side.verdict.allowed for side in sides) else EXIT_INVALID
+        ((key, sides),) = answers.items()
+        sys.stdout.write(report_text(questions[key], sides))
+    return EXIT_OK if all(allowed.values()) else EXIT_INVALID
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -723,11 +734,14 @@ def build_parser() -> argparse.ArgumentParser:
         " Exit status: 0 allowed, 1 denied, 2 usage.",
     )
     explain.add_argument("sources", nargs="+", metavar="SRC", help="as dry-run's")
+    explain.add_argument("--from", dest="source", metavar="X", help="NS/POD, an endpoint, or an IP")
     explain.add_argument(
-        "--from", dest="source", required=True, metavar="X", help="NS/POD, an endpoint, or an IP"
+        "--to", dest="destination", metavar="Y", help="NS/POD, an endpoint, or an IP"
     )
     explain.add_argument(
-        "--to", dest="destination", required=True, metavar="Y", help="NS/POD, an endpoint, or an IP"
+        "--matrix",
+        metavar="SELECTOR",
+        help="who reaches whom among the workloads a Calico selector selects",
     )
     explain.add_argument("--port", default="tcp/80", help="PROTOCOL/PORT (default tcp/80)")
     explain.add_argument("--format", choices=("text", "json"), default="text")

@@ -18,6 +18,7 @@ from typing import Any
 import attrs
 
 from pyfelix import messages as m
+from pyfelix.selector import SelectorError, parse_selector
 from pyfelix_dataplane.rules import matches as mt
 from pyfelix_dataplane.rules.model import Rule
 from pyfelix_dataplane.rules.policy import (
@@ -276,22 +277,90 @@ def parse_port(text: str) -> tuple[str, int | None]:
     return (protocol or "tcp").lower(), int(port)
 
 
-def find_place(spec: str, endpoints: Sequence[tuple[str, str, str, tuple[str, ...]]]) -> Place:
-    """``NS/POD``, a workload endpoint's name, or an IP address. ``endpoints`` are (label,
-    endpoint name, node, addresses) of every workload the input holds."""
-    for label, name, node, nets in endpoints:
-        if spec in (label, name):
-            if not nets:
-                raise ExplainError(f"{spec} has no address (not running?)")
-            return Place(label, nets[0].split("/")[0], node)
+@attrs.frozen
+class Endpoint:
+    """A workload of the input, as explain finds it: ``namespace/pod``, its endpoint's name,
+    its node, addresses and labels (with the namespace and orchestrator labels Calico adds)."""
+
+    label: str
+    name: str
+    node: str
+    nets: tuple[str, ...]
+    labels: Mapping[str, str] = attrs.field(factory=dict)
+
+
+def find_place(spec: str, endpoints: Sequence[Endpoint]) -> Place:
+    """``NS/POD``, a workload endpoint's name, or an IP address, among the workloads the
+    input holds."""
+    for endpoint in endpoints:
+        if spec in (endpoint.label, endpoint.name):
+            return _place(endpoint)
     try:
         address = str(ipaddress.ip_address(spec))
     except ValueError:
         raise ExplainError(f"{spec} is no workload of the input, nor an IP address") from None
-    for label, _, node, nets in endpoints:
-        if _in_nets(address, nets):
-            return Place(label, address, node)
+    for endpoint in endpoints:
+        if _in_nets(address, endpoint.nets):
+            return Place(endpoint.label, address, endpoint.node)
     return Place(address, address)
+
+
+def _place(endpoint: Endpoint) -> Place:
+    if not endpoint.nets:
+        raise ExplainError(f"{endpoint.label} has no address (not running?)")
+    return Place(endpoint.label, endpoint.nets[0].split("/")[0], endpoint.node)
+
+
+def selected(selector: str, endpoints: Sequence[Endpoint]) -> list[Place]:
+    """The workloads (with an address) a Calico selector selects, in label order."""
+    try:
+        parsed = parse_selector(selector)
+    except SelectorError as exc:
+        raise ExplainError(f"--matrix {selector}: {exc}") from None
+    chosen = [e for e in endpoints if e.nets and parsed.evaluate(e.labels)]
+    return [_place(e) for e in sorted(chosen, key=lambda e: e.label)]
+
+
+def ask(
+    endpoints: Sequence[Endpoint],
+    port_text: str,
+    *,
+    source: str | None,
+    destination: str | None,
+    matrix: str | None,
+) -> tuple[list[Place], dict[tuple[int, int], Question]]:
+    """The questions a command line asks: one flow (``source`` to ``destination``), or every
+    pair of the workloads ``matrix`` selects (keyed by their rows), on one port."""
+    protocol, port = parse_port(port_text)
+    if matrix:
+        places = selected(matrix, endpoints)
+        return places, {
+            (row, column): Question(src, dst, protocol, port)
+            for row, src in enumerate(places)
+            for column, dst in enumerate(places)
+            if row != column
+        }
+    if not (source and destination):
+        raise ExplainError("give --from and --to, or --matrix SELECTOR")
+    pair = Question(find_place(source, endpoints), find_place(destination, endpoints))
+    return [], {(0, 1): attrs.evolve(pair, protocol=protocol, port=port)}
+
+
+def matrix_text(
+    places: Sequence[Place], verdicts: Mapping[tuple[int, int], bool], what: str
+) -> str:
+    """Who reaches whom: a row per source, a column per destination (numbered as the rows),
+    ``.`` allowed, ``X`` denied."""
+    width = max((len(p.label) for p in places), default=0)
+    lines = [f"{what}: rows are sources, columns destinations; . allowed, X denied"]
+    lines.append(" " * (width + 6) + " ".join(f"{n:>2}" for n in range(1, len(places) + 1)))
+    for row, place in enumerate(places):
+        cells = [
+            " -" if row == column else ("  ." if verdicts[row, column] else "  X")[1:]
+            for column in range(len(places))
+        ]
+        lines.append(f"{row + 1:>3}. {place.label:<{width}} " + " ".join(cells))
+    return "\n".join(lines) + "\n"
 
 
 @attrs.frozen
