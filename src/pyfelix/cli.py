@@ -471,34 +471,21 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from pyfelix import jsontext
     from pyfelix.dryrun import compute
     from pyfelix.explain import (
-        Endpoint,
         ExplainError,
         ask,
+        endpoints_of,
         explain_flow,
         matrix_text,
         report_json,
         report_text,
         set_sources,
     )
-    from pyfelix.resources import Pod, WorkloadEndpoint
-    from pyfelix.resources.k8s_conversion import workload_endpoint
 
     loaded = load_sources(args.sources, strict=False, refuse_to=sys.stderr)
     if isinstance(loaded, int):
         return loaded
     resources = [item.resource for item in loaded.resources]
-    endpoints = []
-    for resource in resources:
-        endpoint = workload_endpoint(resource) if isinstance(resource, Pod) else resource
-        if isinstance(endpoint, WorkloadEndpoint):
-            spec = endpoint.spec
-            labels = {
-                **endpoint.labels,
-                "projectcalico.org/namespace": endpoint.namespace,
-                "projectcalico.org/orchestrator": spec.orchestrator,
-            }
-            label = f"{endpoint.namespace}/{spec.pod or endpoint.name}"
-            endpoints.append(Endpoint(label, endpoint.name, spec.node, spec.ip_networks, labels))
+    endpoints = endpoints_of(resources)
     try:
         places, questions = ask(
             endpoints,
@@ -531,6 +518,49 @@ def cmd_explain(args: argparse.Namespace) -> int:
         ((key, sides),) = answers.items()
         sys.stdout.write(report_text(questions[key], sides))
     return EXIT_OK if all(allowed.values()) else EXIT_INVALID
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """What applying (or deleting) CHANGE, or enforcing the staged policies, would do: the
+    flows whose verdict flips and each node's dataplane delta. 0 when nothing flips, 1 when
+    something does, 2 on error."""
+    from pyfelix import jsontext
+    from pyfelix.explain import endpoints_of
+    from pyfelix.plan import changed, compute_states, flips, node_delta, nodes_of
+    from pyfelix.plan import report_json as plan_json
+    from pyfelix.plan import report_text as plan_text
+    from pyfelix.resources import KINDS
+
+    loaded = load_sources(args.sources, strict=False, refuse_to=sys.stderr)
+    if isinstance(loaded, int):
+        return loaded
+    before = [item.resource for item in loaded.resources]
+    change: list[Any] = []
+    if args.change:
+        proposed = load_sources(args.change, refuse_to=sys.stderr)
+        if isinstance(proposed, int):
+            return proposed
+        change = [item.resource for item in proposed.resources]
+    elif not args.enforce_staged:
+        print(
+            "plan: give --change FILE (with --delete to delete), or --enforce-staged",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    after = changed(
+        before, change, delete=args.delete, enforce_staged=args.enforce_staged, classes=KINDS
+    )
+    endpoints_before, endpoints_after = endpoints_of(before), endpoints_of(after)
+    nodes = nodes_of([*endpoints_before, *endpoints_after])
+    states = compute_states(before, after, nodes)
+    flipped = flips(endpoints_before, endpoints_after, states)
+    deltas = [node_delta(node, *states[node]) for node in nodes]
+    if args.format == "json":
+        sys.stdout.flush()
+        sys.stdout.buffer.write(jsontext.dumps_indented(plan_json(flipped, deltas)))
+    else:
+        sys.stdout.write(plan_text(flipped, deltas))
+    return EXIT_INVALID if flipped else EXIT_OK
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -746,6 +776,25 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--port", default="tcp/80", help="PROTOCOL/PORT (default tcp/80)")
     explain.add_argument("--format", choices=("text", "json"), default="text")
     explain.set_defaults(handler=cmd_explain)
+    plan = commands.add_parser(
+        "plan",
+        help="what a change would do: flows whose verdict flips, each node's dataplane delta",
+        description="Compute the input as it is and with CHANGE applied (or deleted, or the"
+        " staged policies enforced), and print every flow whose verdict flips (for the"
+        " workloads whose rules or IP sets change) and each node's chains, rules, IP sets and"
+        " routes added, removed or changed. Exit status: 0 nothing flips, 1 something does,"
+        " 2 error.",
+    )
+    plan.add_argument("sources", nargs="+", metavar="SRC", help="as dry-run's")
+    plan.add_argument("--change", nargs="+", metavar="FILE", help="manifests to apply")
+    plan.add_argument("--delete", action="store_true", help="delete the --change resources instead")
+    plan.add_argument(
+        "--enforce-staged",
+        action="store_true",
+        help="promote every staged policy to its real twin (stagedAction Delete deletes it)",
+    )
+    plan.add_argument("--format", choices=("text", "json"), default="text")
+    plan.set_defaults(handler=cmd_plan)
     demo = commands.add_parser(
         "demo",
         help="run the agent on a node of network namespaces and print who can reach whom",

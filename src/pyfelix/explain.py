@@ -18,6 +18,8 @@ from typing import Any
 import attrs
 
 from pyfelix import messages as m
+from pyfelix.resources import Pod, Resource, WorkloadEndpoint
+from pyfelix.resources.k8s_conversion import workload_endpoint
 from pyfelix.selector import SelectorError, parse_selector
 from pyfelix_dataplane.rules import matches as mt
 from pyfelix_dataplane.rules.model import Rule
@@ -280,13 +282,45 @@ def parse_port(text: str) -> tuple[str, int | None]:
 @attrs.frozen
 class Endpoint:
     """A workload of the input, as explain finds it: ``namespace/pod``, its endpoint's name,
-    its node, addresses and labels (with the namespace and orchestrator labels Calico adds)."""
+    its node, addresses and labels (with the namespace and orchestrator labels Calico adds),
+    the ports it declares."""
 
     label: str
     name: str
     node: str
     nets: tuple[str, ...]
     labels: Mapping[str, str] = attrs.field(factory=dict)
+    #: The interface its node programs for it.
+    interface: str = ""
+    ports: tuple[tuple[str, int], ...] = ()
+
+
+def endpoints_of(resources: Sequence[Resource]) -> list[Endpoint]:
+    """The workloads of the input: WorkloadEndpoints, and Pods as Calico converts them."""
+    found = []
+    for resource in resources:
+        endpoint = workload_endpoint(resource) if isinstance(resource, Pod) else resource
+        if not isinstance(endpoint, WorkloadEndpoint):
+            continue
+        spec = endpoint.spec
+        labels = {
+            **endpoint.labels,
+            "projectcalico.org/namespace": endpoint.namespace,
+            "projectcalico.org/orchestrator": spec.orchestrator,
+        }
+        ports = tuple((str(p.protocol).lower() or "tcp", p.port) for p in spec.ports if p.port)
+        found.append(
+            Endpoint(
+                f"{endpoint.namespace}/{spec.pod or endpoint.name}",
+                endpoint.name,
+                spec.node,
+                spec.ip_networks,
+                labels,
+                spec.interface_name,
+                ports,
+            )
+        )
+    return found
 
 
 def find_place(spec: str, endpoints: Sequence[Endpoint]) -> Place:
