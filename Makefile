@@ -8,7 +8,7 @@ DEB_PACKAGES := python3 python3-venv python3-dev gcc openssl iproute2 iptables i
 	wireguard-tools wireguard-go etcd-server etcd-client tcpdump iputils-ping nftables
 # Only the tests need these: ruby checks vagrant/Vagrantfile's syntax,
 # and qemu, Debian's stock kernel and a static busybox boot the VM of tests/test_in_vm.py.
-TEST_DEB_PACKAGES := ruby qemu-system-x86 linux-image-amd64 busybox-static
+TEST_DEB_PACKAGES := ruby qemu-system-x86 linux-image-amd64 busybox-static ipvsadm
 
 .PHONY: run test deps venv lint typecheck pytest clean kube-apiserver
 

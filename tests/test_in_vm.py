@@ -2,7 +2,8 @@
 (tunl0 and its routes, with a ping across the tunnel) and the kernel's WireGuard device
 through pyfelix's writers (here WireGuard is wireguard-go's), two agents over IPIP, IPIP
 CrossSubnet and the kernel's WireGuard in both families, with an encapsulation change
-(tests/test_overlays_in_vm.py), and on a second kernel (6.1) the kernel writers again (VXLAN,
+(tests/e2e/test_overlays.py), service traffic through kube-proxy's IPVS mode
+(tests/e2e/test_ipvs.py), and on a second kernel (6.1) the kernel writers again (VXLAN,
 MTU detection) and the single-node end-to-end test (`pyfelix demo`).
 
 Each guest test's outcome is read back from the guest's JUnit report: every one must pass,
@@ -30,7 +31,9 @@ GUEST_TESTS = (
     "tests/test_linux_wireguard.py",
     "tests/test_linux_vxlan.py",
     "tests/test_linux_mtu.py",
-    "tests/test_overlays_in_vm.py",
+    "tests/e2e/test_overlays.py",
+    # kube-proxy's IPVS mode (ip_vs) and Felix's chains for it, with real service traffic.
+    "tests/e2e/test_ipvs.py",
     # The single-node end-to-end test, on the second kernel: the README's demo.
     "tests/test_demo.py::test_demo_matrix_matches_explanations",
 )

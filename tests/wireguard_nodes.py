@@ -1,5 +1,5 @@
 """Two WireGuard nodes' manifests for the WireGuard tests (tests/e2e/test_wireguard.py on this
-machine with wireguard-go, tests/test_overlays_in_vm.py with the kernel's devices): a pool
+machine with wireguard-go, tests/e2e/test_overlays.py with the kernel's devices): a pool
 without encapsulation, each node's WireGuard address and device names (wireguard-go's control
 sockets are not per-namespace, so each node names its devices differently)."""
 
