@@ -551,7 +551,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         before, change, delete=args.delete, enforce_staged=args.enforce_staged, classes=KINDS
     )
     endpoints_before, endpoints_after = endpoints_of(before), endpoints_of(after)
-    nodes = nodes_of([*endpoints_before, *endpoints_after])
+    nodes = args.hostname or nodes_of([*endpoints_before, *endpoints_after])
     states = compute_states(before, after, nodes)
     flipped = flips(endpoints_before, endpoints_after, states)
     deltas = [node_delta(node, *states[node]) for node in nodes]
@@ -792,6 +792,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--enforce-staged",
         action="store_true",
         help="promote every staged policy to its real twin (stagedAction Delete deletes it)",
+    )
+    plan.add_argument(
+        "--hostname",
+        action="append",
+        metavar="NODE",
+        help="plan for this node only (repeatable; default: every node holding workloads,"
+        " each computed twice)",
     )
     plan.add_argument("--format", choices=("text", "json"), default="text")
     plan.set_defaults(handler=cmd_plan)
