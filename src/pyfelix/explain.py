@@ -35,9 +35,6 @@ from pyfelix_dataplane.rules.static import kernel_appends
 from pyfelix_dataplane.rules.trace import Packet, Step, Tracer
 from pyfelix_dataplane.state import NodeState
 
-PROTOCOLS = {"tcp": 6, "udp": 17, "icmp": 1, "icmpv6": 58, "sctp": 132, "udplite": 136}
-
-
 KUBERNETES_POLICY = "KubernetesNetworkPolicy"
 #: How explanations name the policies converted from Kubernetes objects.
 KUBERNETES_KINDS = {
