@@ -119,9 +119,7 @@ class Tracer:
     sets: Mapping[str, tuple[str, frozenset[str]]]
 
     @classmethod
-    def of(
-        cls, chains: Iterable[Chain], sets: Mapping[str, tuple[str, frozenset[str]]]
-    ) -> Tracer:
+    def of(cls, chains: Iterable[Chain], sets: Mapping[str, tuple[str, frozenset[str]]]) -> Tracer:
         return cls({chain.name: chain for chain in chains}, sets)
 
     def in_set(self, name: str, flags: str, packet: Packet) -> bool:
