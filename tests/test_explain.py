@@ -6,15 +6,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from tests.rules_harness import REPO
 
 
-def explain(*argv: str) -> subprocess.CompletedProcess[str]:
+def explain(*argv: str, source: Path = REPO / "examples") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "pyfelix", "explain", str(REPO / "examples"), *argv],
+        [sys.executable, "-m", "pyfelix", "explain", str(source), *argv],
         capture_output=True,
         text=True,
         check=False,
@@ -119,3 +120,53 @@ def test_the_matrix_agrees_with_each_flow_explained_alone() -> None:
                 continue
             alone = explain("--from", row[1], "--to", names[column], "--port", "tcp/8080")
             assert alone.returncode == (0 if cell == "." else 1), (row[1], names[column])
+
+
+@pytest.mark.parametrize(
+    ("source", "destination", "port", "said"),
+    [
+        # Into the host from its workload: INPUT, the workload's egress, then Felix's
+        # DefaultEndpointToHostAction (Drop unless configured).
+        (
+            "shop/frontend-1",
+            "node-a-eth1",
+            "tcp/22",
+            "denied: dropped by cali-wl-to-host, rule 2 (Configured DefaultEndpointToHostAction)",
+        ),
+        # From the host to its own workloads: OUTPUT returns before any policy.
+        ("node-a-eth1", "shop/frontend-1", "tcp/80", "allowed: the host reaches its own"),
+        # Into the host from the network: the failsafe ports come before the host's policy.
+        ("192.168.56.50", "node-a-eth1", "tcp/22", "allowed: allowed by the failsafe rules"),
+        ("192.168.56.50", "node-a-eth1", "tcp/80", "ingress dropped at the end of tier default"),
+        # Out of the host to another node's pod: the host endpoint's profile, then the pod's.
+        ("node-a-eth1", "shop/payments-1", "tcp/8080", "egress allowed by profile legacy-vms"),
+    ],
+)
+def test_a_host_endpoint_is_an_end_of_a_flow(
+    source: str, destination: str, port: str, said: str
+) -> None:
+    done = explain("--from", source, "--to", destination, "--port", port)
+    assert said in done.stdout, done.stdout + done.stderr
+    assert done.returncode == (0 if done.stdout.endswith("verdict: allowed\n") else 1)
+
+
+def test_a_host_endpoints_policy_is_named(manifests: Path) -> None:
+    (manifests / "99-host-admin.yaml").write_text(
+        "apiVersion: projectcalico.org/v3\n"
+        "kind: GlobalNetworkPolicy\n"
+        "metadata: {name: host-admin}\n"
+        "spec:\n"
+        "  order: 5\n"
+        "  selector: has(host-endpoint)\n"
+        "  types: [Ingress]\n"
+        "  ingress:\n"
+        "  - action: Allow\n"
+        "    protocol: TCP\n"
+        "    source: {nets: [192.168.56.0/24]}\n"
+        "    destination: {ports: [9000]}\n"
+    )
+    done = explain(
+        "--from", "192.168.56.50", "--to", "node-a-eth1", "--port", "tcp/9000", source=manifests
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "at node-a: allowed: ingress allowed by default/host-admin, rule 1" in done.stdout

@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 
 from pyfelix import messages as m
-from pyfelix.resources import Pod, Resource, WorkloadEndpoint
+from pyfelix.resources import HostEndpoint, Pod, Resource, WorkloadEndpoint
 from pyfelix.resources.k8s_conversion import workload_endpoint
 from pyfelix.selector import SelectorError, parse_selector
 from pyfelix_dataplane.rules import matches as mt
@@ -86,6 +86,18 @@ class Verdict:
 _DECIDED = {"accept": "allowed", "pass": "passed to the next tier", "drop": "denied"}
 #: An interface outside the node's workloads: where a flow to or from elsewhere comes in.
 OUTSIDE = "eth0"
+#: The chains of endpoints' policy, workloads' and host endpoints' (ingress ones first).
+_INBOUND_CHAINS = ("cali-tw-", "cali-fh-", "cali-fhfw-")
+_ENDPOINT_CHAINS = (*_INBOUND_CHAINS, "cali-fw-", "cali-th-", "cali-thfw-")
+
+
+def _step_reason(step: Step) -> str:
+    """A matched rule outside the policies, as its verdict, chain and comment."""
+    verdict = "allowed" if step.rule.action == mt.Jump("ACCEPT") else "dropped"
+    if step.chain.startswith("cali-failsafe"):
+        return f"{verdict} by the failsafe rules ({step.chain}: {step.rule.body})"
+    comment = f" ({'; '.join(step.rule.comment)})" if step.rule.comment else ""
+    return f"{verdict} by {step.chain}, rule {step.index + 1}{comment}"
 
 
 def _in_nets(ip: str, nets: Sequence[str]) -> bool:
@@ -95,6 +107,19 @@ def _in_nets(ip: str, nets: Sequence[str]) -> bool:
         and address in ipaddress.ip_network(n, strict=False)
         for n in nets
     )
+
+
+@attrs.define
+class _Reading:
+    """What reading a trace's steps gathers: the tier each side is in, the reasons so far
+    and the IP sets the deciding rules matched by."""
+
+    packet: Packet
+    marks: Any
+    version: int
+    tier_of: dict[bool, str] = attrs.Factory(dict)
+    reasons: list[str] = attrs.Factory(list)
+    sets: list[tuple[str, str, str]] = attrs.Factory(list)
 
 
 @attrs.define(eq=False)
@@ -138,35 +163,81 @@ class Explainer:
         return next((n for n, end in enumerate(ends, start=1) if index < end), len(ends))
 
     def explain(self, flow: Flow) -> Verdict:
-        """The decision for a flow's first packet, from and to the node's workloads or
-        elsewhere: egress policy of a local source, then ingress policy of a local
-        destination, as the rules apply them."""
+        """The decision for a flow's first packet, from and to the node's workloads, the
+        node itself (its host endpoints' and its own addresses) or elsewhere: through
+        FORWARD between workloads and elsewhere, INPUT to the host, OUTPUT from it, as the
+        kernel hands the packet to the rules."""
         version = ipaddress.ip_address(flow.src_ip).version
         source, destination = self._endpoint(flow.src_ip), self._endpoint(flow.dst_ip)
-        if source is None and destination is None:
+        local = self._host_addresses()
+        from_host, to_host = flow.src_ip in local, flow.dst_ip in local
+        if not (source or destination or from_host or to_host):
             return Verdict(True, "no policy applies")
+        in_interface = source.endpoint.name if source else self._host_interface(flow.dst_ip)
+        out_interface = (
+            destination.endpoint.name if destination else self._host_interface(flow.src_ip)
+        )
+        settings = Settings.for_node(self.dataplane)
+        if from_host:
+            kernel_chain, in_interface = "OUTPUT", ""
+            entry = [Rule(action=mt.Jump("cali-OUTPUT"))]
+        elif to_host:
+            kernel_chain, out_interface = "INPUT", ""
+            entry = [Rule(action=mt.Jump("cali-INPUT"))]
+        else:
+            kernel_chain = "FORWARD"
+            entry = [Rule(action=mt.Jump("cali-FORWARD"))]
+            entry += [r for c in kernel_appends(settings)["filter"] for r in c.rules]
         packet = Packet(
             flow.src_ip,
             flow.dst_ip,
             flow.protocol,
             flow.dst_port,
-            in_interface=source.endpoint.name if source else OUTSIDE,
-            out_interface=destination.endpoint.name if destination else OUTSIDE,
+            in_interface=in_interface,
+            out_interface=out_interface,
             icmp_type=flow.icmp_type,
+            local=local,
         )
-        settings = Settings.for_node(self.dataplane)
-        forward = [Rule(action=mt.Jump("cali-FORWARD"))]
-        forward += [r for c in kernel_appends(settings)["filter"] for r in c.rules]
         tracer = self._tracer(version)
-        trace = tracer.run(forward, packet, "FORWARD")
+        trace = tracer.run(entry, packet, kernel_chain)
         reasons, sets = self._reasons(trace.steps, packet, tracer, settings, version)
         allowed = trace.verdict == "ACCEPT"
+        final = trace.steps[-1] if trace.steps else None
         if not allowed:
-            reason = reasons[-1] if reasons else f"dropped by {trace.steps[-1].chain}"
+            # A policy's, a profile's or an endpoint chain's drop explains itself; any other
+            # chain's (DefaultEndpointToHostAction, a disabled interface) is named.
+            decided = final is None or (
+                reasons
+                and (final.chain.startswith(_ENDPOINT_CHAINS) or self._owner(final.chain))
+            )
+            reason = reasons[-1] if decided or final is None else _step_reason(final)
         else:
-            reason = "; ".join(r for r in reasons if "passed" not in r) or "no policy applies"
+            reason = "; ".join(r for r in reasons if "passed" not in r)
+            if not reason and final is not None and final.chain.startswith("cali-failsafe"):
+                reason = _step_reason(final)
+            elif not reason and from_host and destination is not None:
+                reason = "the host reaches its own workloads without policy (as in Felix)"
+            reason = reason or "no policy applies"
         path = tuple((s.chain, s.index, s.rule.body) for s in trace.steps)
         return Verdict(allowed, reason, tuple(sets), path)
+
+    def _host_addresses(self) -> frozenset[str]:
+        """The node's own addresses: its host endpoints' expected IPs, and those it has."""
+        found = set(self.dataplane.host_ips)
+        for update in self.dataplane.hosts.values():
+            found.update(update.endpoint.expected_ipv4_addrs)
+            found.update(update.endpoint.expected_ipv6_addrs)
+        return frozenset(found)
+
+    def _host_interface(self, ip: str) -> str:
+        """The interface of the host endpoint ``ip`` belongs to (where a packet to or from
+        it crosses), else an interface outside the workloads."""
+        for update in self.dataplane.hosts.values():
+            endpoint = update.endpoint
+            addresses = (*endpoint.expected_ipv4_addrs, *endpoint.expected_ipv6_addrs)
+            if endpoint.name and ip in addresses:
+                return endpoint.name
+        return OUTSIDE
 
     def _reasons(
         self,
@@ -176,58 +247,62 @@ class Explainer:
         settings: Settings,
         version: int,
     ) -> tuple[list[str], list[tuple[str, str, str]]]:
-        marks = settings.marks
-        reasons: list[str] = []
-        sets: list[tuple[str, str, str]] = []
-        tier_of: dict[bool, str] = {}
+        """The reasons the steps give, and the IP sets they matched by."""
+        reading = _Reading(packet, settings.marks, version)
         for step in steps:
-            chain, rule = step.chain, step.rule
-            inbound = chain.startswith("cali-tw-")
-            comment = rule.comment[0] if rule.comment else ""
-            if chain.startswith(("cali-tw-", "cali-fw-")):
-                side = "ingress" if inbound else "egress"
-                if comment.startswith("Start of tier "):
-                    tier_of[inbound] = comment.removeprefix("Start of tier ")
-                elif comment.startswith("End of tier "):
-                    reasons.append(self._tier_end(side, tier_of.get(inbound, ""), packet))
-                elif comment.endswith("if no profiles matched"):
-                    reasons.append(f"{side} dropped: no profile matched")
-                elif comment == "Endpoint admin disabled":
-                    reasons.append(f"{side} dropped: the endpoint is not active")
-                continue
-            owner = self._owner(chain)
-            if owner is None or not isinstance(rule.action, mt.SetMark):
-                continue
-            kind, ident, owner_inbound = owner
-            side = "ingress" if owner_inbound else "egress"
-            bits = rule.action.value
-            word = next(
-                (
-                    w
-                    for key, w in _DECIDED.items()
-                    if bits & getattr(marks, "pass_" if key == "pass" else key)
-                ),
-                "",
+            self._step(step, reading)
+        return reading.reasons, reading.sets
+
+    def _step(self, step: Step, reading: _Reading) -> None:
+        """What one matched rule says: a tier's start or end, a profile's end, a disabled
+        endpoint, or a policy's or profile's decision (and the IP sets it matched by)."""
+        chain, rule = step.chain, step.rule
+        tier_of, reasons, packet = reading.tier_of, reading.reasons, reading.packet
+        inbound = chain.startswith(_INBOUND_CHAINS)
+        comment = rule.comment[0] if rule.comment else ""
+        if chain.startswith(_ENDPOINT_CHAINS):
+            side = "ingress" if inbound else "egress"
+            if comment.startswith("Start of tier "):
+                tier_of[inbound] = comment.removeprefix("Start of tier ")
+            elif comment.startswith("End of tier "):
+                reasons.append(self._tier_end(side, tier_of.get(inbound, ""), packet))
+            elif comment.endswith("if no profiles matched"):
+                reasons.append(f"{side} dropped: no profile matched")
+            elif comment == "Endpoint admin disabled":
+                reasons.append(f"{side} dropped: the endpoint is not active")
+            return
+        owner = self._owner(chain)
+        if owner is None or not isinstance(rule.action, mt.SetMark):
+            return
+        kind, ident, owner_inbound = owner
+        side = "ingress" if owner_inbound else "egress"
+        bits = rule.action.value
+        word = next(
+            (
+                w
+                for key, w in _DECIDED.items()
+                if bits & getattr(reading.marks, "pass_" if key == "pass" else key)
+            ),
+            "",
+        )
+        if not word:
+            return  # a scratch mark of a rule's OR blocks
+        if kind == "profile":
+            reasons.append(f"{side} {word} by profile {ident}")
+        else:
+            assert isinstance(ident, m.PolicyID)
+            number = self._rule_number(ident, owner_inbound, step.index, reading.version)
+            label = policy_label(tier_of.get(owner_inbound, ident.tier), ident)
+            reasons.append(f"{side} {word} by {label}, rule {number}")
+        reading.sets += [
+            (
+                c.name,
+                packet.src if c.flags.startswith("src") else packet.dst,
+                self.why.get(c.name, ""),
             )
-            if not word:
-                continue  # a scratch mark of a rule's OR blocks
-            if kind == "profile":
-                reasons.append(f"{side} {word} by profile {ident}")
-            else:
-                assert isinstance(ident, m.PolicyID)
-                number = self._rule_number(ident, owner_inbound, step.index, version)
-                label = policy_label(tier_of.get(owner_inbound, ident.tier), ident)
-                reasons.append(f"{side} {word} by {label}, rule {number}")
-            sets += [
-                (
-                    c.name,
-                    packet.src if c.flags.startswith("src") else packet.dst,
-                    self.why.get(c.name, ""),
-                )
-                for c in rule.match
-                if isinstance(c, mt.InSet) and not c.negate
-            ]
-        return reasons, sets
+            for c in rule.match
+            if isinstance(c, mt.InSet) and not c.negate
+        ]
 
     def _tier_end(self, side: str, tier: str, packet: Packet) -> str:
         reason = f"{side} dropped at the end of tier {tier}"
@@ -258,7 +333,7 @@ class ExplainError(ValueError):
 
 @attrs.frozen
 class Place:
-    """One end of a flow: a workload on its node, or an address outside the workloads."""
+    """One end of a flow: a workload or host endpoint on its node, or an address elsewhere."""
 
     label: str
     ip: str
@@ -280,7 +355,7 @@ def parse_port(text: str) -> tuple[str, int | None]:
 class Endpoint:
     """A workload of the input, as explain finds it: ``namespace/pod``, its endpoint's name,
     its node, addresses and labels (with the namespace and orchestrator labels Calico adds),
-    the ports it declares."""
+    the ports it declares; or a host endpoint, by its name."""
 
     label: str
     name: str
@@ -293,9 +368,25 @@ class Endpoint:
 
 
 def endpoints_of(resources: Sequence[Resource]) -> list[Endpoint]:
-    """The workloads of the input: WorkloadEndpoints, and Pods as Calico converts them."""
+    """The endpoints of the input: WorkloadEndpoints, Pods as Calico converts them, and
+    HostEndpoints (named as written, their addresses the expected IPs)."""
     found = []
     for resource in resources:
+        if isinstance(resource, HostEndpoint):
+            host = resource.spec
+            ports = tuple((str(p.protocol).lower() or "tcp", p.port) for p in host.ports if p.port)
+            found.append(
+                Endpoint(
+                    resource.name,
+                    resource.name,
+                    host.node,
+                    tuple(host.expected_ips),
+                    resource.labels,
+                    host.interface_name,
+                    ports,
+                )
+            )
+            continue
         endpoint = workload_endpoint(resource) if isinstance(resource, Pod) else resource
         if not isinstance(endpoint, WorkloadEndpoint):
             continue
