@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from pyfelix.dryrun import InputTally
     from pyfelix.errors import Problem
     from pyfelix.resources import Resource
-    from pyfelix.resources.loader import Digest, LoadResult
+    from pyfelix.resources.loader import Digest, DirectDecoder, LoadResult
 
 # Only what `pyfelix run` needs before it forks its first read's child is imported here (the
 # loader, 0.06 s); each command imports the stages it runs.
@@ -167,6 +167,7 @@ def load_sources(
     strict: bool = True,
     refuse_to: TextIO | None = None,
     hostname: str = "",
+    direct: DirectDecoder | None = None,
 ) -> LoadResult | int:
     """Manifest files and directories, or one etcd URL, validated (with ``hostname``'s
     settings); an exit code on failure, its problems printed to ``refuse_to`` (stdout by
@@ -181,7 +182,7 @@ def load_sources(
         return EXIT_USAGE
     try:
         if not remote:
-            result = load_paths(sources)
+            result = load_paths(sources, direct=direct)
         elif is_kubernetes(remote[0]):
             result = _load_kubernetes(remote[0])
         else:
@@ -322,17 +323,61 @@ def _dry_run_as_agent(
 
     result = load_paths(sources, direct=plain_entry)
     tally.note(result)
-    invalid = set()
-    for problem in validate_loaded(result, hostname):
+    problems = validate_loaded(result, hostname)
+    for problem in problems:
         print(f"treated as absent: {problem}", file=sys.stderr)
-        invalid.add(problem.resource)
     # Left out here, as the pipeline's validation filter would leave them out (each is
     # named once, above, with its file and line).
-    resources = (item.resource for item in result.resources if item.resource.ident not in invalid)
+    resources = (item.resource for item in without_invalid(result, problems).resources)
     view, _ = compute(
         resources, hostname, validated=True, direct=result.direct, kube_ipvs=kube_ipvs
     )
     return view
+
+
+def load_as_agent(sources: Sequence[str]) -> LoadResult | int:
+    """The input as the agent takes it, for the commands that compute nodes from it (explain,
+    plan, diff): each invalid resource named on stderr and left out, plain endpoints and
+    namespaces of manifests decoded straight to the model (``LoadResult.direct``), so that
+    ``compute(..., validated=True, direct=...)`` takes it as the dry-run does."""
+    from pyfelix.resources.loader import merge
+    from pyfelix.syncer.plain_namespaces import plain_digest, plain_entry, plain_identity
+    from pyfelix.validation import validate_loaded
+    from pyfelix.validation.loading import BackgroundValidation
+
+    remote = any(is_etcd(source) or is_kubernetes(source) for source in sources)
+    validation = (
+        None
+        if remote
+        else BackgroundValidation(list(sources), direct=plain_identity, hand_on=plain_digest)
+    )
+    if validation is None or not validation.pid:
+        loaded = load_sources(sources, refuse_to=sys.stderr, direct=plain_entry, strict=False)
+        if isinstance(loaded, int):
+            return loaded
+        return without_invalid(loaded, validate_loaded(loaded))
+    # Big manifests: a child on the other core parses and checks them, handing each file's
+    # documents on, while this process decodes them trusting what the child checks.
+    loaded = merge(validation.loaded(partial(plain_entry, validate=False)))
+    problems = validation.problems()
+    for problem in problems:
+        print(f"treated as absent: {problem}", file=sys.stderr)
+    return without_invalid(loaded, problems)
+
+
+def without_invalid(result: LoadResult, problems: Iterable[Problem]) -> LoadResult:
+    """``result`` without the resources ``problems`` name, each where it was read (a
+    duplicate's problem names the copy the load already left out, not the one it kept)."""
+    import attrs
+
+    invalid = {(problem.resource, problem.source) for problem in problems}
+    if not invalid:
+        return result
+    kept = tuple(
+        item for item in result.resources if (item.resource.ident, item.source) not in invalid
+    )
+    direct = tuple(entry for entry in result.direct if (entry.ident, entry.source) not in invalid)
+    return attrs.evolve(result, resources=kept, direct=direct)
 
 
 def refused_settings(resources: Iterable[Resource]) -> list[str]:
@@ -481,11 +526,11 @@ def cmd_explain(args: argparse.Namespace) -> int:
         set_sources,
     )
 
-    loaded = load_sources(args.sources, strict=False, refuse_to=sys.stderr)
+    loaded = load_as_agent(args.sources)
     if isinstance(loaded, int):
         return loaded
     resources = [item.resource for item in loaded.resources]
-    endpoints = endpoints_of(resources)
+    endpoints = endpoints_of(resources, loaded.direct)
     try:
         places, questions = ask(
             endpoints,
@@ -503,7 +548,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     states, why = {}, {}
     for node in sorted(nodes):
-        view, states[node] = compute(resources, node)
+        view, states[node] = compute(resources, node, validated=True, direct=loaded.direct)
         why.update(set_sources(view))
     answers = {key: explain_flow(q, states, why) for key, q in questions.items()}
     allowed = {key: all(s.verdict.allowed for s in sides) for key, sides in answers.items()}
@@ -526,12 +571,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
     something does, 2 on error."""
     from pyfelix import jsontext
     from pyfelix.explain import endpoints_of
-    from pyfelix.plan import changed, compute_states, flips, node_delta, nodes_of
+    from pyfelix.plan import (
+        changed,
+        compute_states,
+        direct_after,
+        flips,
+        node_delta,
+        nodes_of,
+    )
     from pyfelix.plan import report_json as plan_json
     from pyfelix.plan import report_text as plan_text
     from pyfelix.resources import KINDS
 
-    loaded = load_sources(args.sources, strict=False, refuse_to=sys.stderr)
+    loaded = load_as_agent(args.sources)
     if isinstance(loaded, int):
         return loaded
     before = [item.resource for item in loaded.resources]
@@ -550,9 +602,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     after = changed(
         before, change, delete=args.delete, enforce_staged=args.enforce_staged, classes=KINDS
     )
-    endpoints_before, endpoints_after = endpoints_of(before), endpoints_of(after)
+    direct = (loaded.direct, direct_after(loaded.direct, change))
+    endpoints_before = endpoints_of(before, direct[0])
+    endpoints_after = endpoints_of(after, direct[1])
     nodes = args.hostname or nodes_of([*endpoints_before, *endpoints_after])
-    states = compute_states(before, after, nodes)
+    states = compute_states(before, after, nodes, direct)
     flipped = flips(endpoints_before, endpoints_after, states)
     deltas = [node_delta(node, *states[node]) for node in nodes]
     if args.format == "json":
@@ -581,11 +635,17 @@ def cmd_diff(args: argparse.Namespace) -> int:
     except (OSError, RulesetError) as exc:
         print(f"diff: {args.ruleset}: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    loaded = load_sources(args.sources, strict=False, refuse_to=sys.stderr)
+    loaded = load_as_agent(args.sources)
     if isinstance(loaded, int):
         return loaded
     resources = [item.resource for item in loaded.resources]
-    _, state = compute(resources, args.node, kube_ipvs=args.kube_proxy_ipvs)
+    _, state = compute(
+        resources,
+        args.node,
+        validated=True,
+        direct=loaded.direct,
+        kube_ipvs=args.kube_proxy_ipvs,
+    )
     difference = compare(args.node, expected(state, have.form), have)
     if args.format == "json":
         sys.stdout.flush()

@@ -11,15 +11,17 @@ demo measures both on real traffic.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import accumulate
 from typing import Any
 
 import attrs
 
 from pyfelix import messages as m
+from pyfelix import model
 from pyfelix.resources import HostEndpoint, Pod, Resource, WorkloadEndpoint
 from pyfelix.resources.k8s_conversion import workload_endpoint
+from pyfelix.resources.loader import Direct
 from pyfelix.selector import SelectorError, parse_selector
 from pyfelix_dataplane.rules import matches as mt
 from pyfelix_dataplane.rules.model import Rule
@@ -207,8 +209,7 @@ class Explainer:
             # A policy's, a profile's or an endpoint chain's drop explains itself; any other
             # chain's (DefaultEndpointToHostAction, a disabled interface) is named.
             decided = final is None or (
-                reasons
-                and (final.chain.startswith(_ENDPOINT_CHAINS) or self._owner(final.chain))
+                reasons and (final.chain.startswith(_ENDPOINT_CHAINS) or self._owner(final.chain))
             )
             reason = reasons[-1] if decided or final is None else _step_reason(final)
         else:
@@ -367,10 +368,11 @@ class Endpoint:
     ports: tuple[tuple[str, int], ...] = ()
 
 
-def endpoints_of(resources: Sequence[Resource]) -> list[Endpoint]:
+def endpoints_of(resources: Sequence[Resource], direct: Iterable[Direct] = ()) -> list[Endpoint]:
     """The endpoints of the input: WorkloadEndpoints, Pods as Calico converts them, and
-    HostEndpoints (named as written, their addresses the expected IPs)."""
-    found = []
+    HostEndpoints (named as written, their addresses the expected IPs); and the endpoints a
+    direct load decoded straight to the model."""
+    found = [endpoint for entry in direct for endpoint in _direct_endpoints(entry)]
     for resource in resources:
         if isinstance(resource, HostEndpoint):
             host = resource.spec
@@ -409,6 +411,27 @@ def endpoints_of(resources: Sequence[Resource]) -> list[Endpoint]:
             )
         )
     return found
+
+
+def _direct_endpoints(entry: Direct) -> Iterator[Endpoint]:
+    values = entry.value if isinstance(entry.value, tuple) else ()
+    for key, value in values:
+        if not isinstance(key, model.WorkloadEndpointKey):
+            continue
+        if not isinstance(value, model.WorkloadEndpoint):
+            continue
+        namespace = entry.key[1]
+        workload = key.workload.partition("/")[2] or key.workload
+        ports = tuple((str(p.protocol).lower(), p.port) for p in value.ports if p.port)
+        yield Endpoint(
+            f"{namespace}/{workload}",
+            entry.key[2],
+            key.hostname,
+            (*value.ipv4_nets, *value.ipv6_nets),
+            value.labels,
+            value.name,
+            ports,
+        )
 
 
 def find_place(spec: str, endpoints: Sequence[Endpoint]) -> Place:

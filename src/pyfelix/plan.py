@@ -15,6 +15,7 @@ twin (a stagedAction of Delete deletes the twin), as enforcing them would.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -23,6 +24,7 @@ import attrs
 from pyfelix.dryrun import compute
 from pyfelix.explain import Endpoint, Explainer, Flow, Place
 from pyfelix.resources import Resource
+from pyfelix.resources.loader import Direct
 from pyfelix_dataplane.rules import matches as mt
 from pyfelix_dataplane.rules.endpoints import endpoint_chain_name
 from pyfelix_dataplane.rules.model import Chain
@@ -183,25 +185,66 @@ class Flip:
     after: str
 
 
-def _reach(chains: Mapping[str, Chain], start: str) -> list[Chain]:
-    """``start`` and every chain it reaches by jumps and gotos."""
-    seen: dict[str, Chain] = {}
-    todo = [start]
-    while todo:
-        name = todo.pop()
-        chain = chains.get(name)
-        if chain is None or name in seen:
-            continue
-        seen[name] = chain
-        for rule in chain.rules:
-            if isinstance(rule.action, mt.Jump | mt.Goto):
-                todo.append(rule.action.target)
-    return [seen[name] for name in sorted(seen)]
-
-
 def _filter_chains(state: NodeState) -> dict[str, Chain]:
     rendered = render(state, versions=(4,), with_text=False)
     return {chain.name: chain for chain in rendered.chains[4]["filter"]}
+
+
+@attrs.define
+class _Walk:
+    """One rendering's filter chains against the other's, memoised per chain over the jump
+    graph (every endpoint reaches the same policy chains): whether a chain, or any it
+    reaches, differs or names an IP set whose members differ; and the ports they name."""
+
+    chains: Mapping[str, Chain]
+    other: Mapping[str, Chain]
+    differing_sets: set[str]
+    _differs: dict[str, bool] = attrs.Factory(dict)
+    _ports: dict[str, frozenset[tuple[str, int]]] = attrs.Factory(dict)
+
+    def _children(self, chain: Chain) -> list[str]:
+        return [
+            rule.action.target
+            for rule in chain.rules
+            if isinstance(rule.action, mt.Jump | mt.Goto) and rule.action.target in self.chains
+        ]
+
+    def differs(self, name: str) -> bool:
+        known = self._differs.get(name)
+        if known is not None:
+            return known
+        self._differs[name] = False  # a loop, were there one, adds nothing
+        chain = self.chains.get(name)
+        if chain is None:
+            found = name in self.other
+        else:
+            twin = self.other.get(name)
+            found = (
+                twin is None
+                or twin.rules != chain.rules
+                or any(
+                    isinstance(c, mt.InSet) and c.name in self.differing_sets
+                    for rule in chain.rules
+                    for c in rule.match
+                )
+                or any(self.differs(child) for child in self._children(chain))
+            )
+        self._differs[name] = found
+        return found
+
+    def ports(self, name: str) -> frozenset[tuple[str, int]]:
+        known = self._ports.get(name)
+        if known is not None:
+            return known
+        self._ports[name] = frozenset()
+        chain = self.chains.get(name)
+        found: frozenset[tuple[str, int]] = frozenset()
+        if chain is not None:
+            found = frozenset(_ports_named(chain.rules)).union(
+                *(self.ports(child) for child in self._children(chain))
+            )
+        self._ports[name] = found
+        return found
 
 
 def touched(before: NodeState, after: NodeState) -> tuple[set[str], set[tuple[str, int]]]:
@@ -212,18 +255,17 @@ def touched(before: NodeState, after: NodeState) -> tuple[set[str], set[tuple[st
     differing_sets = {
         n for n in old_sets.keys() | new_sets.keys() if old_sets.get(n) != new_sets.get(n)
     }
+    walks = (_Walk(old, new, differing_sets), _Walk(new, old, differing_sets))
     interfaces: set[str] = set()
     ports: set[tuple[str, int]] = set()
     for update in (*before.workloads.values(), *after.workloads.values()):
         name = update.endpoint.name
         for prefix in ("cali-tw-", "cali-fw-"):
             chain_name = endpoint_chain_name(prefix, name)
-            was, now = _reach(old, chain_name), _reach(new, chain_name)
-            rules = [r for chain in (*was, *now) for r in chain.rules]
-            names = {c.name for r in rules for c in r.match if isinstance(c, mt.InSet)}
-            if [c.rules for c in was] != [c.rules for c in now] or names & differing_sets:
+            if any(walk.differs(chain_name) for walk in walks):
                 interfaces.add(name)
-                ports |= _ports_named(rules)
+                for walk in walks:
+                    ports |= walk.ports(chain_name)
     return interfaces, ports
 
 
@@ -241,13 +283,96 @@ def _ports_named(rules: Iterable[Any]) -> set[tuple[str, int]]:
     return found
 
 
+@attrs.define
+class _Membership:
+    """What the rules of one rendering can tell of an address: the IP sets holding it (for
+    ip,port sets, with the port) and the nets of the rules' matches containing it."""
+
+    exact: dict[str, set[str]]
+    networks: list[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str]]
+
+    @classmethod
+    def of(cls, state: NodeState, chains: Iterable[Chain]) -> _Membership:
+        exact: dict[str, set[str]] = {}
+        networks: list[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str]] = []
+        for name, (set_type, members) in kernel_ipsets(state, (4, 6)).items():
+            for member in members:
+                if set_type == "hash:ip,port":
+                    address, _, port = member.partition(",")
+                    exact.setdefault(address, set()).add(f"{name} {port}")
+                    continue
+                address, _, length = member.partition("/")
+                if not length or length in ("32", "128"):
+                    exact.setdefault(address, set()).add(name)
+                else:
+                    networks.append((ipaddress.ip_network(member, strict=False), name))
+        nets = {
+            c.cidr
+            for chain in chains
+            for rule in chain.rules
+            for c in rule.match
+            if isinstance(c, mt.Net)
+        }
+        networks += [(ipaddress.ip_network(cidr, strict=False), cidr) for cidr in nets]
+        return cls(exact, networks)
+
+    def of_address(self, ip: str) -> frozenset[str]:
+        address = ipaddress.ip_address(ip)
+        inside = {
+            name
+            for network, name in self.networks
+            if network.version == address.version and address in network
+        }
+        return frozenset(self.exact.get(ip, set()) | inside)
+
+
+def _peer_key(
+    endpoint: Endpoint,
+    states: Mapping[str, tuple[NodeState, NodeState]],
+    rendered: Mapping[str, tuple[dict[str, Chain], dict[str, Chain]]],
+    memberships: Sequence[_Membership],
+) -> tuple[Any, ...]:
+    """What the planned nodes' rules can tell of an endpoint: its node's rules for it (where
+    its node is planned), the ports it declares, and what the rules match its address by.
+    Endpoints with the same key are interchangeable ends of a flow."""
+    ip = endpoint.nets[0].split("/")[0]
+    own: tuple[Any, ...] = ()
+    if endpoint.node in states:
+        chains = rendered[endpoint.node]
+        own = tuple(
+            tuple(version[name].rules if name in version else ())
+            for version in chains
+            for name in (
+                endpoint_chain_name("cali-tw-", endpoint.interface),
+                endpoint_chain_name("cali-fw-", endpoint.interface),
+            )
+        )
+        host = any(
+            ip in state.host_ips or endpoint.interface in _host_interfaces(state)
+            for state in states[endpoint.node]
+        )
+        if host:
+            own += (("host endpoint", endpoint.name),)
+    return (
+        endpoint.node if endpoint.node in states else "",
+        own,
+        endpoint.ports,
+        tuple(membership.of_address(ip) for membership in memberships),
+    )
+
+
+def _host_interfaces(state: NodeState) -> set[str]:
+    return {update.endpoint.name for update in state.hosts.values() if update.endpoint.name}
+
+
 def flips(
     endpoints_before: Sequence[Endpoint],
     endpoints_after: Sequence[Endpoint],
     states: Mapping[str, tuple[NodeState, NodeState]],
 ) -> list[Flip]:
     """Every flow whose verdict differs after the change, between a touched workload and
-    any other, in both directions."""
+    any other, in both directions. Endpoints the rules cannot tell apart (``_peer_key``)
+    are traced once, by one of them, and the verdict holds for every one."""
     touched_names: set[str] = set()
     ports: set[tuple[str, int]] = set()
     for before, after in states.values():
@@ -256,24 +381,50 @@ def flips(
         ports |= named
     places = {e.name: e for e in (*endpoints_before, *endpoints_after) if e.nets}
     everyone = sorted(places.values(), key=lambda e: e.label)
-    chosen = [e for e in everyone if e.interface in touched_names]
+    rendered = {
+        node: (_filter_chains(before), _filter_chains(after))
+        for node, (before, after) in states.items()
+    }
+    memberships = [
+        _Membership.of(state, rendered[node][which].values())
+        for node, pair in states.items()
+        for which, state in enumerate(pair)
+    ]
+    classes: dict[tuple[Any, ...], list[Endpoint]] = {}
+    for endpoint in everyone:
+        classes.setdefault(_peer_key(endpoint, states, rendered, memberships), []).append(endpoint)
+    groups = list(classes.values())
+    chosen = [g for g in groups if any(e.interface in touched_names for e in g)]
     explainers = {
         node: (Explainer(before), Explainer(after)) for node, (before, after) in states.items()
     }
     result: list[Flip] = []
-    pairs = {(a.label, b.label): (a, b) for a in chosen for b in everyone if a is not b}
-    pairs |= {(b.label, a.label): (b, a) for a in chosen for b in everyone if a is not b}
-    for (_, _), (src, dst) in sorted(pairs.items()):
+    pairs: dict[tuple[int, int], tuple[list[Endpoint], list[Endpoint]]] = {}
+    for group in chosen:
+        for other in groups:
+            pairs[id(group), id(other)] = (group, other)
+            pairs[id(other), id(group)] = (other, group)
+    for sources, destinations in pairs.values():
+        src = sources[0]
+        dst = next((e for e in destinations if e is not src), None)
+        if dst is None:
+            continue  # a class of one endpoint, to itself
         for protocol, port in sorted(ports | set(dst.ports) or {("tcp", 80)}):
             flow = Flow(_as_place(src).ip, _as_place(dst).ip, protocol, port)
             nodes = [n for n in dict.fromkeys((src.node, dst.node)) if n in explainers]
             old = _verdict(flow, [explainers[n][0] for n in nodes], nodes)
             new = _verdict(flow, [explainers[n][1] for n in nodes], nodes)
-            if old[0] != new[0]:
-                result.append(
-                    Flip(_as_place(src), _as_place(dst), protocol, port, new[0], old[1], new[1])
-                )
-    return result
+            if old[0] == new[0]:
+                continue
+            result += [
+                Flip(_as_place(a), _as_place(b), protocol, port, new[0], old[1], new[1])
+                for a in sources
+                for b in destinations
+                if a is not b
+            ]
+    return sorted(
+        result, key=lambda f: (f.source.label, f.destination.label, f.protocol, f.port or 0)
+    )
 
 
 def _as_place(endpoint: Endpoint) -> Place:
@@ -296,9 +447,27 @@ def nodes_of(endpoints: Iterable[Endpoint]) -> list[str]:
 
 
 def compute_states(
-    before: Sequence[Resource], after: Sequence[Resource], nodes: Iterable[str]
+    before: Sequence[Resource],
+    after: Sequence[Resource],
+    nodes: Iterable[str],
+    direct: tuple[Sequence[Direct], Sequence[Direct]] = ((), ()),
 ) -> dict[str, tuple[NodeState, NodeState]]:
-    return {node: (compute(before, node)[1], compute(after, node)[1]) for node in nodes}
+    """Each node before and after, from valid resources and what a direct load decoded
+    (``direct``: before's, after's)."""
+    return {
+        node: (
+            compute(before, node, validated=True, direct=direct[0])[1],
+            compute(after, node, validated=True, direct=direct[1])[1],
+        )
+        for node in nodes
+    }
+
+
+def direct_after(direct: Sequence[Direct], change: Sequence[Resource]) -> list[Direct]:
+    """The directly decoded documents a change leaves: those it neither replaces nor deletes
+    (a replacement comes in with the change's resources)."""
+    keys = {_key(resource) for resource in change}
+    return [entry for entry in direct if entry.key not in keys]
 
 
 def _decider(flip: Flip) -> str:
