@@ -514,7 +514,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     node and of the destination's, as they would be programmed. 0 when allowed, 1 when
     denied, 2 when the question names nothing in the input."""
     from pyfelix import jsontext
-    from pyfelix.dryrun import compute
+    from pyfelix.dryrun import compute_state
     from pyfelix.explain import (
         ExplainError,
         ask,
@@ -523,7 +523,6 @@ def cmd_explain(args: argparse.Namespace) -> int:
         matrix_text,
         report_json,
         report_text,
-        set_sources,
     )
 
     loaded = load_as_agent(args.sources)
@@ -548,8 +547,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     states, why = {}, {}
     for node in sorted(nodes):
-        view, states[node] = compute(resources, node, validated=True, direct=loaded.direct)
-        why.update(set_sources(view))
+        states[node], described = compute_state(
+            resources, node, validated=True, direct=loaded.direct
+        )
+        why.update(described)
     answers = {key: explain_flow(q, states, why) for key, q in questions.items()}
     allowed = {key: all(s.verdict.allowed for s in sides) for key, sides in answers.items()}
     if args.matrix and args.format == "text":
@@ -572,8 +573,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from pyfelix import jsontext
     from pyfelix.explain import endpoints_of
     from pyfelix.plan import (
+        change_steps,
         changed,
-        compute_states,
+        compute_plans,
         direct_after,
         flips,
         node_delta,
@@ -599,16 +601,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    after = changed(
+    steps = change_steps(
         before, change, delete=args.delete, enforce_staged=args.enforce_staged, classes=KINDS
     )
-    direct = (loaded.direct, direct_after(loaded.direct, change))
+    after = changed(before, steps)
+    direct = (loaded.direct, direct_after(loaded.direct, steps))
     endpoints_before = endpoints_of(before, direct[0])
     endpoints_after = endpoints_of(after, direct[1])
     nodes = args.hostname or nodes_of([*endpoints_before, *endpoints_after])
-    states = compute_states(before, after, nodes, direct)
-    flipped = flips(endpoints_before, endpoints_after, states)
-    deltas = [node_delta(node, *states[node]) for node in nodes]
+    plans = compute_plans(before, steps, nodes, direct)
+    flipped = flips(endpoints_before, endpoints_after, plans)
+    deltas = [node_delta(plans[node]) for node in nodes]
     if args.format == "json":
         sys.stdout.flush()
         sys.stdout.buffer.write(jsontext.dumps_indented(plan_json(flipped, deltas)))
@@ -624,7 +627,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from pyfelix.diff import RulesetError, compare, expected, parse_ruleset
     from pyfelix.diff import report_json as diff_json
     from pyfelix.diff import report_text as diff_text
-    from pyfelix.dryrun import compute
+    from pyfelix.dryrun import compute_state
 
     try:
         if args.ruleset == "-":
@@ -639,13 +642,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
     if isinstance(loaded, int):
         return loaded
     resources = [item.resource for item in loaded.resources]
-    _, state = compute(
-        resources,
-        args.node,
-        validated=True,
-        direct=loaded.direct,
-        kube_ipvs=args.kube_proxy_ipvs,
-    )
+    state, _ = compute_state(resources, args.node, validated=True, direct=loaded.direct)
+    state.kube_ipvs = args.kube_proxy_ipvs
     difference = compare(args.node, expected(state, have.form), have)
     if args.format == "json":
         sys.stdout.flush()

@@ -23,6 +23,7 @@ from pyfelix.syncer.processors import KV
 from pyfelix.validation import context_from
 from pyfelix.validation.surprises import missing_tiers, policy_tier
 from pyfelix_dataplane.dryrun import snapshot
+from pyfelix_dataplane.rules.ipsets import ipset_name
 from pyfelix_dataplane.rules.nft import render_nftables
 from pyfelix_dataplane.rules.render import TABLES, render
 from pyfelix_dataplane.state import NodeState
@@ -112,6 +113,39 @@ def compute(
     ``validated``: every resource has been validated already (invalid ones left out);
     ``direct``: documents the loader turned into model values itself (``plain_entry``);
     ``kube_ipvs``: render as on a node where kube-proxy runs in IPVS mode."""
+    pipeline, dataplane = computed_pipeline(resources, hostname, validated=validated, direct=direct)
+    return _view(pipeline, dataplane, hostname, kube_ipvs), dataplane
+
+
+def compute_state(
+    resources: Iterable[Resource],
+    hostname: str,
+    *,
+    validated: bool = False,
+    direct: Iterable[Direct] = (),
+) -> tuple[NodeState, dict[str, str]]:
+    """``compute``'s state without its view (nothing is rendered), and what each IP set
+    stands for, by kernel name (``selector app == "web"``), for the commands that read the
+    state itself (explain, plan)."""
+    pipeline, dataplane = computed_pipeline(resources, hostname, validated=validated, direct=direct)
+    dataplane.host_ips = own_addresses(dataplane, hostname)
+    sources = {}
+    for set_id in dataplane.ipsets:
+        data = pipeline.graph.ipsets.get(set_id)
+        described = data.describe() if data is not None else {}
+        sources[ipset_name(set_id)] = ", ".join(f"{k} {v}" for k, v in sorted(described.items()))
+    return dataplane, sources
+
+
+def computed_pipeline(
+    resources: Iterable[Resource],
+    hostname: str,
+    *,
+    validated: bool = False,
+    direct: Iterable[Direct] = (),
+) -> tuple[Pipeline, NodeState]:
+    """The pipeline that computed ``hostname``'s state, and the state, which later updates
+    to the pipeline go on changing (plan applies a change so)."""
     resources = list(resources)
     dataplane = NodeState()
     context = context_from(resources, hostname)
@@ -120,7 +154,7 @@ def compute(
         hostname, dataplane.apply, context, validated=validated, settings=settings
     )
     pipeline.load(resources, ((d.key, cast(tuple[KV, ...], d.value)) for d in direct))
-    return _view(pipeline, dataplane, hostname, kube_ipvs), dataplane
+    return pipeline, dataplane
 
 
 def compute_files(

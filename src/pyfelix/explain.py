@@ -31,7 +31,7 @@ from pyfelix_dataplane.rules.policy import (
     profile_chain_name,
     render_rule,
 )
-from pyfelix_dataplane.rules.render import kernel_ipsets, render_chains
+from pyfelix_dataplane.rules.render import Rendered, kernel_ipsets, render_chains
 from pyfelix_dataplane.rules.settings import Settings
 from pyfelix_dataplane.rules.static import kernel_appends
 from pyfelix_dataplane.rules.trace import Packet, Step, Tracer
@@ -131,14 +131,21 @@ class Explainer:
 
     dataplane: NodeState
     why: Mapping[str, str] = attrs.Factory(dict)
+    #: The state's rendering, where the caller has it (else each version's filter chains
+    #: are rendered when first traced).
+    rendered: Rendered | None = None
     _tracers: dict[int, Tracer] = attrs.Factory(dict)
     _chains: dict[str, tuple[str, m.PolicyID | str, bool]] = attrs.Factory(dict)
 
     def _tracer(self, version: int) -> Tracer:
         tracer = self._tracers.get(version)
         if tracer is None:
-            chains = render_chains(self.dataplane, version)["filter"]
-            tracer = Tracer.of(chains, kernel_ipsets(self.dataplane, (version,)))
+            if self.rendered is not None and version in self.rendered.chains:
+                chains = self.rendered.chains[version]["filter"]
+                tracer = Tracer.of(chains, self.rendered.ipsets)
+            else:
+                chains = render_chains(self.dataplane, version)["filter"]
+                tracer = Tracer.of(chains, kernel_ipsets(self.dataplane, (version,)))
             self._tracers[version] = tracer
         return tracer
 
@@ -534,15 +541,6 @@ class Side:
 
     node: str
     verdict: Verdict
-
-
-def set_sources(view: Mapping[str, Any]) -> dict[str, str]:
-    """What each IP set of a dry-run view stands for, by kernel name (``selector app ==
-    "web"``, ``named_port http``, ``service shop/web``)."""
-    return {
-        entry["name"]: ", ".join(f"{k} {v}" for k, v in sorted((entry.get("source") or {}).items()))
-        for entry in view.get("ipsets", [])
-    }
 
 
 def explain_flow(

@@ -15,20 +15,21 @@ twin (a stagedAction of Delete deletes the twin), as enforcing them would.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
-from pyfelix.dryrun import compute
+from pyfelix.dryrun import compute_state, computed_pipeline, own_addresses
 from pyfelix.explain import Endpoint, Explainer, Flow, Place
 from pyfelix.resources import Resource
 from pyfelix.resources.loader import Direct
 from pyfelix_dataplane.rules import matches as mt
 from pyfelix_dataplane.rules.endpoints import endpoint_chain_name
 from pyfelix_dataplane.rules.model import Chain
-from pyfelix_dataplane.rules.render import kernel_ipsets, render
+from pyfelix_dataplane.rules.render import Rendered, render
 from pyfelix_dataplane.state import NodeState
 
 #: Staged kinds and the kind each promotes to.
@@ -53,31 +54,41 @@ def _twin(staged: Resource, classes: Mapping[str, type[Resource]]) -> Resource:
     return kind(metadata=staged.metadata, spec=spec)  # type: ignore[call-arg]
 
 
-def changed(
+#: A resource (by kind, namespace and name) and what it becomes: None deletes it.
+Step = tuple[tuple[str, str, str], Resource | None]
+
+
+def change_steps(
     resources: Sequence[Resource],
     change: Sequence[Resource],
     *,
     delete: bool = False,
     enforce_staged: bool = False,
     classes: Mapping[str, type[Resource]] | None = None,
-) -> list[Resource]:
-    """The input with ``change`` applied (or deleted), and staged policies promoted."""
+) -> list[Step]:
+    """What applying ``change`` (or deleting it), and promoting the staged policies, does
+    to the input, one resource at a time."""
+    steps: list[Step] = [(_key(r), None if delete else r) for r in change]
+    if not (enforce_staged and classes is not None):
+        return steps
+    for resource in changed(resources, steps):
+        if resource.KIND not in STAGED_TWINS:
+            continue
+        twin = _twin(resource, classes)
+        steps.append((_key(resource), None))
+        deleting = getattr(getattr(resource, "spec", None), "staged_action", "") == "Delete"
+        steps.append((_key(twin), None if deleting else twin))
+    return steps
+
+
+def changed(resources: Sequence[Resource], steps: Sequence[Step]) -> list[Resource]:
+    """The input with the steps taken."""
     by_key = {_key(r): r for r in resources}
-    for resource in change:
-        if delete:
-            by_key.pop(_key(resource), None)
+    for key, resource in steps:
+        if resource is None:
+            by_key.pop(key, None)
         else:
-            by_key[_key(resource)] = resource
-    if enforce_staged and classes is not None:
-        for key, resource in list(by_key.items()):
-            if resource.KIND not in STAGED_TWINS:
-                continue
-            del by_key[key]
-            twin = _twin(resource, classes)
-            if getattr(getattr(resource, "spec", None), "staged_action", "") == "Delete":
-                by_key.pop(_key(twin), None)
-            else:
-                by_key[_key(twin)] = twin
+            by_key[key] = resource
     return list(by_key.values())
 
 
@@ -121,8 +132,32 @@ class NodeDelta:
         )
 
 
-def _chains(state: NodeState) -> dict[str, Chain]:
-    rendered = render(state, with_text=False)
+@attrs.define(eq=False)
+class NodePlan:
+    """One node computed before and after the change, each rendered once (the delta, the
+    walk over the chains and the traces all read the same rendering)."""
+
+    node: str
+    before: NodeState
+    after: NodeState
+
+    @functools.cached_property
+    def rendered(self) -> tuple[Rendered, Rendered]:
+        return render(self.before, with_text=False), render(self.after, with_text=False)
+
+    def filter_chains(self, which: int) -> dict[str, Chain]:
+        """IPv4's filter chains by name, before (0) or after (1)."""
+        return {chain.name: chain for chain in self.rendered[which].chains[4]["filter"]}
+
+    @functools.cached_property
+    def explainers(self) -> tuple[Explainer, Explainer]:
+        return (
+            Explainer(self.before, rendered=self.rendered[0]),
+            Explainer(self.after, rendered=self.rendered[1]),
+        )
+
+
+def _chains(rendered: Rendered) -> dict[str, Chain]:
     return {
         f"ipv{version}/{table}/{chain.name}": chain
         for version, tables in rendered.chains.items()
@@ -131,19 +166,19 @@ def _chains(state: NodeState) -> dict[str, Chain]:
     }
 
 
-def node_delta(node: str, before: NodeState, after: NodeState) -> NodeDelta:
-    old, new = _chains(before), _chains(after)
+def node_delta(plan: NodePlan) -> NodeDelta:
+    before, after = plan.before, plan.after
+    old, new = _chains(plan.rendered[0]), _chains(plan.rendered[1])
     changed_chains = []
     for name in sorted(old.keys() & new.keys()):
         was = [r.body for r in old[name].rules]
         now = [r.body for r in new[name].rules]
         if was != now:
-            added = tuple(b for b in now if b not in was)
-            removed = tuple(b for b in was if b not in now)
+            was_set, now_set = set(was), set(now)
+            added = tuple(b for b in now if b not in was_set)
+            removed = tuple(b for b in was if b not in now_set)
             changed_chains.append(ChainDelta(name, added, removed))
-    versions = tuple(render(before, with_text=False).chains) or (4,)
-    old_sets = kernel_ipsets(before, versions)
-    new_sets = kernel_ipsets(after, versions)
+    old_sets, new_sets = plan.rendered[0].ipsets, plan.rendered[1].ipsets
     members = {
         name: (
             tuple(sorted(new_sets[name][1] - old_sets[name][1])),
@@ -154,7 +189,7 @@ def node_delta(node: str, before: NodeState, after: NodeState) -> NodeDelta:
     }
     old_routes, new_routes = before.routes, after.routes
     return NodeDelta(
-        node,
+        plan.node,
         tuple(sorted(new.keys() - old.keys())),
         tuple(sorted(old.keys() - new.keys())),
         tuple(changed_chains),
@@ -183,11 +218,6 @@ class Flip:
     #: What decided before, and what decides now.
     before: str
     after: str
-
-
-def _filter_chains(state: NodeState) -> dict[str, Chain]:
-    rendered = render(state, versions=(4,), with_text=False)
-    return {chain.name: chain for chain in rendered.chains[4]["filter"]}
 
 
 @attrs.define
@@ -247,11 +277,12 @@ class _Walk:
         return found
 
 
-def touched(before: NodeState, after: NodeState) -> tuple[set[str], set[tuple[str, int]]]:
+def touched(plan: NodePlan) -> tuple[set[str], set[tuple[str, int]]]:
     """The interfaces of the workloads whose rules or rules' IP sets differ, and the ports
     (protocol, number) those rules name."""
-    old, new = _filter_chains(before), _filter_chains(after)
-    old_sets, new_sets = kernel_ipsets(before, (4,)), kernel_ipsets(after, (4,))
+    before, after = plan.before, plan.after
+    old, new = plan.filter_chains(0), plan.filter_chains(1)
+    old_sets, new_sets = plan.rendered[0].ipsets, plan.rendered[1].ipsets
     differing_sets = {
         n for n in old_sets.keys() | new_sets.keys() if old_sets.get(n) != new_sets.get(n)
     }
@@ -292,10 +323,10 @@ class _Membership:
     networks: list[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str]]
 
     @classmethod
-    def of(cls, state: NodeState, chains: Iterable[Chain]) -> _Membership:
+    def of(cls, rendered: Rendered, chains: Iterable[Chain]) -> _Membership:
         exact: dict[str, set[str]] = {}
         networks: list[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str]] = []
-        for name, (set_type, members) in kernel_ipsets(state, (4, 6)).items():
+        for name, (set_type, members) in rendered.ipsets.items():
             for member in members:
                 if set_type == "hash:ip,port":
                     address, _, port = member.partition(",")
@@ -328,7 +359,7 @@ class _Membership:
 
 def _peer_key(
     endpoint: Endpoint,
-    states: Mapping[str, tuple[NodeState, NodeState]],
+    plans: Mapping[str, NodePlan],
     rendered: Mapping[str, tuple[dict[str, Chain], dict[str, Chain]]],
     memberships: Sequence[_Membership],
 ) -> tuple[Any, ...]:
@@ -337,7 +368,7 @@ def _peer_key(
     Endpoints with the same key are interchangeable ends of a flow."""
     ip = endpoint.nets[0].split("/")[0]
     own: tuple[Any, ...] = ()
-    if endpoint.node in states:
+    if endpoint.node in plans:
         chains = rendered[endpoint.node]
         own = tuple(
             tuple(version[name].rules if name in version else ())
@@ -349,12 +380,12 @@ def _peer_key(
         )
         host = any(
             ip in state.host_ips or endpoint.interface in _host_interfaces(state)
-            for state in states[endpoint.node]
+            for state in (plans[endpoint.node].before, plans[endpoint.node].after)
         )
         if host:
             own += (("host endpoint", endpoint.name),)
     return (
-        endpoint.node if endpoint.node in states else "",
+        endpoint.node if endpoint.node in plans else "",
         own,
         endpoint.ports,
         tuple(membership.of_address(ip) for membership in memberships),
@@ -368,36 +399,33 @@ def _host_interfaces(state: NodeState) -> set[str]:
 def flips(
     endpoints_before: Sequence[Endpoint],
     endpoints_after: Sequence[Endpoint],
-    states: Mapping[str, tuple[NodeState, NodeState]],
+    plans: Mapping[str, NodePlan],
 ) -> list[Flip]:
     """Every flow whose verdict differs after the change, between a touched workload and
     any other, in both directions. Endpoints the rules cannot tell apart (``_peer_key``)
     are traced once, by one of them, and the verdict holds for every one."""
     touched_names: set[str] = set()
     ports: set[tuple[str, int]] = set()
-    for before, after in states.values():
-        names, named = touched(before, after)
+    for plan in plans.values():
+        names, named = touched(plan)
         touched_names |= names
         ports |= named
     places = {e.name: e for e in (*endpoints_before, *endpoints_after) if e.nets}
     everyone = sorted(places.values(), key=lambda e: e.label)
     rendered = {
-        node: (_filter_chains(before), _filter_chains(after))
-        for node, (before, after) in states.items()
+        node: (plan.filter_chains(0), plan.filter_chains(1)) for node, plan in plans.items()
     }
     memberships = [
-        _Membership.of(state, rendered[node][which].values())
-        for node, pair in states.items()
-        for which, state in enumerate(pair)
+        _Membership.of(plan.rendered[which], rendered[node][which].values())
+        for node, plan in plans.items()
+        for which in (0, 1)
     ]
     classes: dict[tuple[Any, ...], list[Endpoint]] = {}
     for endpoint in everyone:
-        classes.setdefault(_peer_key(endpoint, states, rendered, memberships), []).append(endpoint)
+        classes.setdefault(_peer_key(endpoint, plans, rendered, memberships), []).append(endpoint)
     groups = list(classes.values())
     chosen = [g for g in groups if any(e.interface in touched_names for e in g)]
-    explainers = {
-        node: (Explainer(before), Explainer(after)) for node, (before, after) in states.items()
-    }
+    explainers = {node: plan.explainers for node, plan in plans.items()}
     result: list[Flip] = []
     pairs: dict[tuple[int, int], tuple[list[Endpoint], list[Endpoint]]] = {}
     for group in chosen:
@@ -446,27 +474,44 @@ def nodes_of(endpoints: Iterable[Endpoint]) -> list[str]:
     return sorted({e.node for e in endpoints if e.node})
 
 
-def compute_states(
+#: Kinds whose change the calculation graph takes at start-up only (the agent restarts on
+#: one): a plan with one of them computes the after state afresh.
+RESTARTING_KINDS = frozenset({"FelixConfiguration", "ClusterInformation"})
+
+
+def compute_plans(
     before: Sequence[Resource],
-    after: Sequence[Resource],
+    steps: Sequence[Step],
     nodes: Iterable[str],
     direct: tuple[Sequence[Direct], Sequence[Direct]] = ((), ()),
-) -> dict[str, tuple[NodeState, NodeState]]:
-    """Each node before and after, from valid resources and what a direct load decoded
-    (``direct``: before's, after's)."""
-    return {
-        node: (
-            compute(before, node, validated=True, direct=direct[0])[1],
-            compute(after, node, validated=True, direct=direct[1])[1],
-        )
-        for node in nodes
-    }
+) -> dict[str, NodePlan]:
+    """Each node before and after: computed from valid resources and what a direct load
+    decoded (``direct``: before's, after's), then the change's steps fed to the same
+    calculation graph as the updates the agent would get (so the after state costs what the
+    change touches), unless the change restarts the graph."""
+    restart = any(key[0] in RESTARTING_KINDS for key, _ in steps)
+    plans = {}
+    for node in nodes:
+        pipeline, state = computed_pipeline(before, node, validated=True, direct=direct[0])
+        state.host_ips = own_addresses(state, node)
+        frozen = state.snapshot()
+        frozen.ipsets = {k: (kind, set(members)) for k, (kind, members) in state.ipsets.items()}
+        if restart:
+            after = compute_state(changed(before, steps), node, validated=True, direct=direct[1])
+            plans[node] = NodePlan(node, frozen, after[0])
+            continue
+        for key, resource in steps:
+            pipeline.on_updates(pipeline.converter.update(key, resource))
+        pipeline.flush()
+        state.host_ips = own_addresses(state, node)
+        plans[node] = NodePlan(node, frozen, state)
+    return plans
 
 
-def direct_after(direct: Sequence[Direct], change: Sequence[Resource]) -> list[Direct]:
-    """The directly decoded documents a change leaves: those it neither replaces nor deletes
-    (a replacement comes in with the change's resources)."""
-    keys = {_key(resource) for resource in change}
+def direct_after(direct: Sequence[Direct], steps: Sequence[Step]) -> list[Direct]:
+    """The directly decoded documents a change leaves: those no step replaces or deletes
+    (a replacement comes in with the steps' resources)."""
+    keys = {key for key, _ in steps}
     return [entry for entry in direct if entry.key not in keys]
 
 

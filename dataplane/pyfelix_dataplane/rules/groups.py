@@ -32,11 +32,28 @@ MAX_UID_LENGTH = 28 - len("cali-gi-")
 RETURN_STRIDE = 5
 
 
-@attrs.frozen(cache_hash=True)
+@attrs.frozen(eq=False)
 class PolicyGroup:
+    """Equal by its uid, which digests all it holds: a render's groups are new objects, and
+    the endpoint chain cache compares them with the last render's, a field-by-field compare
+    that cost seconds at 10,000 policies in a group."""
+
     inbound: bool
     policies: tuple[m.PolicyID, ...]
     selector: str
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PolicyGroup):
+            return NotImplemented
+        return self is other or (
+            self.inbound == other.inbound
+            and self.selector == other.selector
+            and len(self.policies) == len(other.policies)
+            and self.uid == other.uid
+        )
+
+    def __hash__(self) -> int:
+        return hash(self.uid)
 
     @cached_property
     def uid(self) -> str:
