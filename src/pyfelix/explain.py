@@ -34,7 +34,7 @@ from pyfelix_dataplane.rules.policy import (
 from pyfelix_dataplane.rules.render import Rendered, kernel_ipsets, render_chains
 from pyfelix_dataplane.rules.settings import Settings
 from pyfelix_dataplane.rules.static import kernel_appends
-from pyfelix_dataplane.rules.trace import Packet, Step, Tracer
+from pyfelix_dataplane.rules.trace import Packet, Step, Tracer, in_network
 from pyfelix_dataplane.state import NodeState
 
 KUBERNETES_POLICY = "KubernetesNetworkPolicy"
@@ -103,12 +103,7 @@ def _step_reason(step: Step) -> str:
 
 
 def _in_nets(ip: str, nets: Sequence[str]) -> bool:
-    address = ipaddress.ip_address(ip)
-    return any(
-        address.version == ipaddress.ip_network(n).version
-        and address in ipaddress.ip_network(n, strict=False)
-        for n in nets
-    )
+    return any(in_network(ip, net) for net in nets)
 
 
 @attrs.define

@@ -89,7 +89,8 @@ def _network(cidr: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
     return ipaddress.ip_network(cidr, strict=False)
 
 
-def _in(address: str, cidr: str) -> bool:
+def in_network(address: str, cidr: str) -> bool:
+    """Whether ``address`` is in ``cidr`` (of another IP version: no)."""
     ip = ipaddress.ip_address(address)
     net = _network(cidr)
     return ip.version == net.version and ip in net
@@ -130,7 +131,7 @@ class Tracer:
             return f"{address},{packet.protocol.lower()}:{port}" in members
         if set_type == "hash:ip":
             return address in members
-        return any(_in(address, member) for member in members)
+        return any(in_network(address, member) for member in members)
 
     def matches(self, c: mt.Criterion, packet: Packet, mark: int) -> bool:
         """Whether one criterion holds for the packet, with the mark as it is now."""
@@ -138,7 +139,7 @@ class Tracer:
             case mt.Protocol(name, negate):
                 return (protocol_number(name) == protocol_number(packet.protocol)) != negate
             case mt.Net(end, cidr, negate):
-                return _in(packet.src if end == "src" else packet.dst, cidr) != negate
+                return in_network(packet.src if end == "src" else packet.dst, cidr) != negate
             case mt.InSet(name, flags, negate):
                 return self.in_set(name, flags, packet) != negate
             case mt.Ports(end, ports, negate):
