@@ -223,6 +223,27 @@ def test_a_policy_in_a_tier_that_does_not_exist_is_warned_about(tmp_path: Path) 
         ], args
 
 
+def test_a_named_port_of_an_admin_policy_is_warned_about(tmp_path: Path) -> None:
+    """Calico read an AdminNetworkPolicy's namedPort as every protocol and port, and so does
+    pyfelix; validate and dry-run say so, naming the field, and still succeed."""
+    (tmp_path / "anp.yaml").write_text(
+        "apiVersion: policy.networking.k8s.io/v1alpha1\nkind: AdminNetworkPolicy\n"
+        "metadata: {name: guard}\nspec:\n  priority: 7\n"
+        "  subject: {namespaces: {}}\n  ingress:\n  - action: Allow\n"
+        "    from: [{namespaces: {}}]\n    ports: [{portNumber: {port: 80}}, {namedPort: web}]\n"
+    )
+    for args in (("validate",), ("dry-run", "--hostname", "node-a")):
+        done = pyfelix(*args, str(tmp_path))
+        assert done.returncode == 0, done.stderr
+        warned = [line for line in done.stderr.splitlines() if "namedPort" in line]
+        assert warned == [
+            "AdminNetworkPolicy.policy.networking.k8s.io/guard: spec.ingress[0].ports[1].namedPort"
+            " web: Calico never"
+            " supported named ports in this kind and matches every protocol and port instead"
+            " (so does pyfelix); name the port's number or range to narrow the rule"
+        ], (args, done.stderr)
+
+
 def test_a_problem_names_the_line_of_its_field(tmp_path: Path) -> None:
     """The line of the offending field (the key, or the list item), not the document's
     first line; in a List's items too."""

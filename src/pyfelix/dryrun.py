@@ -21,7 +21,7 @@ from pyfelix.resources.loader import Direct, Identity, LoadResult, Located
 from pyfelix.resources.skipped import skipped_line
 from pyfelix.syncer.processors import KV
 from pyfelix.validation import context_from
-from pyfelix.validation.surprises import missing_tiers, policy_tier
+from pyfelix.validation.surprises import missing_tiers, policy_tier, widened_named_ports
 from pyfelix_dataplane.dryrun import snapshot
 from pyfelix_dataplane.rules.ipsets import ipset_name
 from pyfelix_dataplane.rules.nft import render_nftables
@@ -55,6 +55,8 @@ class InputTally:
     #: The Tier resources' names, and each policy's tier (validation.surprises).
     tiers: set[str] = attrs.field(factory=set)
     policy_tiers: list[tuple[str, str]] = attrs.field(factory=list)
+    #: The surprises one resource shows by itself (validation.surprises).
+    resource_surprises: list[str] = attrs.field(factory=list)
 
     def watch(self, results: Iterable[LoadResult]) -> Iterator[LoadResult]:
         for result in results:
@@ -72,6 +74,7 @@ class InputTally:
             tier = policy_tier(item.resource)
             if tier is not None:
                 self.policy_tiers.append((item.resource.ident, tier))
+            self.resource_surprises.extend(widened_named_ports(item.resource))
             node_of = _NODE_OF.get(item.resource.KIND)
             if node_of is not None:
                 self.nodes.add(node_of(item.resource))
@@ -83,7 +86,7 @@ class InputTally:
 
     def surprises(self) -> list[str]:
         """What is valid but would surprise an operator (validation.surprises)."""
-        return missing_tiers(self.tiers, self.policy_tiers)
+        return missing_tiers(self.tiers, self.policy_tiers) + self.resource_surprises
 
     def messages(self, hostname: str) -> list[str]:
         """The lines for stderr: the skipped count, and an unknown node."""
