@@ -23,7 +23,12 @@ from typing import TYPE_CHECKING
 
 import attrs
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
@@ -84,9 +89,8 @@ NFT_GAUGES = (
     ("felix_nft_maps", "Number of active Calico nftables maps."),
 )
 
-_COUNTER_SUFFIX = re.compile(
-    rb"^(# (?:HELP|TYPE) )?((?:felix|wireguard)_[a-zA-Z0-9_]+?)_total\b", re.MULTILINE
-)
+#: The counters prometheus-client suffixed with _total (a gauge of Felix's may end so too).
+_COUNTER_TYPE = re.compile(rb"^# TYPE ((?:felix|wireguard)_[a-zA-Z0-9_]+?)_total counter$", re.M)
 
 #: Felix's client-authentication modes, as Python's ssl can enforce them. Python cannot ask
 #: for a certificate without verifying it, so RequireAnyClientCert verifies it (and says so).
@@ -118,6 +122,53 @@ def by_type(name: str, help_text: str, counts: Mapping[str, int]) -> Metric:
     for kind, count in sorted(counts.items()):
         family.add_metric([kind], count)
     return family
+
+
+#: Families Felix registers when it starts, whatever its dataplane, and that stay zero where
+#: their part does not run: the BPF conntrack scanner's (pyfelix refuses BpfEnabled) and the
+#: flow collector's (pyfelix collects no flows). Exposed the same, so that dashboards built
+#: on Felix plot a flat zero rather than "no data". (Felix's labelled families of those
+#: parts, felix_bpf_events and felix_nflog_*, have no samples until a label is used, and are
+#: left out as Go's client leaves them out.)
+IDLE_GAUGES = (
+    ("felix_bpf_conntrack_used", "Entries in use found by the last BPF conntrack sweep."),
+    ("felix_bpf_conntrack_cleaned", "Entries removed by the last BPF conntrack sweep."),
+    ("felix_bpf_conntrack_cleaned_total", "Entries removed by every BPF conntrack sweep."),
+    ("felix_bpf_conntrack_sweep_duration", "How long the last BPF conntrack sweep took (ns)."),
+    ("felix_collector_epstats", "Entries in the flow collector's endpoint statistics cache."),
+    (
+        "felix_collector_dataplanestats_update_processing_errors_per_minute",
+        "Errors per minute merging dataplane statistics into the flow collector's cache.",
+    ),
+)
+IDLE_COUNTERS = (("felix_bpf_conntrack_sweeps", "BPF conntrack table sweeps made."),)
+IDLE_HISTOGRAMS = (
+    (
+        "felix_collector_conntrack_processing_latency_seconds",
+        "How long the flow collector took over conntrack entries.",
+    ),
+    (
+        "felix_collector_dumpstats_latency_seconds",
+        "How long the flow collector took to dump its cached statistics.",
+    ),
+    (
+        "felix_collector_dataplanestats_update_processing_latency_seconds",
+        "How long the flow collector took to merge dataplane statistics.",
+    ),
+)
+#: Go client's default histogram buckets, which those histograms use.
+DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+def idle_families() -> Iterator[Metric]:
+    """IDLE_GAUGES, IDLE_COUNTERS and IDLE_HISTOGRAMS, every sample zero."""
+    for name, help_text in IDLE_GAUGES:
+        yield GaugeMetricFamily(name, help_text, 0)
+    for name, help_text in IDLE_COUNTERS:
+        yield CounterMetricFamily(name, help_text, 0)
+    for name, help_text in IDLE_HISTOGRAMS:
+        buckets = [(f"{bound:g}", 0.0) for bound in DEFAULT_BUCKETS] + [("+Inf", 0.0)]
+        yield HistogramMetricFamily(name, help_text, buckets=buckets, sum_value=0.0)
 
 
 @attrs.define(eq=False)
@@ -292,6 +343,7 @@ class FelixCollector(Collector):
         for tool, (calls, errors, what) in TOOL_COUNTERS.items():
             yield CounterMetricFamily(calls, f"Number of {what} calls.", CALLS[tool])
             yield CounterMetricFamily(errors, f"Number of {what} errors.", ERRORS[tool])
+        yield from idle_families()
 
 
 @attrs.define(eq=False)
@@ -359,7 +411,13 @@ def registry(
 
 def exposition(collectors: CollectorRegistry) -> bytes:
     """The text format, felix counters under Felix's own names."""
-    return _COUNTER_SUFFIX.sub(rb"\1\2", generate_latest(collectors))
+    text = generate_latest(collectors)
+    counters = _COUNTER_TYPE.findall(text)
+    if not counters:
+        return text
+    names = b"|".join(re.escape(name) for name in counters)
+    suffixed = re.compile(rb"^(# (?:HELP|TYPE) )?(" + names + rb")_total\b", re.MULTILINE)
+    return suffixed.sub(rb"\1\2", text)
 
 
 def metrics_routes(collectors: CollectorRegistry) -> Mapping[str, Callable[[], Response]]:
