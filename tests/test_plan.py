@@ -139,3 +139,37 @@ def test_plan_without_a_change_is_a_usage_error() -> None:
     done = pyfelix("plan", EXAMPLES)
     assert done.returncode == 2
     assert "--change" in done.stderr
+
+
+RELABELLED = """
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: monitoring
+  labels: {team: nobody, env: prod}
+"""
+#: node-b's FelixConfiguration as the example has it: a change naming it changes nothing,
+#: but makes plan compute the state after afresh (the agent restarts on one).
+SAME_CONFIGURATION = """
+---
+apiVersion: projectcalico.org/v3
+kind: FelixConfiguration
+metadata: {name: node.node-b}
+spec: {logSeverityScreen: Debug}
+"""
+
+
+def test_a_change_fed_as_updates_plans_as_a_fresh_computation(tmp_path: Path) -> None:
+    """The state after a change is the graph's update of the state before (a relabelled
+    namespace: a plain document the loader decoded straight to the model, replaced): the
+    same plan as computing the changed input afresh."""
+    fed, fresh = tmp_path / "fed.yaml", tmp_path / "fresh.yaml"
+    fed.write_text(RELABELLED)
+    fresh.write_text(RELABELLED + SAME_CONFIGURATION)
+    code, by_updates = _plan(tmp_path, "--change", str(fed))
+    assert code == 1
+    assert _plan(tmp_path, "--change", str(fresh)) == (code, by_updates)
+    (flip,) = by_updates["flips"]
+    assert flip["source"]["label"] == PROMETHEUS
+    members = {node["node"]: node["members"] for node in by_updates["nodes"]}
+    assert all(list(sets.values()) == [[[], ["10.65.1.3/32"]]] for sets in members.values())
