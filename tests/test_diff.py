@@ -20,6 +20,7 @@ from pyfelix.resources import load_paths
 from pyfelix_dataplane.rules.nft import render_nftables
 from pyfelix_dataplane.rules.render import render
 from pyfelix_dataplane.state import NodeState
+from tests.netns import run_in
 from tests.rules_harness import REPO
 
 EXAMPLES = str(REPO / "examples")
@@ -111,13 +112,9 @@ def test_a_file_of_neither_form_is_an_error(tmp_path: Path) -> None:
 
 
 def _ns(netns: str, *argv: str, stdin: str | None = None) -> str:
-    return subprocess.run(
-        ["ip", "netns", "exec", netns, *argv],
-        input=stdin,
-        text=True,
-        capture_output=True,
-        check=True,
-    ).stdout
+    done = run_in(netns, *argv, input_text=stdin)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 @pytest.mark.netns
