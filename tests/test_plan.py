@@ -173,3 +173,50 @@ def test_a_change_fed_as_updates_plans_as_a_fresh_computation(tmp_path: Path) ->
     assert flip["source"]["label"] == PROMETHEUS
     members = {node["node"]: node["members"] for node in by_updates["nodes"]}
     assert all(list(sets.values()) == [[[], ["10.65.1.3/32"]]] for sets in members.values())
+
+
+def test_planning_many_nodes_says_so(tmp_path: Path) -> None:
+    """Every node holding workloads is computed: past 20 of them plan says so, and how to
+    plan fewer."""
+    documents = [
+        {
+            "apiVersion": "projectcalico.org/v3",
+            "kind": "WorkloadEndpoint",
+            "metadata": {"name": f"node{i}-k8s-pod{i}-eth0", "namespace": "default"},
+            "spec": {
+                "orchestrator": "k8s",
+                "node": f"node{i}",
+                "pod": f"pod{i}",
+                "endpoint": "eth0",
+                "interfaceName": f"cali{i:011x}",
+                "ipNetworks": [f"10.1.0.{i + 1}/32"],
+            },
+        }
+        for i in range(21)
+    ]
+    (tmp_path / "cluster.json").write_text(
+        json.dumps({"apiVersion": "v1", "kind": "List", "items": documents})
+    )
+    change = tmp_path / "change.yaml"
+    change.write_text(NARROWED)
+    done = pyfelix("plan", str(tmp_path / "cluster.json"), "--change", str(change))
+    assert done.returncode == 0, done.stderr
+    assert "plan: computing 21 nodes, each about as long as its dry-run" in done.stderr
+
+
+def test_an_input_with_no_valid_resource_is_an_error(tmp_path: Path) -> None:
+    """Nothing valid to compute is not an empty cluster: explain, plan and diff say so and
+    exit 2 (their 1 is an answer)."""
+    (tmp_path / "empty.yaml").write_text("# nothing yet\n")
+    change = tmp_path / "change.yaml"
+    change.write_text(NARROWED)
+    ruleset = tmp_path / "rules"
+    ruleset.write_text("*filter\nCOMMIT\n")
+    for argv in (
+        ("explain", "--from", "10.0.0.1", "--to", "10.0.0.2"),
+        ("plan", "--change", str(change)),
+        ("diff", "--node", "node-a", "--ruleset", str(ruleset)),
+    ):
+        done = pyfelix(argv[0], str(tmp_path / "empty.yaml"), *argv[1:])
+        assert done.returncode == 2, (argv, done.stderr)
+        assert "no resources found in" in done.stderr, argv

@@ -40,6 +40,8 @@ def default_hostname() -> str:
     )
 
 
+#: Above this many nodes to compute, plan says how long that may take.
+MANY_NODES = 20
 EXIT_OK = 0
 EXIT_INVALID = 1
 EXIT_USAGE = 2
@@ -339,7 +341,16 @@ def load_as_agent(sources: Sequence[str]) -> LoadResult | int:
     """The input as the agent takes it, for the commands that compute nodes from it (explain,
     plan, diff): each invalid resource named on stderr and left out, plain endpoints and
     namespaces of manifests decoded straight to the model (``LoadResult.direct``), so that
-    ``compute(..., validated=True, direct=...)`` takes it as the dry-run does."""
+    ``compute(..., validated=True, direct=...)`` takes it as the dry-run does. An input with
+    no valid resource at all is an error (2: these commands' 1 is an answer)."""
+    loaded = _load_as_agent(sources)
+    if not isinstance(loaded, int) and not (loaded.resources or loaded.direct):
+        print(no_resources(sources), file=sys.stderr)
+        return EXIT_USAGE
+    return loaded
+
+
+def _load_as_agent(sources: Sequence[str]) -> LoadResult | int:
     from pyfelix.resources.loader import merge
     from pyfelix.syncer.plain_namespaces import plain_digest, plain_entry, plain_identity
     from pyfelix.validation import validate_loaded
@@ -609,6 +620,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     endpoints_before = endpoints_of(before, direct[0])
     endpoints_after = endpoints_of(after, direct[1])
     nodes = args.hostname or nodes_of([*endpoints_before, *endpoints_after])
+    if len(nodes) > MANY_NODES:
+        print(
+            f"plan: computing {len(nodes)} nodes, each about as long as its dry-run"
+            " (--hostname NODE plans only the nodes named)",
+            file=sys.stderr,
+        )
     plans = compute_plans(before, steps, nodes, direct)
     flipped = flips(endpoints_before, endpoints_after, plans)
     deltas = [node_delta(plans[node]) for node in nodes]
