@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 from collections.abc import Mapping
+from sys import intern
 from typing import TYPE_CHECKING
 
 from pyfelix import model
@@ -96,9 +97,11 @@ def workload_labels(
 def workload_label_dict(
     labels: Mapping[str, str], namespace: str, orchestrator: str, service_account: str
 ) -> dict[str, str]:
-    """``workload_labels`` as a new dict."""
+    """``workload_labels`` as a new dict, its keys and values interned: a cluster's pods
+    repeat a few labels (app, tier, version) thousands of times, and each decoded document
+    brings its own copies of them."""
     out = {
-        k: v
+        intern(k): intern(v)
         for k, v in labels.items()
         if not k.startswith((NAMESPACE_LABEL_PREFIX, SERVICE_ACCOUNT_LABEL_PREFIX))
     }
