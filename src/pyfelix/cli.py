@@ -905,7 +905,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         metavar="NODE",
         help="plan for this node only (repeatable; default: every node holding workloads,"
-        " each computed twice)",
+        " each computed once and the change fed to it)",
     )
     plan.add_argument("--format", choices=("text", "json"), default="text")
     plan.set_defaults(handler=cmd_plan)

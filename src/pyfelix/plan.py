@@ -145,9 +145,21 @@ class NodePlan:
     def rendered(self) -> tuple[Rendered, Rendered]:
         return render(self.before, with_text=False), render(self.after, with_text=False)
 
-    def filter_chains(self, which: int) -> dict[str, Chain]:
-        """IPv4's filter chains by name, before (0) or after (1)."""
-        return {chain.name: chain for chain in self.rendered[which].chains[4]["filter"]}
+    @functools.cached_property
+    def filters(self) -> tuple[dict[str, Chain], dict[str, Chain]]:
+        """IPv4's filter chains by name, before and after."""
+        before, after = (
+            {chain.name: chain for chain in rendered.chains[4]["filter"]}
+            for rendered in self.rendered
+        )
+        return before, after
+
+    @functools.cached_property
+    def host_addresses(self) -> tuple[frozenset[str], frozenset[str]]:
+        """The node's own addresses, and its host endpoints' interfaces, before or after."""
+        states = (self.before, self.after)
+        interfaces = {u.endpoint.name for s in states for u in s.hosts.values() if u.endpoint.name}
+        return frozenset(self.before.host_ips | self.after.host_ips), frozenset(interfaces)
 
     @functools.cached_property
     def explainers(self) -> tuple[Explainer, Explainer]:
@@ -281,7 +293,7 @@ def touched(plan: NodePlan) -> tuple[set[str], set[tuple[str, int]]]:
     """The interfaces of the workloads whose rules or rules' IP sets differ, and the ports
     (protocol, number) those rules name."""
     before, after = plan.before, plan.after
-    old, new = plan.filter_chains(0), plan.filter_chains(1)
+    old, new = plan.filters
     old_sets, new_sets = plan.rendered[0].ipsets, plan.rendered[1].ipsets
     differing_sets = {
         n for n in old_sets.keys() | new_sets.keys() if old_sets.get(n) != new_sets.get(n)
@@ -358,31 +370,25 @@ class _Membership:
 
 
 def _peer_key(
-    endpoint: Endpoint,
-    plans: Mapping[str, NodePlan],
-    rendered: Mapping[str, tuple[dict[str, Chain], dict[str, Chain]]],
-    memberships: Sequence[_Membership],
+    endpoint: Endpoint, plans: Mapping[str, NodePlan], memberships: Sequence[_Membership]
 ) -> tuple[Any, ...]:
     """What the planned nodes' rules can tell of an endpoint: its node's rules for it (where
     its node is planned), the ports it declares, and what the rules match its address by.
     Endpoints with the same key are interchangeable ends of a flow."""
     ip = endpoint.nets[0].split("/")[0]
     own: tuple[Any, ...] = ()
-    if endpoint.node in plans:
-        chains = rendered[endpoint.node]
+    plan = plans.get(endpoint.node)
+    if plan is not None:
         own = tuple(
             tuple(version[name].rules if name in version else ())
-            for version in chains
+            for version in plan.filters
             for name in (
                 endpoint_chain_name("cali-tw-", endpoint.interface),
                 endpoint_chain_name("cali-fw-", endpoint.interface),
             )
         )
-        host = any(
-            ip in state.host_ips or endpoint.interface in _host_interfaces(state)
-            for state in (plans[endpoint.node].before, plans[endpoint.node].after)
-        )
-        if host:
+        addresses, interfaces = plan.host_addresses
+        if ip in addresses or endpoint.interface in interfaces:
             own += (("host endpoint", endpoint.name),)
     return (
         endpoint.node if endpoint.node in plans else "",
@@ -390,10 +396,6 @@ def _peer_key(
         endpoint.ports,
         tuple(membership.of_address(ip) for membership in memberships),
     )
-
-
-def _host_interfaces(state: NodeState) -> set[str]:
-    return {update.endpoint.name for update in state.hosts.values() if update.endpoint.name}
 
 
 def flips(
@@ -412,17 +414,14 @@ def flips(
         ports |= named
     places = {e.name: e for e in (*endpoints_before, *endpoints_after) if e.nets}
     everyone = sorted(places.values(), key=lambda e: e.label)
-    rendered = {
-        node: (plan.filter_chains(0), plan.filter_chains(1)) for node, plan in plans.items()
-    }
     memberships = [
-        _Membership.of(plan.rendered[which], rendered[node][which].values())
-        for node, plan in plans.items()
+        _Membership.of(plan.rendered[which], plan.filters[which].values())
+        for plan in plans.values()
         for which in (0, 1)
     ]
     classes: dict[tuple[Any, ...], list[Endpoint]] = {}
     for endpoint in everyone:
-        classes.setdefault(_peer_key(endpoint, plans, rendered, memberships), []).append(endpoint)
+        classes.setdefault(_peer_key(endpoint, plans, memberships), []).append(endpoint)
     groups = list(classes.values())
     chosen = [g for g in groups if any(e.interface in touched_names for e in g)]
     explainers = {node: plan.explainers for node, plan in plans.items()}
