@@ -7,6 +7,7 @@ calculation graph, sequencer, into the dry-run dataplane; then the snapshot is p
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from typing import Any, TypeVar, cast
 
 import attrs
@@ -134,10 +135,15 @@ def compute_state(
     dataplane.host_ips = own_addresses(dataplane, hostname)
     sources = {}
     for set_id in dataplane.ipsets:
-        data = pipeline.graph.ipsets.get(set_id)
-        described = data.describe() if data is not None else {}
+        described = _described(pipeline, set_id)
         sources[ipset_name(set_id)] = ", ".join(f"{k} {v}" for k, v in sorted(described.items()))
     return dataplane, sources
+
+
+def _described(pipeline: Pipeline, set_id: str) -> dict[str, str]:
+    """What an IP set stands for (its selector, named port or service), where known."""
+    data = pipeline.graph.ipsets.get(set_id)
+    return data.describe() if data is not None else {}
 
 
 def computed_pipeline(
@@ -213,11 +219,7 @@ def _view(
     dataplane.kube_ipvs = kube_ipvs
     dataplane.host_ips = own_addresses(dataplane, hostname)
 
-    def describe(set_id: str) -> dict[str, str]:
-        data = pipeline.graph.ipsets.get(set_id)
-        return data.describe() if data is not None else {}
-
-    view = snapshot(dataplane, hostname, describe)
+    view = snapshot(dataplane, hostname, partial(_described, pipeline))
     if dataplane.config.nftables_mode is NFTablesMode.ENABLED:
         # Auto would look for kube-proxy's nftables table on the node: the dry-run has none.
         view["nftables"] = {
