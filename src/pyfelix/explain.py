@@ -13,7 +13,6 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import accumulate
-from typing import Any
 
 import attrs
 
@@ -24,6 +23,7 @@ from pyfelix.resources.k8s_conversion import workload_endpoint
 from pyfelix.resources.loader import Direct
 from pyfelix.selector import SelectorError, parse_selector
 from pyfelix_dataplane.rules import matches as mt
+from pyfelix_dataplane.rules.marks import MarkBits
 from pyfelix_dataplane.rules.model import Rule
 from pyfelix_dataplane.rules.policy import (
     RuleContext,
@@ -112,7 +112,7 @@ class _Reading:
     and the IP sets the deciding rules matched by."""
 
     packet: Packet
-    marks: Any
+    marks: MarkBits
     version: int
     tier_of: dict[bool, str] = attrs.Factory(dict)
     reasons: list[str] = attrs.Factory(list)
@@ -210,10 +210,14 @@ class Explainer:
         if not allowed:
             # A policy's, a profile's or an endpoint chain's drop explains itself; any other
             # chain's (DefaultEndpointToHostAction, a disabled interface) is named.
-            decided = final is None or (
-                reasons and (final.chain.startswith(_ENDPOINT_CHAINS) or self._owner(final.chain))
-            )
-            reason = reasons[-1] if decided or final is None else _step_reason(final)
+            if final is None:
+                reason = "dropped"
+            elif reasons and (
+                final.chain.startswith(_ENDPOINT_CHAINS) or self._owner(final.chain) is not None
+            ):
+                reason = reasons[-1]
+            else:
+                reason = _step_reason(final)
         else:
             reason = "; ".join(r for r in reasons if "passed" not in r)
             if not reason and final is not None and final.chain.startswith("cali-failsafe"):
