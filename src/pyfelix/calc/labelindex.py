@@ -10,9 +10,12 @@ under app, and only the rest (e.g. ``!has(x)``, ``a != "b"``) is tested against 
 item change evaluates only selectors that could match it, and a new selector naming a label
 value is tested only against items carrying that value.
 
-The item side is only needed when a selector arrives or changes while items exist, which in a
-snapshot that lists policies before endpoints never happens: it is built on first use (one pass
-over the items) and kept up to date from then on.
+The item side is only needed when a selector naming a label arrives or changes while items
+exist. Items are filed in it lazily: an item added or changed is only noted, and the noted items
+are filed when such a selector next asks for candidates (the first time, every item). A snapshot
+whose selectors all arrive before most of its endpoints (policies listed first, or the IP set
+selectors of policies made active by the first local endpoints) then never files the bulk of
+them, and a running agent files them once, at its first such selector change.
 """
 
 from __future__ import annotations
@@ -97,9 +100,11 @@ class LabelIndex:
         self._sel_by_key: dict[str, set[SelectorID]] = {}
         self._sel_unindexed: set[SelectorID] = set()
         self._sel_filing: dict[SelectorID, tuple[str, str | None, tuple[str, ...]]] = {}
-        # Item side of the index, built on first use.
+        # Item side of the index, built on first use; the items changed since it was last
+        # asked, in ``_unfiled`` (their labels are not in it).
         self._items_by_label: dict[str, dict[str, Bucket]] = {}
         self._item_side_built = False
+        self._unfiled: dict[ItemID, None] = {}
 
     # ----------------------------------------------------------------------------- selectors
 
@@ -175,19 +180,29 @@ class LabelIndex:
         how, label, values = self._sel_filing[sel_id]
         if how == "never" or not self._items:
             return ()
-        if not self._item_side_built:
-            self._item_side_built = True
-            for item_id, item in self._items.items():
-                self._file_item(item_id, item.effective)
+        if how == "all":
+            return list(self._items)
+        self._file_unfiled()
         if how == "value" and label is not None:
             found: set[ItemID] = set()
             by_value = self._items_by_label.get(label, {})
             for value in values:
                 found.update(by_value.get(value, ()))
             return found
-        if how == "key" and label is not None:
-            return {i for items in self._items_by_label.get(label, {}).values() for i in items}
-        return list(self._items)
+        assert how == "key" and label is not None
+        return {i for items in self._items_by_label.get(label, {}).values() for i in items}
+
+    def _file_unfiled(self) -> None:
+        """Bring the item side up to date (the first time, build it)."""
+        items = self._items
+        if not self._item_side_built:
+            self._item_side_built = True
+            unfiled: Iterable[ItemID] = items
+        else:
+            unfiled = self._unfiled
+        for item_id in unfiled:
+            self._file_labels(item_id, items[item_id].effective)
+        self._unfiled.clear()
 
     # -------------------------------------------------------------------------------- items
 
@@ -211,7 +226,7 @@ class LabelIndex:
         # selectors that could match it are tested.
         if parents:
             labels = item.effective = self._effective(item)
-        self._file_item(item_id, labels)
+        self._file_item(item_id)
         selectors = self._selectors
         for sel_id in self._candidate_selectors(labels):
             if selectors[sel_id].evaluate(labels):
@@ -266,7 +281,7 @@ class LabelIndex:
         if filed is not None:
             self._unfile_item(item_id, filed)
         item.effective = labels
-        self._file_item(item_id, labels)
+        self._file_item(item_id)
         matched = set(self._item_matches.get(item_id, ()))
         candidates = self._candidate_selectors(labels)
         for sel_id in matched:
@@ -289,12 +304,15 @@ class LabelIndex:
             found |= by_key[key]
         return found
 
-    def _file_item(self, item_id: ItemID, labels: Mapping[str, str]) -> None:
-        if not self._item_side_built:
-            return
+    def _file_item(self, item_id: ItemID) -> None:
+        """Note the item for filing (its labels are read when they are filed)."""
+        if self._item_side_built:
+            self._unfiled[item_id] = None
+
+    def _file_labels(self, item_id: ItemID, labels: Mapping[str, str]) -> None:
         by_label = self._items_by_label
-        # _bucket_add, inlined: every label of every item passes here once the item side is
-        # built (a fifth of the graph's time for Felix's 250,000-endpoint benchmark).
+        # _bucket_add, inlined: every label of every filed item passes here (a fifth of the
+        # graph's time for Felix's 250,000-endpoint benchmark, when each was filed).
         for key, value in labels.items():
             values = by_label.get(key)
             if values is None:
@@ -310,7 +328,7 @@ class LabelIndex:
                 bucket.add(item_id)
 
     def _unfile_item(self, item_id: ItemID, labels: Mapping[str, str]) -> None:
-        if not self._item_side_built:
+        if not self._item_side_built or self._unfiled.pop(item_id, False) is None:
             return
         for key, value in labels.items():
             values = self._items_by_label.get(key)
