@@ -16,7 +16,12 @@ from typing import cast
 
 from pyfelix import model
 from pyfelix.calc.dispatcher import Dispatcher, endpoint_of, value_of
-from pyfelix.calc.labelindex import LabelIndex, MatchCallback, SelectorCallback
+from pyfelix.calc.labelindex import (
+    ItemMatchesCallback,
+    LabelIndex,
+    MatchCallback,
+    SelectorCallback,
+)
 from pyfelix.model import EndpointKey
 from pyfelix.selector import SelectorError, parse_selector
 from pyfelix.syncer.api import Update
@@ -40,7 +45,11 @@ class ActiveRulesCalculator:
         on_profile_inactive: Callable[[str], None],
         on_match_started: Callable[[model.PolicyKey, EndpointKey], None],
         on_match_stopped: Callable[[model.PolicyKey, EndpointKey], None],
+        on_endpoint_matches_started: Callable[[EndpointKey, list[model.PolicyKey]], None]
+        | None = None,
     ) -> None:
+        """``on_endpoint_matches_started``, if given, takes a new endpoint's matches in one
+        call, in place of an ``on_match_started`` for each."""
         self._policy_active = on_policy_active
         self._profile_active = on_profile_active
         self._profile_inactive = on_profile_inactive
@@ -52,6 +61,7 @@ class ActiveRulesCalculator:
             cast(MatchCallback, on_match_stopped),
             cast(SelectorCallback, self._first_match),
             cast(SelectorCallback, on_policy_inactive),
+            cast(ItemMatchesCallback | None, on_endpoint_matches_started),
         )
         self._policies: dict[model.PolicyKey, model.Policy] = {}
         self._profiles: dict[str, model.ProfileRules] = {}

@@ -134,6 +134,7 @@ class CalcGraph:
             on_profile_inactive=scanner.on_profile_inactive,
             on_match_started=resolver.on_match_started,
             on_match_stopped=resolver.on_match_stopped,
+            on_endpoint_matches_started=resolver.on_matches_started,
         )
         arc.register_with(all_updates, local_updates)
 

@@ -28,6 +28,7 @@ SelectorID = Hashable
 ItemID = Hashable
 MatchCallback = Callable[[SelectorID, ItemID], None]
 SelectorCallback = Callable[[SelectorID], None]
+ItemMatchesCallback = Callable[[ItemID, list[SelectorID]], None]
 
 
 #: The members filed under one label value: a 1-tuple while there is one (nearly every value of
@@ -81,11 +82,16 @@ class LabelIndex:
         on_match_stopped: MatchCallback,
         on_first_match: SelectorCallback | None = None,
         on_last_match: SelectorCallback | None = None,
+        on_item_matches_started: ItemMatchesCallback | None = None,
     ) -> None:
         """``on_first_match`` is called before a selector's first match is reported,
         ``on_last_match`` after its last one stops: what a caller would otherwise count for
-        itself, for every match."""
+        itself, for every match. ``on_item_matches_started``, if given, takes a new item's
+        matches in one call in place of an ``on_match_started`` for each: on a node where
+        10,000 policies select every local endpoint, a snapshot's 2M matches were that many
+        calls through three frames."""
         self._started = on_match_started
+        self._item_started = on_item_matches_started
         self._stopped = on_match_stopped
         self._first = on_first_match
         self._last = on_last_match
@@ -183,14 +189,14 @@ class LabelIndex:
         if how == "all":
             return list(self._items)
         self._file_unfiled()
-        if how == "value" and label is not None:
+        assert label is not None  # filed by a label's value, or by the label
+        by_value = self._items_by_label.get(label, {})
+        if how == "value":
             found: set[ItemID] = set()
-            by_value = self._items_by_label.get(label, {})
             for value in values:
                 found.update(by_value.get(value, ()))
             return found
-        assert how == "key" and label is not None
-        return {i for items in self._items_by_label.get(label, {}).values() for i in items}
+        return {i for items in by_value.values() for i in items}
 
     def _file_unfiled(self) -> None:
         """Bring the item side up to date (the first time, build it)."""
@@ -228,9 +234,9 @@ class LabelIndex:
             labels = item.effective = self._effective(item)
         self._file_item(item_id)
         selectors = self._selectors
-        for sel_id in self._candidate_selectors(labels):
-            if selectors[sel_id].evaluate(labels):
-                self._start(sel_id, item_id)
+        matched = [s for s in self._candidate_selectors(labels) if selectors[s].evaluate(labels)]
+        if matched:
+            self._start_item(item_id, matched)
 
     def delete_item(self, item_id: ItemID) -> None:
         item = self._items.get(item_id)
@@ -356,6 +362,24 @@ class LabelIndex:
         else:
             items.add(item_id)
         self._started(sel_id, item_id)
+
+    def _start_item(self, item_id: ItemID, sel_ids: list[SelectorID]) -> None:
+        """``_start`` for each of a new item's first matches, in one frame."""
+        if self._item_started is None:
+            for sel_id in sel_ids:
+                self._start(sel_id, item_id)
+            return
+        self._item_matches[item_id] = set(sel_ids)
+        matches, first = self._matches, self._first
+        for sel_id in sel_ids:
+            items = matches.get(sel_id)
+            if items is None:
+                matches[sel_id] = {item_id}
+                if first is not None:
+                    first(sel_id)
+            else:
+                items.add(item_id)
+        self._item_started(item_id, sel_ids)
 
     def _stop(self, sel_id: SelectorID, item_id: ItemID) -> None:
         # Sets exist only while not empty: most selectors and items have no match at all.

@@ -132,6 +132,15 @@ class PolicyResolver:
             policies.add(key)
         self._dirty.add(endpoint)
 
+    def on_matches_started(self, endpoint: EndpointKey, keys: list[model.PolicyKey]) -> None:
+        """``on_match_started`` for each of ``keys``, in one call."""
+        policies = self._matches.get(endpoint)
+        if policies is None:
+            self._matches[endpoint] = set(keys)
+        else:
+            policies.update(keys)
+        self._dirty.add(endpoint)
+
     def on_match_stopped(self, key: model.PolicyKey, endpoint: EndpointKey) -> None:
         policies = self._matches.get(endpoint)
         if policies is not None:
