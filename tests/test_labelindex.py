@@ -50,13 +50,14 @@ def effective(
 
 
 @settings(max_examples=400)
-@given(OPS)
+@given(OPS, st.booleans())
 def test_matches_equal_brute_force(
-    ops: list[tuple[str, object, dict[str, str], list[str]]],
+    ops: list[tuple[str, object, dict[str, str], list[str]]], batched: bool
 ) -> None:
     """After any sequence of changes, reported matches = evaluating everything from scratch,
     and a selector is reported matching something from before its first match is reported
-    to after its last one stops."""
+    to after its last one stops; with a new item's matches reported one by one, or at once
+    (``batched``)."""
     reported: set[tuple[Hashable, Hashable]] = set()
     matching: set[Hashable] = set()
 
@@ -79,7 +80,12 @@ def test_matches_equal_brute_force(
         assert not any(s == sel for s, _ in reported)
         matching.discard(sel)
 
-    index = LabelIndex(started, stopped, first, last)
+    def item_started(item: Hashable, sels: list[Hashable]) -> None:
+        assert sels
+        for sel in sels:
+            started(sel, item)
+
+    index = LabelIndex(started, stopped, first, last, item_started if batched else None)
     items: dict[int, tuple[dict[str, str], list[str]]] = {}
     parents: dict[str, dict[str, str]] = {}
     selectors: set[int] = set()
