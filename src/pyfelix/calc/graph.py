@@ -178,6 +178,7 @@ class CalcGraph:
 
     def flush(self) -> None:
         """Let the deferred calculators emit, then flush the sequencer in dependency order."""
+        self.member_index.flush()
         self.routes.flush()
         self.policy_resolver.flush()
         self.sequencer.flush()

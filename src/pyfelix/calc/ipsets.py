@@ -15,7 +15,7 @@ process's memory.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Collection, Hashable, Mapping
 
 from pyfelix import model
 from pyfelix.calc.dispatcher import Dispatcher, value_of
@@ -94,8 +94,13 @@ class IPSetMemberIndex:
         #: Set id -> member -> how many matching items contribute it.
         self._counts: dict[str, dict[str, int]] = {}
 
-    def _members_of(self, set_id: str) -> Iterable[str]:
+    def _members_of(self, set_id: str) -> Collection[str]:
         return self._counts.get(set_id, {}).keys()
+
+    def flush(self) -> None:
+        """Send what is left to send (the nested members' wide changes settled)."""
+        if self._nested is not None:
+            self._nested.flush()
 
     def register_with(self, updates: Dispatcher) -> None:
         for key_type in (model.WorkloadEndpointKey, model.HostEndpointKey, model.NetworkSetKey):

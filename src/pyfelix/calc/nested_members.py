@@ -6,14 +6,19 @@ the wider member goes, the closest members inside it are sent again.
 
 Only address members are deduplicated (not named ports' ``ip,proto:port``). Only a set's
 members wider than one address are kept here (a set holds few); the others are parsed only
-when a wider one comes or goes, from the member index's own count of the set's members. A
-set without wide members costs its host members nothing.
+when a wider one comes or goes. A set without wide members costs its host members nothing.
+
+A wide member's coming or going is settled at the next ``flush``, once for the set, from its
+members then: settled at once, each of a network set's CIDRs scanned every member of a set
+that also holds the cluster's pods (hours, for a few thousand CIDRs beside 50,000 pods). Until
+the flush, nothing is sent for that set but named-port members.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable, Iterable
+import socket
+from collections.abc import Callable, Collection
 
 #: A member as a network: (family's address bits, prefix length, network as an integer).
 _Net = tuple[int, int, int]
@@ -21,87 +26,171 @@ _HOSTS = ("/32", "/128")
 
 
 def _parse(member: str) -> _Net:
-    network = ipaddress.ip_network(member, strict=False)
-    return network.max_prefixlen, network.prefixlen, int(network.network_address)
+    """The member's network (host bits cleared). ``inet_pton`` in C where it reads the
+    address, ``ipaddress`` otherwise: a wide member's coming or going parses every member of
+    its set, and ``ip_network`` took 10 us of it each."""
+    address, _, length = member.partition("/")
+    bits = 128 if ":" in address else 32
+    try:
+        raw = socket.inet_pton(socket.AF_INET6 if bits == 128 else socket.AF_INET, address)
+    except OSError:
+        raw = b""
+    prefix = int(length) if length.isascii() and length.isdigit() else bits if not length else -1
+    if not raw or not 0 <= prefix <= bits:
+        network = ipaddress.ip_network(member, strict=False)
+        return network.max_prefixlen, network.prefixlen, int(network.network_address)
+    host_bits = bits - prefix
+    return bits, prefix, int.from_bytes(raw, "big") >> host_bits << host_bits
 
 
-def _covers(outer: _Net, inner: _Net) -> bool:
-    """Whether ``outer`` strictly contains ``inner`` (same family)."""
-    bits, length, net = outer
-    return (
-        bits == inner[0]
-        and length < inner[1]
-        and (inner[2] >> (bits - length)) == (net >> (bits - length))
-    )
+class _Wide:
+    """A set's members wider than one address, by network and by prefix length: whether one
+    covers a network is a lookup per length in use (a set's few), not a test per member
+    (hundreds, in a set of network sets' CIDRs, against each of its thousands of hosts)."""
+
+    __slots__ = ("lengths", "members", "nets")
+
+    def __init__(self) -> None:
+        self.members: dict[str, _Net] = {}
+        #: How many members have each (address bits, prefix length).
+        self.lengths: dict[tuple[int, int], int] = {}
+        #: How many members have each network (two spellings of one network are two).
+        self.nets: dict[_Net, int] = {}
+
+    def add(self, member: str, net: _Net) -> None:
+        if member in self.members:
+            return
+        self.members[member] = net
+        shape = net[:2]
+        self.lengths[shape] = self.lengths.get(shape, 0) + 1
+        self.nets[net] = self.nets.get(net, 0) + 1
+
+    def copy(self) -> _Wide:
+        other = _Wide()
+        other.members, other.lengths, other.nets = (
+            dict(self.members),
+            dict(self.lengths),
+            dict(self.nets),
+        )
+        return other
+
+    def discard(self, member: str) -> None:
+        net = self.members.pop(member, None)
+        if net is None:
+            return
+        shape = net[:2]
+        if self.lengths[shape] > 1:
+            self.lengths[shape] -= 1
+        else:
+            del self.lengths[shape]
+        if self.nets[net] > 1:
+            self.nets[net] -= 1
+        else:
+            del self.nets[net]
+
+    def covers(self, inner: _Net) -> bool:
+        """Whether a member strictly contains ``inner``."""
+        bits, length, value = inner
+        nets = self.nets
+        for family, prefix in self.lengths:
+            if family == bits and prefix < length:
+                host_bits = bits - prefix
+                if (bits, prefix, value >> host_bits << host_bits) in nets:
+                    return True
+        return False
 
 
 class NestedMembers:
-    """Between the member index and the dataplane: which of a set's members are sent."""
+    """Between the member index and the dataplane: which of a set's members are sent. Sent
+    means present and not strictly inside a wide member of the set."""
 
     def __init__(
         self,
         on_added: Callable[[str, str], None],
         on_removed: Callable[[str, str], None],
-        members_of: Callable[[str], Iterable[str]],
+        members_of: Callable[[str], Collection[str]],
     ) -> None:
         self._added = on_added
         self._removed = on_removed
         #: Every member a set holds now (the member index's count).
         self._members_of = members_of
-        #: Per set, its members wider than one address, parsed.
-        self._wide: dict[str, dict[str, _Net]] = {}
+        #: Per set, its members wider than one address, parsed (a set without any has none).
+        self._wide: dict[str, _Wide] = {}
+        #: The sets whose wide members changed since the last flush, each with its wide
+        #: members and its members when the first change came (what was sent is known from
+        #: them).
+        self._unsettled: dict[str, tuple[_Wide | None, frozenset[str]]] = {}
 
     def added(self, set_id: str, member: str) -> None:
         """``member`` came into ``set_id`` (its first contributor)."""
-        wide = self._wide.get(set_id)
-        is_wide = "," not in member and not member.endswith(_HOSTS)
-        if "," in member or not (wide or is_wide):
+        if "," in member:
             self._added(set_id, member)
             return
-        net = _parse(member)
-        covered = wide is not None and any(_covers(w, net) for w in wide.values())
+        is_wide = not member.endswith(_HOSTS)
         if is_wide:
-            self._wide.setdefault(set_id, {})[member] = net
-        if covered:
+            self._unsettle(set_id, member, adding=True)
+            self._wide.setdefault(set_id, _Wide()).add(member, _parse(member))
             return
-        self._added(set_id, member)
-        if is_wide:
-            # What it covers was sent: take back the closest ones (the rest were not sent).
-            for inside in self._closest_inside(set_id, member, net):
-                self._removed(set_id, inside)
+        if set_id in self._unsettled:
+            return
+        wide = self._wide.get(set_id)
+        if wide is None or not wide.covers(_parse(member)):
+            self._added(set_id, member)
 
     def removed(self, set_id: str, member: str) -> None:
         """``member`` left ``set_id`` (its last contributor went)."""
-        wide = self._wide.get(set_id)
-        is_wide = "," not in member and not member.endswith(_HOSTS)
-        if "," in member or not (wide or is_wide):
+        if "," in member:
             self._removed(set_id, member)
             return
-        net = _parse(member)
-        if wide is not None and is_wide:
-            wide.pop(member, None)
-            if not wide:
-                del self._wide[set_id]
-        if wide and any(_covers(w, net) for w in wide.values()):
-            return  # it was never sent
-        self._removed(set_id, member)
+        is_wide = not member.endswith(_HOSTS)
+        wide = self._wide.get(set_id)
         if is_wide:
-            for inside in self._closest_inside(set_id, member, net):
-                self._added(set_id, inside)
+            self._unsettle(set_id, member, adding=False)
+            if wide is not None:
+                wide.discard(member)
+                if not wide.members:
+                    del self._wide[set_id]
+            return
+        if set_id in self._unsettled:
+            return
+        if wide is None or not wide.covers(_parse(member)):
+            self._removed(set_id, member)
 
-    def _closest_inside(self, set_id: str, member: str, net: _Net) -> list[str]:
-        """The set's members inside ``net`` that no other wide member covers: those
-        ``net`` alone decides (sent without it, not with it)."""
-        others = [n for m, n in self._wide.get(set_id, {}).items() if m != member]
-        inside = []
-        for candidate in self._members_of(set_id):
-            if candidate == member or "," in candidate:
-                continue
-            parsed = _parse(candidate)
-            if _covers(net, parsed) and not any(_covers(w, parsed) for w in others):
-                inside.append(candidate)
-        return sorted(inside)
+    def _unsettle(self, set_id: str, member: str, *, adding: bool) -> None:
+        """Note what was sent before ``set_id``'s first wide change since the last flush
+        (``member``, which the index counts already, was present only if it is going)."""
+        if set_id in self._unsettled:
+            return
+        members = frozenset(self._members_of(set_id))
+        members = members - {member} if adding else members | {member}
+        wide = self._wide.get(set_id)
+        self._unsettled[set_id] = (None if wide is None else wide.copy(), members)
+
+    def flush(self) -> None:
+        """Send what the wide changes since the last flush changed, set by set."""
+        unsettled, self._unsettled = self._unsettled, {}
+        for set_id, (wide_before, before) in sorted(unsettled.items()):
+            wide = self._wide.get(set_id)
+            now = self._members_of(set_id)
+            added, removed = [], []
+            for member in before | frozenset(now):
+                if "," in member:
+                    continue
+                net = _parse(member)
+                was_sent = member in before and not (
+                    wide_before is not None and wide_before.covers(net)
+                )
+                is_sent = member in now and not (wide is not None and wide.covers(net))
+                if is_sent and not was_sent:
+                    added.append(member)
+                elif was_sent and not is_sent:
+                    removed.append(member)
+            for member in sorted(removed):
+                self._removed(set_id, member)
+            for member in sorted(added):
+                self._added(set_id, member)
 
     def dropped(self, set_id: str) -> None:
-        """The set is gone: its wide members need not be remembered."""
+        """The set is gone: its wide members need not be remembered, nor sent."""
         self._wide.pop(set_id, None)
+        self._unsettled.pop(set_id, None)
