@@ -4,7 +4,7 @@ On the Kubernetes API datastore Calico keeps no Node object of its own: it reads
 whose ``projectcalico.org/*`` annotations calico-node wrote (addresses, tunnel addresses, VXLAN
 MACs, WireGuard keys). pyfelix.resources.k8s_conversion.calico_node turns one into the Calico
 Node Felix sees. The fields Calico reads are typed; the rest of Kubernetes' Node is accepted
-and kept as it is.
+and left out (``UNREAD``: a node's images and conditions are most of its JSON).
 """
 
 from __future__ import annotations
@@ -12,15 +12,14 @@ from __future__ import annotations
 import attrs
 
 from pyfelix.resources.meta import Resource, register
-from pyfelix.resources.pods import carried_fields
 from pyfelix.resources.schema import STR, STR_LIST, ListOf, Nested, Spec, field
 
-_NodeSpecRest = carried_fields(
-    "_NodeSpecRest",
+#: A node spec's fields Calico never reads.
+_NODE_SPEC_UNREAD = frozenset(
     ("configSource", "externalID", "providerID", "taints", "unschedulable"),
 )
-_NodeStatusRest = carried_fields(
-    "_NodeStatusRest",
+#: A node status's fields Calico never reads.
+_NODE_STATUS_UNREAD = frozenset(
     (
         "allocatable",
         "capacity",
@@ -40,7 +39,8 @@ _NodeStatusRest = carried_fields(
 
 
 @attrs.frozen
-class KubernetesNodeSpec(_NodeSpecRest):  # type: ignore[misc,valid-type]
+class KubernetesNodeSpec(Spec):
+    UNREAD = _NODE_SPEC_UNREAD
     pod_cidr: str = field("podCIDR", STR, default="")
     pod_cidrs: tuple[str, ...] = field("podCIDRs", STR_LIST, factory=tuple)
 
@@ -52,7 +52,8 @@ class KubernetesNodeAddress(Spec):
 
 
 @attrs.frozen
-class KubernetesNodeStatus(_NodeStatusRest):  # type: ignore[misc,valid-type]
+class KubernetesNodeStatus(Spec):
+    UNREAD = _NODE_STATUS_UNREAD
     addresses: tuple[KubernetesNodeAddress, ...] = field(
         "addresses", ListOf(Nested(KubernetesNodeAddress)), factory=tuple
     )

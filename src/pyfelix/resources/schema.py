@@ -315,9 +315,14 @@ S = TypeVar("S", bound="Spec")
 
 
 class Spec:
-    """Base of every declarative class; ``attrs`` fields made with :func:`field`."""
+    """Base of every declarative class; ``attrs`` fields made with :func:`field`.
+
+    ``UNREAD`` names JSON keys that are accepted and left out: fields of another project's
+    kind that Calico never reads (a Pod's containers' images, volumes, status conditions),
+    which kept would be most of a cluster dump's memory."""
 
     __attrs_attrs__: ClassVar[tuple[attrs.Attribute[Any], ...]]
+    UNREAD: ClassVar[frozenset[str]] = frozenset()
 
 
 #: How many distinct values a ``Nested(..., shared=True)`` keeps decoded.
@@ -383,6 +388,8 @@ def json_fields(cls: type[Spec]) -> dict[str, attrs.Attribute[Any]]:
 
 
 _FAST_FIELDS: dict[type[Spec], dict[str, tuple[str, Callable[[JSON], Any]]]] = {}
+#: The fast table's entry for an ``UNREAD`` key.
+_SKIP: tuple[str, Callable[[JSON], Any]] = ("", lambda value: value)
 
 
 def decode_fast(cls: type[S], value: JSON) -> S:
@@ -395,17 +402,18 @@ def decode_fast(cls: type[S], value: JSON) -> S:
     if table is None:
         if getattr(cls, "decode_json", None) is not None:
             return _checked_custom(cls, value)
-        table = {
-            key: (attribute.name, fast_of(attribute.metadata["codec"]))
+        table = dict.fromkeys(cls.UNREAD, _SKIP)
+        table.update(
+            (key, (attribute.name, fast_of(attribute.metadata["codec"])))
             for key, attribute in json_fields(cls).items()
-        }
+        )
         _FAST_FIELDS[cls] = table
     kwargs: dict[str, Any] = {}
     for key, item in value.items():
         entry = table.get(key)
         if entry is None:
             raise Slow
-        if item is not None:
+        if item is not None and entry is not _SKIP:
             kwargs[entry[0]] = entry[1](item)
     return cls(**kwargs)
 
@@ -438,7 +446,8 @@ def decode(cls: type[S], value: JSON, ctx: Context) -> S | Missing:
     for key, item in value.items():
         attribute = known.get(key)
         if attribute is None:
-            ctx.at(str(key)).error("unknown field")
+            if key not in cls.UNREAD:
+                ctx.at(str(key)).error("unknown field")
             continue
         if item is None:
             continue
