@@ -3,7 +3,8 @@ every item's effective labels, and it reports exactly the changes."""
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -145,3 +146,32 @@ def test_selector_on_a_value_only_tests_items_with_that_value() -> None:
         object.__setattr__(selector, "_evaluate", original)
     assert calls == 1
     assert index.matches("s") == {7}
+
+
+def test_a_selector_is_filed_where_it_shares_its_bucket_with_the_fewest() -> None:
+    """Kubernetes policies all require `orchestrator == "k8s"` beside their namespace: filed
+    under the namespace, a new pod is tested against its namespace's policies only, not
+    against every policy of the cluster."""
+    index = LabelIndex(lambda s, i: None, lambda s, i: None)
+    selectors = [
+        parse_selector(f'projectcalico.org/orchestrator == "k8s" && ns == "n{i}"')
+        for i in range(200)
+    ]
+    for i, selector in enumerate(selectors):
+        index.update_selector(i, selector)
+    calls = 0
+    originals = [selector._evaluate for selector in selectors]
+
+    def counting(original: Callable[[Mapping[str, str]], bool]) -> Any:
+        def evaluate(labels: Mapping[str, str]) -> bool:
+            nonlocal calls
+            calls += 1
+            return original(labels)
+
+        return evaluate
+
+    for selector, original in zip(selectors, originals, strict=True):
+        object.__setattr__(selector, "_evaluate", counting(original))
+    index.update_item("pod", {"projectcalico.org/orchestrator": "k8s", "ns": "n7"})
+    assert index.item_matches("pod") == {7}
+    assert calls <= 2  # its namespace's, and at most the first one filed

@@ -144,12 +144,24 @@ class LabelIndex:
         if not all(r.satisfiable for r in restrictions.values()):
             self._sel_filing[sel_id] = ("never", None, ())
             return
+        # Filed where it shares its buckets with the fewest selectors: by values alone, a
+        # Kubernetes policy's `orchestrator == "k8s" && namespace == "ns"` went under
+        # orchestrator, where every pod met every such policy (100,000 policies tested
+        # against each local pod of a cluster of isolated namespaces).
         best: tuple[str, frozenset[str]] | None = None
+        best_cost = 0
         for label, restriction in restrictions.items():
-            if restriction.values is not None and (
-                best is None or len(restriction.values) < len(best[1])
-            ):
-                best = (label, restriction.values)
+            values = restriction.values
+            if values is None:
+                continue
+            filed = self._sel_by_value.get(label)
+            cost = (
+                len(values)
+                if filed is None
+                else sum(len(filed.get(value, ())) + 1 for value in values)
+            )
+            if best is None or cost < best_cost:
+                best, best_cost = (label, values), cost
         if best is not None:
             label, values = best
             by_value = self._sel_by_value.setdefault(label, {})
