@@ -62,14 +62,15 @@ def _bucket_discard(buckets: dict[str, Bucket], key: str, member: Hashable) -> N
 
 
 class _Item:
-    """An item's own labels and parents, and its labels as last evaluated."""
+    """An item's own labels and parents. Its effective labels are merged from them when they
+    are read, not kept: kept, a pod's own labels merged with its namespace's were a dict per
+    endpoint, 69 MB of 250,000 endpoints' snapshot."""
 
-    __slots__ = ("effective", "own", "parents")
+    __slots__ = ("own", "parents")
 
     def __init__(self, own: Mapping[str, str], parents: tuple[str, ...]) -> None:
         self.own = own
         self.parents = parents
-        self.effective: Mapping[str, str] = own
 
 
 class LabelIndex:
@@ -123,11 +124,12 @@ class LabelIndex:
         self._selectors[sel_id] = selector
         self._file_selector(sel_id, selector)
         matches = set(self._matches.get(sel_id, ()))
+        items, effective = self._items, self._effective
         for item_id in matches:
-            if not selector.evaluate(self._items[item_id].effective):
+            if not selector.evaluate(effective(items[item_id])):
                 self._stop(sel_id, item_id)
         for item_id in self._candidate_items(sel_id):
-            if item_id not in matches and selector.evaluate(self._items[item_id].effective):
+            if item_id not in matches and selector.evaluate(effective(items[item_id])):
                 self._start(sel_id, item_id)
 
     def delete_selector(self, sel_id: SelectorID) -> None:
@@ -219,7 +221,7 @@ class LabelIndex:
         else:
             unfiled = self._unfiled
         for item_id in unfiled:
-            self._file_labels(item_id, items[item_id].effective)
+            self._file_labels(item_id, self._effective(items[item_id]))
         self._unfiled.clear()
 
     # -------------------------------------------------------------------------------- items
@@ -238,12 +240,12 @@ class LabelIndex:
         for parent in parents:
             self._parent_items.setdefault(parent, set()).add(item_id)
         if old is not None:
-            self._recalculate(item_id, old.effective)
+            self._recalculate(item_id, self._effective(old))
             return
         # A new item (a snapshot's endpoints, nearly all): it matches nothing yet, so only the
         # selectors that could match it are tested.
         if parents:
-            labels = item.effective = self._effective(item)
+            labels = self._effective(item)
         self._file_item(item_id)
         selectors = self._selectors
         matched = [s for s in self._candidate_selectors(labels) if selectors[s].evaluate(labels)]
@@ -256,7 +258,7 @@ class LabelIndex:
             return
         for sel_id in list(self._item_matches.get(item_id, ())):
             self._stop(sel_id, item_id)
-        self._unfile_item(item_id, item.effective)
+        self._unfile_item(item_id, self._effective(item))
         for parent in item.parents:
             members = self._parent_items.get(parent)
             if members is not None:
@@ -269,15 +271,23 @@ class LabelIndex:
     def update_parent_labels(self, parent: str, labels: Mapping[str, str]) -> None:
         if self._parent_labels.get(parent) == labels:
             return
+        before = self._children_labels(parent)
         self._parent_labels[parent] = labels
-        for item_id in list(self._parent_items.get(parent, ())):
-            self._recalculate(item_id, self._items[item_id].effective)
+        for item_id, filed in before:
+            self._recalculate(item_id, filed)
 
     def delete_parent_labels(self, parent: str) -> None:
-        if self._parent_labels.pop(parent, None) is None:
+        if parent not in self._parent_labels:
             return
-        for item_id in list(self._parent_items.get(parent, ())):
-            self._recalculate(item_id, self._items[item_id].effective)
+        before = self._children_labels(parent)
+        del self._parent_labels[parent]
+        for item_id, filed in before:
+            self._recalculate(item_id, filed)
+
+    def _children_labels(self, parent: str) -> list[tuple[ItemID, Mapping[str, str]]]:
+        """The parent's items with their effective labels, before the parent's change."""
+        items = self._items
+        return [(i, self._effective(items[i])) for i in self._parent_items.get(parent, ())]
 
     def _effective(self, item: _Item) -> Mapping[str, str]:
         if len(item.parents) == 1:  # a pod's namespace profile: one merge, in C
@@ -298,7 +308,6 @@ class LabelIndex:
         labels = self._effective(item)
         if filed is not None:
             self._unfile_item(item_id, filed)
-        item.effective = labels
         self._file_item(item_id)
         matched = set(self._item_matches.get(item_id, ()))
         candidates = self._candidate_selectors(labels)
@@ -422,4 +431,4 @@ class LabelIndex:
 
     def labels_of(self, item_id: ItemID) -> Mapping[str, str] | None:
         item = self._items.get(item_id)
-        return None if item is None else item.effective
+        return None if item is None else self._effective(item)
