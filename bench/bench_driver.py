@@ -337,7 +337,7 @@ def main() -> None:
         for mode in modes:
             report_medians(mode, results[mode])
         for mode in modes:
-            measure_mode_changes(stack, directory, cluster.logs, mode, changes)
+            measure_mode_changes(stack, directory, cluster.logs, mode, changes, endpoints=endpoints)
 
 
 def report_medians(mode: str, found: dict[str, list[float]]) -> None:
@@ -358,8 +358,21 @@ def report_medians(mode: str, found: dict[str, list[float]]) -> None:
         )
 
 
+def report_memory(pid: int, mode: str, endpoints: int) -> None:
+    """The running agent's resident memory once its changes are in (``ip netns exec``
+    execs the agent, so ``pid`` is the agent's own), and per workload endpoint."""
+    fields = dict(
+        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+    )
+    rss, peak = (int(fields[name].split()[0]) for name in ("VmRSS", "VmHWM"))
+    print(
+        f"{mode}: agent resident {rss / 1024:.0f} MB (peak {peak / 1024:.0f} MB), "
+        f"{rss / endpoints:.2f} KB a workload endpoint of {endpoints}"
+    )
+
+
 def measure_mode_changes(
-    stack: ExitStack, directory: Path, logs: Path, mode: str, changes: int
+    stack: ExitStack, directory: Path, logs: Path, mode: str, changes: int, *, endpoints: int
 ) -> None:
     """The label change series in one mode, against a fresh agent."""
     ns = f"pfb-changes-{os.getpid()}-{mode}"
@@ -373,6 +386,7 @@ def measure_mode_changes(
         wait_for(log_path, "apply 1:", agent)
         measure_changes(ns, directory, changes, 0.0, mode)
         measure_changes(ns, directory, changes, SPACING, mode)
+        report_memory(agent.pid, mode, endpoints)
     finally:
         if agent is not None:
             agent.terminate()
