@@ -35,7 +35,12 @@ def _parse(member: str) -> _Net:
         raw = socket.inet_pton(socket.AF_INET6 if bits == 128 else socket.AF_INET, address)
     except OSError:
         raw = b""
-    prefix = int(length) if length.isascii() and length.isdigit() else bits if not length else -1
+    if not length:
+        prefix = bits
+    elif length.isascii() and length.isdigit():
+        prefix = int(length)
+    else:
+        prefix = -1  # ipaddress says what is wrong with it
     if not raw or not 0 <= prefix <= bits:
         network = ipaddress.ip_network(member, strict=False)
         return network.max_prefixlen, network.prefixlen, int(network.network_address)
