@@ -363,15 +363,34 @@ def _floating_ips(pod: Pod, networks: Sequence[str]) -> tuple[IPNAT, ...]:
     return tuple(nats)
 
 
+def _addressing(pod: Pod) -> tuple[tuple[str, ...], tuple[IPNAT, ...], tuple[str, ...]] | None:
+    """What of a pod's conversion can fail (ConversionError): its addresses, floating IPs
+    and allowed source prefixes; None for a pod that is no endpoint."""
+    if pod.spec.host_network or not pod.spec.node_name:
+        return None
+    networks = () if _finished(pod) else pod_addresses(pod)
+    nats = _floating_ips(pod, networks)
+    prefixes = pod.metadata.annotations.get(SOURCE_PREFIXES_ANNOTATION)
+    allowed = tuple(_json_list(prefixes, SOURCE_PREFIXES_ANNOTATION) if prefixes else ())
+    return networks, nats, allowed
+
+
+def check_pod_conversion(pod: Pod) -> None:
+    """Raise the ConversionError ``workload_endpoint(pod)`` would, without building the
+    endpoint (validation's question, asked of every pod of a dump)."""
+    _addressing(pod)
+
+
 def workload_endpoint(pod: Pod) -> WorkloadEndpoint | None:
     """The WorkloadEndpoint Calico's Kubernetes datastore makes of a pod; None for a pod that
     is not one (host networking, not scheduled yet). A finished pod has no addresses, so
     Felix leaves it out."""
-    spec = pod.spec
-    if spec.host_network or not spec.node_name:
+    addressing = _addressing(pod)
+    if addressing is None:
         return None
+    networks, nats, allowed = addressing
+    spec = pod.spec
     namespace, account = pod.namespace, spec.service_account_name
-    networks = () if _finished(pod) else pod_addresses(pod)
     labels = dict(pod.labels)
     labels[NAMESPACE_LABEL] = namespace
     labels[ORCHESTRATOR_LABEL] = "k8s"
@@ -379,7 +398,6 @@ def workload_endpoint(pod: Pod) -> WorkloadEndpoint | None:
         labels[SERVICE_ACCOUNT_LABEL] = account
     profiles = [f"kns.{namespace}"] + ([f"ksa.{namespace}.{account}"] if account else [])
     annotations = pod.metadata.annotations
-    prefixes = annotations.get(SOURCE_PREFIXES_ANNOTATION)
     endpoint_spec = WorkloadEndpointSpec(
         orchestrator="k8s",
         node=spec.node_name,
@@ -388,13 +406,11 @@ def workload_endpoint(pod: Pod) -> WorkloadEndpoint | None:
         container_id=annotations.get(CONTAINER_ID_ANNOTATION, ""),
         service_account_name=account,
         ip_networks=networks,
-        ip_nats=_floating_ips(pod, networks),
+        ip_nats=nats,
         profiles=tuple(profiles),
         interface_name=veth_name(namespace, pod.name),
         ports=_ports(pod),
-        allow_spoofed_source_prefixes=tuple(
-            _json_list(prefixes, SOURCE_PREFIXES_ANNOTATION) if prefixes else ()
-        ),
+        allow_spoofed_source_prefixes=allowed,
         qos_controls=_qos_controls(annotations),
     )
     metadata = ObjectMeta(

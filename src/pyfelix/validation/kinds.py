@@ -609,8 +609,8 @@ def _pod(c: Checker, pod: Pod, _: ValidationContext) -> None:
     ports, its annotations."""
     from pyfelix.resources.k8s_conversion import (  # noqa: PLC0415
         ConversionError,
+        check_pod_conversion,
         pod_ip_source,
-        workload_endpoint,
     )
 
     before = len(c.problems)
@@ -636,7 +636,7 @@ def _pod(c: Checker, pod: Pod, _: ValidationContext) -> None:
     if len(c.problems) > before:
         return
     try:
-        workload_endpoint(pod)
+        check_pod_conversion(pod)
     except ConversionError as exc:
         c.at("metadata").at("annotations").error(str(exc))
 
