@@ -23,6 +23,7 @@ from pyfelix.resources import (
     load_text,
 )
 from pyfelix.resources.k8s_conversion import (
+    ConversionError,
     admin_network_policy,
     baseline_admin_network_policy,
     cluster_network_policy,
@@ -784,3 +785,27 @@ def test_qos_annotations_are_named_in_a_warning_once_each(
     assert "qosControls.egressMaxConnections" in warned[0]
     assert "qosControls.ingressBandwidth" in warned[1]
     assert "WorkloadEndpoint/default/nodeA-k8s-podA-eth0" in warned[0]
+
+
+@pytest.mark.parametrize(
+    ("annotations", "message"),
+    [
+        ({"cni.projectcalico.org/floatingIPs": '{"a": 1}'}, "must be a JSON list of strings"),
+        ({"cni.projectcalico.org/floatingIPs": '["fd00::1"]'}, "no pod IP of the family"),
+        ({"cni.projectcalico.org/allowedSourcePrefixes": "[1"}, "is not JSON"),
+    ],
+)
+def test_validation_names_what_the_conversion_refuses(
+    annotations: dict[str, str], message: str
+) -> None:
+    """A pod whose annotations Calico's converter refuses is invalid, named at its annotations
+    (the check runs the conversion's fallible parts, not the whole conversion); and the
+    conversion itself refuses it the same way."""
+    refused = pod("pod-a", annotations=annotations, status={"podIP": "10.65.0.2"})
+    problems = validate_resource(refused, ValidationContext())
+    assert [p.field for p in problems] == ["metadata.annotations"]
+    assert message in problems[0].message
+    with pytest.raises(ConversionError, match=message):
+        workload_endpoint(refused)
+    fine = pod("pod-a", status={"podIP": "10.65.0.2"})
+    assert validate_resource(fine, ValidationContext()) == []
