@@ -256,7 +256,7 @@ CONTAINER_ID_ANNOTATION = "cni.projectcalico.org/containerID"
 FLOATING_IPS_ANNOTATION = "cni.projectcalico.org/floatingIPs"
 SOURCE_PREFIXES_ANNOTATION = "cni.projectcalico.org/allowedSourcePrefixes"
 FINISHED_PHASES = frozenset({"Failed", "Succeeded", "Completed"})
-_PORT_PROTOCOLS = {"": "TCP", "TCP": "TCP", "UDP": "UDP", "SCTP": "SCTP"}
+PORT_PROTOCOLS = {"": "TCP", "TCP": "TCP", "UDP": "UDP", "SCTP": "SCTP"}
 
 
 def workload_endpoint_name(node: str, pod: str, endpoint: str = "eth0") -> str:
@@ -284,16 +284,24 @@ def _finished(pod: Pod) -> bool:
 
 
 def pod_ip_source(pod: Pod) -> tuple[tuple[str | int, ...], list[str]]:
-    """Where Calico takes a pod's addresses from, as libcalico-go's ``getPodIPs`` does: the
-    first of status.podIPs, status.podIP, Calico's plural and singular annotations and AWS's
-    that is not empty, taken whole (the field's path, and its entries); ``((), [])`` for a
-    pod without any. The sources after the one taken are never read."""
-    annotations = pod.metadata.annotations
+    """Where Calico takes a pod's addresses from, as libcalico-go's ``getPodIPs`` does
+    (``ip_source`` of its status and annotations)."""
     status = pod.status
-    if status is not None and status.pod_ips:
-        return ("status", "podIPs"), [ip.ip for ip in status.pod_ips]
-    if status is not None and status.pod_ip:
-        return ("status", "podIP"), [status.pod_ip]
+    if status is None:
+        return ip_source((), "", pod.metadata.annotations)
+    return ip_source([ip.ip for ip in status.pod_ips], status.pod_ip, pod.metadata.annotations)
+
+
+def ip_source(
+    pod_ips: Sequence[str], pod_ip: str, annotations: Mapping[str, str]
+) -> tuple[tuple[str | int, ...], list[str]]:
+    """The first of status.podIPs, status.podIP, Calico's plural and singular annotations and
+    AWS's that is not empty, taken whole (the field's path, and its entries); ``((), [])``
+    for a pod without any. The sources after the one taken are never read."""
+    if pod_ips:
+        return ("status", "podIPs"), list(pod_ips)
+    if pod_ip:
+        return ("status", "podIP"), [pod_ip]
     for key, plural in (
         (POD_IPS_ANNOTATION, True),
         (POD_IP_ANNOTATION, False),
@@ -334,7 +342,7 @@ def _ports(pod: Pod) -> tuple[WorkloadEndpointPort, ...]:
     ports = []
     for container in (*pod.spec.containers, *pod.spec.init_containers):
         for port in container.ports:
-            protocol = _PORT_PROTOCOLS.get(port.protocol)
+            protocol = PORT_PROTOCOLS.get(port.protocol)
             if not port.container_port or not (port.host_port or port.name) or not protocol:
                 continue
             ports.append(
@@ -391,12 +399,6 @@ def workload_endpoint(pod: Pod) -> WorkloadEndpoint | None:
     networks, nats, allowed = addressing
     spec = pod.spec
     namespace, account = pod.namespace, spec.service_account_name
-    labels = dict(pod.labels)
-    labels[NAMESPACE_LABEL] = namespace
-    labels[ORCHESTRATOR_LABEL] = "k8s"
-    if 0 < len(account) < 63:
-        labels[SERVICE_ACCOUNT_LABEL] = account
-    profiles = [f"kns.{namespace}"] + ([f"ksa.{namespace}.{account}"] if account else [])
     annotations = pod.metadata.annotations
     endpoint_spec = WorkloadEndpointSpec(
         orchestrator="k8s",
@@ -407,7 +409,7 @@ def workload_endpoint(pod: Pod) -> WorkloadEndpoint | None:
         service_account_name=account,
         ip_networks=networks,
         ip_nats=nats,
-        profiles=tuple(profiles),
+        profiles=endpoint_profiles(namespace, account),
         interface_name=veth_name(namespace, pod.name),
         ports=_ports(pod),
         allow_spoofed_source_prefixes=allowed,
@@ -416,13 +418,29 @@ def workload_endpoint(pod: Pod) -> WorkloadEndpoint | None:
     metadata = ObjectMeta(
         name=workload_endpoint_name(spec.node_name, pod.name),
         namespace=namespace,
-        labels=FrozenMap(labels),
+        labels=FrozenMap(endpoint_labels(pod.labels, namespace, account)),
         uid=pod.metadata.uid,
         resource_version=pod.metadata.resource_version,
         creation_timestamp=pod.metadata.creation_timestamp,
         generate_name=pod.metadata.generate_name,
     )
     return WorkloadEndpoint(metadata=metadata, spec=endpoint_spec)
+
+
+def endpoint_labels(labels: Mapping[str, str], namespace: str, account: str) -> dict[str, str]:
+    """A pod's endpoint's labels: the pod's, with Calico's namespace and orchestrator labels
+    and its service account's (a name Kubernetes' label values can hold)."""
+    out = dict(labels)
+    out[NAMESPACE_LABEL] = namespace
+    out[ORCHESTRATOR_LABEL] = "k8s"
+    if 0 < len(account) < 63:
+        out[SERVICE_ACCOUNT_LABEL] = account
+    return out
+
+
+def endpoint_profiles(namespace: str, account: str) -> tuple[str, ...]:
+    """A pod's endpoint's profiles: its namespace's, then its service account's."""
+    return (f"kns.{namespace}", f"ksa.{namespace}.{account}") if account else (f"kns.{namespace}",)
 
 
 #: The pod annotations Calico's converter reads into the endpoint's qosControls, and the

@@ -105,7 +105,8 @@ class LoadResult:
         return not self.problems
 
 
-def _is_list_document(data: JSON) -> bool:
+def is_list_document(data: JSON) -> bool:
+    """Whether a parsed document is a list of resources (``List``, ``PodList``, ...)."""
     if not (
         isinstance(data, Mapping)
         and isinstance(data.get("kind"), str)
@@ -123,7 +124,7 @@ LIST_API_VERSIONS = frozenset({"v1", "projectcalico.org/v3"})
 def _list_problem(data: JSON) -> str | None:
     """Why a list document's own apiVersion is wrong, or None. Its items are read only when
     it is one a client prints: a list that names no version could hold anything."""
-    if not _is_list_document(data):
+    if not is_list_document(data):
         return None
     assert isinstance(data, Mapping)
     kind, api_version = data["kind"], data.get("apiVersion")
@@ -156,7 +157,7 @@ def _expand(data: JSON, line: int, item_lines: list[int]) -> Iterator[tuple[JSON
         for index, item in enumerate(data):
             yield item, item_lines[index] if index < len(item_lines) else line
         return
-    if _is_list_document(data):
+    if is_list_document(data):
         items = data["items"]
         if not isinstance(items, list):
             yield {"kind": data["kind"], "items": items}, line

@@ -1,6 +1,6 @@
 """Namespaces straight from their document to the profile Kubernetes' conversion makes of
 them, skipping the v3 object; and the dry-run's direct path, which takes plain endpoints
-(``plain_workloads``) and plain namespaces.
+(``plain_workloads``), plain pods (``plain_pods``) and plain namespaces.
 
 A cluster of isolated tenants has a namespace for every few pods, and the general path
 decodes each field by field (10 us) before converting it. Nearly every namespace is *plain*:
@@ -15,11 +15,19 @@ the dry-run validates beforehand. tests/test_plain_namespaces.py checks both pat
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, cast
 
 from pyfelix.resources.loader import Identity
+from pyfelix.syncer.plain_pods import (
+    PodFields,
+    is_pod_fields,
+    plain_pod_fields,
+    pod_entry,
+    pod_identity,
+)
 from pyfelix.syncer.plain_workloads import (
     PlainFields,
+    from_fields,
     plain_fields,
     plain_workload_entry,
     plain_workload_identity,
@@ -93,45 +101,67 @@ def namespace_entry(fields: NamespaceFields) -> tuple[Identity, tuple[KV, ...]]:
 # ---------------------------------------------------------------- the dry-run's direct path
 
 
-def plain_digest(document: dict[str, Any]) -> PlainFields | NamespaceFields | None:
-    """A plain endpoint's or namespace's fields, checked (what the dry-run's child hands on in
-    their document's place), or None to leave the document as it is."""
+Fields = PlainFields | NamespaceFields | PodFields
+
+
+def plain_digest(document: dict[str, Any]) -> Fields | None:
+    """A plain endpoint's, pod's or namespace's fields, checked (what the dry-run's child
+    hands on in their document's place), or None to leave the document as it is."""
     kind = document.get("kind")
     if kind == "WorkloadEndpoint":
         return plain_fields(document)
+    if kind == "Pod":
+        return plain_pod_fields(document)
     if kind == _KIND:
         return plain_namespace_fields(document)
     return None
 
 
 def plain_entry(
-    document: dict[str, Any] | PlainFields | NamespaceFields, *, validate: bool = True
+    document: dict[str, Any] | Fields, *, validate: bool = True
 ) -> tuple[Identity, tuple[KV, ...]] | None:
-    """The dry-run's direct decoder: a plain endpoint's or namespace's identity and all it
-    stands for in the model, from its document or from the fields ``plain_digest`` gave.
-    ``validate=False`` trusts the values (a child checks the same files)."""
+    """The dry-run's direct decoder: a plain endpoint's, pod's or namespace's identity and
+    all it stands for in the model, from its document or from the fields ``plain_digest``
+    gave. ``validate=False`` trusts the values (a child checks the same files)."""
     if isinstance(document, tuple):
         if len(document) == 3:
             return namespace_entry(document)
-        endpoint = plain_workload_entry(document)
-    elif document.get("kind") == _KIND:
-        fields = plain_namespace_fields(document, validate=validate)
-        return None if fields is None else namespace_entry(fields)
+        if is_pod_fields(document):
+            endpoint = pod_entry(cast("PodFields", document))
+        else:
+            endpoint = from_fields(cast("PlainFields", document))
     else:
-        endpoint = plain_workload_entry(document, validate=validate)
-    return None if endpoint is None else (endpoint[0], (endpoint[1],))
+        kind = document.get("kind")
+        if kind == _KIND:
+            fields = plain_namespace_fields(document, validate=validate)
+            return None if fields is None else namespace_entry(fields)
+        if kind == "Pod":
+            pod = plain_pod_fields(document, validate=validate)
+            if pod is None:
+                return None
+            endpoint = pod_entry(pod)
+        else:
+            entry = plain_workload_entry(document, validate=validate)
+            if entry is None:
+                return None
+            endpoint = entry
+    return endpoint[0], (endpoint[1],)
 
 
-def plain_identity(
-    document: dict[str, Any] | PlainFields | NamespaceFields,
-) -> tuple[Identity, None] | None:
+def plain_identity(document: dict[str, Any] | Fields) -> tuple[Identity, None] | None:
     """``plain_entry``'s identity without the model values, for the load that only checks
     (the dry-run's validating child): a document's fields are checked in full."""
     if isinstance(document, tuple):
         if len(document) == 3:
             return (_KIND, "", document[1]), None
-        return plain_workload_identity(document)
-    if document.get("kind") == _KIND:
+        if is_pod_fields(document):
+            return pod_identity(cast("PodFields", document)), None
+        return plain_workload_identity(cast("PlainFields", document))
+    kind = document.get("kind")
+    if kind == _KIND:
         fields = plain_namespace_fields(document)
         return None if fields is None else ((_KIND, "", fields[1]), None)
+    if kind == "Pod":
+        pod = plain_pod_fields(document)
+        return None if pod is None else (pod_identity(pod), None)
     return plain_workload_identity(document)

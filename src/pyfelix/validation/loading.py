@@ -35,6 +35,7 @@ from pyfelix.resources.loader import (
     Direct,
     DirectDecoder,
     duplicate_problem,
+    is_list_document,
     load_file,
     load_parsed,
     load_paths,
@@ -262,13 +263,19 @@ def _handing_on(out: BinaryIO, digest: Digest) -> FileLoader:
 
 
 def _digested(entry: tuple[Any, int, list[int]], digest: Digest) -> tuple[Any, int, list[int]]:
-    """A parsed document, or a top-level list's items (JSON manifests), as ``digest`` takes
-    them (a dict it recognises becomes its tuple)."""
+    """A parsed document, or the items of a top-level list (JSON manifests) or of a List
+    document (``kubectl get -o json``), as ``digest`` takes them (a dict it recognises
+    becomes its tuple; the List's own fields stay, for the load to check)."""
     data, line, item_lines = entry
     if type(data) is list:
-        items = [(digest(item) or item) if type(item) is dict else item for item in data]
-        return (items, line, item_lines)
+        return (_digested_items(data, digest), line, item_lines)
+    if type(data) is dict and is_list_document(data) and type(data["items"]) is list:
+        return ({**data, "items": _digested_items(data["items"], digest)}, line, item_lines)
     return digested(entry, digest)
+
+
+def _digested_items(items: list[Any], digest: Digest) -> list[Any]:
+    return [(digest(item) or item) if type(item) is dict else item for item in items]
 
 
 def _write_record(out: BinaryIO, source: str, payload: Any) -> None:

@@ -112,7 +112,7 @@ def workload_label_dict(
     return out
 
 
-def _split_nets(values: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def split_nets(values: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     nets = _nets(values)
     v6 = tuple(n for n in nets if ":" in n)
     return (tuple(n for n in nets if ":" not in n) if v6 else nets), v6
@@ -156,7 +156,7 @@ def _workload_endpoint(wep: WorkloadEndpoint, origin: Resource | None = None) ->
     if spec.qos_controls:
         _warn_qos(wep)
     key = workload_key(wep)
-    v4, v6 = _split_nets(spec.ip_networks)
+    v4, v6 = split_nets(spec.ip_networks)
     if not (v4 or v6):
         return [(key, None)]
     labels = workload_labels(

@@ -1,0 +1,279 @@
+"""The direct path of plain Pods agrees with decode + validate + convert, document by
+generated document, the documents shaped as a cluster's dump holds them."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from typing import Any
+
+import attrs
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pyfelix import model
+from pyfelix.resources.meta import load_document
+from pyfelix.resources.pods import Pod
+from pyfelix.syncer import plain_pods
+from pyfelix.syncer.plain_namespaces import plain_digest, plain_entry, plain_identity
+from pyfelix.syncer.plain_pods import plain_pod_fields, pod_entry
+from pyfelix.syncer.processors import convert
+from pyfelix.validation.kinds import ValidationContext, check_resource
+
+Doc = dict[str, Any]
+
+#: A pod as ``kubectl get pods -o json`` prints it: a Deployment's, scheduled and running.
+BASE: Doc = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {
+        "annotations": {
+            "cni.projectcalico.org/containerID": "e63c83fa",
+            "cni.projectcalico.org/podIP": "10.0.15.131/32",
+            "cni.projectcalico.org/podIPs": "10.0.15.131/32",
+        },
+        "creationTimestamp": "2026-01-05T09:23:21Z",
+        "generateName": "web-7d4b9c-",
+        "labels": {"app": "web", "pod-template-hash": "7d4b9c"},
+        "name": "web-7d4b9c-x2x8q",
+        "namespace": "prod",
+        "ownerReferences": [
+            {
+                "apiVersion": "apps/v1",
+                "blockOwnerDeletion": True,
+                "controller": True,
+                "kind": "ReplicaSet",
+                "name": "web-7d4b9c",
+                "uid": "0c0ffee0-0000-4000-8000-000000000002",
+            }
+        ],
+        "resourceVersion": "21035",
+        "uid": "2dbf9a06-c84b-4c26-a2b0-4133f3002f17",
+    },
+    "spec": {
+        "containers": [
+            {
+                "image": "registry.example/app:1.0",
+                "name": "app",
+                "ports": [{"containerPort": 8080, "protocol": "TCP", "name": "http"}],
+                "resources": {"requests": {"cpu": "50m"}},
+                "volumeMounts": [{"mountPath": "/var/run/secrets", "name": "token"}],
+            }
+        ],
+        "dnsPolicy": "ClusterFirst",
+        "nodeName": "node-a",
+        "restartPolicy": "Always",
+        "serviceAccount": "web",
+        "serviceAccountName": "web",
+        "tolerations": [{"effect": "NoExecute", "operator": "Exists"}],
+        "volumes": [{"name": "token", "projected": {"sources": []}}],
+    },
+    "status": {
+        "conditions": [{"lastProbeTime": None, "status": "True", "type": "Ready"}],
+        "hostIP": "172.16.0.41",
+        "phase": "Running",
+        "podIP": "10.0.15.131",
+        "podIPs": [{"ip": "10.0.15.131"}],
+        "qosClass": "Burstable",
+    },
+}
+ABSENT = object()
+NAMES = ["node-a", "Node", "a" * 64, "pod.x", "-x", "", None, 7]
+PORT = {"containerPort": 8080, "protocol": "TCP", "name": "http"}
+#: Each field (section, name) with the values it may take instead of the base document's.
+CHANGES: dict[tuple[str, str], list[Any]] = {
+    ("metadata", "name"): ["web", "Web", "a" * 254, "", 7, ABSENT],
+    ("metadata", "namespace"): [*NAMES, ABSENT],
+    ("metadata", "labels"): [
+        {},
+        {"bad key!": "v"},
+        {"a/b": "c", "k": ""},
+        {"projectcalico.org/namespace": "x"},
+        {"pcsa.x": "y", "k": "-v"},
+        {"k": 3},
+        [],
+        None,
+        ABSENT,
+    ],
+    ("metadata", "annotations"): [
+        {},
+        {"bad key!": "v"},
+        {"a": 1},
+        {"cni.projectcalico.org/floatingIPs": '["1.2.3.4"]'},
+        {"cni.projectcalico.org/allowedSourcePrefixes": '["10.1.0.0/16"]'},
+        {"kubernetes.io/ingress-bandwidth": "10M"},
+        {"cni.projectcalico.org/podIPs": "10.0.0.1/32,fd00::1/128"},
+        {"cni.projectcalico.org/podIP": "10.0.0.0/24"},
+        {"cni.projectcalico.org/podIP": "nope"},
+        None,
+        ABSENT,
+    ],
+    ("metadata", "ownerReferences"): [[], {}, None, ABSENT],
+    ("metadata", "uid"): ["u-1", 5],
+    ("metadata", "deletionTimestamp"): ["2026-01-05T09:30:00Z"],
+    ("metadata", "generation"): [2],
+    ("metadata", "selfLink"): ["/api/v1/x"],
+    ("metadata", "finalizers"): [["x"]],
+    ("spec", "nodeName"): [*NAMES, ABSENT],
+    ("spec", "hostNetwork"): [True, False, None, "yes"],
+    ("spec", "serviceAccountName"): [*NAMES, "s" * 63, ABSENT],
+    ("spec", "containers"): [
+        [],
+        [{"name": "a"}],
+        [{"name": "a", "ports": []}],
+        [{"name": "a", "ports": [{"containerPort": 53, "protocol": "UDP", "name": "dns"}]}],
+        [{"name": "a", "ports": [{"containerPort": 80}]}],
+        [{"name": "a", "ports": [{"containerPort": 80, "name": "Bad_Name"}]}],
+        [{"name": "a", "ports": [{"containerPort": 80, "name": "web", "protocol": "ICMP"}]}],
+        [{"name": "a", "ports": [{"containerPort": 0, "name": "web"}]}],
+        [{"name": "a", "ports": [{"containerPort": 70000, "name": "web"}]}],
+        [{"name": "a", "ports": [{"containerPort": "80", "name": "web"}]}],
+        [{"name": "a", "ports": [{"name": "web"}]}],
+        [{"name": "a", "ports": [{"containerPort": 80, "name": "web", "hostPort": 8080}]}],
+        [{"name": "a", "ports": [{"containerPort": 80, "protocol": ["TCP"]}]}],
+        [{"name": "a", "ports": [PORT, {"containerPort": 9090, "name": "metrics"}]}],
+        [{"name": "a", "unknownField": 1}],
+        [{"name": 3}],
+        "app",
+    ],
+    ("spec", "initContainers"): [
+        [{"name": "init", "ports": [{"containerPort": 9000, "name": "init-web"}]}],
+        [],
+    ],
+    ("spec", "priority"): [0],
+    ("spec", "madeUp"): [1],
+    ("status", "phase"): ["Pending", "Succeeded", "Failed", "Completed", "", 3, ABSENT],
+    ("status", "podIP"): ["10.0.0.9", "", "fd00::9", "10.0.0.0/24", "bad", None, ABSENT],
+    ("status", "podIPs"): [
+        [],
+        [{"ip": "10.0.0.9"}, {"ip": "fd00::9"}],
+        [{"ip": "fd00::9"}],
+        [{"ip": "10.0.15.131/32"}],
+        [{"ip": "10.0.0.0/24"}],
+        [{"ip": ""}],
+        [{"ip": "fe80::1%eth0"}],
+        [{"ip": 4}],
+        [{"ip": "10.0.0.1", "extra": 1}],
+        ["10.0.0.1"],
+        None,
+        ABSENT,
+    ],
+    ("status", "hostIPs"): [[{"ip": "172.16.0.41"}]],
+    ("status", "wrongField"): [1],
+}
+FIELDS = st.dictionaries(
+    st.sampled_from(sorted(CHANGES)), st.integers(min_value=0, max_value=20), max_size=4
+)
+TOP = ["status", "spec", "metadata", "apiVersion", "kind", "extra"]
+
+
+def document(changes: dict[tuple[str, str], int], top: str | None = None) -> Doc:
+    """The base pod with each named field changed to one of its alternatives."""
+    doc = copy.deepcopy(BASE)
+    for (section, field), index in changes.items():
+        choices = CHANGES[(section, field)]
+        value = choices[index % len(choices)]
+        if value is ABSENT:
+            doc[section].pop(field, None)
+        else:
+            doc[section][field] = copy.deepcopy(value)
+    if top == "apiVersion":
+        doc["apiVersion"] = "v2"
+    elif top == "kind":
+        doc["kind"] = "WorkloadEndpoint"
+    elif top == "extra":
+        doc["extra"] = {}
+    elif top is not None:
+        doc[top] = None
+    return doc
+
+
+def general_path(doc: Doc) -> list[tuple[object, object]] | None:
+    """What decode + validate + convert give, or None where either refuses the document."""
+    if doc.get("kind") != "Pod":
+        return None
+    resource, _ = load_document(copy.deepcopy(doc), "<test>", expected=Pod)
+    if resource is None or check_resource(resource, ValidationContext()).problems:
+        return None
+    return list(convert(resource))
+
+
+@settings(max_examples=2000, deadline=None)
+@given(changes=FIELDS, top=st.one_of(st.none(), st.sampled_from(TOP)))
+def test_the_direct_path_gives_what_the_general_path_gives(
+    changes: dict[tuple[str, str], int], top: str | None
+) -> None:
+    """Where the direct path answers, the general path accepts the pod and converts it to the
+    same key and value (origin aside: the direct path records none); where it does not, the
+    general path decides. The fields the dry-run's child hands on give the same entry as the
+    document, and the child's identity-only check takes what the direct path takes."""
+    doc = document(changes, top)
+    fields = plain_pod_fields(copy.deepcopy(doc))
+    entry = plain_entry(copy.deepcopy(doc))
+    identity = plain_identity(copy.deepcopy(doc))
+    assert (fields is None) == (entry is None) == (identity is None)
+    if fields is None:
+        return
+    assert entry is not None
+    assert plain_digest(copy.deepcopy(doc)) == fields
+    assert plain_entry(fields) == entry
+    assert plain_identity(fields) == identity == (entry[0], None)
+    assert entry[0] == ("Pod", doc["metadata"]["namespace"], doc["metadata"]["name"])
+    general = general_path(doc)
+    assert general is not None
+    assert [(key, _without_origin(value)) for key, value in general] == list(entry[1])
+    assert [str(key) for key, _ in general] == [str(key) for key, _ in entry[1]]
+
+
+def _without_origin(value: object) -> object:
+    return None if value is None else attrs.evolve(value, origin=None)  # type: ignore[misc]
+
+
+def test_a_dumped_pod_takes_the_direct_path() -> None:
+    """The pod a cluster's dump holds (an owner, containers, volumes, status) is plain: the
+    direct path gives Felix's key, the veth Calico's CNI plugin names, the addresses from
+    status.podIPs, the named port and the labels Felix matches on."""
+    fields = plain_pod_fields(copy.deepcopy(BASE))
+    assert fields is not None
+    (_, (key, value)) = pod_entry(fields)
+    assert str(key) == "/calico/v1/host/node-a/workload/k8s/prod%2fweb-7d4b9c-x2x8q/endpoint/eth0"
+    assert isinstance(value, model.WorkloadEndpoint)
+    assert value.name == "cali" + hashlib.sha1(b"prod.web-7d4b9c-x2x8q").hexdigest()[:11]
+    assert value.ipv4_nets == ("10.0.15.131/32",)
+    assert value.profile_ids == ("kns.prod", "ksa.prod.web")
+    assert [(p.name, p.protocol, p.port) for p in value.ports] == [("http", "tcp", 8080)]
+    assert dict(value.labels) == {
+        "app": "web",
+        "pod-template-hash": "7d4b9c",
+        "projectcalico.org/namespace": "prod",
+        "projectcalico.org/orchestrator": "k8s",
+        "projectcalico.org/serviceaccount": "web",
+    }
+    assert general_path(BASE) == [(key, _with_origin(value))]
+
+
+def _with_origin(value: object) -> object:
+    resource, _ = load_document(copy.deepcopy(BASE), "<test>", expected=Pod)
+    return attrs.evolve(value, origin=resource)  # type: ignore[misc]
+
+
+def test_what_only_the_general_path_handles_is_left_to_it() -> None:
+    """Floating IPs, a deletion, a host port, an invalid name: the direct path declines, so the
+    general path's handling (and its errors, naming the field) is what a user gets."""
+    assert plain_pod_fields(copy.deepcopy(BASE)) is not None
+    for section, field, value in (
+        ("metadata", "annotations", {"cni.projectcalico.org/floatingIPs": '["1.2.3.4"]'}),
+        ("metadata", "deletionTimestamp", "2026-01-05T09:30:00Z"),
+        ("spec", "containers", [{"name": "a", "ports": [{"containerPort": 80, "hostPort": 80}]}]),
+        ("spec", "hostNetwork", True),
+        ("metadata", "name", "Web"),
+        ("status", "podIPs", [{"ip": "10.0.0.300"}]),
+    ):
+        doc = copy.deepcopy(BASE)
+        doc[section][field] = value
+        assert plain_pod_fields(doc) is None, (section, field)
+
+
+def test_the_kind_named_here_is_the_class_s() -> None:
+    assert plain_pods._KIND == Pod.KIND
+    assert Pod.API_VERSION == "v1"
