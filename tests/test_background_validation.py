@@ -12,6 +12,7 @@ import pytest
 
 from pyfelix import cli, dryrun
 from pyfelix.resources import load_paths
+from pyfelix.resources.loader import load_file
 from pyfelix.syncer.plain_namespaces import plain_entry, plain_identity
 from pyfelix.syncer.plain_workloads import plain_workload_entry
 from pyfelix.validation import loading, validate_loaded
@@ -243,3 +244,39 @@ def test_a_worker_dying_mid_stream_changes_nothing_but_the_time(
     streamed = capsys.readouterr()
     assert streamed.out == alone.out
     assert len(computed) == 1
+
+
+ENDPOINTS = """apiVersion: projectcalico.org/v3
+kind: WorkloadEndpoint
+metadata: {name: node--a-k8s-web-eth0, namespace: prod, labels: {app: web}}
+spec: {node: node-a, orchestrator: k8s, pod: web, endpoint: eth0, interfaceName: cali1,
+       ipNetworks: [10.65.0.1/32], profiles: [kns.prod]}
+---
+apiVersion: projectcalico.org/v3
+kind: WorkloadEndpoint
+metadata: {name: node--b-k8s-db-eth0, namespace: prod, labels: {app: db}}
+spec: {node: node-b, orchestrator: k8s, pod: db, endpoint: eth0, interfaceName: cali2,
+       ipNetworks: [10.65.1.1/32], profiles: [kns.prod]}
+"""
+POLICY = """apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {name: from-db}
+spec:
+  selector: app == 'web'
+  ingress: [{action: Allow, source: {selector: app == 'db'}}]
+"""
+
+
+def test_the_graph_working_ahead_while_it_waits_changes_no_output(tmp_path: Path) -> None:
+    """The streamed dry-run has the graph work ahead whenever the next file is not ready
+    (a None among the loads): the endpoints that came are filed by their labels before any
+    selector asks. The policy that comes later still finds them, and the view is the one
+    computed without waits."""
+    (tmp_path / "a.yaml").write_text(ENDPOINTS)
+    (tmp_path / "b.yaml").write_text(POLICY)
+    loads = [load_file(tmp_path / name, plain_entry) for name in ("a.yaml", "b.yaml")]
+    alone, _ = dryrun.compute_files(loads, "node-a")
+    members = [s["members"] for s in alone["ipsets"]]
+    assert ["10.65.1.1/32"] in members  # the remote db endpoint, matched by the rule
+    for waits in ([None, loads[0], None, loads[1], None], [loads[0], None, None, loads[1]]):
+        assert dryrun.compute_files(waits, "node-a")[0] == alone

@@ -35,6 +35,7 @@ OPS = st.lists(
         st.tuples(st.just("del-parent"), st.sampled_from("PQ"), st.just({}), st.just([])),
         st.tuples(st.just("sel"), st.integers(0, len(SELECTORS) - 1), st.just({}), st.just([])),
         st.tuples(st.just("del-sel"), st.integers(0, len(SELECTORS) - 1), st.just({}), st.just([])),
+        st.tuples(st.just("file"), st.just(0), st.just({}), st.just([])),
     ),
     max_size=40,
 )
@@ -55,10 +56,10 @@ def effective(
 def test_matches_equal_brute_force(
     ops: list[tuple[str, object, dict[str, str], list[str]]], batched: bool
 ) -> None:
-    """After any sequence of changes, reported matches = evaluating everything from scratch,
-    and a selector is reported matching something from before its first match is reported
-    to after its last one stops; with a new item's matches reported one by one, or at once
-    (``batched``)."""
+    """After any sequence of changes (the items' labels filed ahead of need among them),
+    reported matches = evaluating everything from scratch, and a selector is reported
+    matching something from before its first match is reported to after its last one stops;
+    with a new item's matches reported one by one, or at once (``batched``)."""
     reported: set[tuple[Hashable, Hashable]] = set()
     matching: set[Hashable] = set()
 
@@ -107,6 +108,8 @@ def test_matches_equal_brute_force(
             assert isinstance(target, str)
             parents.pop(target, None)
             index.delete_parent_labels(target)
+        elif op == "file":  # the labels filed ahead, as a waiting dry-run has them
+            index.file_items()
         elif op == "sel":
             assert isinstance(target, int)
             selectors.add(target)

@@ -292,7 +292,7 @@ def _dry_run_manifests(
         if validation.pid:
             # The child parses and checks each file; this process computes it as it comes.
             trusted = partial(plain_entry, validate=False)
-            loaded = tally.watch(validation.loaded(trusted))
+            loaded = tally.watch(validation.loaded(trusted, waiting=True))
             view, _ = compute_files(loaded, hostname, kube_ipvs=kube_ipvs)
         else:
             result = load_paths(sources, direct=plain_entry)

@@ -59,9 +59,11 @@ class InputTally:
     #: The surprises one resource shows by itself (validation.surprises).
     resource_surprises: list[str] = attrs.field(factory=list)
 
-    def watch(self, results: Iterable[LoadResult]) -> Iterator[LoadResult]:
+    def watch(self, results: Iterable[LoadResult | None]) -> Iterator[LoadResult | None]:
+        """The results, each noted as it passes (a None, for nothing ready yet, passes too)."""
         for result in results:
-            self.note(result)
+            if result is not None:
+                self.note(result)
             yield result
 
     def note(self, result: LoadResult) -> None:
@@ -167,10 +169,11 @@ def computed_pipeline(
 
 
 def compute_files(
-    files: Iterable[LoadResult], hostname: str, *, kube_ipvs: bool = False
+    files: Iterable[LoadResult | None], hostname: str, *, kube_ipvs: bool = False
 ) -> tuple[dict[str, Any], NodeState]:
     """``compute`` of validated files' loads, each computed as it comes (the first of each
-    resource kept, as ``merge`` keeps it), so that the computing overlaps the loading. The
+    resource kept, as ``merge`` keeps it), so that the computing overlaps the loading; a
+    None among them says the next is not ready, and the graph works ahead meanwhile. The
     graph is built with the settings of the environment (RouteSource, NFTablesMode); should
     the files' own FelixConfigurations say otherwise (which the start-up configuration takes
     from them), the whole is computed again with theirs."""
@@ -181,6 +184,9 @@ def compute_files(
     resources: list[Resource] = []
     direct: list[Direct] = []
     for result in files:
+        if result is None:
+            pipeline.work_ahead()
+            continue
         mine = [item.resource for item in _first(result.resources, seen)]
         theirs = _first(result.direct, seen)
         resources += mine

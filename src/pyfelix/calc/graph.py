@@ -176,6 +176,11 @@ class CalcGraph:
             self.in_sync = True
             self.all_updates.on_status(status)
 
+    def work_ahead(self) -> None:
+        """Do now what later updates would have the graph do anyway, and emit nothing: for a
+        caller that would otherwise wait for its input (the dry-run, for its next file)."""
+        self.member_index.work_ahead()
+
     def flush(self) -> None:
         """Let the deferred calculators emit, then flush the sequencer in dependency order."""
         self.member_index.flush()

@@ -102,6 +102,11 @@ class IPSetMemberIndex:
         if self._nested is not None:
             self._nested.flush()
 
+    def work_ahead(self) -> None:
+        """File the endpoints' labels that came since the last time (``LabelIndex.file_items``):
+        the first active selector would, all at once."""
+        self._index.file_items()
+
     def register_with(self, updates: Dispatcher) -> None:
         for key_type in (model.WorkloadEndpointKey, model.HostEndpointKey, model.NetworkSetKey):
             updates.register(key_type, self._on_item_update)

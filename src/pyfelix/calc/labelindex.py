@@ -212,6 +212,11 @@ class LabelIndex:
             return found
         return {i for items in by_value.values() for i in items}
 
+    def file_items(self) -> None:
+        """File the items' labels now, as a selector's first question would (work a caller
+        with time on its hands does ahead: the dry-run, waiting for its next file)."""
+        self._file_unfiled()
+
     def _file_unfiled(self) -> None:
         """Bring the item side up to date (the first time, build it)."""
         items = self._items

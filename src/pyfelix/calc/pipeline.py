@@ -59,6 +59,10 @@ class Pipeline:
         """Let the deferred calculators emit, then hand the sequencer's messages on."""
         self.graph.flush()
 
+    def work_ahead(self) -> None:
+        """The graph's work ahead (``CalcGraph.work_ahead``), while the input is not ready."""
+        self.graph.work_ahead()
+
     def load(self, resources: Iterable[Resource], produced: Iterable[Produced] = ()) -> None:
         """Datastore resources as one snapshot, converted as the syncers convert them, then
         in sync and flushed (the dry-run's and the benchmarks' one-shot computation).

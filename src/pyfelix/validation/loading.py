@@ -21,9 +21,10 @@ import logging
 import marshal
 import os
 import pickle
+import select
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal, cast, overload
 
 from pyfelix.errors import Problem
 from pyfelix.resources import FelixConfiguration, LoadResult, Located
@@ -177,11 +178,26 @@ class BackgroundValidation:
         os.close(write)
         self.pid, self._reader = pid, os.fdopen(read, "rb")
 
-    def loaded(self, direct: DirectDecoder | None = None) -> Iterator[LoadResult]:
+    @overload
+    def loaded(
+        self, direct: DirectDecoder | None = None, *, waiting: Literal[False] = False
+    ) -> Iterator[LoadResult]: ...
+
+    @overload
+    def loaded(
+        self, direct: DirectDecoder | None, *, waiting: Literal[True]
+    ) -> Iterator[LoadResult | None]: ...
+
+    def loaded(
+        self, direct: DirectDecoder | None = None, *, waiting: bool = False
+    ) -> Iterator[LoadResult | None]:
         """Each file's load (``load_file(file, direct)``), in load order: from the documents
         the child handed on, or read here (a file the child could not parse, or every file
-        left once the child has gone)."""
+        left once the child has gone). With ``waiting``, a None comes before a file the child
+        has not handed on yet: the caller may do other work before asking again."""
         for file in self._files:
+            if waiting and self._reader is not None and not _readable(self._reader):
+                yield None
             record = self._record() if self._reader is not None else None
             if record is not None and record[0] == str(file) and record[1] is not None:
                 yield load_parsed(record[1], record[0], direct)
@@ -234,6 +250,12 @@ class BackgroundValidation:
                     return found
         # The load beside the worker may have trusted what the worker was to check.
         return validate_loaded(load_paths(self.paths, self.direct), self.hostname)
+
+
+def _readable(reader: BinaryIO) -> bool:
+    """Whether the child has written what ``reader`` has not read (it may also be in the
+    reader's buffer already: then this says no, and the caller's work is only done early)."""
+    return bool(select.select([reader], [], [], 0)[0])
 
 
 def _handing_on(out: BinaryIO, digest: Digest) -> FileLoader:
