@@ -9,6 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pyfelix import model
 from pyfelix.resources.meta import load_document
 from pyfelix.syncer.plain_namespaces import (
     plain_digest,
@@ -142,3 +143,92 @@ def test_a_managed_namespace_is_left_to_the_general_path() -> None:
     doc = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a", "managedFields": []}}
     assert plain_namespace_fields(doc) is None
     assert general_path(doc) is not None
+
+
+ACCOUNT_TOPS = [
+    ABSENT,
+    ("secrets", [{"name": "token"}]),
+    ("secrets", {}),
+    ("imagePullSecrets", [{"name": "registry"}]),
+    ("automountServiceAccountToken", False),
+    ("automountServiceAccountToken", "no"),
+    ("apiVersion", "v2"),
+    ("extra", 1),
+    ("spec", {}),
+]
+ACCOUNT_NAMESPACES = ["prod", "", "Prod", "a" * 64, 7, None, ABSENT]
+
+
+def account(name: object, namespace: object, *choices: object) -> Doc:
+    labels, annotations, extra, top = choices
+    metadata: Doc = {"name": name}
+    doc: Doc = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": metadata}
+    if namespace is not ABSENT:
+        metadata["namespace"] = namespace
+    for field, value in (("labels", labels), ("annotations", annotations)):
+        if value is not ABSENT:
+            metadata[field] = copy.deepcopy(value)
+    if isinstance(extra, tuple) and extra[0] != "namespace":
+        metadata[extra[0]] = extra[1]
+    if isinstance(top, tuple):
+        doc[top[0]] = copy.deepcopy(top[1])
+    return doc
+
+
+ACCOUNTS = st.builds(
+    account,
+    st.sampled_from(NAMES),
+    st.sampled_from(ACCOUNT_NAMESPACES),
+    st.sampled_from(LABELS),
+    st.sampled_from(ANNOTATIONS),
+    st.sampled_from(EXTRA_METADATA),
+    st.sampled_from(ACCOUNT_TOPS),
+)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(doc=ACCOUNTS)
+def test_a_service_account_s_direct_path_gives_what_the_general_path_gives(doc: Doc) -> None:
+    """As for namespaces: where the direct path takes a service account, the general path
+    accepts it and converts it to the same ksa. profile, and the child's fields give the
+    same."""
+    entry = plain_entry(copy.deepcopy(doc))
+    identity = plain_identity(copy.deepcopy(doc))
+    fields = plain_digest(copy.deepcopy(doc))
+    assert (entry is None) == (identity is None) == (fields is None)
+    if entry is None:
+        return
+    assert fields is not None
+    general = general_path(doc)
+    assert general is not None, "the direct path took a document the general path refuses"
+    assert entry[0] == general[0]
+    assert identity == (general[0], None)
+    assert list(entry[1]) == general[1]
+    assert plain_entry(marshal.loads(marshal.dumps(fields))) == entry
+
+
+def test_a_service_account_as_kubernetes_lists_it_takes_the_direct_path() -> None:
+    """``kubectl get serviceaccounts -o json`` gives metadata alone: the ksa. profile."""
+    doc = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {
+            "name": "web",
+            "namespace": "prod",
+            "uid": "0c0ffee0-0000-4000-8000-000000000003",
+            "resourceVersion": "5088",
+            "creationTimestamp": "2026-01-05T08:16:42Z",
+            "labels": {"team": "a"},
+        },
+    }
+    entry = plain_entry(doc)
+    assert entry is not None
+    assert entry[0] == ("ServiceAccount", "prod", "web")
+    (labels_key, labels), (rules_key, rules) = entry[1]
+    assert str(labels_key) == "/calico/v1/policy/profile/ksa.prod.web/labels"
+    assert str(rules_key) == "/calico/v1/policy/profile/ksa.prod.web/rules"
+    assert isinstance(rules, model.ProfileRules)
+    assert rules.inbound_rules == rules.outbound_rules == ()
+    assert isinstance(labels, model.ProfileLabels)
+    assert dict(labels.labels) == {"pcsa.team": "a", "pcsa.projectcalico.org/name": "web"}
+    assert general_path(doc) == (entry[0], list(entry[1]))

@@ -1,6 +1,7 @@
-"""Namespaces straight from their document to the profile Kubernetes' conversion makes of
-them, skipping the v3 object; and the dry-run's direct path, which takes plain endpoints
-(``plain_workloads``), plain pods (``plain_pods``) and plain namespaces.
+"""Namespaces and service accounts straight from their document to the profile Kubernetes'
+conversion makes of them, skipping the v3 object; and the dry-run's direct path, which takes
+plain endpoints (``plain_workloads``), plain pods (``plain_pods``), plain namespaces and plain
+service accounts.
 
 A cluster of isolated tenants has a namespace for every few pods, and the general path
 decodes each field by field (10 us) before converting it. Nearly every namespace is *plain*:
@@ -9,7 +10,8 @@ creationTimestamp, the ``kubernetes`` finalizer, phase Active), each a string, e
 For such a document :func:`plain_namespace_fields` gives its name and labels, checked as
 ``check_metadata`` checks them; for anything else None, and the general path names every
 problem. The profile's values record no ``origin``: only the validation filter reads it, and
-the dry-run validates beforehand. tests/test_plain_namespaces.py checks both paths agree.
+the dry-run validates beforehand. A service account is plainer still (a name and labels),
+and as many. tests/test_plain_namespaces.py checks both paths agree for both kinds.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ from pyfelix.syncer.plain_workloads import (
     plain_workload_entry,
     plain_workload_identity,
 )
-from pyfelix.syncer.processors import KV, namespace_kvs
-from pyfelix.validation.common import good_annotations, good_labels, name_accepted
+from pyfelix.syncer.processors import KV, namespace_kvs, service_account_kvs
+from pyfelix.validation.common import good_annotations, good_labels, good_name, name_accepted
 
 _KIND = "Namespace"
 _TOP_KEYS = frozenset({"apiVersion", "kind", "metadata", "spec", "status"})
@@ -91,6 +93,79 @@ def plain_namespace_fields(
     return (_KIND, sys.intern(name), labels)
 
 
+_ACCOUNT = "ServiceAccount"
+_ACCOUNT_TOP_KEYS = frozenset(
+    {
+        "apiVersion",
+        "kind",
+        "metadata",
+        "secrets",
+        "imagePullSecrets",
+        "automountServiceAccountToken",
+    }
+)
+_ACCOUNT_METADATA_KEYS = frozenset(
+    {"name", "namespace", "uid", "resourceVersion", "creationTimestamp", "labels", "annotations"}
+)
+#: A plain service account's fields, checked: the kind, its namespace, name and labels.
+AccountFields = tuple[str, str, str, dict[str, str]]
+
+
+def plain_account_fields(
+    document: dict[str, Any], *, validate: bool = True
+) -> AccountFields | None:
+    """A plain ServiceAccount document's kind, namespace, name and labels, checked, or None
+    if it is not one (another kind, another field, a type or value the general path would
+    report)."""
+    if document.get("kind") != _ACCOUNT or document.get("apiVersion") != "v1":
+        return None
+    if not document.keys() <= _ACCOUNT_TOP_KEYS:
+        return None
+    metadata = document.get("metadata")
+    if type(metadata) is not dict or not metadata.keys() <= _ACCOUNT_METADATA_KEYS:
+        return None
+    if type(document.get("secrets", [])) is not list:
+        return None
+    if type(document.get("imagePullSecrets", [])) is not list:
+        return None
+    if type(document.get("automountServiceAccountToken", False)) is not bool:
+        return None
+    labels, annotations = metadata.get("labels", {}), metadata.get("annotations", {})
+    if type(labels) is not dict or type(annotations) is not dict:
+        return None
+    name, namespace = metadata.get("name", ""), metadata.get("namespace", "")
+    try:  # every value a string: one join checks them all, in C
+        "".join(
+            [
+                *(name, namespace, metadata.get("uid", "")),
+                *(metadata.get("resourceVersion", ""), metadata.get("creationTimestamp", "")),
+                *labels,
+                *labels.values(),
+                *annotations,
+                *annotations.values(),
+            ]
+        )
+    except TypeError:
+        return None
+    if not namespace:
+        return None  # the general path decides where it belongs
+    if validate and not (
+        name_accepted(name)
+        and good_name(namespace, label=True)
+        and good_labels(labels)
+        and (not annotations or good_annotations(annotations))
+    ):
+        return None
+    return (_ACCOUNT, sys.intern(namespace), sys.intern(name), labels)
+
+
+def account_entry(fields: AccountFields) -> tuple[Identity, tuple[KV, ...]]:
+    """The identity and the model (key, value) pairs of a plain service account's checked
+    fields: its profile's labels and (no) rules."""
+    _, namespace, name, labels = fields
+    return (_ACCOUNT, namespace, name), tuple(service_account_kvs(namespace, name, labels, None))
+
+
 def namespace_entry(fields: NamespaceFields) -> tuple[Identity, tuple[KV, ...]]:
     """The identity (Kind, namespace, name) and the model (key, value) pairs of a plain
     namespace's checked fields: its profile's labels and rules."""
@@ -101,7 +176,7 @@ def namespace_entry(fields: NamespaceFields) -> tuple[Identity, tuple[KV, ...]]:
 # ---------------------------------------------------------------- the dry-run's direct path
 
 
-Fields = PlainFields | NamespaceFields | PodFields
+Fields = PlainFields | NamespaceFields | AccountFields | PodFields
 
 
 def plain_digest(document: dict[str, Any]) -> Fields | None:
@@ -114,6 +189,8 @@ def plain_digest(document: dict[str, Any]) -> Fields | None:
         return plain_pod_fields(document)
     if kind == _KIND:
         return plain_namespace_fields(document)
+    if kind == _ACCOUNT:
+        return plain_account_fields(document)
     return None
 
 
@@ -126,6 +203,8 @@ def plain_entry(
     if isinstance(document, tuple):
         if len(document) == 3:
             return namespace_entry(document)
+        if len(document) == 4:
+            return account_entry(document)
         if is_pod_fields(document):
             endpoint = pod_entry(cast("PodFields", document))
         else:
@@ -135,6 +214,9 @@ def plain_entry(
         if kind == _KIND:
             fields = plain_namespace_fields(document, validate=validate)
             return None if fields is None else namespace_entry(fields)
+        if kind == _ACCOUNT:
+            account = plain_account_fields(document, validate=validate)
+            return None if account is None else account_entry(account)
         if kind == "Pod":
             pod = plain_pod_fields(document, validate=validate)
             if pod is None:
@@ -154,6 +236,8 @@ def plain_identity(document: dict[str, Any] | Fields) -> tuple[Identity, None] |
     if isinstance(document, tuple):
         if len(document) == 3:
             return (_KIND, "", document[1]), None
+        if len(document) == 4:
+            return (_ACCOUNT, document[1], document[2]), None
         if is_pod_fields(document):
             return pod_identity(cast("PodFields", document)), None
         return plain_workload_identity(cast("PlainFields", document))
@@ -161,6 +245,9 @@ def plain_identity(document: dict[str, Any] | Fields) -> tuple[Identity, None] |
     if kind == _KIND:
         fields = plain_namespace_fields(document)
         return None if fields is None else ((_KIND, "", fields[1]), None)
+    if kind == _ACCOUNT:
+        account = plain_account_fields(document)
+        return None if account is None else ((_ACCOUNT, account[1], account[2]), None)
     if kind == "Pod":
         pod = plain_pod_fields(document)
         return None if pod is None else (pod_identity(pod), None)

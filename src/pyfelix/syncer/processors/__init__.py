@@ -63,6 +63,7 @@ from pyfelix.syncer.processors.profiles import (
     _profile,
     _service_account,
     namespace_kvs,
+    service_account_kvs,
 )
 
 
@@ -237,6 +238,7 @@ __all__ = [
     "entity_selector",
     "namespace_kvs",
     "policy_selector",
+    "service_account_kvs",
     "use_pod_cidr",
     "workload_key",
     "workload_key_of",

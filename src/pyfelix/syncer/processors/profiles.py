@@ -74,7 +74,16 @@ def namespace_kvs(name: str, labels: Mapping[str, str], origin: Resource | None)
 
 
 def _service_account(sa: ServiceAccount) -> list[KV]:
-    labels = {f"{SERVICE_ACCOUNT_LABEL_PREFIX}{k}": v for k, v in sa.labels.items()}
-    labels[f"{SERVICE_ACCOUNT_LABEL_PREFIX}{NAME_LABEL}"] = sa.name
-    name = f"{SERVICE_ACCOUNT_PROFILE_PREFIX}{sa.namespace}.{sa.name}"
-    return _profile_kvs(name, labels, (), (), sa)
+    return service_account_kvs(sa.namespace, sa.name, sa.labels, sa)
+
+
+def service_account_kvs(
+    namespace: str, name: str, labels: Mapping[str, str], origin: Resource | None
+) -> list[KV]:
+    """Kubernetes' conversion of a service account: profile ksa.<namespace>.<name> applying
+    pcsa.* labels, with no rules (``origin``: the ServiceAccount, or None where none was
+    built)."""
+    applied = {f"{SERVICE_ACCOUNT_LABEL_PREFIX}{k}": v for k, v in labels.items()}
+    applied[f"{SERVICE_ACCOUNT_LABEL_PREFIX}{NAME_LABEL}"] = name
+    profile = f"{SERVICE_ACCOUNT_PROFILE_PREFIX}{namespace}.{name}"
+    return _profile_kvs(profile, applied, (), (), origin)
