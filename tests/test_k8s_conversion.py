@@ -204,6 +204,31 @@ def test_felix_sees_a_kubernetes_network_policy() -> None:
     assert policy_chain_name(long, True) == "cali-pi-_Ky8Y9BNvuL3w6nNf2th"
 
 
+def test_one_policy_in_every_namespace_is_scoped_to_each() -> None:
+    """The same policy in many namespaces (a cluster's default deny or isolation policy): its
+    spec is decoded and converted once and shared, and each copy still selects, and admits
+    from, its own namespace's pods only."""
+    spec: dict[str, Any] = {
+        "podSelector": {},
+        "ingress": [{"from": [{"podSelector": {}}]}],
+        "policyTypes": ["Ingress"],
+    }
+    first, second = knp(spec, "isolation", "tenant-a"), knp(spec, "isolation", "tenant-b")
+    assert first.spec is second.spec
+    assert network_policy(first).spec is network_policy(second).spec
+    for policy, namespace in ((first, "tenant-a"), (second, "tenant-b")):
+        ((key, value),) = convert(policy)
+        assert isinstance(value, model.Policy)
+        assert key == model.PolicyKey("isolation", namespace, "KubernetesNetworkPolicy", "default")
+        scoped = f"projectcalico.org/namespace == '{namespace}'"
+        assert value.selector.endswith(scoped)
+        assert value.inbound_rules[0].src_selector == (
+            f"({scoped}) && (projectcalico.org/orchestrator == 'k8s')"
+        )
+    bad = knp({**spec, "ingress": [{"from": [{"ipBlock": {"cidr": "10.0.0.0/8"}}]}]}, "b")
+    assert bad.spec is not first.spec
+
+
 def test_beside_a_calico_policy_of_the_same_name() -> None:
     """kind NetworkPolicy is Kubernetes' or Calico's by apiVersion; both load, apart."""
     text = """

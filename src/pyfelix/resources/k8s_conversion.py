@@ -19,6 +19,7 @@ cannot parse) is left out with its rule, as Calico drops such a rule, and valida
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import ipaddress
 import json
@@ -61,6 +62,7 @@ from pyfelix.resources.k8s_policy import (
     ClusterSubject,
     KubernetesClusterNetworkPolicy,
     KubernetesNetworkPolicy,
+    KubernetesNetworkPolicySpec,
     LabelSelector,
     NetworkPolicyPeer,
     NetworkPolicyPort,
@@ -227,16 +229,7 @@ def _converted_rules(
 
 def network_policy(policy: KubernetesNetworkPolicy) -> NetworkPolicy:
     """The Calico NetworkPolicy Calico makes of a Kubernetes one (same name and namespace)."""
-    spec = policy.spec
-    types = [t for t in ("Ingress", "Egress") if t in spec.policy_types] or ["Ingress"]
-    converted = NetworkPolicySpec(
-        tier=KNP_TIER,
-        order=KNP_ORDER,
-        selector=k8s_selector(spec.pod_selector, pods=True),
-        types=tuple(types),
-        ingress=_converted_rules([(r.peers, r.ports) for r in spec.ingress], ingress=True),
-        egress=_converted_rules([(r.peers, r.ports) for r in spec.egress], ingress=False),
-    )
+    converted = _converted_spec(policy.spec)
     metadata = ObjectMeta(
         name=policy.name,
         namespace=policy.namespace,
@@ -245,6 +238,26 @@ def network_policy(policy: KubernetesNetworkPolicy) -> NetworkPolicy:
         creation_timestamp=policy.metadata.creation_timestamp,
     )
     return NetworkPolicy(metadata=metadata, spec=converted)
+
+
+#: How many Kubernetes NetworkPolicy specs are kept converted (a cluster repeats a few, such
+#: as a default deny, in every namespace).
+SPEC_CACHE = 4096
+
+
+@functools.lru_cache(maxsize=SPEC_CACHE)
+def _converted_spec(spec: KubernetesNetworkPolicySpec) -> NetworkPolicySpec:
+    """A Kubernetes NetworkPolicy's spec as Calico's: it does not depend on the policy's
+    namespace or name (the processors scope the selectors), so equal specs share it."""
+    types = [t for t in ("Ingress", "Egress") if t in spec.policy_types] or ["Ingress"]
+    return NetworkPolicySpec(
+        tier=KNP_TIER,
+        order=KNP_ORDER,
+        selector=k8s_selector(spec.pod_selector, pods=True),
+        types=tuple(types),
+        ingress=_converted_rules([(r.peers, r.ports) for r in spec.ingress], ingress=True),
+        egress=_converted_rules([(r.peers, r.ports) for r in spec.egress], ingress=False),
+    )
 
 
 # ------------------------------------------------------------------------ pods

@@ -94,7 +94,7 @@ class EgressRule(Spec):
     )
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class KubernetesNetworkPolicySpec(Spec):
     pod_selector: LabelSelector = field(
         "podSelector", Nested(LabelSelector), factory=LabelSelector, keep_empty=True
@@ -115,6 +115,7 @@ class KubernetesNetworkPolicy(Resource):
     PLURAL = "networkpolicies"
     NAMESPACED = True
     SPEC = KubernetesNetworkPolicySpec
+    SHARED_SPEC = True
     STATUS = RawStatus
     spec: KubernetesNetworkPolicySpec = attrs.field(factory=KubernetesNetworkPolicySpec)
     status: RawStatus | None = None

@@ -20,6 +20,8 @@ from pyfelix.resources.schema import (
     STR_MAP,
     Context,
     Missing,
+    Nested,
+    Slow,
     Spec,
     decode,
     encode,
@@ -49,6 +51,25 @@ class ObjectMeta(Spec):
     managed_fields: JSON = field("managedFields", RAW)
 
 
+#: Each SHARED_SPEC kind's decoder of shared specs.
+_SHARED_SPECS: dict[type[Spec], Nested[Spec]] = {}
+
+
+def _decode_spec(cls: type[Resource], value: JSON, ctx: Context) -> Spec | Missing:
+    """A resource's spec; one equal to a spec decoded already is that one, for SHARED_SPEC
+    kinds (a spec with anything wrong in it is decoded alone, its problems noted)."""
+    assert cls.SPEC is not None
+    if cls.SHARED_SPEC:
+        shared = _SHARED_SPECS.get(cls.SPEC)
+        if shared is None:
+            shared = _SHARED_SPECS[cls.SPEC] = Nested(cls.SPEC, shared=True)
+        try:
+            return shared.fast(value)
+        except Slow:
+            pass
+    return decode(cls.SPEC, value, ctx)
+
+
 @attrs.frozen
 class Resource:
     """Base of every kind: class attributes describe the kind, instances hold one object.
@@ -69,6 +90,10 @@ class Resource:
     STATUS: ClassVar[type[Spec] | None] = None
     # Kubernetes kinds such as EndpointSlice keep their body at the top level, not under spec.
     BODY_AT_TOP_LEVEL: ClassVar[bool] = False
+    #: Whether equal specs are decoded once and shared (``Nested(..., shared=True)``): for
+    #: kinds whose specs repeat across a cluster whole (Kubernetes' NetworkPolicies: the same
+    #: default-deny or isolation policy in every namespace).
+    SHARED_SPEC: ClassVar[bool] = False
 
     metadata: ObjectMeta
 
@@ -120,7 +145,7 @@ class Resource:
                 ):
                     ctx.at(key).error("unknown field")
             if cls.SPEC is not None:
-                kwargs["spec"] = decode(cls.SPEC, doc.get("spec"), ctx.at("spec"))
+                kwargs["spec"] = _decode_spec(cls, doc.get("spec"), ctx.at("spec"))
             if cls.STATUS is not None and doc.get("status") is not None:
                 kwargs["status"] = decode(cls.STATUS, doc.get("status"), ctx.at("status"))
         if isinstance(meta, Missing) or any(isinstance(v, Missing) for v in kwargs.values()):
