@@ -61,6 +61,11 @@ def _bucket_discard(buckets: dict[str, Bucket], key: str, member: Hashable) -> N
         del buckets[key]
 
 
+#: How many items' merged labels are kept, the last read (the node's own endpoints, read
+#: against every policy selector: 10,000 policies on 200 endpoints merged 2 million times).
+EFFECTIVE_KEPT = 4096
+
+
 class _Item:
     """An item's own labels and parents. Its effective labels are merged from them when they
     are read, not kept: kept, a pod's own labels merged with its namespace's were a dict per
@@ -99,6 +104,9 @@ class LabelIndex:
         self._selectors: dict[SelectorID, Selector] = {}
         self._items: dict[ItemID, _Item] = {}
         self._parent_labels: dict[str, Mapping[str, str]] = {}
+        #: Recently merged effective labels, by item (an item's labels change by a new
+        #: ``_Item``; a parent's change empties it).
+        self._merged: dict[_Item, Mapping[str, str]] = {}
         self._parent_items: dict[str, set[ItemID]] = {}
         self._matches: dict[SelectorID, set[ItemID]] = {}
         self._item_matches: dict[ItemID, set[SelectorID]] = {}
@@ -278,6 +286,7 @@ class LabelIndex:
             return
         before = self._children_labels(parent)
         self._parent_labels[parent] = labels
+        self._merged.clear()
         for item_id, filed in before:
             self._recalculate(item_id, filed)
 
@@ -286,6 +295,7 @@ class LabelIndex:
             return
         before = self._children_labels(parent)
         del self._parent_labels[parent]
+        self._merged.clear()
         for item_id, filed in before:
             self._recalculate(item_id, filed)
 
@@ -295,16 +305,26 @@ class LabelIndex:
         return [(i, self._effective(items[i])) for i in self._parent_items.get(parent, ())]
 
     def _effective(self, item: _Item) -> Mapping[str, str]:
+        if not item.parents:
+            return item.own
+        kept = self._merged.get(item)
+        if kept is not None:
+            return kept
         if len(item.parents) == 1:  # a pod's namespace profile: one merge, in C
             parent = self._parent_labels.get(item.parents[0])
-            return {**parent, **item.own} if parent else item.own
-        inherited = [self._parent_labels[p] for p in item.parents if p in self._parent_labels]
-        if not inherited:
-            return item.own
-        merged: dict[str, str] = {}
-        for labels in reversed(inherited):
-            merged.update(labels)
-        merged.update(item.own)
+            merged: Mapping[str, str] = {**parent, **item.own} if parent else item.own
+        else:
+            inherited = [self._parent_labels[p] for p in item.parents if p in self._parent_labels]
+            if not inherited:
+                return item.own
+            merging: dict[str, str] = {}
+            for labels in reversed(inherited):
+                merging.update(labels)
+            merging.update(item.own)
+            merged = merging
+        if len(self._merged) >= EFFECTIVE_KEPT:
+            self._merged.clear()
+        self._merged[item] = merged
         return merged
 
     def _recalculate(self, item_id: ItemID, filed: Mapping[str, str] | None) -> None:
