@@ -89,6 +89,7 @@ CHANGES: dict[tuple[str, str], list[Any]] = {
         {"bad key!": "v"},
         {"a/b": "c", "k": ""},
         {"projectcalico.org/namespace": "x"},
+        {"projectcalico.org/serviceaccount": "x", "projectcalico.org/orchestrator": "y"},
         {"pcsa.x": "y", "k": "-v"},
         {"k": 3},
         [],

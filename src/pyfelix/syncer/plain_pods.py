@@ -26,7 +26,6 @@ from pyfelix.resources.k8s_conversion import (
     PORT_PROTOCOLS,
     QOS_ANNOTATIONS,
     SOURCE_PREFIXES_ANNOTATION,
-    endpoint_labels,
     endpoint_profiles,
     ip_source,
     veth_name,
@@ -173,9 +172,8 @@ def plain_pod_fields(document: dict[str, Any], *, validate: bool = True) -> PodF
         return None
     namespace, node, account = _intern(namespace), _intern(node), _intern(account)
     key_parts = (node, "k8s", f"{namespace}/{name}", "eth0")
-    matched = workload_label_dict(
-        endpoint_labels(labels, namespace, account), namespace, "k8s", account
-    )
+    # endpoint_labels' Calico labels, which workload_label_dict sets again: the same dict.
+    matched = workload_label_dict(labels, namespace, "k8s", account)
     return (
         _KIND,
         name,
