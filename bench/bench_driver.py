@@ -3,7 +3,7 @@ same final scripts directly; then the latency from a label change in the file da
 kernel, p50 and p99 over 200 changes, back to back and 100 ms apart.
 
 Run: sudo .venv/bin/python bench/bench_driver.py [ENDPOINTS POLICIES CHANGES ROUNDS [ipv4]
-[nftables | both] [cold] [inplace]]
+[nftables | both] [cold] [inplace] [refresh]]
 
 With ``ipv4`` the cluster is IPv4-only as calico.yaml deploys one (FelixConfiguration
 ipv6Support: false), so the agent and the floor leave IPv6 alone; by default, as Felix's own
@@ -16,7 +16,11 @@ before the rounds fills it, as a restarted agent finds it; with ``cold`` it is e
 every start, as on a node's first start. With ``inplace`` every round also restarts the agent in
 the namespace its first agent programmed (a node's restart: the tables hold the last run's
 rules), timed the same way. Besides the floor (loading the final scripts into an empty
-namespace), the floor as an agent must load them (``--noflush``) is measured and shown.
+namespace), the floor as an agent must load them (``--noflush``) is measured and shown. With
+``refresh`` a fresh agent in each mode then re-reads every area of the kernel each second
+(the refresh intervals at 1 s), finding nothing to repair: the CPU time (the agent's and its
+iptables-save, ipset and nft children's) per such no-op refresh, against an idle agent's
+second (the intervals at their defaults), is printed.
 
 Scenario: ENDPOINTS workload endpoints (200 on the node, their veth interfaces present) and
 POLICIES global policies selecting by app label and admitting traffic from role=client.
@@ -206,11 +210,15 @@ AGENT_CACHE = AgentCache()
 
 
 def start_agent(
-    ns: str, directory: Path, log_file: Any, mode: str = "iptables"
+    ns: str,
+    directory: Path,
+    log_file: Any,
+    mode: str = "iptables",
+    settings: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
     argv = ["run", "--hostname", NODE, "--datastore", str(directory)]
     nftables = "Enabled" if mode == "nftables" else "Disabled"
-    env = {**os.environ, "FELIX_NFTABLESMODE": nftables}
+    env = {**os.environ, **(settings or {}), "FELIX_NFTABLESMODE": nftables}
     # Endpoint status files (Felix's, for the CNI plugin) go to a scratch directory.
     env["FELIX_ENDPOINTSTATUSPATHPREFIX"] = tempfile.mkdtemp(prefix="pyfelix-bench-status-")
     if AGENT_CACHE.path is not None:
@@ -338,10 +346,64 @@ def main() -> None:
             report_medians(mode, results[mode])
         for mode in modes:
             measure_mode_changes(stack, directory, cluster.logs, mode, changes, endpoints=endpoints)
+        if "refresh" in options:
+            for mode in modes:
+                measure_refresh(directory, cluster.logs, mode)
+
+
+#: The areas whose refresh interval the no-op refresh measurement shortens, and how long it
+#: samples the agents' CPU time.
+REFRESH_SETTINGS = ("IPTABLES", "NFTABLES", "IPSETS", "ROUTE")
+REFRESH_WINDOW = 20.0
+
+
+def _agent_cpu(pid: int) -> float:
+    """The agent's CPU seconds, with those of its children it has waited for (the kernel
+    dumps it runs)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    utime, stime, cutime, cstime = (int(f) for f in fields[11:15])
+    return (utime + stime + cutime + cstime) / os.sysconf("SC_CLK_TCK")
+
+
+def measure_refresh(directory: Path, logs: Path, mode: str) -> None:
+    """The CPU cost of a refresh that finds the kernel as written: an agent's CPU time over
+    REFRESH_WINDOW with every area re-read each second (FELIX_*REFRESHINTERVAL=1), per
+    refresh, beside an agent's idle cost with the default intervals; each agent fresh, in a
+    namespace of its own, measured once its first apply and post-write checks are done."""
+    cost = {}
+    for label, interval in (("idle", ""), ("refreshing", "1")):
+        ns = f"pfb-refresh-{os.getpid()}-{mode}"
+        agent = None
+        extra = {f"FELIX_{area}REFRESHINTERVAL": interval for area in REFRESH_SETTINGS}
+        try:
+            subprocess.run(["ip", "netns", "add", ns], check=True)
+            add_interfaces(ns)
+            log_path = logs / f"agent-refresh-{mode}-{label}.log"
+            with log_path.open("w") as log_file:
+                agent = start_agent(ns, directory, log_file, mode, extra if interval else {})
+                wait_for(log_path, "apply 1:", agent)
+                time.sleep(5.0)  # the first apply's post-write checks: 0.05 s, doubling
+                before = _agent_cpu(agent.pid)
+                time.sleep(REFRESH_WINDOW)
+                cost[label] = (_agent_cpu(agent.pid) - before) / REFRESH_WINDOW
+                if agent.poll() is not None:
+                    raise SystemExit(f"the agent exited while measured: {log_path}")
+        finally:
+            if agent is not None:
+                agent.terminate()
+                agent.wait()
+            subprocess.run(["ip", "netns", "del", ns], check=False, stderr=subprocess.DEVNULL)
+    busy, idle = cost["refreshing"], cost["idle"]
+    print(
+        f"{mode}: every area refreshed each second: {busy * 1000:.0f} ms CPU a second, "
+        f"idle {idle * 1000:.0f} ms: {(busy - idle) * 1000:.0f} ms CPU a no-op refresh"
+    )
 
 
 def report_medians(mode: str, found: dict[str, list[float]]) -> None:
     """The rounds' medians, as ratios to the floor measured in the same rounds."""
+    if not found["floor"]:
+        return
     floor = statistics.median(found["floor"])
     if found["noflush"]:
         noflush = statistics.median(found["noflush"])
