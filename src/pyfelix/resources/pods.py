@@ -25,7 +25,7 @@ from pyfelix.resources.schema import (
 )
 
 #: A container's fields Calico never reads.
-_CONTAINER_UNREAD = frozenset(
+CONTAINER_UNREAD = frozenset(
     (
         "args",
         "command",
@@ -55,7 +55,7 @@ _CONTAINER_UNREAD = frozenset(
 )
 
 #: A pod spec's fields Calico never reads.
-_POD_SPEC_UNREAD = frozenset(
+POD_SPEC_UNREAD = frozenset(
     (
         "activeDeadlineSeconds",
         "affinity",
@@ -97,7 +97,7 @@ _POD_SPEC_UNREAD = frozenset(
 )
 
 #: A pod status's fields Calico never reads.
-_POD_STATUS_UNREAD = frozenset(
+POD_STATUS_UNREAD = frozenset(
     (
         "conditions",
         "containerStatuses",
@@ -129,14 +129,14 @@ class ContainerPort(Spec):
 
 @attrs.frozen
 class Container(Spec):
-    UNREAD = _CONTAINER_UNREAD
+    UNREAD = CONTAINER_UNREAD
     name: str = field("name", STR, default="", keep_empty=True)
     ports: tuple[ContainerPort, ...] = field("ports", ListOf(Nested(ContainerPort)), factory=tuple)
 
 
 @attrs.frozen
 class PodSpec(Spec):
-    UNREAD = _POD_SPEC_UNREAD
+    UNREAD = POD_SPEC_UNREAD
     node_name: str = field("nodeName", SHARED_STR, default="")
     host_network: bool = field("hostNetwork", BOOL, default=False)
     service_account_name: str = field("serviceAccountName", SHARED_STR, default="")
@@ -155,7 +155,7 @@ class PodIP(Spec):
 
 @attrs.frozen
 class PodStatus(Spec):
-    UNREAD = _POD_STATUS_UNREAD
+    UNREAD = POD_STATUS_UNREAD
     phase: str = field("phase", STR, default="")
     pod_ip: str = field("podIP", STR, default="")
     pod_ips: tuple[PodIP, ...] = field("podIPs", ListOf(Nested(PodIP)), factory=tuple)

@@ -35,7 +35,8 @@ from pyfelix.syncer.plain_workloads import (
     plain_workload_identity,
 )
 from pyfelix.syncer.processors import KV, namespace_kvs, service_account_kvs
-from pyfelix.validation.common import good_annotations, good_labels, good_name, name_accepted
+from pyfelix.validation.common import good_annotations, good_labels, name_accepted
+from pyfelix.validation.kinds import plain_metadata_valid
 
 _KIND = "Namespace"
 _TOP_KEYS = frozenset({"apiVersion", "kind", "metadata", "spec", "status"})
@@ -149,12 +150,7 @@ def plain_account_fields(
         return None
     if not namespace:
         return None  # the general path decides where it belongs
-    if validate and not (
-        name_accepted(name)
-        and good_name(namespace, label=True)
-        and good_labels(labels)
-        and (not annotations or good_annotations(annotations))
-    ):
+    if validate and not plain_metadata_valid(name, namespace, labels, annotations):
         return None
     return (_ACCOUNT, sys.intern(namespace), sys.intern(name), labels)
 

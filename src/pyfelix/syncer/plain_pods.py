@@ -31,16 +31,11 @@ from pyfelix.resources.k8s_conversion import (
     veth_name,
 )
 from pyfelix.resources.loader import Identity
-from pyfelix.resources.pods import _CONTAINER_UNREAD, _POD_SPEC_UNREAD, _POD_STATUS_UNREAD
+from pyfelix.resources.pods import CONTAINER_UNREAD, POD_SPEC_UNREAD, POD_STATUS_UNREAD
 from pyfelix.syncer.processors import KV, workload_label_dict
 from pyfelix.syncer.processors.endpoints import split_nets
-from pyfelix.validation.common import (
-    good_annotations,
-    good_labels,
-    good_name,
-    name_accepted,
-    port_name_problem,
-)
+from pyfelix.validation.common import port_name_problem
+from pyfelix.validation.kinds import plain_metadata_valid
 from pyfelix.values import FrozenMap
 
 #: Pod's KIND (a test compares it with the class's).
@@ -59,15 +54,15 @@ _METADATA_KEYS = frozenset(
         "ownerReferences",
     }
 )
-_SPEC_KEYS = _POD_SPEC_UNREAD | {
+_SPEC_KEYS = POD_SPEC_UNREAD | {
     "nodeName",
     "hostNetwork",
     "serviceAccountName",
     "containers",
     "initContainers",
 }
-_STATUS_KEYS = _POD_STATUS_UNREAD | {"phase", "podIP", "podIPs"}
-_CONTAINER_KEYS = _CONTAINER_UNREAD | {"name", "ports"}
+_STATUS_KEYS = POD_STATUS_UNREAD | {"phase", "podIP", "podIPs"}
+_CONTAINER_KEYS = CONTAINER_UNREAD | {"name", "ports"}
 _PORT_KEYS = frozenset({"name", "containerPort", "protocol"})
 #: Annotations that ask for what only the general path handles (each is rare).
 _SPECIAL_ANNOTATIONS = frozenset(
@@ -163,12 +158,7 @@ def plain_pod_fields(document: dict[str, Any], *, validate: bool = True) -> PodF
         return None  # an address the general path reports
     if phase in FINISHED_PHASES:
         v4, v6 = (), ()  # a finished pod keeps its key, without addresses
-    if validate and not (
-        name_accepted(name)
-        and good_name(namespace, label=True)
-        and good_labels(labels)
-        and (not annotations or good_annotations(annotations))
-    ):
+    if validate and not plain_metadata_valid(name, namespace, labels, annotations):
         return None
     namespace, node, account = _intern(namespace), _intern(node), _intern(account)
     key_parts = (node, "k8s", f"{namespace}/{name}", "eth0")

@@ -106,6 +106,19 @@ def check_metadata(c: Checker, resource: Resource) -> None:
     check_annotations(meta.at("annotations"), resource.metadata.annotations)
 
 
+def plain_metadata_valid(
+    name: str, namespace: str, labels: Mapping[str, str], annotations: Mapping[str, str]
+) -> bool:
+    """What ``check_metadata`` accepts of a namespaced kind's metadata (a pod's, a service
+    account's), on the bare values: for the direct paths that skip the resource."""
+    return (
+        name_accepted(name)
+        and good_name(namespace, label=True)
+        and good_labels(labels)
+        and (not annotations or good_annotations(annotations))
+    )
+
+
 def _plain_workload(wep: WorkloadEndpoint) -> bool:
     """Whether a workload endpoint has only the fields nearly every one has (names, interface,
     addresses, profiles, MAC, labels), each valid: ``_workload`` and ``check_metadata`` would
