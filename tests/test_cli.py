@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from tests.conftest import REPO
 
@@ -277,3 +279,35 @@ def test_a_problem_names_the_line_of_its_field(tmp_path: Path) -> None:
     lines = done.stdout.splitlines()
     assert lines[0].startswith(f"{tmp_path / 'a.yaml'}:14: GlobalNetworkPolicy/x: spec.ingress")
     assert lines[1].startswith(f"{tmp_path / 'a.yaml'}:23: GlobalNetworkPolicy/y: spec.selector")
+
+
+def test_a_problem_in_a_json_list_names_its_own_item_s_line(tmp_path: Path) -> None:
+    """``kubectl get -o json`` prints one List whose items all count from the file's first
+    line: each problem is on the line of its own item's field, not on the List's (which has
+    a metadata of its own, as kubectl prints it)."""
+
+    def pod(name: str, labels: dict[str, str], port: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "prod", "labels": labels},
+            "spec": {
+                "nodeName": "node-a",
+                "containers": [{"name": "app", "ports": [{"containerPort": 80, "name": port}]}],
+            },
+            "status": {"podIP": "10.0.0.1"},
+        }
+
+    items = [pod("a", {"app": "web"}, "http"), pod("b", {"bad key!": "x"}, "http")]
+    items.append(pod("c", {"app": "web"}, "Bad_Port"))
+    dump = {"apiVersion": "v1", "kind": "List", "items": items, "metadata": {"resourceVersion": ""}}
+    text = json.dumps(dump, indent=4)
+    (tmp_path / "pods.json").write_text(text)
+    lines = text.splitlines()
+    bad_key = next(n for n, line in enumerate(lines, 1) if '"bad key!"' in line)
+    bad_port = next(n for n, line in enumerate(lines, 1) if '"Bad_Port"' in line)
+    done = pyfelix("validate", str(tmp_path))
+    assert done.returncode == 1
+    found = done.stdout.splitlines()
+    assert found[0].startswith(f"{tmp_path / 'pods.json'}:{bad_key}: Pod/prod/b: metadata.labels")
+    assert found[1].startswith(f"{tmp_path / 'pods.json'}:{bad_port}: Pod/prod/c: spec.containers")

@@ -84,14 +84,50 @@ def with_field_lines(problems: Sequence[Problem], texts: dict[str, str]) -> list
             problem = out[index]
             assert problem.line is not None
             # The root that starts at the document's line (or the first after it: a line
-            # counted from a comment or "---" above the content).
-            after = [i for start, i in starts if start >= problem.line]
+            # counted from a comment or "---" above the content) and that the problem's
+            # resource names: a JSON file's documents all count from its first line, a
+            # List's items among them.
+            after = [roots[i] for start, i in starts if start >= problem.line]
             if not after:
                 continue
-            line = _line_of(roots[after[0]], _steps(problem.field))
+            root = _named_root(after, problem.resource)
+            line = _line_of(root, _steps(problem.field))
+            if line is None and root is not after[0]:
+                line = root.start_mark.line + 1
             if line is not None:
                 out[index] = attrs.evolve(problem, line=line)
     return out
+
+
+def _named_root(roots: Sequence[yaml.Node], ident: str | None) -> yaml.Node:
+    """The first of ``roots`` whose metadata names the resource ``ident`` (``Kind/name`` or
+    ``Kind/namespace/name``), else the first."""
+    parts = (ident or "").split("/")
+    if len(parts) not in (2, 3) or not parts[-1]:
+        return roots[0]
+    namespaces = ("", parts[1]) if len(parts) == 3 else None
+    for root in roots:
+        names = _metadata_names(root)
+        if names is None or names[1] != parts[-1]:
+            continue
+        if namespaces is None or names[0] in namespaces:
+            return root
+    return roots[0]
+
+
+def _metadata_names(root: yaml.Node) -> tuple[str, str] | None:
+    """A document's metadata namespace ("" when it has none) and name, as written."""
+    if not isinstance(root, yaml.MappingNode):
+        return None
+    metadata = next((v for k, v in root.value if k.value == "metadata"), None)
+    if not isinstance(metadata, yaml.MappingNode):
+        return None
+    found = {k.value: v.value for k, v in metadata.value if isinstance(v, yaml.ScalarNode)}
+    name = found.get("name")
+    if not isinstance(name, str):
+        return None
+    namespace = found.get("namespace", "")
+    return (namespace if isinstance(namespace, str) else "", name)
 
 
 def sources_of(problems: Iterable[Problem]) -> set[str]:
