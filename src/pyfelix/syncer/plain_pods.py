@@ -4,14 +4,15 @@ skipping the Pod object and the v3 WorkloadEndpoint converted from it.
 A cluster's dump (``kubectl get pods -A -o json``) holds about 3 KB of JSON a pod, nine
 tenths of it fields Calico never reads (images, probes, volumes, conditions). The general
 path decodes each pod into a Pod, validates it, converts it to a WorkloadEndpoint and that to
-the model value: 70 us a pod, in the process that parses the file and again in the one that
-computes. Nearly every pod of a dump is *plain*: the fields Calico reads are of the types
-Kubernetes gives them and valid, and it asks for nothing pyfelix treats specially (floating
-IPs, source prefixes, QoS controls, host ports, deletion). For such a document
-:func:`plain_pod_fields` gives what the model value is made of, worked out where the file was
-parsed, as a tuple that marshals (the dry-run's validating child hands it on in the
-document's place); for anything else None, and the general path names every problem.
-tests/test_plain_pods.py checks both paths agree, document by generated document.
+the model value, in the process that parses the file and again in the one that computes:
+half the time of Felix's tags shape as a dump (bench/RESULTS.md). Nearly every pod of a dump
+is *plain*: the fields Calico reads are of the types Kubernetes gives them and valid, and it
+asks for nothing pyfelix treats specially (floating IPs, source prefixes, QoS controls, host
+ports, deletion). For such a document :func:`plain_pod_fields` gives what the model value is
+made of, worked out where the file was parsed, as a tuple that marshals (the dry-run's
+validating child hands it on in the document's place); for anything else None, and the
+general path names every problem. tests/test_plain_pods.py checks both paths agree, document
+by generated document.
 """
 
 from __future__ import annotations
