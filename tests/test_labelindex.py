@@ -129,12 +129,18 @@ def test_matches_equal_brute_force(
 
 
 def test_selector_on_a_value_only_tests_items_with_that_value() -> None:
-    """Adding a selector that names a label value evaluates only items carrying it."""
-    index = LabelIndex(lambda s, i: None, lambda s, i: None)
+    """Adding a selector that names a label value evaluates only items carrying it; one that
+    is no more than that value evaluates none, and matches them all the same."""
+    started: list[tuple[Hashable, Hashable]] = []
+    index = LabelIndex(lambda s, i: started.append((s, i)), lambda s, i: None)
     for i in range(1000):
-        index.update_item(i, {"app": f"a{i}"})
+        index.update_item(i, {"app": f"a{i}", "tier": "web" if i % 2 else "db"})
+    only = parse_selector('app in {"a7", "a8"}')
+    object.__setattr__(only, "_evaluate", None)  # evaluating it would raise
+    index.update_selector("only", only)
+    assert sorted(started) == [("only", 7), ("only", 8)]
     calls = 0
-    selector = parse_selector('app == "a7"')
+    selector = parse_selector('app == "a7" && tier != "db"')
     original = selector._evaluate
 
     def counting(labels: Mapping[str, str]) -> bool:

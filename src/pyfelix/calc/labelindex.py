@@ -136,8 +136,11 @@ class LabelIndex:
         for item_id in matches:
             if not selector.evaluate(effective(items[item_id])):
                 self._stop(sel_id, item_id)
+        # A selector that is its one restriction (``has(k)``, ``k == "v"``) is filed under
+        # it: its candidates are its matches, and their labels need no merging to tell.
+        exact = selector.is_one_restriction
         for item_id in self._candidate_items(sel_id):
-            if item_id not in matches and selector.evaluate(effective(items[item_id])):
+            if item_id not in matches and (exact or selector.evaluate(effective(items[item_id]))):
                 self._start(sel_id, item_id)
 
     def delete_selector(self, sel_id: SelectorID) -> None:

@@ -87,6 +87,18 @@ class Selector:
         return self.root.restrictions()
 
     @property
+    def is_one_restriction(self) -> bool:
+        """Whether the selector says no more than its one label restriction (``has(k)``,
+        ``k == "v"``, ``k in {...}``): whatever carries that label (with one of the values)
+        matches, without evaluating the selector."""
+        root = self.root
+        if isinstance(root, HasNode):
+            return True
+        if isinstance(root, CompareNode):
+            return root.op == "=="
+        return isinstance(root, InSetNode) and not root.negated
+
+    @property
     def can_match(self) -> bool:
         return all(r.satisfiable for r in self.label_restrictions.values())
 
