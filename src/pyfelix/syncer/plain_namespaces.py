@@ -31,7 +31,6 @@ from pyfelix.syncer.plain_workloads import (
     PlainFields,
     from_fields,
     plain_fields,
-    plain_workload_entry,
     plain_workload_identity,
 )
 from pyfelix.syncer.processors import KV, namespace_kvs, service_account_kvs
@@ -175,76 +174,53 @@ def namespace_entry(fields: NamespaceFields) -> tuple[Identity, tuple[KV, ...]]:
 Fields = PlainFields | NamespaceFields | AccountFields | PodFields
 
 
-def plain_digest(document: dict[str, Any]) -> Fields | None:
-    """A plain endpoint's, pod's or namespace's fields, checked (what the dry-run's child
-    hands on in their document's place), or None to leave the document as it is."""
+def plain_digest(document: dict[str, Any], *, validate: bool = True) -> Fields | None:
+    """A plain endpoint's, pod's, namespace's or service account's fields, checked (what the
+    dry-run's child hands on in their document's place), or None to leave the document as
+    it is. ``validate=False`` trusts the values (a child checks the same files)."""
     kind = document.get("kind")
     if kind == "WorkloadEndpoint":
-        return plain_fields(document)
+        return plain_fields(document, validate=validate)
     if kind == "Pod":
-        return plain_pod_fields(document)
+        return plain_pod_fields(document, validate=validate)
     if kind == _KIND:
-        return plain_namespace_fields(document)
+        return plain_namespace_fields(document, validate=validate)
     if kind == _ACCOUNT:
-        return plain_account_fields(document)
+        return plain_account_fields(document, validate=validate)
     return None
 
 
 def plain_entry(
     document: dict[str, Any] | Fields, *, validate: bool = True
 ) -> tuple[Identity, tuple[KV, ...]] | None:
-    """The dry-run's direct decoder: a plain endpoint's, pod's or namespace's identity and
-    all it stands for in the model, from its document or from the fields ``plain_digest``
-    gave. ``validate=False`` trusts the values (a child checks the same files)."""
-    if isinstance(document, tuple):
-        if len(document) == 3:
-            return namespace_entry(document)
-        if len(document) == 4:
-            return account_entry(document)
-        if is_pod_fields(document):
-            endpoint = pod_entry(cast("PodFields", document))
-        else:
-            endpoint = from_fields(cast("PlainFields", document))
+    """The dry-run's direct decoder: a plain endpoint's, pod's, namespace's or service
+    account's identity and all it stands for in the model, from its document or from the
+    fields ``plain_digest`` gave. ``validate=False`` trusts the values (a child checks the
+    same files)."""
+    fields = document if isinstance(document, tuple) else plain_digest(document, validate=validate)
+    if fields is None:
+        return None
+    if len(fields) == 3:
+        return namespace_entry(fields)
+    if len(fields) == 4:
+        return account_entry(fields)
+    if is_pod_fields(fields):
+        identity, kv = pod_entry(cast("PodFields", fields))
     else:
-        kind = document.get("kind")
-        if kind == _KIND:
-            fields = plain_namespace_fields(document, validate=validate)
-            return None if fields is None else namespace_entry(fields)
-        if kind == _ACCOUNT:
-            account = plain_account_fields(document, validate=validate)
-            return None if account is None else account_entry(account)
-        if kind == "Pod":
-            pod = plain_pod_fields(document, validate=validate)
-            if pod is None:
-                return None
-            endpoint = pod_entry(pod)
-        else:
-            entry = plain_workload_entry(document, validate=validate)
-            if entry is None:
-                return None
-            endpoint = entry
-    return endpoint[0], (endpoint[1],)
+        identity, kv = from_fields(cast("PlainFields", fields))
+    return identity, (kv,)
 
 
 def plain_identity(document: dict[str, Any] | Fields) -> tuple[Identity, None] | None:
     """``plain_entry``'s identity without the model values, for the load that only checks
     (the dry-run's validating child): a document's fields are checked in full."""
-    if isinstance(document, tuple):
-        if len(document) == 3:
-            return (_KIND, "", document[1]), None
-        if len(document) == 4:
-            return (_ACCOUNT, document[1], document[2]), None
-        if is_pod_fields(document):
-            return pod_identity(cast("PodFields", document)), None
-        return plain_workload_identity(cast("PlainFields", document))
-    kind = document.get("kind")
-    if kind == _KIND:
-        fields = plain_namespace_fields(document)
-        return None if fields is None else ((_KIND, "", fields[1]), None)
-    if kind == _ACCOUNT:
-        account = plain_account_fields(document)
-        return None if account is None else ((_ACCOUNT, account[1], account[2]), None)
-    if kind == "Pod":
-        pod = plain_pod_fields(document)
-        return None if pod is None else (pod_identity(pod), None)
-    return plain_workload_identity(document)
+    fields = document if isinstance(document, tuple) else plain_digest(document)
+    if fields is None:
+        return None
+    if len(fields) == 3:
+        return (_KIND, "", fields[1]), None
+    if len(fields) == 4:
+        return (_ACCOUNT, fields[1], fields[2]), None
+    if is_pod_fields(fields):
+        return pod_identity(cast("PodFields", fields)), None
+    return plain_workload_identity(cast("PlainFields", fields))
