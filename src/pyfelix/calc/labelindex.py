@@ -313,18 +313,20 @@ class LabelIndex:
         kept = self._merged.get(item)
         if kept is not None:
             return kept
+        merged: dict[str, str]
         if len(item.parents) == 1:  # a pod's namespace profile: one merge, in C
             parent = self._parent_labels.get(item.parents[0])
-            merged: Mapping[str, str] = {**parent, **item.own} if parent else item.own
+            if not parent:
+                return item.own
+            merged = {**parent, **item.own}
         else:
             inherited = [self._parent_labels[p] for p in item.parents if p in self._parent_labels]
             if not inherited:
                 return item.own
-            merging: dict[str, str] = {}
+            merged = {}
             for labels in reversed(inherited):
-                merging.update(labels)
-            merging.update(item.own)
-            merged = merging
+                merged.update(labels)
+            merged.update(item.own)
         if len(self._merged) >= EFFECTIVE_KEPT:
             self._merged.clear()
         self._merged[item] = merged
