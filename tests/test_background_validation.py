@@ -13,7 +13,12 @@ import pytest
 from pyfelix import cli, dryrun
 from pyfelix.resources import load_paths
 from pyfelix.resources.loader import load_file
-from pyfelix.syncer.plain_namespaces import plain_entry, plain_identity
+from pyfelix.syncer.plain_namespaces import (
+    plain_digest,
+    plain_entry,
+    plain_identity,
+    plain_text_digest,
+)
 from pyfelix.syncer.plain_workloads import plain_workload_entry
 from pyfelix.validation import loading, validate_loaded
 
@@ -226,8 +231,8 @@ def test_a_worker_dying_mid_stream_changes_nothing_but_the_time(
     assert code == (0 if valid else 1)
     handing_on = loading._handing_on
 
-    def dying(out: Any, digest: Any) -> Any:
-        load = handing_on(out, digest)
+    def dying(out: Any, digest: Any, digest_text: Any) -> Any:
+        load = handing_on(out, digest, digest_text)
         handed: list[Path] = []
 
         def load_once(file: Path, direct: Any) -> Any:
@@ -280,3 +285,69 @@ def test_the_graph_working_ahead_while_it_waits_changes_no_output(tmp_path: Path
     assert ["10.65.1.1/32"] in members  # the remote db endpoint, matched by the rule
     for waits in ([None, loads[0], None, loads[1], None], [loads[0], None, None, loads[1]]):
         assert dryrun.compute_files(waits, "node-a")[0] == alone
+
+
+def _dumped_pod(i: int, **spec: object) -> dict[str, object]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"web-{i}", "namespace": "prod", "labels": {"app": "web"}},
+        "spec": {
+            "nodeName": "node-a" if i % 2 else "node-b",
+            "containers": [{"name": "app", "image": "app:1", "ports": [{"containerPort": 80}]}],
+            **spec,
+        },
+        "status": {"phase": "Running", "podIP": f"10.0.0.{i}", "podIPs": [{"ip": f"10.0.0.{i}"}]},
+    }
+
+
+def test_a_dumped_list_is_read_as_its_items_texts_with_the_same_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """kubectl's dump is one JSON List: the validating child splits it into its items' texts
+    and reads pods from theirs. Beside plain pods it holds what the typed decoder leaves to
+    the general path (a host port, an invalid label, a namespace, a policy, a non-object) and
+    a repeated key: the dry-run prints what it prints without the child, problems included,
+    and a file msgspec refuses (NaN) is parsed whole, as before."""
+    items: list[object] = [_dumped_pod(i) for i in range(1, 40)]
+    items += [
+        _dumped_pod(40, containers=[{"name": "a", "ports": [{"containerPort": 8, "hostPort": 8}]}]),
+        {
+            **_dumped_pod(41),
+            "metadata": {"name": "bad", "namespace": "prod", "labels": {"k": "-v"}},
+        },
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "prod"}},
+        _policy("web", "app == 'web'"),
+        7,
+    ]
+    dump = {"apiVersion": "v1", "kind": "List", "items": items, "metadata": {}}
+    text = json.dumps(dump).replace(
+        '"phase": "Running"', '"phase": "Failed", "phase": "Running"', 1
+    )
+    (tmp_path / "pods.json").write_text(text)
+    (tmp_path / "nan.json").write_text(
+        json.dumps([_dumped_pod(50)]).replace('"image"', '"x": NaN, "image"')
+    )
+    command = ["dry-run", "--hostname", "node-a", "--format", "json", str(tmp_path)]
+    code = cli.main(command)
+    alone = capsys.readouterr()
+    assert code == 1
+    assert "Pod/prod/bad: metadata.labels.k" in alone.err
+    assert "Pod/prod/web-50: spec.containers[0].x: unknown field" in alone.err
+    typed = plain_text_digest()
+    assert typed is not None  # msgspec is installed: the typed decoder is what runs here
+    parsed = loading._typed_documents(text, plain_digest, typed)
+    assert parsed is not None
+    assert sum(type(item) is tuple for item in parsed[0][0]["items"]) == 39 + 1  # + namespace
+    monkeypatch.setattr(loading, "PARALLEL_MIN_BYTES", 0)
+    assert cli.main(command) == code
+    assert capsys.readouterr() == alone
+    valid = text.replace('"labels": {"k": "-v"}', '"labels": {}').replace(", 7]", "]")
+    (tmp_path / "pods.json").write_text(valid)
+    (tmp_path / "nan.json").unlink()
+    assert cli.main(command) == 0
+    with_child = capsys.readouterr()
+    monkeypatch.setattr(loading, "PARALLEL_MIN_BYTES", 1 << 40)
+    assert cli.main(command) == 0
+    assert capsys.readouterr() == with_child
+    assert "10.0.0.1/32" in with_child.out

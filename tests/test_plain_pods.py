@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 from typing import Any
 
 import attrs
@@ -17,6 +18,7 @@ from pyfelix.resources.pods import Pod
 from pyfelix.syncer import plain_pods
 from pyfelix.syncer.plain_namespaces import plain_digest, plain_entry, plain_identity
 from pyfelix.syncer.plain_pods import plain_pod_fields, pod_entry
+from pyfelix.syncer.plain_pods_typed import typed_pod_fields
 from pyfelix.syncer.processors import convert
 from pyfelix.validation.kinds import ValidationContext, check_resource
 
@@ -92,6 +94,8 @@ CHANGES: dict[tuple[str, str], list[Any]] = {
         {"projectcalico.org/serviceaccount": "x", "projectcalico.org/orchestrator": "y"},
         {"pcsa.x": "y", "k": "-v"},
         {"k": 3},
+        {"k": True},
+        {"k": None},
         [],
         None,
         ABSENT,
@@ -116,7 +120,7 @@ CHANGES: dict[tuple[str, str], list[Any]] = {
     ("metadata", "selfLink"): ["/api/v1/x"],
     ("metadata", "finalizers"): [["x"]],
     ("spec", "nodeName"): [*NAMES, ABSENT],
-    ("spec", "hostNetwork"): [True, False, None, "yes"],
+    ("spec", "hostNetwork"): [True, False, None, "yes", 0],
     ("spec", "serviceAccountName"): [*NAMES, "s" * 63, ABSENT],
     ("spec", "containers"): [
         [],
@@ -129,6 +133,9 @@ CHANGES: dict[tuple[str, str], list[Any]] = {
         [{"name": "a", "ports": [{"containerPort": 0, "name": "web"}]}],
         [{"name": "a", "ports": [{"containerPort": 70000, "name": "web"}]}],
         [{"name": "a", "ports": [{"containerPort": "80", "name": "web"}]}],
+        [{"name": "a", "ports": [{"containerPort": 80.0, "name": "web"}]}],
+        [{"name": "a", "ports": [{"containerPort": True, "name": "web"}]}],
+        [{"name": "a", "ports": [{"containerPort": 2**70, "name": "web"}]}],
         [{"name": "a", "ports": [{"name": "web"}]}],
         [{"name": "a", "ports": [{"containerPort": 80, "name": "web", "hostPort": 8080}]}],
         [{"name": "a", "ports": [{"containerPort": 80, "protocol": ["TCP"]}]}],
@@ -207,12 +214,15 @@ def test_the_direct_path_gives_what_the_general_path_gives(
     """Where the direct path answers, the general path accepts the pod and converts it to the
     same key and value (origin aside: the direct path records none); where it does not, the
     general path decides. The fields the dry-run's child hands on give the same entry as the
-    document, and the child's identity-only check takes what the direct path takes."""
+    document, and the child's identity-only check takes what the direct path takes. The
+    typed decoder of the pod's JSON text gives the same fields, or none where it gives none."""
     doc = document(changes, top)
     fields = plain_pod_fields(copy.deepcopy(doc))
     entry = plain_entry(copy.deepcopy(doc))
     identity = plain_identity(copy.deepcopy(doc))
     assert (fields is None) == (entry is None) == (identity is None)
+    # The typed decoder of the pod's text takes exactly what the direct path takes.
+    assert typed_pod_fields(json.dumps(doc).encode()) == fields
     if fields is None:
         return
     assert entry is not None
@@ -278,3 +288,25 @@ def test_what_only_the_general_path_handles_is_left_to_it() -> None:
 def test_the_kind_named_here_is_the_class_s() -> None:
     assert plain_pods._KIND == Pod.KIND
     assert Pod.API_VERSION == "v1"
+
+
+def test_the_typed_decoder_reads_odd_text_as_json_does_or_declines() -> None:
+    """JSON text a serializer may write: a repeated key counts last (as the standard
+    library's parser has it); an escaped kind, or a value msgspec refuses (NaN) in a field
+    nobody reads, is left to the pure path, which decides as before."""
+    text = json.dumps(BASE)
+    repeated = [
+        text.replace('"nodeName": "node-a"', '"nodeName": "node-b", "nodeName": "node-a"'),
+        text.replace('"phase": "Running"', '"phase": "Succeeded", "phase": "Running"'),
+        text.replace('"name": "http"', '"name": "Bad_Name", "name": "http"'),
+    ]
+    for odd in repeated:
+        assert typed_pod_fields(odd.encode()) == plain_pod_fields(json.loads(odd)) is not None
+    declined = [
+        text.replace('"kind": "Pod"', '"kind": "\\u0050od"'),
+        text.replace('"dnsPolicy": "ClusterFirst"', '"dnsPolicy": NaN'),
+        text.replace('"phase": "Running"', '"phase": "\\ud800"'),
+    ]
+    for odd in declined:
+        assert typed_pod_fields(odd.encode()) is None
+    assert plain_pod_fields(json.loads(declined[0])) is not None

@@ -281,11 +281,20 @@ def _dry_run_manifests(
     nothing."""
     from pyfelix.dryrun import compute, compute_files
     from pyfelix.resources import load_paths
-    from pyfelix.syncer.plain_namespaces import plain_digest, plain_entry, plain_identity
+    from pyfelix.syncer.plain_namespaces import (
+        plain_digest,
+        plain_entry,
+        plain_identity,
+        plain_text_digest,
+    )
     from pyfelix.validation.loading import BackgroundValidation
 
     validation = BackgroundValidation(
-        list(sources), direct=plain_identity, hand_on=plain_digest, hostname=hostname
+        list(sources),
+        direct=plain_identity,
+        hand_on=plain_digest,
+        hostname=hostname,
+        hand_on_text=plain_text_digest,
     )
     result: LoadResult | None = None
     try:
@@ -352,7 +361,12 @@ def load_as_agent(sources: Sequence[str]) -> LoadResult | int:
 
 def _load_as_agent(sources: Sequence[str]) -> LoadResult | int:
     from pyfelix.resources.loader import merge
-    from pyfelix.syncer.plain_namespaces import plain_digest, plain_entry, plain_identity
+    from pyfelix.syncer.plain_namespaces import (
+        plain_digest,
+        plain_entry,
+        plain_identity,
+        plain_text_digest,
+    )
     from pyfelix.validation import validate_loaded
     from pyfelix.validation.loading import BackgroundValidation
 
@@ -360,7 +374,12 @@ def _load_as_agent(sources: Sequence[str]) -> LoadResult | int:
     validation = (
         None
         if remote
-        else BackgroundValidation(list(sources), direct=plain_identity, hand_on=plain_digest)
+        else BackgroundValidation(
+            list(sources),
+            direct=plain_identity,
+            hand_on=plain_digest,
+            hand_on_text=plain_text_digest,
+        )
     )
     if validation is None or not validation.pid:
         loaded = load_sources(sources, refuse_to=sys.stderr, direct=plain_entry, strict=False)

@@ -74,6 +74,10 @@ DirectDecoder = Callable[[Any], tuple[Identity, object] | None]
 #: The half of a direct decoder that can run where the documents are parsed (a worker
 #: process): a document's fields, checked, as a tuple that marshals, or None to leave it as is.
 Digest = Callable[[dict[str, Any]], tuple[Any, ...] | None]
+#: A digest of a document's JSON text, where a typed decoder can read it without parsing all
+#: of it: the tuple ``Digest`` gives of the parsed document, or None to parse it and offer it
+#: to ``Digest``.
+TextDigest = Callable[[bytes], tuple[Any, ...] | None]
 
 
 @attrs.frozen

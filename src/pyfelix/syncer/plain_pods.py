@@ -66,7 +66,7 @@ _STATUS_KEYS = POD_STATUS_UNREAD | {"phase", "podIP", "podIPs"}
 _CONTAINER_KEYS = CONTAINER_UNREAD | {"name", "ports"}
 _PORT_KEYS = frozenset({"name", "containerPort", "protocol"})
 #: Annotations that ask for what only the general path handles (each is rare).
-_SPECIAL_ANNOTATIONS = frozenset(
+SPECIAL_ANNOTATIONS = frozenset(
     {FLOATING_IPS_ANNOTATION, SOURCE_PREFIXES_ANNOTATION, *QOS_ANNOTATIONS}
 )
 _intern = sys.intern
@@ -117,7 +117,7 @@ def plain_pod_fields(document: dict[str, Any], *, validate: bool = True) -> PodF
     labels, annotations = meta("labels", {}), meta("annotations", {})
     if type(labels) is not dict or type(annotations) is not dict:
         return None
-    if not annotations.keys().isdisjoint(_SPECIAL_ANNOTATIONS):
+    if not annotations.keys().isdisjoint(SPECIAL_ANNOTATIONS):
         return None
     if type(meta("ownerReferences", [])) is not list:
         return None
@@ -153,14 +153,44 @@ def plain_pod_fields(document: dict[str, Any], *, validate: bool = True) -> PodF
         )
     except TypeError:
         return None
+    if validate and not plain_metadata_valid(name, namespace, labels, annotations):
+        return None
+    return checked_pod_fields(
+        name,
+        namespace,
+        labels,
+        annotations,
+        node=node,
+        account=account,
+        phase=phase,
+        pod_ip=pod_ip,
+        pod_ips=pod_ips,
+        ports=ports,
+    )
+
+
+def checked_pod_fields(
+    name: str,
+    namespace: str,
+    labels: dict[str, str],
+    annotations: dict[str, str],
+    *,
+    node: str,
+    account: str,
+    phase: str,
+    pod_ip: str,
+    pod_ips: list[str],
+    ports: tuple[tuple[str, str, int], ...],
+) -> PodFields | None:
+    """A pod's fields from the values its decoder read and checked (types and metadata; this
+    checks its addresses), or None if an address is one the general path reports. Shared by
+    the decoders of a parsed document and of a pod's JSON text (plain_pods_typed.py)."""
     addresses = ip_source(pod_ips, pod_ip, annotations)[1]
     v4, v6 = split_nets(tuple(addresses))
     if len(v4) + len(v6) != len(addresses):
         return None  # an address the general path reports
     if phase in FINISHED_PHASES:
         v4, v6 = (), ()  # a finished pod keeps its key, without addresses
-    if validate and not plain_metadata_valid(name, namespace, labels, annotations):
-        return None
     namespace, node, account = _intern(namespace), _intern(node), _intern(account)
     key_parts = (node, "k8s", f"{namespace}/{name}", "eth0")
     # endpoint_labels' Calico labels, which workload_label_dict sets again: the same dict.
@@ -202,14 +232,23 @@ def _ports(spec: dict[str, Any], validate: bool) -> tuple[tuple[str, str, int], 
                 given = port.get("protocol", "")
                 if type(number) is not int or type(name) is not str or type(given) is not str:
                     return None
-                protocol = PORT_PROTOCOLS.get(given)
-                if protocol is None:
-                    return None
-                if not 1 <= number <= 65535 or (validate and name and port_name_problem(name)):
+                checked = checked_port(number, name, given, validate)
+                if checked is None:
                     return None
                 if name:
-                    named.append((_intern(name), protocol.lower(), number))
+                    named.append(checked)
     return tuple(named)
+
+
+def checked_port(number: int, name: str, given: str, validate: bool) -> tuple[str, str, int] | None:
+    """A container port as the model's (name, protocol, number) once its types are checked,
+    or None if the general path handles or reports it."""
+    protocol = PORT_PROTOCOLS.get(given)
+    if protocol is None or not 1 <= number <= 65535:
+        return None
+    if validate and name and port_name_problem(name):
+        return None
+    return _intern(name), protocol.lower(), number
 
 
 def pod_entry(fields: PodFields) -> tuple[Identity, KV]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import logging
 import marshal
 import os
@@ -35,6 +36,7 @@ from pyfelix.resources.loader import (
     Digest,
     Direct,
     DirectDecoder,
+    TextDigest,
     duplicate_problem,
     is_list_document,
     load_file,
@@ -45,6 +47,7 @@ from pyfelix.resources.loader import (
     read_manifest,
 )
 from pyfelix.resources.parse_cache import digested
+from pyfelix.resources.parsing import Parsed
 from pyfelix.resources.shared_parse import available_cores, file_size
 from pyfelix.validation import context_from, validate_loaded, validate_located
 from pyfelix.validation.kinds import PERMISSIVE, context_problems
@@ -134,7 +137,9 @@ class BackgroundValidation:
     checking them, with those ``hand_on`` takes replaced by the tuple it gives (plain
     endpoints' checked fields): ``loaded`` then gives each file's load from them, so this
     process neither parses nor checks anything the child does, and can compute each file as it
-    arrives while the child goes on."""
+    arrives while the child goes on. ``hand_on_text``, called in the child, gives what reads a
+    document's JSON text (``TextDigest``): a JSON List's items are then offered to it as their
+    texts before any is parsed."""
 
     def __init__(
         self,
@@ -142,6 +147,7 @@ class BackgroundValidation:
         direct: DirectDecoder | None = None,
         hand_on: Digest | None = None,
         hostname: str = "",
+        hand_on_text: Callable[[], TextDigest | None] | None = None,
     ) -> None:
         self.paths = paths
         self.direct = direct
@@ -169,7 +175,11 @@ class BackgroundValidation:
                 with contextlib.suppress(OSError):
                     fcntl.fcntl(write, fcntl.F_SETPIPE_SZ, HAND_ON_PIPE_BYTES)
                 with os.fdopen(write, "wb") as out:
-                    load = load_file if hand_on is None else _handing_on(out, hand_on)
+                    load = (
+                        load_file
+                        if hand_on is None
+                        else _handing_on(out, hand_on, hand_on_text and hand_on_text())
+                    )
                     problems = validate_paths(paths, direct, load, hostname)
                     _write_record(out, "", pickle.dumps(problems, pickle.HIGHEST_PROTOCOL))
                 status = 0
@@ -258,10 +268,11 @@ def _readable(reader: BinaryIO) -> bool:
     return bool(select.select([reader], [], [], 0)[0])
 
 
-def _handing_on(out: BinaryIO, digest: Digest) -> FileLoader:
+def _handing_on(out: BinaryIO, digest: Digest, digest_text: TextDigest | None) -> FileLoader:
     """``load_file`` that first writes the file's documents to ``out`` as a record, those
     ``digest`` takes as its tuple (a file that cannot be read, parsed or marshalled: a record
-    without documents, and the reader loads it itself)."""
+    without documents, and the reader loads it itself). With ``digest_text``, a JSON file's
+    List or array items are first offered to it as their texts (``_typed_documents``)."""
 
     def load(file: Path, direct: DirectDecoder | None) -> LoadResult:
         source = str(file)
@@ -270,11 +281,17 @@ def _handing_on(out: BinaryIO, digest: Digest) -> FileLoader:
         except (OSError, UnicodeDecodeError):
             _write_record(out, source, None)
             return load_file(file, direct)  # which reports why it cannot be read
-        parsed = parse_text(text, source)
-        if isinstance(parsed, LoadResult):  # it does not parse: that is its load
-            _write_record(out, source, None)
-            return parsed
-        parsed = [_digested(entry, digest) for entry in parsed]
+        typed = None
+        if digest_text is not None and source.endswith(".json"):
+            typed = _typed_documents(text, digest, digest_text)
+        if typed is not None:
+            parsed = typed
+        else:
+            whole = parse_text(text, source)
+            if isinstance(whole, LoadResult):  # it does not parse: that is its load
+                _write_record(out, source, None)
+                return whole
+            parsed = [_digested(entry, digest) for entry in whole]
         try:
             _write_record(out, source, parsed)
         except ValueError:  # does not marshal
@@ -284,20 +301,44 @@ def _handing_on(out: BinaryIO, digest: Digest) -> FileLoader:
     return load
 
 
+def _typed_documents(text: str, digest: Digest, digest_text: TextDigest) -> Parsed | None:
+    """What ``_digested`` makes of a JSON List's or array's parse, its items offered to
+    ``digest_text`` as their texts before any is parsed (those it declines parsed and offered
+    to ``digest``); None for any other file, or text the splitter refuses."""
+    from pyfelix.resources.json_items import split_items  # noqa: PLC0415 (msgspec: the child's)
+
+    split = split_items(text)
+    if split is None:
+        return None
+    fields, texts = split
+    items = []
+    try:
+        for item in texts:
+            data = bytes(item)
+            items.append(digest_text(data) or _digested_item(json.loads(data), digest))
+    except (ValueError, RecursionError):
+        return None
+    if fields is None:
+        return [(items, 1, [])]
+    fields["items"] = items
+    return [(fields, 1, [])]
+
+
 def _digested(entry: tuple[Any, int, list[int]], digest: Digest) -> tuple[Any, int, list[int]]:
     """A parsed document, or the items of a top-level list (JSON manifests) or of a List
     document (``kubectl get -o json``), as ``digest`` takes them (a dict it recognises
     becomes its tuple; the List's own fields stay, for the load to check)."""
     data, line, item_lines = entry
     if type(data) is list:
-        return (_digested_items(data, digest), line, item_lines)
+        return ([_digested_item(item, digest) for item in data], line, item_lines)
     if type(data) is dict and is_list_document(data) and type(data["items"]) is list:
-        return ({**data, "items": _digested_items(data["items"], digest)}, line, item_lines)
+        items = [_digested_item(item, digest) for item in data["items"]]
+        return ({**data, "items": items}, line, item_lines)
     return digested(entry, digest)
 
 
-def _digested_items(items: list[Any], digest: Digest) -> list[Any]:
-    return [(digest(item) or item) if type(item) is dict else item for item in items]
+def _digested_item(item: Any, digest: Digest) -> Any:
+    return (digest(item) or item) if type(item) is dict else item
 
 
 def _write_record(out: BinaryIO, source: str, payload: Any) -> None:
