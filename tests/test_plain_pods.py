@@ -6,13 +6,15 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyfelix import model
+from pyfelix import model, values
 from pyfelix.resources.meta import load_document
 from pyfelix.resources.pods import Pod
 from pyfelix.syncer import plain_pods
@@ -310,3 +312,31 @@ def test_the_typed_decoder_reads_odd_text_as_json_does_or_declines() -> None:
     for odd in declined:
         assert typed_pod_fields(odd.encode()) is None
     assert plain_pod_fields(json.loads(declined[0])) is not None
+
+
+def test_pods_with_the_same_labels_share_one_map(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A workload's pods carry the same labels: their endpoints hold one map between them
+    (memory), and a pod with other labels gets its own, the others' untouched. The maps
+    remembered are bounded: past the bound, equal maps are made again, still equal."""
+
+    def labels_of(name: str, labels: dict[str, str]) -> Mapping[str, str]:
+        doc = copy.deepcopy(BASE)
+        doc["metadata"]["name"], doc["metadata"]["labels"] = name, labels
+        fields = plain_pod_fields(doc)
+        assert fields is not None
+        value = pod_entry(fields)[1][1]
+        assert isinstance(value, model.WorkloadEndpoint)
+        return value.labels
+
+    first = labels_of("web-1", {"app": "web"})
+    assert labels_of("web-2", {"app": "web"}) is first
+    other = labels_of("db-1", {"app": "db"})
+    assert other is not first
+    assert dict(first)["app"] == "web"
+    assert dict(other)["app"] == "db"
+    monkeypatch.setattr(values, "SHARED_KEPT", 1)
+    labels_of("cache-1", {"app": "cache"})
+    assert len(values._SHARED) == 1
+    again = labels_of("web-3", {"app": "web"})
+    assert again == first
+    assert again is not first

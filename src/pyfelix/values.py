@@ -50,6 +50,20 @@ class FrozenMap(Mapping[str, T]):
         result._data, result._hash = data, None
         return result
 
+    @classmethod
+    def shared(cls, data: dict[str, T]) -> FrozenMap[T]:
+        """``adopt(data)``, or the map made earlier for an equal dict if it is among the last
+        ``SHARED_KEPT`` distinct ones: the endpoints of one workload (a ReplicaSet's pods)
+        carry the same labels, and one map then serves them all (bench/RESULTS.md)."""
+        made = cls.adopt(data)
+        kept = _SHARED.get(made)
+        if kept is not None:
+            return kept
+        if len(_SHARED) >= SHARED_KEPT:
+            _SHARED.clear()  # bounded: a churning cluster's old label sets are not held
+        _SHARED[made] = made
+        return made
+
     def __getitem__(self, key: str) -> T:
         return self._data[key]
 
@@ -96,6 +110,11 @@ class FrozenMap(Mapping[str, T]):
 
     def __repr__(self) -> str:
         return f"FrozenMap({self._data!r})"
+
+
+#: How many distinct maps ``FrozenMap.shared`` remembers (a few MB of table at most).
+SHARED_KEPT = 1 << 16
+_SHARED: dict[FrozenMap[Any], FrozenMap[Any]] = {}
 
 
 @attrs.frozen

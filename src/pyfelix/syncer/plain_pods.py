@@ -264,7 +264,7 @@ def pod_entry(fields: PodFields) -> tuple[Identity, KV]:
         profiles,
         v4,
         v6,
-        FrozenMap.adopt(labels),
+        FrozenMap.shared(labels),
         ports=tuple([model.EndpointPort(*port) for port in ports]),
     )
     return (_KIND, namespace, name), (key, value)

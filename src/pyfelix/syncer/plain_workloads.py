@@ -194,6 +194,6 @@ def from_fields(fields: PlainFields) -> tuple[Identity, KV]:
     key = model.WorkloadEndpointKey(*key_parts)
     if not nets:
         return (_KIND, namespace, name), (key, None)
-    labels_map = FrozenMap.adopt(labels)
+    labels_map = FrozenMap.shared(labels)
     value = model.WorkloadEndpoint("active", interface, mac, profiles, nets, (), labels_map)
     return (_KIND, namespace, name), (key, value)

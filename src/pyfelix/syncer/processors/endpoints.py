@@ -91,7 +91,7 @@ def workload_labels(
 ) -> FrozenMap[str]:
     """An endpoint's labels as Felix matches them: Calico's namespace and service account
     labels are its own (labels with their prefixes are dropped), plus the orchestrator."""
-    return FrozenMap.adopt(workload_label_dict(labels, namespace, orchestrator, service_account))
+    return FrozenMap.shared(workload_label_dict(labels, namespace, orchestrator, service_account))
 
 
 def workload_label_dict(
