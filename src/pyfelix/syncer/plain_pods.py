@@ -42,19 +42,16 @@ from pyfelix.values import FrozenMap
 #: Pod's KIND (a test compares it with the class's).
 _KIND = "Pod"
 _TOP_KEYS = frozenset({"apiVersion", "kind", "metadata", "spec", "status"})
-_METADATA_KEYS = frozenset(
-    {
-        "name",
-        "generateName",
-        "namespace",
-        "uid",
-        "resourceVersion",
-        "creationTimestamp",
-        "labels",
-        "annotations",
-        "ownerReferences",
-    }
+#: The metadata fields a plain pod may have that are strings (all but three of them).
+METADATA_STRINGS = (
+    "name",
+    "generateName",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "creationTimestamp",
 )
+_METADATA_KEYS = frozenset({*METADATA_STRINGS, "labels", "annotations", "ownerReferences"})
 _SPEC_KEYS = POD_SPEC_UNREAD | {
     "nodeName",
     "hostNetwork",

@@ -19,6 +19,7 @@ import msgspec
 
 from pyfelix.resources.pods import CONTAINER_UNREAD, POD_SPEC_UNREAD, POD_STATUS_UNREAD
 from pyfelix.syncer.plain_pods import (
+    METADATA_STRINGS,
     SPECIAL_ANNOTATIONS,
     PodFields,
     checked_pod_fields,
@@ -36,7 +37,7 @@ def _unread(names: frozenset[str]) -> list[tuple[str, type, Any]]:
 
 
 def _strict(name: str, fields: list[tuple[str, Any] | tuple[str, Any, Any]]) -> Any:
-    # An unknown key is refused: the general path names it in a warning.
+    # An unknown key is refused, as plain_pod_fields refuses it: the general path names it.
     return msgspec.defstruct(name, fields, forbid_unknown_fields=True)
 
 
@@ -48,29 +49,12 @@ _Container = _strict(
 _Metadata = _strict(
     "_Metadata",
     [
-        *[
-            (name, str, "")
-            for name in (
-                "name",
-                "generateName",
-                "namespace",
-                "uid",
-                "resourceVersion",
-                "creationTimestamp",
-            )
-        ],
+        *[(name, str, "") for name in METADATA_STRINGS],
         ("labels", dict[str, str], {}),
         ("annotations", dict[str, str], {}),
         ("ownerReferences", list[msgspec.Raw], []),
     ],
 )
-_unread_spec = POD_SPEC_UNREAD - {
-    "nodeName",
-    "hostNetwork",
-    "serviceAccountName",
-    "containers",
-    "initContainers",
-}
 _Spec = _strict(
     "_Spec",
     [
@@ -79,7 +63,7 @@ _Spec = _strict(
         ("serviceAccountName", str, ""),
         ("containers", list[_Container], []),  # type: ignore[valid-type]
         ("initContainers", list[_Container], []),  # type: ignore[valid-type]
-        *_unread(_unread_spec),
+        *_unread(POD_SPEC_UNREAD),
     ],
 )
 _Address = _strict("_Address", [("ip", str)])
