@@ -11,7 +11,6 @@ a function here, named by the moment it is for; the callers say which moment it 
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import gc
 from collections.abc import Callable
@@ -45,7 +44,10 @@ def keep_heap_as_long_lived() -> None:
 
 @functools.cache
 def _heap_trim() -> Callable[[int], int] | None:
-    """glibc's ``malloc_trim`` (None under another C library: the heap then stays)."""
+    """glibc's ``malloc_trim`` (None under another C library: the heap then stays); ctypes
+    is imported here, by the agent only (the one-shot commands never reach InSync)."""
+    import ctypes  # noqa: PLC0415
+
     trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
     if trim is not None:
         trim.argtypes = [ctypes.c_size_t]
