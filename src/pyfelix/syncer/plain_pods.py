@@ -150,8 +150,6 @@ def plain_pod_fields(document: dict[str, Any], *, validate: bool = True) -> PodF
         )
     except TypeError:
         return None
-    if validate and not plain_metadata_valid(name, namespace, labels, annotations):
-        return None
     return checked_pod_fields(
         name,
         namespace,
@@ -163,6 +161,7 @@ def plain_pod_fields(document: dict[str, Any], *, validate: bool = True) -> PodF
         pod_ip=pod_ip,
         pod_ips=pod_ips,
         ports=ports,
+        validate=validate,
     )
 
 
@@ -178,10 +177,13 @@ def checked_pod_fields(
     pod_ip: str,
     pod_ips: list[str],
     ports: tuple[tuple[str, str, int], ...],
+    validate: bool,
 ) -> PodFields | None:
-    """A pod's fields from the values its decoder read and checked (types and metadata; this
-    checks its addresses), or None if an address is one the general path reports. Shared by
-    the decoders of a parsed document and of a pod's JSON text (plain_pods_typed.py)."""
+    """A pod's fields from the values its decoder read with their types checked, or None if
+    its metadata (with ``validate``) or an address is one the general path reports. Shared
+    by the decoders of a parsed document and of a pod's JSON text (plain_pods_typed.py)."""
+    if validate and not plain_metadata_valid(name, namespace, labels, annotations):
+        return None
     addresses = ip_source(pod_ips, pod_ip, annotations)[1]
     v4, v6 = split_nets(tuple(addresses))
     if len(v4) + len(v6) != len(addresses):

@@ -25,7 +25,6 @@ from pyfelix.syncer.plain_pods import (
     checked_pod_fields,
     checked_port,
 )
-from pyfelix.validation.kinds import plain_metadata_valid
 
 #: What a decode of text this module cannot take raises (msgspec's errors, and too deep).
 _REFUSED = (msgspec.ValidationError, msgspec.DecodeError, RecursionError)
@@ -114,12 +113,9 @@ def typed_pod_fields(text: bytes) -> PodFields | None:
                 return None
             if port.name:
                 named.append(checked)
-    name, namespace = metadata.name, metadata.namespace
-    if not plain_metadata_valid(name, namespace, labels, annotations):
-        return None
     return checked_pod_fields(
-        name,
-        namespace,
+        metadata.name,
+        metadata.namespace,
         labels,
         annotations,
         node=spec.nodeName,
@@ -128,4 +124,5 @@ def typed_pod_fields(text: bytes) -> PodFields | None:
         pod_ip=status.podIP,
         pod_ips=[address.ip for address in status.podIPs],
         ports=tuple(named),
+        validate=True,
     )
