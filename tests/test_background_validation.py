@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from pyfelix.syncer.plain_namespaces import (
     plain_identity,
     plain_text_digest,
 )
+from pyfelix.syncer.plain_policies import policy_fields
 from pyfelix.syncer.plain_workloads import plain_workload_entry
 from pyfelix.validation import loading, validate_loaded
 
@@ -351,3 +353,119 @@ def test_a_dumped_list_is_read_as_its_items_texts_with_the_same_result(
     assert cli.main(command) == 0
     assert capsys.readouterr() == with_child
     assert "10.0.0.1/32" in with_child.out
+
+
+def _knp(namespace: str) -> dict[str, object]:
+    """A Kubernetes NetworkPolicy as kubectl prints it from a live cluster."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": "isolation",
+            "namespace": namespace,
+            "uid": "8a2207c6-6b52-48af-9145-f60bc1c890b3",
+            "resourceVersion": "5092",
+            "creationTimestamp": "2026-01-05T08:16:43Z",
+            "generation": 1,
+        },
+        "spec": {
+            "podSelector": {},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{"from": [{"podSelector": {}}]}],
+            "egress": [
+                {"to": [{"podSelector": {}}]},
+                {
+                    "ports": [{"port": 53, "protocol": "UDP"}, {"port": "dns"}],
+                    "to": [{"ipBlock": {"cidr": "10.96.0.10/32"}}],
+                },
+            ],
+        },
+    }
+
+
+@pytest.mark.parametrize("behind", [False, True])
+def test_policies_converted_by_the_child_change_no_output(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    behind: bool,
+) -> None:
+    """While this process is behind, the child converts valid policies too and hands on
+    their model values (a policy in a tier the report names, one with an HTTP match, and
+    one with a problem stay documents). The dry-run prints what it prints without the
+    child, problems and stderr included, whichever side converted them."""
+    namespaces = [f"customer-{i}" for i in range(6)]
+    items: list[object] = [
+        _dumped_pod(i)
+        | {
+            "metadata": {
+                "name": f"web-{i}",
+                "namespace": namespaces[i % 6],
+                "labels": {"app": "web"},
+            }
+        }
+        for i in range(1, 30)
+    ]
+    items += [_knp(namespace) for namespace in namespaces]
+    items += [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}} for n in namespaces
+    ]
+    ported = _policy("ported", "app == 'web'")
+    ported["spec"] = {
+        "selector": "app == 'web'",
+        "ingress": [{"action": "Allow", "protocol": "TCP", "destination": {"ports": [80, "http"]}}],
+        "egress": [
+            {
+                "action": "Deny",
+                "protocol": "UDP",
+                "destination": {"nets": ["10.1.2.3"], "notPorts": ["1:9"]},
+            }
+        ],
+    }
+    tiered = _policy("security.web", "all()")
+    tiered["spec"] = {"tier": "security", "selector": "all()", "order": 5}
+    http = _policy("http", "all()")
+    http["spec"] = {
+        "selector": "all()",
+        "ingress": [{"action": "Allow", "http": {"paths": [{"exact": "/"}]}}],
+    }
+    items += [ported, tiered, http]
+    (tmp_path / "dump.json").write_text(
+        json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
+    )
+    command = ["dry-run", "--hostname", "node-a", "--format", "json", str(tmp_path)]
+    monkeypatch.setattr(loading, "PARALLEL_MIN_BYTES", 1 << 40)
+    assert cli.main(command) == 0
+    alone = capsys.readouterr()
+    assert "security" in alone.err  # the missing tier is named, by the general path
+    monkeypatch.setattr(loading, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(loading, "_reader_behind", lambda out: behind)
+    validation = loading.BackgroundValidation(
+        [str(tmp_path)],
+        direct=plain_identity,
+        hand_on=plain_digest,
+        hand_on_text=plain_text_digest,
+        hand_on_spare=policy_fields,
+    )
+    (load,) = validation.loaded(partial(plain_entry, validate=False))
+    assert validation.problems() == []
+    handed = sorted(entry.key[0] for entry in load.direct if "Policy" in entry.key[0])
+    expected = ["GlobalNetworkPolicy"] + ["KubernetesNetworkPolicy"] * 6
+    assert handed == (expected if behind else [])
+    left = sorted(item.resource.name for item in load.resources if "Policy" in item.resource.KIND)
+    assert left == (
+        ["http", "security.web"]
+        if behind
+        else sorted(["http", "security.web", "ported", *["isolation"] * 6])
+    )
+    assert cli.main(command) == 0
+    assert capsys.readouterr() == alone
+    broken = json.loads((tmp_path / "dump.json").read_text())
+    broken["items"][-3]["spec"]["selector"] = "app == "  # one the child would convert
+    (tmp_path / "dump.json").write_text(json.dumps(broken))
+    assert cli.main(command) == 1
+    with_child = capsys.readouterr()
+    monkeypatch.setattr(loading, "PARALLEL_MIN_BYTES", 1 << 40)
+    assert cli.main(command) == 1
+    assert capsys.readouterr() == with_child
+    assert "GlobalNetworkPolicy/ported: spec.selector: invalid selector" in with_child.err

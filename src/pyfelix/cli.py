@@ -276,9 +276,9 @@ def _dry_run_manifests(
     model.
 
     When they are big enough, a child on the second core parses and validates each file,
-    handing its documents on (plain endpoints as their checked fields) while this process
-    computes the files it has; what is computed is printed only once that validation found
-    nothing."""
+    handing its documents on (plain endpoints as their checked fields; valid policies as
+    their model values while this process is behind) while this process computes the files
+    it has; what is computed is printed only once that validation found nothing."""
     from pyfelix.dryrun import compute, compute_files
     from pyfelix.resources import load_paths
     from pyfelix.syncer.plain_namespaces import (
@@ -287,6 +287,7 @@ def _dry_run_manifests(
         plain_identity,
         plain_text_digest,
     )
+    from pyfelix.syncer.plain_policies import policy_fields
     from pyfelix.validation.loading import BackgroundValidation
 
     validation = BackgroundValidation(
@@ -295,6 +296,7 @@ def _dry_run_manifests(
         hand_on=plain_digest,
         hostname=hostname,
         hand_on_text=plain_text_digest,
+        hand_on_spare=policy_fields,
     )
     result: LoadResult | None = None
     try:

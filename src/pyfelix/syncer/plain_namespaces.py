@@ -27,6 +27,12 @@ from pyfelix.syncer.plain_pods import (
     pod_entry,
     pod_identity,
 )
+from pyfelix.syncer.plain_policies import (
+    PolicyFields,
+    is_policy_fields,
+    policy_entry,
+    policy_identity,
+)
 from pyfelix.syncer.plain_workloads import (
     PlainFields,
     from_fields,
@@ -171,7 +177,7 @@ def namespace_entry(fields: NamespaceFields) -> tuple[Identity, tuple[KV, ...]]:
 # ---------------------------------------------------------------- the dry-run's direct path
 
 
-Fields = PlainFields | NamespaceFields | AccountFields | PodFields
+Fields = PlainFields | NamespaceFields | AccountFields | PodFields | PolicyFields
 
 
 def plain_digest(document: dict[str, Any], *, validate: bool = True) -> Fields | None:
@@ -207,11 +213,13 @@ def plain_entry(
 ) -> tuple[Identity, tuple[KV, ...]] | None:
     """The dry-run's direct decoder: a plain endpoint's, pod's, namespace's or service
     account's identity and all it stands for in the model, from its document or from the
-    fields ``plain_digest`` gave. ``validate=False`` trusts the values (a child checks the
+    fields ``plain_digest`` gave (or a policy's, from those ``policy_fields`` gave). ``validate=False`` trusts the values (a child checks the
     same files)."""
     fields = document if isinstance(document, tuple) else plain_digest(document, validate=validate)
     if fields is None:
         return None
+    if is_policy_fields(fields):
+        return policy_entry(cast("PolicyFields", fields))
     if len(fields) == 3:
         return namespace_entry(fields)
     if len(fields) == 4:
@@ -229,6 +237,8 @@ def plain_identity(document: dict[str, Any] | Fields) -> tuple[Identity, None] |
     fields = document if isinstance(document, tuple) else plain_digest(document)
     if fields is None:
         return None
+    if is_policy_fields(fields):
+        return policy_identity(cast("PolicyFields", fields)), None
     if len(fields) == 3:
         return (_KIND, "", fields[1]), None
     if len(fields) == 4:

@@ -15,6 +15,7 @@ are then found here.
 
 from __future__ import annotations
 
+import array
 import contextlib
 import fcntl
 import json
@@ -23,6 +24,7 @@ import marshal
 import os
 import pickle
 import select
+import termios
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Literal, cast, overload
@@ -139,7 +141,9 @@ class BackgroundValidation:
     process neither parses nor checks anything the child does, and can compute each file as it
     arrives while the child goes on. ``hand_on_text``, called in the child, gives what reads a
     document's JSON text (``TextDigest``): a JSON List's items are then offered to it as their
-    texts before any is parsed."""
+    texts before any is parsed. ``hand_on_spare`` is work that may be done on either side
+    (policies converted): the child offers a file's documents to it too when this process is
+    behind (``_reader_behind``), so that both cores stay busy whichever is the slower."""
 
     def __init__(
         self,
@@ -147,7 +151,9 @@ class BackgroundValidation:
         direct: DirectDecoder | None = None,
         hand_on: Digest | None = None,
         hostname: str = "",
+        *,
         hand_on_text: Callable[[], TextDigest | None] | None = None,
+        hand_on_spare: Digest | None = None,
     ) -> None:
         self.paths = paths
         self.direct = direct
@@ -178,7 +184,9 @@ class BackgroundValidation:
                     load = (
                         load_file
                         if hand_on is None
-                        else _handing_on(out, hand_on, hand_on_text and hand_on_text())
+                        else _handing_on(
+                            out, hand_on, hand_on_text and hand_on_text(), hand_on_spare
+                        )
                     )
                     problems = validate_paths(paths, direct, load, hostname)
                     _write_record(out, "", pickle.dumps(problems, pickle.HIGHEST_PROTOCOL))
@@ -268,11 +276,15 @@ def _readable(reader: BinaryIO) -> bool:
     return bool(select.select([reader], [], [], 0)[0])
 
 
-def _handing_on(out: BinaryIO, digest: Digest, digest_text: TextDigest | None) -> FileLoader:
+def _handing_on(
+    out: BinaryIO, digest: Digest, digest_text: TextDigest | None, spare: Digest | None = None
+) -> FileLoader:
     """``load_file`` that first writes the file's documents to ``out`` as a record, those
     ``digest`` takes as its tuple (a file that cannot be read, parsed or marshalled: a record
     without documents, and the reader loads it itself). With ``digest_text``, a JSON file's
-    List or array items are first offered to it as their texts (``_typed_documents``)."""
+    List or array items are first offered to it as their texts (``_typed_documents``). With
+    ``spare``, those ``digest`` declines are offered to it while the reader is behind."""
+    either = digest if spare is None else _either(digest, spare)
 
     def load(file: Path, direct: DirectDecoder | None) -> LoadResult:
         source = str(file)
@@ -281,9 +293,10 @@ def _handing_on(out: BinaryIO, digest: Digest, digest_text: TextDigest | None) -
         except (OSError, UnicodeDecodeError):
             _write_record(out, source, None)
             return load_file(file, direct)  # which reports why it cannot be read
+        now = either if spare is not None and _reader_behind(out) else digest
         typed = None
         if digest_text is not None and source.endswith(".json"):
-            typed = _typed_documents(text, digest, digest_text)
+            typed = _typed_documents(text, now, digest_text)
         if typed is not None:
             parsed = typed
         else:
@@ -291,7 +304,7 @@ def _handing_on(out: BinaryIO, digest: Digest, digest_text: TextDigest | None) -
             if isinstance(whole, LoadResult):  # it does not parse: that is its load
                 _write_record(out, source, None)
                 return whole
-            parsed = [_digested(entry, digest) for entry in whole]
+            parsed = [_digested(entry, now) for entry in whole]
         try:
             _write_record(out, source, parsed)
         except ValueError:  # does not marshal
@@ -299,6 +312,27 @@ def _handing_on(out: BinaryIO, digest: Digest, digest_text: TextDigest | None) -
         return load_parsed(parsed, source, direct)
 
     return load
+
+
+def _either(first: Digest, second: Digest) -> Digest:
+    def digest(document: dict[str, Any]) -> tuple[Any, ...] | None:
+        return first(document) or second(document)
+
+    return digest
+
+
+def _reader_behind(out: BinaryIO) -> bool:
+    """Whether the reader has left at least half the pipe's worth of what was written to
+    ``out`` unread: it computes more slowly than this process hands on, and work moved here
+    shortens the whole (no, where the pipe cannot say)."""
+    try:
+        fd = out.fileno()
+        size = fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
+        unread = array.array("i", [0])
+        fcntl.ioctl(fd, termios.FIONREAD, unread, True)
+    except OSError:
+        return False
+    return unread[0] * 2 >= size
 
 
 def _typed_documents(text: str, digest: Digest, digest_text: TextDigest) -> Parsed | None:
