@@ -213,8 +213,8 @@ def plain_entry(
 ) -> tuple[Identity, tuple[KV, ...]] | None:
     """The dry-run's direct decoder: a plain endpoint's, pod's, namespace's or service
     account's identity and all it stands for in the model, from its document or from the
-    fields ``plain_digest`` gave (or a policy's, from those ``policy_fields`` gave). ``validate=False`` trusts the values (a child checks the
-    same files)."""
+    fields ``plain_digest`` gave (or a policy's, from those ``policy_fields`` gave).
+    ``validate=False`` trusts the values (a child checks the same files)."""
     fields = document if isinstance(document, tuple) else plain_digest(document, validate=validate)
     if fields is None:
         return None
