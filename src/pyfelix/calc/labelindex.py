@@ -285,7 +285,8 @@ class LabelIndex:
         self._item_matches.pop(item_id, None)
 
     def update_parent_labels(self, parent: str, labels: Mapping[str, str]) -> None:
-        if self._parent_labels.get(parent) == labels:
+        known = self._parent_labels.get(parent)
+        if known is not None and known == labels:  # (a map's == with None is slow)
             return
         before = self._children_labels(parent)
         self._parent_labels[parent] = labels
