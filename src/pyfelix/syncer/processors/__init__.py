@@ -137,11 +137,13 @@ class Converter:
     when the winner goes away.
     """
 
-    #: What each source produced, and each key's sources: tuples and lists, as nearly every
-    #: source produces one key and nearly every key has one source (a dict and a set each
-    #: would be a fifth of a large snapshot's memory).
+    #: What each source produced, and each key's sources: a tuple, and the source itself or
+    #: (for a key several sources produce) a list of them, as nearly every source produces
+    #: one key and nearly every key has one source (a dict and a set each would be a fifth
+    #: of a large snapshot's memory, a list for every key 6%). A source is never a list: it
+    #: is hashable.
     _produced: dict[Hashable, tuple[KV, ...]] = attrs.Factory(dict)
-    _owners: dict[Hashable, list[Hashable]] = attrs.Factory(dict)
+    _owners: dict[Hashable, Hashable | list[Hashable]] = attrs.Factory(dict)
 
     def update(
         self, source: Hashable, resource: Resource | None, revision: str = ""
@@ -163,7 +165,7 @@ class Converter:
                 if new:
                     self._produced[source] = new
                 for key, _ in new:
-                    owners[key] = [source]
+                    owners[key] = source
                 return [Update(k, v, revision, UpdateType.NEW) for k, v in new if v is not None]
         old_keys = [key for key, _ in old or ()]
         keys = old_keys + [key for key, _ in new if key not in old_keys]
@@ -174,14 +176,16 @@ class Converter:
         else:
             self._produced.pop(source, None)
         for key in keys:
-            sources = owners.setdefault(key, [])
+            sources = self._sources(key)
             if key in new_keys:
                 if source not in sources:
                     sources.append(source)
             elif source in sources:
                 sources.remove(source)
             if not sources:
-                del owners[key]
+                owners.pop(key, None)
+            else:
+                owners[key] = sources[0] if len(sources) == 1 else sources
         updates = []
         for key in keys:
             after = self._winning_value(key)
@@ -197,17 +201,24 @@ class Converter:
         key, value = kv
         if value is None or source in self._produced:
             return None
-        sources = [source]
-        if self._owners.setdefault(key, sources) is not sources:
-            return None  # another source's key (setdefault left it as it was)
+        if key in self._owners:
+            return None  # another source's key
+        self._owners[key] = source
         self._produced[source] = (kv,)
         return Update(key, value, revision, UpdateType.NEW)
 
+    def _sources(self, key: Hashable) -> list[Hashable]:
+        """The key's sources, as a new list."""
+        held = self._owners.get(key)
+        if held is None:
+            return []
+        return list(held) if isinstance(held, list) else [held]
+
     def _winning_value(self, key: Hashable) -> object | None:
-        sources = self._owners.get(key)
-        if not sources:
+        held = self._owners.get(key)
+        if held is None:
             return None
-        winner = sources[0] if len(sources) == 1 else min(sources, key=repr)
+        winner = min(held, key=repr) if isinstance(held, list) else held
         for produced_key, value in self._produced.get(winner, ()):
             if produced_key == key:
                 return value
