@@ -222,6 +222,7 @@ def test_a_worker_dying_mid_stream_changes_nothing_but_the_time(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
     valid: bool,
 ) -> None:
     """The child hands on its first file, then dies: the rest is loaded here, everything is
@@ -233,8 +234,8 @@ def test_a_worker_dying_mid_stream_changes_nothing_but_the_time(
     assert code == (0 if valid else 1)
     handing_on = loading._handing_on
 
-    def dying(out: Any, digest: Any, digest_text: Any) -> Any:
-        load = handing_on(out, digest, digest_text)
+    def dying(*args: Any) -> Any:
+        load = handing_on(*args)
         handed: list[Path] = []
 
         def load_once(file: Path, direct: Any) -> Any:
@@ -251,6 +252,7 @@ def test_a_worker_dying_mid_stream_changes_nothing_but_the_time(
     streamed = capsys.readouterr()
     assert streamed.out == alone.out
     assert len(computed) == 1
+    assert "(status 768)" in caplog.text  # it died where it was meant to (exit 3)
 
 
 ENDPOINTS = """apiVersion: projectcalico.org/v3
