@@ -340,7 +340,7 @@ def test_a_dumped_list_is_read_as_its_items_texts_with_the_same_result(
     assert "Pod/prod/web-50: spec.containers[0].x: unknown field" in alone.err
     typed = plain_text_digest()
     assert typed is not None  # msgspec is installed: the typed decoder is what runs here
-    parsed = loading._typed_documents(text, plain_digest, typed)
+    parsed = loading._typed_documents(text, plain_digest, typed.digest)
     assert parsed is not None
     assert sum(type(item) is tuple for item in parsed[0][0]["items"]) == 39 + 1  # + namespace
     monkeypatch.setattr(loading, "PARALLEL_MIN_BYTES", 0)
@@ -471,3 +471,32 @@ def test_policies_converted_by_the_child_change_no_output(
     assert cli.main(command) == 1
     assert capsys.readouterr() == with_child
     assert "GlobalNetworkPolicy/ported: spec.selector: invalid selector" in with_child.err
+
+
+def test_only_a_file_holding_the_readers_marker_is_split(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Splitting a file into its items' texts pays only where the typed decoder takes some:
+    a JSON file without a pod is parsed whole, one with pods is split; both load as
+    ``load_file`` loads them."""
+    from pyfelix.resources import json_items
+
+    split: list[int] = []
+    original = json_items.split_items
+
+    def counted(text: str) -> Any:
+        split.append(len(text))
+        return original(text)
+
+    monkeypatch.setattr(json_items, "split_items", counted)
+    (tmp_path / "policies.json").write_text(json.dumps([_policy("web", "app == 'web'")]))
+    (tmp_path / "pods.json").write_text(json.dumps([_dumped_pod(1), _dumped_pod(2)]))
+    reader = plain_text_digest()
+    assert reader is not None
+    with open(os.devnull, "wb") as out:
+        load = loading._handing_on(out, plain_digest, reader)
+        for name, splits in (("policies.json", 0), ("pods.json", 1)):
+            path = tmp_path / name
+            result = load(path, plain_identity)
+            assert len(split) == splits
+            assert result == load_file(path, plain_identity)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 from typing import Any, cast
 
-from pyfelix.resources.loader import Identity, TextDigest
+from pyfelix.resources.loader import Identity, TextReader
 from pyfelix.syncer.plain_pods import (
     PodFields,
     is_pod_fields,
@@ -196,7 +196,7 @@ def plain_digest(document: dict[str, Any], *, validate: bool = True) -> Fields |
     return None
 
 
-def plain_text_digest() -> TextDigest | None:
+def plain_text_digest() -> TextReader | None:
     """``plain_digest``'s counterpart for a document's JSON text (a pod's, the bulk of a
     dump, read by its typed decoder), for the dry-run's validating child: imported there,
     so that a load without one never imports the decoder. None without msgspec: documents
@@ -205,7 +205,7 @@ def plain_text_digest() -> TextDigest | None:
         from pyfelix.syncer.plain_pods_typed import typed_pod_fields  # noqa: PLC0415
     except ImportError:
         return None
-    return typed_pod_fields
+    return TextReader('"Pod"', typed_pod_fields)
 
 
 def plain_entry(

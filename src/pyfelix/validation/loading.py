@@ -39,6 +39,7 @@ from pyfelix.resources.loader import (
     Direct,
     DirectDecoder,
     TextDigest,
+    TextReader,
     duplicate_problem,
     is_list_document,
     load_file,
@@ -140,10 +141,11 @@ class BackgroundValidation:
     endpoints' checked fields): ``loaded`` then gives each file's load from them, so this
     process neither parses nor checks anything the child does, and can compute each file as it
     arrives while the child goes on. ``hand_on_text``, called in the child, gives what reads a
-    document's JSON text (``TextDigest``): a JSON List's items are then offered to it as their
-    texts before any is parsed. ``hand_on_spare`` is work that may be done on either side
-    (policies converted): the child offers a file's documents to it too when this process is
-    behind (``_reader_behind``), so that both cores stay busy whichever is the slower."""
+    document's JSON text (``TextReader``): the items of a JSON List holding its marker are
+    then offered to it as their texts before any is parsed. ``hand_on_spare`` is work that
+    may be done on either side (policies converted): the child offers a file's documents to
+    it too when this process is behind (``_reader_behind``), so that both cores stay busy
+    whichever is the slower."""
 
     def __init__(
         self,
@@ -152,7 +154,7 @@ class BackgroundValidation:
         hand_on: Digest | None = None,
         hostname: str = "",
         *,
-        hand_on_text: Callable[[], TextDigest | None] | None = None,
+        hand_on_text: Callable[[], TextReader | None] | None = None,
         hand_on_spare: Digest | None = None,
     ) -> None:
         self.paths = paths
@@ -277,12 +279,13 @@ def _readable(reader: BinaryIO) -> bool:
 
 
 def _handing_on(
-    out: BinaryIO, digest: Digest, digest_text: TextDigest | None, spare: Digest | None = None
+    out: BinaryIO, digest: Digest, reader: TextReader | None, spare: Digest | None = None
 ) -> FileLoader:
     """``load_file`` that first writes the file's documents to ``out`` as a record, those
     ``digest`` takes as its tuple (a file that cannot be read, parsed or marshalled: a record
-    without documents, and the reader loads it itself). With ``digest_text``, a JSON file's
-    List or array items are first offered to it as their texts (``_typed_documents``). With
+    without documents, and the reader loads it itself). With ``reader``, the List or array
+    items of a JSON file holding its marker are first offered to it as their texts
+    (``_typed_documents``). With
     ``spare``, those ``digest`` declines are offered to it while the reader is behind."""
     either = digest if spare is None else _either(digest, spare)
 
@@ -295,8 +298,8 @@ def _handing_on(
             return load_file(file, direct)  # which reports why it cannot be read
         now = either if spare is not None and _reader_behind(out) else digest
         typed = None
-        if digest_text is not None and source.endswith(".json"):
-            typed = _typed_documents(text, now, digest_text)
+        if reader is not None and source.endswith(".json") and reader.marker in text:
+            typed = _typed_documents(text, now, reader.digest)
         if typed is not None:
             parsed = typed
         else:
