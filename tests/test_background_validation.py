@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from pyfelix import cli, dryrun
-from pyfelix.resources import load_paths
+from pyfelix.resources import json_items, load_paths
 from pyfelix.resources.loader import load_file
 from pyfelix.syncer.plain_namespaces import (
     plain_digest,
@@ -479,8 +479,6 @@ def test_only_a_file_holding_the_readers_marker_is_split(
     """Splitting a file into its items' texts pays only where the typed decoder takes some:
     a JSON file without a pod is parsed whole, one with pods is split; both load as
     ``load_file`` loads them."""
-    from pyfelix.resources import json_items
-
     split: list[int] = []
     original = json_items.split_items
 
