@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 
 from pyfelix.selector import Selector
+from pyfelix.values import plain_dict
 
 SelectorID = Hashable
 ItemID = Hashable
@@ -260,8 +261,7 @@ class LabelIndex:
             return
         # A new item (a snapshot's endpoints, nearly all): it matches nothing yet, so only the
         # selectors that could match it are tested.
-        if parents:
-            labels = self._effective(item)
+        labels = plain_dict(self._effective(item) if parents else labels)
         self._file_item(item_id)
         selectors = self._selectors
         matched = [s for s in self._candidate_selectors(labels) if selectors[s].evaluate(labels)]
@@ -319,15 +319,15 @@ class LabelIndex:
             parent = self._parent_labels.get(item.parents[0])
             if not parent:
                 return item.own
-            merged = {**parent, **item.own}
+            merged = {**plain_dict(parent), **plain_dict(item.own)}
         else:
             inherited = [self._parent_labels[p] for p in item.parents if p in self._parent_labels]
             if not inherited:
                 return item.own
             merged = {}
             for labels in reversed(inherited):
-                merged.update(labels)
-            merged.update(item.own)
+                merged.update(plain_dict(labels))
+            merged.update(plain_dict(item.own))
         if len(self._merged) >= EFFECTIVE_KEPT:
             self._merged.clear()
         self._merged[item] = merged
