@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _pytest.capture import CaptureResult
 
 from pyfelix import cli, dryrun
 from pyfelix.resources import json_items, load_paths
@@ -291,6 +292,22 @@ def test_the_graph_working_ahead_while_it_waits_changes_no_output(tmp_path: Path
         assert dryrun.compute_files(waits, "node-a")[0] == alone
 
 
+def _same_without_the_child(
+    command: list[str],
+    code: int,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> CaptureResult[str]:
+    """Run ``command`` as set up (with the child), then with no child: the same exit code and
+    the same output both times. Returns the output."""
+    assert cli.main(command) == code
+    with_child = capsys.readouterr()
+    monkeypatch.setattr(loading, "PARALLEL_MIN_BYTES", 1 << 40)
+    assert cli.main(command) == code
+    assert capsys.readouterr() == with_child
+    return with_child
+
+
 def _dumped_pod(i: int, **spec: object) -> dict[str, object]:
     return {
         "apiVersion": "v1",
@@ -349,11 +366,7 @@ def test_a_dumped_list_is_read_as_its_items_texts_with_the_same_result(
     valid = text.replace('"labels": {"k": "-v"}', '"labels": {}').replace(", 7]", "]")
     (tmp_path / "pods.json").write_text(valid)
     (tmp_path / "nan.json").unlink()
-    assert cli.main(command) == 0
-    with_child = capsys.readouterr()
-    monkeypatch.setattr(loading, "PARALLEL_MIN_BYTES", 1 << 40)
-    assert cli.main(command) == 0
-    assert capsys.readouterr() == with_child
+    with_child = _same_without_the_child(command, 0, monkeypatch, capsys)
     assert "10.0.0.1/32" in with_child.out
 
 
@@ -465,11 +478,7 @@ def test_policies_converted_by_the_child_change_no_output(
     broken = json.loads((tmp_path / "dump.json").read_text())
     broken["items"][-3]["spec"]["selector"] = "app == "  # one the child would convert
     (tmp_path / "dump.json").write_text(json.dumps(broken))
-    assert cli.main(command) == 1
-    with_child = capsys.readouterr()
-    monkeypatch.setattr(loading, "PARALLEL_MIN_BYTES", 1 << 40)
-    assert cli.main(command) == 1
-    assert capsys.readouterr() == with_child
+    with_child = _same_without_the_child(command, 1, monkeypatch, capsys)
     assert "GlobalNetworkPolicy/ported: spec.selector: invalid selector" in with_child.err
 
 
