@@ -91,6 +91,8 @@ class Dispatcher:
         return False
 
     def on_updates(self, updates: Sequence[Update]) -> None:
+        """``on_update`` for each, its loop written out here: one call a batch, not one an
+        update (a snapshot's batches hold every resource)."""
         receivers = self._receivers
         for update in updates:
             for receiver in receivers.get(type(update.key), ()):
