@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pyfelix.jsontext import dumps_indented
+from pyfelix.jsontext import dumps_indented, write_indented
 
 _SCALARS = (
     st.none()
@@ -47,3 +47,17 @@ def test_floats_are_the_same_numbers(value: list[float]) -> None:
 def test_keys_that_are_not_strings_are_written_as_the_standard_library_writes_them() -> None:
     value = {"b": {2: "x", 1: [True, None]}, "a": ()}
     assert dumps_indented(value) == standard(value)
+
+
+@given(_VALUES | st.dictionaries(st.text(), st.lists(_VALUES, max_size=3) | _VALUES, max_size=4))
+def test_the_text_written_in_pieces_is_the_same(value: Any) -> None:
+    pieces: list[bytes] = []
+    write_indented(value, pieces.append)
+    assert b"".join(pieces) == standard(value)
+
+
+def test_a_views_lists_are_written_item_by_item() -> None:
+    pieces: list[bytes] = []
+    write_indented({"items": [{"n": 1}, {"n": 2}], "name": "x"}, pieces.append)
+    assert b'    {\n      "n": 1\n    },\n' in pieces
+    assert b"".join(pieces) == standard({"items": [{"n": 1}, {"n": 2}], "name": "x"})

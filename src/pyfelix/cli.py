@@ -204,7 +204,7 @@ def load_sources(
 def cmd_dry_run(args: argparse.Namespace) -> int:
     """Load, validate, compute the node's dataplane once, print it. Whatever the user is
     told beside the view goes to stderr, so that stdout holds the view alone."""
-    from pyfelix.dryrun import InputTally, compute, render_json, render_text
+    from pyfelix.dryrun import InputTally, compute, render_text, write_json
 
     tally = InputTally()
     if not args.sources:
@@ -262,7 +262,7 @@ def cmd_dry_run(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr)
     if args.format == "json":
         sys.stdout.flush()
-        sys.stdout.buffer.write(render_json(view))
+        write_json(view, sys.stdout.buffer)
     else:
         sys.stdout.write(render_text(view))
     return EXIT_OK

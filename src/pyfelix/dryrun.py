@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
-from typing import Any, TypeVar, cast
+from typing import Any, BinaryIO, TypeVar, cast
 
 import attrs
 
@@ -16,7 +16,7 @@ from pyfelix.calc.config_batcher import startup_config
 from pyfelix.calc.graph import GraphSettings
 from pyfelix.calc.pipeline import Pipeline, build_pipeline
 from pyfelix.config import NFTablesMode, parse_config
-from pyfelix.jsontext import dumps_indented
+from pyfelix.jsontext import write_indented
 from pyfelix.resources import Resource
 from pyfelix.resources.loader import Direct, Identity, LoadResult, Located
 from pyfelix.resources.skipped import skipped_line
@@ -241,10 +241,11 @@ def _view(
     return view
 
 
-def render_json(view: dict[str, Any]) -> bytes:
-    """The snapshot as indented JSON with sorted keys, ASCII (written as bytes: at 130 MB a
-    decode and encode cost more than the writing)."""
-    return dumps_indented(view)
+def write_json(view: dict[str, Any], out: BinaryIO) -> None:
+    """The snapshot as indented JSON with sorted keys, ASCII, written in pieces (as bytes: at
+    130 MB a decode and encode cost more than the writing, and the whole text held at once
+    was the dry-run's peak)."""
+    write_indented(view, out.write)
 
 
 def render_text(view: dict[str, Any]) -> str:

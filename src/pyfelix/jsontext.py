@@ -15,6 +15,7 @@ the dry-run's largest views (130 MB) take 0.1 s where the standard library takes
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -33,6 +34,37 @@ def dumps_indented(value: Any) -> bytes:
     if not text or not text.isascii() or b"\x7f" in text:
         return (json.dumps(value, indent=2, sort_keys=True) + "\n").encode("ascii")
     return text
+
+
+def write_indented(value: Any, write: Callable[[bytes], object]) -> None:
+    """``dumps_indented(value)`` handed to ``write`` in pieces: a dict's values one by one,
+    and a list among them item by item, so that the whole text is never held at once (a
+    dry-run's 130 MB view was its process's peak). Each piece is written as
+    ``dumps_indented`` writes it, the standard library's where orjson's would not be the
+    same, so the text is ``dumps_indented``'s, but that a float's exponent can be written
+    either way in one text."""
+    if not isinstance(value, dict) or not value or not all(isinstance(k, str) for k in value):
+        write(dumps_indented(value))
+        return
+    write(b"{\n")
+    last = len(value) - 1
+    for i, (key, item) in enumerate(sorted(value.items())):
+        write(b"  " + _nested(key, 1) + b": ")
+        if isinstance(item, list) and item:
+            write(b"[\n")
+            end = len(item) - 1
+            for j, element in enumerate(item):
+                write(b"    " + _nested(element, 2) + (b",\n" if j < end else b"\n"))
+            write(b"  ]")
+        else:
+            write(_nested(item, 1))
+        write(b",\n" if i < last else b"\n")
+    write(b"}\n")
+
+
+def _nested(value: Any, depth: int) -> bytes:
+    """``value``'s indented text as it reads ``depth`` levels into a document."""
+    return dumps_indented(value)[:-1].replace(b"\n", b"\n" + b"  " * depth)
 
 
 def loads(data: bytes | str) -> Any:
