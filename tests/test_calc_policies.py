@@ -44,6 +44,7 @@ def active_rules_graph() -> tuple[Dispatcher, Dispatcher, Rules, PolicyResolver,
     updates, local_updates = Dispatcher(), Dispatcher()
     resolver.register_with(updates, local_updates)
     arc.register_with(updates, local_updates)
+    resolver.reads_matches_from(arc)
     return updates, local_updates, rules, resolver, out
 
 

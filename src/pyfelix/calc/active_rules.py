@@ -6,12 +6,14 @@ the dataplane. A profile named by a local endpoint is active too; if it does not
 deny-all stand-in takes its place, so an endpoint never falls open. Staged policies are never
 matched: they are carried for visibility only.
 
-Each policy/endpoint match change is passed to the policy resolver, which orders the matches.
+Each policy/endpoint match change is passed to the policy resolver, which orders the matches;
+it reads them from here (``policies_matching``) rather than keep a copy of its own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
 from typing import cast
 
 from pyfelix import model
@@ -113,6 +115,14 @@ class ActiveRulesCalculator:
 
     def _first_match(self, key: model.PolicyKey) -> None:
         self._policy_active(key, self._policies[key])
+
+    def policies_matching(self, endpoint: EndpointKey) -> AbstractSet[model.PolicyKey]:
+        """The policies matching ``endpoint`` now, as the index holds them (read-only)."""
+        return cast(AbstractSet[model.PolicyKey], self._index.item_matching_now(endpoint))
+
+    def endpoints_matching(self, key: model.PolicyKey) -> AbstractSet[EndpointKey]:
+        """The endpoints ``key`` matches now, as the index holds them (read-only)."""
+        return cast(AbstractSet[EndpointKey], self._index.matching_now(key))
 
     # Profiles.
 

@@ -137,6 +137,7 @@ class CalcGraph:
             on_endpoint_matches_started=resolver.on_matches_started,
         )
         arc.register_with(all_updates, local_updates)
+        resolver.reads_matches_from(arc)
 
         #   kns./ksa. profile labels --> ProfileDecoder --> namespaces, service accounts
         self.profile_decoder = decoder = ProfileDecoder(seq)

@@ -21,6 +21,7 @@ them, and a running agent files them once, at its first such selector change.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 
 from pyfelix.selector import Selector
 from pyfelix.values import plain_dict
@@ -35,6 +36,7 @@ ItemMatchesCallback = Callable[[ItemID, list[SelectorID]], None]
 #: The members filed under one label value: a 1-tuple while there is one (nearly every value of
 #: a namespace or pod label), a set from the second on. A set costs 216 bytes.
 Bucket = tuple[Hashable] | set[Hashable]
+_NONE: frozenset[Hashable] = frozenset()
 
 
 def _bucket_add(buckets: dict[str, Bucket], key: str, member: Hashable) -> None:
@@ -459,6 +461,16 @@ class LabelIndex:
 
     def item_matches(self, item_id: ItemID) -> frozenset[SelectorID]:
         return frozenset(self._item_matches.get(item_id, ()))
+
+    def matching_now(self, sel_id: SelectorID) -> AbstractSet[ItemID]:
+        """The items ``sel_id`` matches, the index's own set (not a copy, which for a
+        selector of every endpoint costs what the set does): read it before the index
+        changes again, never change it."""
+        return self._matches.get(sel_id, _NONE)
+
+    def item_matching_now(self, item_id: ItemID) -> AbstractSet[SelectorID]:
+        """The selectors matching ``item_id``, as ``matching_now`` gives them."""
+        return self._item_matches.get(item_id, _NONE)
 
     def labels_of(self, item_id: ItemID) -> Mapping[str, str] | None:
         item = self._items.get(item_id)
