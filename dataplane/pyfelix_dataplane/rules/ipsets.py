@@ -32,17 +32,22 @@ def restore_script(
     versions: Iterable[int] = (4, 6),
     maxelem: int = DEFAULT_MAXELEM,
 ) -> str:
-    """``create`` and ``add`` lines for every set (members sorted), ready for ipset restore."""
-    lines = []
+    """``create`` and ``add`` lines for every set (members sorted), ready for ipset restore.
+
+    Made a set at a time: 10,000 network sets of 1.4M members in all were a line object
+    each, 120 MB beside the text they made."""
+    chunks = []
     for version in versions:
         family = "inet" if version == 4 else "inet6"
         for set_id in sorted(sets):
             set_type, members = sets[set_id]
             wanted = sorted(m for m in members if member_version(m) == version)
             name = ipset_name(set_id, version)
-            lines.append(f"create {name} {set_type} family {family} maxelem {maxelem}")
-            lines.extend(f"add {name} {member}" for member in wanted)
-    return "\n".join(lines) + ("\n" if lines else "")
+            chunks.append(f"create {name} {set_type} family {family} maxelem {maxelem}\n")
+            if wanted:
+                add = f"add {name} "
+                chunks.append(add + f"\n{add}".join(wanted) + "\n")
+    return "".join(chunks)
 
 
 MASQ_POOLS = "masq-ipam-pools"
