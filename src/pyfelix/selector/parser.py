@@ -16,6 +16,7 @@ import base64
 import functools
 import hashlib
 import re
+import sys
 from collections.abc import Callable, Mapping
 
 import attrs
@@ -222,7 +223,9 @@ def _scoped(text: str) -> tuple[str, str, str] | None:
     scopes every namespaced policy and rule to its namespace. A cluster has one such selector
     per namespace and policy, each distinct, but the scoped part is shared and already parsed:
     only the comparison is new. The label must be prefixed (have a "/"), so it is never one of
-    the grammar's words; anything unusual is left to the parser."""
+    the grammar's words; anything unusual is left to the parser. The label and value are
+    interned: the value is the namespace's name, which endpoints' labels already hold (a
+    copy for each of 100,000 policies was 13 MB)."""
     if not (text.startswith("(") and text.endswith("'")):
         return None
     cut = text.rfind(") && ")
@@ -237,7 +240,7 @@ def _scoped(text: str) -> tuple[str, str, str] | None:
         or not _PREFIXED_LABEL.fullmatch(label)
     ):
         return None
-    return inner, label, value
+    return inner, sys.intern(label), sys.intern(value)
 
 
 @functools.lru_cache(maxsize=_PARSE_CACHE_SIZE)
