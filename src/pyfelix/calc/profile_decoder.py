@@ -3,6 +3,7 @@ account updates (their pcns./pcsa. labels without the prefix), for the dataplane
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 
 from pyfelix import messages as m
@@ -20,7 +21,12 @@ from pyfelix.values import FrozenMap
 
 
 def _strip(labels: Mapping[str, str], prefix: str) -> FrozenMap[str]:
-    return FrozenMap({k[len(prefix) :]: v for k, v in labels.items() if k.startswith(prefix)})
+    """The labels that have ``prefix``, without it; the keys interned, as the prefixed ones
+    are (each namespace's are the same few)."""
+    cut = len(prefix)
+    return FrozenMap.adopt(
+        {sys.intern(k[cut:]): v for k, v in labels.items() if k.startswith(prefix)}
+    )
 
 
 class ProfileDecoder:
