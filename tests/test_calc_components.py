@@ -14,6 +14,7 @@ from pyfelix.values import FrozenMap, Port
 
 
 def members_recorder() -> tuple[dict[str, set[str]], IPSetMemberIndex]:
+    """The members each set has, as the index sends them (at its flush)."""
     members: dict[str, set[str]] = {}
     index = IPSetMemberIndex(
         lambda s, m: members.setdefault(s, set()).add(m),
@@ -31,6 +32,7 @@ def test_default_route_split_into_halves() -> None:
     index.on_ipset_active(data)
     everything = model.NetworkSet(("0.0.0.0/0",), FrozenMap({"role": "any"}))
     index.on_item_update(model.NetworkSetKey("all"), everything)
+    index.flush()
     assert members[data.id] == {"0.0.0.0/1", "128.0.0.0/1"}
 
 
@@ -45,10 +47,13 @@ def test_members_are_reference_counted_and_inherit_profile_labels() -> None:
             "active", "cali" + name, "", ("kns.a",), ("10.0.0.1/32",), (), FrozenMap()
         )
         index.on_item_update(name, endpoint)
+    index.flush()
     assert members[data.id] == {"10.0.0.1/32"}
     index.on_item_update("x", None)
+    index.flush()
     assert members[data.id] == {"10.0.0.1/32"}
     index.on_item_update("y", None)
+    index.flush()
     assert members[data.id] == set()
 
 
@@ -68,6 +73,7 @@ def test_named_port_members() -> None:
         ports=(model.EndpointPort("http", "tcp", 8080), model.EndpointPort("dns", "udp", 53)),
     )
     index.on_item_update("e", endpoint)
+    index.flush()
     assert members[data.id] == {"10.0.0.1,tcp:8080"}
     assert data.id == make_unique_id("n", f"{parse_selector('all()').unique_id},tcp,http")
     assert data.type == "hash:ip,port"

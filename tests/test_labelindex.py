@@ -36,6 +36,12 @@ OPS = st.lists(
         st.tuples(st.just("sel"), st.integers(0, len(SELECTORS) - 1), st.just({}), st.just([])),
         st.tuples(st.just("del-sel"), st.integers(0, len(SELECTORS) - 1), st.just({}), st.just([])),
         st.tuples(st.just("file"), st.just(0), st.just({}), st.just([])),
+        st.tuples(
+            st.just("sels"),
+            st.lists(st.integers(0, len(SELECTORS) - 1), max_size=3),
+            st.just({}),
+            st.just([]),
+        ),
     ),
     max_size=40,
 )
@@ -56,8 +62,8 @@ def effective(
 def test_matches_equal_brute_force(
     ops: list[tuple[str, object, dict[str, str], list[str]]], batched: bool
 ) -> None:
-    """After any sequence of changes (the items' labels filed ahead of need among them),
-    reported matches = evaluating everything from scratch, and a selector is reported
+    """After any sequence of changes (the items' labels filed ahead of need among them, and
+    selectors given in batches), reported matches = evaluating everything from scratch, and a selector is reported
     matching something from before its first match is reported to after its last one stops;
     with a new item's matches reported one by one, or at once (``batched``)."""
     reported: set[tuple[Hashable, Hashable]] = set()
@@ -114,6 +120,10 @@ def test_matches_equal_brute_force(
             assert isinstance(target, int)
             selectors.add(target)
             index.update_selector(target, parse_selector(SELECTORS[target]))
+        elif op == "sels":
+            assert isinstance(target, list)
+            selectors.update(target)
+            index.update_selectors([(t, parse_selector(SELECTORS[t])) for t in target])
         else:
             assert isinstance(target, int)
             selectors.discard(target)

@@ -22,7 +22,7 @@ from pyfelix.calc.dispatcher import Dispatcher, value_of
 from pyfelix.calc.labelindex import LabelIndex
 from pyfelix.calc.nested_members import NestedMembers
 from pyfelix.calc.rule_scanner import IPSetData
-from pyfelix.selector import parse_selector
+from pyfelix.selector import Selector, parse_selector
 from pyfelix.syncer.api import Update
 
 Item = model.WorkloadEndpoint | model.HostEndpoint | model.NetworkSet
@@ -71,7 +71,11 @@ def _members(data: IPSetData, item: Item) -> frozenset[str]:
 class IPSetMemberIndex:
     """The members of every active selector and named-port IP set: endpoints and network
     sets matched through a label index, their addresses counted per set, each member sent
-    when its first contributor comes and removed when its last goes."""
+    when its first contributor comes and removed when its last goes.
+
+    A set made active is matched at the next flush (or work ahead), with the others made
+    active since: the rule scanner activates them one by one as policies become active, and
+    the label index files the labels they ask about in one pass over the items for all."""
 
     def __init__(
         self,
@@ -93,19 +97,29 @@ class IPSetMemberIndex:
         self._items: dict[Hashable, Item] = {}
         #: Set id -> member -> how many matching items contribute it.
         self._counts: dict[str, dict[str, int]] = {}
+        #: Sets made active since the last flush, not yet in the index.
+        self._pending: dict[str, Selector] = {}
 
     def _members_of(self, set_id: str) -> Collection[str]:
         return self._counts.get(set_id, {}).keys()
 
     def flush(self) -> None:
-        """Send what is left to send (the nested members' wide changes settled)."""
+        """Send what is left to send (the new sets' members, the nested members' wide
+        changes settled)."""
+        self._match_pending()
         if self._nested is not None:
             self._nested.flush()
 
     def work_ahead(self) -> None:
-        """File the endpoints' labels that came since the last time (``LabelIndex.file_items``):
-        the first active selector would, all at once."""
+        """Match the sets made active since the last time, and file the endpoints' labels
+        that came since (``LabelIndex.file_items``): the flush would, all at once."""
+        self._match_pending()
         self._index.file_items()
+
+    def _match_pending(self) -> None:
+        if self._pending:
+            pending, self._pending = self._pending, {}
+            self._index.update_selectors(pending.items())
 
     def register_with(self, updates: Dispatcher) -> None:
         for key_type in (model.WorkloadEndpointKey, model.HostEndpointKey, model.NetworkSetKey):
@@ -130,11 +144,13 @@ class IPSetMemberIndex:
         if data.service:
             return
         self._sets[data.id] = data
-        self._index.update_selector(data.id, parse_selector(data.selector))
+        # Its members counted at the flush: until then, no item's change touches it.
+        self._pending[data.id] = parse_selector(data.selector)
 
     def on_ipset_inactive(self, data: IPSetData) -> None:
         if data.service or data.id not in self._sets:
             return
+        self._pending.pop(data.id, None)
         self._index.delete_selector(data.id)
         del self._sets[data.id]
         if self._nested is not None:
