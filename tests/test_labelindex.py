@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyfelix.calc.labelindex import LabelIndex
+from pyfelix.calc.labelindex import FewItemsLabelIndex, LabelIndex
 from pyfelix.selector import parse_selector
 
 SELECTORS = [
@@ -58,14 +58,17 @@ def effective(
 
 
 @settings(max_examples=400)
-@given(OPS, st.booleans())
+@given(OPS, st.booleans(), st.sampled_from([LabelIndex, FewItemsLabelIndex]))
 def test_matches_equal_brute_force(
-    ops: list[tuple[str, object, dict[str, str], list[str]]], batched: bool
+    ops: list[tuple[str, object, dict[str, str], list[str]]],
+    batched: bool,
+    kind: type[LabelIndex],
 ) -> None:
     """After any sequence of changes (the items' labels filed ahead of need among them, and
-    selectors given in batches), reported matches = evaluating everything from scratch, and a selector is reported
-    matching something from before its first match is reported to after its last one stops;
-    with a new item's matches reported one by one, or at once (``batched``)."""
+    selectors given in batches), reported matches = evaluating everything from scratch, and
+    a selector is reported matching something from before its first match is reported to
+    after its last one stops; with a new item's matches reported one by one, or at once
+    (``batched``); by either kind of index, and each tells a selector's matches as they are."""
     reported: set[tuple[Hashable, Hashable]] = set()
     matching: set[Hashable] = set()
 
@@ -93,7 +96,7 @@ def test_matches_equal_brute_force(
         for sel in sels:
             started(sel, item)
 
-    index = LabelIndex(started, stopped, first, last, item_started if batched else None)
+    index = kind(started, stopped, first, last, item_started if batched else None)
     items: dict[int, tuple[dict[str, str], list[str]]] = {}
     parents: dict[str, dict[str, str]] = {}
     selectors: set[int] = set()
@@ -136,6 +139,9 @@ def test_matches_equal_brute_force(
         }
         assert reported == expected
         assert matching == {s for s, _ in expected}
+        for s in range(len(SELECTORS)):
+            assert index.matches(s) == {i for t, i in expected if t == s}
+            assert index.has_matches(s) == (s in matching)
 
 
 def test_selector_on_a_value_only_tests_items_with_that_value() -> None:

@@ -19,8 +19,8 @@ from typing import cast
 from pyfelix import model
 from pyfelix.calc.dispatcher import Dispatcher, endpoint_of, value_of
 from pyfelix.calc.labelindex import (
+    FewItemsLabelIndex,
     ItemMatchesCallback,
-    LabelIndex,
     MatchCallback,
     SelectorCallback,
 )
@@ -58,7 +58,7 @@ class ActiveRulesCalculator:
         # The index hands back the ids it was given: policy keys as selectors, endpoint keys
         # as items (typed once here, not asserted for each of a snapshot's 2M matches); a
         # policy is active from its first match to its last, which the index tells.
-        self._index = LabelIndex(
+        self._index = FewItemsLabelIndex(
             cast(MatchCallback, on_match_started),
             cast(MatchCallback, on_match_stopped),
             cast(SelectorCallback, self._first_match),

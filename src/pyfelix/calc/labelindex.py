@@ -167,7 +167,7 @@ class LabelIndex:
 
     def _match_selector(self, sel_id: SelectorID, selector: Selector) -> None:
         """Stop the matches ``selector`` no longer has, start its new ones."""
-        matches = set(self._matches.get(sel_id, ()))
+        matches = set(self._selector_items(sel_id))
         items, effective = self._items, self._effective
         for item_id in matches:
             if not selector.evaluate(effective(items[item_id])):
@@ -182,7 +182,7 @@ class LabelIndex:
     def delete_selector(self, sel_id: SelectorID) -> None:
         if sel_id not in self._selectors:
             return
-        for item_id in list(self._matches.get(sel_id, ())):
+        for item_id in list(self._selector_items(sel_id)):
             self._stop(sel_id, item_id)
         self._unfile_selector(sel_id)
         del self._selectors[sel_id]
@@ -506,11 +506,15 @@ class LabelIndex:
         if last and self._last is not None:
             self._last(sel_id)
 
+    def _selector_items(self, sel_id: SelectorID) -> AbstractSet[ItemID]:
+        """The items ``sel_id`` matches (the index's own set: read, never change, it)."""
+        return self._matches.get(sel_id, _NONE)
+
     def has_matches(self, sel_id: SelectorID) -> bool:
         return sel_id in self._matches
 
     def matches(self, sel_id: SelectorID) -> frozenset[ItemID]:
-        return frozenset(self._matches.get(sel_id, ()))
+        return frozenset(self._selector_items(sel_id))
 
     def item_matches(self, item_id: ItemID) -> frozenset[SelectorID]:
         return frozenset(self._item_matches.get(item_id, ()))
@@ -519,7 +523,7 @@ class LabelIndex:
         """The items ``sel_id`` matches, the index's own set (not a copy, which for a
         selector of every endpoint costs what the set does): read it before the index
         changes again, never change it."""
-        return self._matches.get(sel_id, _NONE)
+        return self._selector_items(sel_id)
 
     def item_matching_now(self, item_id: ItemID) -> AbstractSet[SelectorID]:
         """The selectors matching ``item_id``, as ``matching_now`` gives them."""
@@ -528,3 +532,78 @@ class LabelIndex:
     def labels_of(self, item_id: ItemID) -> Mapping[str, str] | None:
         item = self._items.get(item_id)
         return None if item is None else self._effective(item)
+
+
+class FewItemsLabelIndex(LabelIndex):
+    """A label index of few items (a node's own endpoints, for the policies' selectors),
+    which keeps no set of items for each selector, only their count: a selector's items are
+    found by looking in each item's set of selectors when it changes or goes, or is asked
+    about. Where 10,000 policies select all of 200 endpoints, that is 2M pairs not held a
+    second time (76 MB), and a set operation less for each."""
+
+    def __init__(
+        self,
+        on_match_started: MatchCallback,
+        on_match_stopped: MatchCallback,
+        on_first_match: SelectorCallback | None = None,
+        on_last_match: SelectorCallback | None = None,
+        on_item_matches_started: ItemMatchesCallback | None = None,
+    ) -> None:
+        super().__init__(
+            on_match_started,
+            on_match_stopped,
+            on_first_match,
+            on_last_match,
+            on_item_matches_started,
+        )
+        self._counts: dict[SelectorID, int] = {}
+
+    def _selector_items(self, sel_id: SelectorID) -> AbstractSet[ItemID]:
+        if sel_id not in self._counts:
+            return _NONE
+        return {i for i, selectors in self._item_matches.items() if sel_id in selectors}
+
+    def has_matches(self, sel_id: SelectorID) -> bool:
+        return sel_id in self._counts
+
+    def _start(self, sel_id: SelectorID, item_id: ItemID) -> None:
+        selectors = self._item_matches.get(item_id)
+        if selectors is None:
+            self._item_matches[item_id] = {sel_id}
+        else:
+            selectors.add(sel_id)
+        count = self._counts.get(sel_id, 0)
+        self._counts[sel_id] = count + 1
+        if not count and self._first is not None:
+            self._first(sel_id)
+        self._started(sel_id, item_id)
+
+    def _start_item(self, item_id: ItemID, sel_ids: list[SelectorID]) -> None:
+        if self._item_started is None:
+            for sel_id in sel_ids:
+                self._start(sel_id, item_id)
+            return
+        self._item_matches[item_id] = set(sel_ids)
+        counts, first = self._counts, self._first
+        for sel_id in sel_ids:
+            count = counts.get(sel_id, 0)
+            counts[sel_id] = count + 1
+            if not count and first is not None:
+                first(sel_id)
+        self._item_started(item_id, sel_ids)
+
+    def _stop(self, sel_id: SelectorID, item_id: ItemID) -> None:
+        selectors = self._item_matches.get(item_id)
+        if selectors is None or sel_id not in selectors:
+            return
+        selectors.discard(sel_id)
+        if not selectors:
+            del self._item_matches[item_id]
+        count = self._counts[sel_id] - 1
+        if count:
+            self._counts[sel_id] = count
+        else:
+            del self._counts[sel_id]
+        self._stopped(sel_id, item_id)
+        if not count and self._last is not None:
+            self._last(sel_id)
