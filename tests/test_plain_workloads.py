@@ -8,6 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pyfelix import model
 from pyfelix.datastore.layout import list_prefix
 from pyfelix.resources import WorkloadEndpoint
 from pyfelix.resources.meta import load_document
@@ -180,6 +181,36 @@ def test_a_cni_written_endpoint_takes_the_direct_path() -> None:
         "projectcalico.org/orchestrator": "k8s",
         "projectcalico.org/serviceaccount": "default",
     }
+
+
+def test_endpoints_naming_the_same_profiles_share_one_tuple() -> None:
+    """Two pods of a namespace, through the direct path, hold one tuple of profile names."""
+    a, b = (
+        plain_workload(
+            {
+                "apiVersion": "projectcalico.org/v3",
+                "kind": "WorkloadEndpoint",
+                "metadata": {"name": f"node--a-k8s-web--{n}-eth0", "namespace": "prod"},
+                "spec": {
+                    "orchestrator": "k8s",
+                    "node": "node-a",
+                    "pod": f"web-{n}",
+                    "endpoint": "eth0",
+                    "ipNetworks": [f"10.65.0.{n}/32"],
+                    "profiles": ["kns.prod", "ksa.prod.default"],
+                    "interfaceName": f"cali012345678{n}",
+                },
+            }
+        )
+        for n in (1, 2)
+    )
+    assert a is not None
+    assert b is not None
+    first, second = a[1], b[1]
+    assert isinstance(first, model.WorkloadEndpoint)
+    assert isinstance(second, model.WorkloadEndpoint)
+    assert first.profile_ids == ("kns.prod", "ksa.prod.default")
+    assert first.profile_ids is second.profile_ids
 
 
 def test_anything_else_is_left_to_the_general_path() -> None:

@@ -37,7 +37,7 @@ from pyfelix.syncer.processors import KV, workload_label_dict
 from pyfelix.syncer.processors.endpoints import split_nets
 from pyfelix.validation.common import port_name_problem
 from pyfelix.validation.kinds import plain_metadata_valid
-from pyfelix.values import FrozenMap
+from pyfelix.values import FrozenMap, shared_names
 
 #: Pod's KIND (a test compares it with the class's).
 _KIND = "Pod"
@@ -260,7 +260,7 @@ def pod_entry(fields: PodFields) -> tuple[Identity, KV]:
         "active",
         interface,
         "",
-        profiles,
+        shared_names(profiles),
         v4,
         v6,
         FrozenMap.shared(labels),

@@ -23,7 +23,7 @@ from pyfelix.resources.loader import Identity
 from pyfelix.resources.meta import CALICO_API_VERSION
 from pyfelix.syncer.processors import KV, workload_key_of, workload_label_dict
 from pyfelix.validation.kinds import plain_workload_valid
-from pyfelix.values import FrozenMap
+from pyfelix.values import FrozenMap, shared_names
 
 #: WorkloadEndpoint's KIND (not imported from its class: this module is on every agent's
 #: path, the class only where endpoints are decoded whole; a test compares them).
@@ -195,5 +195,7 @@ def from_fields(fields: PlainFields) -> tuple[Identity, KV]:
     if not nets:
         return (_KIND, namespace, name), (key, None)
     labels_map = FrozenMap.shared(labels)
-    value = model.WorkloadEndpoint("active", interface, mac, profiles, nets, (), labels_map)
+    value = model.WorkloadEndpoint(
+        "active", interface, mac, shared_names(profiles), nets, (), labels_map
+    )
     return (_KIND, namespace, name), (key, value)
