@@ -141,7 +141,10 @@ class LabelIndex:
 
     def update_selectors(self, selectors: Iterable[tuple[SelectorID, Selector]]) -> None:
         """``update_selector`` for each, their new labels filed on the item side in one pass
-        over the items (a flush's IP set selectors, which arrive one by one)."""
+        over the items (a flush's IP set selectors, which arrive one by one), and each
+        candidate item's labels merged once to test all the selectors it is a candidate of
+        (tested selector by selector, an item's merge was not kept from one to the next:
+        3M merges for Felix's varied shape)."""
         changed = [(i, s) for i, s in selectors if self._replace_selector(i, s)]
         if self._items:
             labels = set()
@@ -150,8 +153,15 @@ class LabelIndex:
                 if label is not None:
                     labels.add(label)
             self._file_more_labels(labels)
+        tests: dict[ItemID, list[SelectorID]] = {}
         for sel_id, selector in changed:
-            self._match_selector(sel_id, selector)
+            self._match_selector(sel_id, selector, tests)
+        items, selectors_by_id = self._items, self._selectors
+        for item_id, sel_ids in tests.items():
+            labels_of = self._effective(items[item_id])
+            for sel_id in sel_ids:
+                if selectors_by_id[sel_id].evaluate(labels_of):
+                    self._start(sel_id, item_id)
 
     def _replace_selector(self, sel_id: SelectorID, selector: Selector) -> bool:
         """File ``selector`` on the selector side in place of ``sel_id``'s old one (False:
@@ -165,8 +175,14 @@ class LabelIndex:
         self._file_selector(sel_id, selector)
         return True
 
-    def _match_selector(self, sel_id: SelectorID, selector: Selector) -> None:
-        """Stop the matches ``selector`` no longer has, start its new ones."""
+    def _match_selector(
+        self,
+        sel_id: SelectorID,
+        selector: Selector,
+        tests: dict[ItemID, list[SelectorID]] | None = None,
+    ) -> None:
+        """Stop the matches ``selector`` no longer has, start its new ones (those that need
+        testing noted in ``tests`` instead, if given, for the caller to test)."""
         matches = set(self._selector_items(sel_id))
         items, effective = self._items, self._effective
         for item_id in matches:
@@ -176,7 +192,13 @@ class LabelIndex:
         # it: its candidates are its matches, and their labels need no merging to tell.
         exact = selector.is_one_restriction
         for item_id in self._candidate_items(sel_id):
-            if item_id not in matches and (exact or selector.evaluate(effective(items[item_id]))):
+            if item_id in matches:
+                continue
+            if exact:
+                self._start(sel_id, item_id)
+            elif tests is not None:
+                tests.setdefault(item_id, []).append(sel_id)
+            elif selector.evaluate(effective(items[item_id])):
                 self._start(sel_id, item_id)
 
     def delete_selector(self, sel_id: SelectorID) -> None:
