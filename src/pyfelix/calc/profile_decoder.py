@@ -20,13 +20,13 @@ from pyfelix.syncer.api import Update
 from pyfelix.values import FrozenMap
 
 
-def _strip(labels: Mapping[str, str], prefix: str) -> FrozenMap[str]:
+def _strip(labels: Mapping[str, str], prefix: str, *, shared: bool = False) -> FrozenMap[str]:
     """The labels that have ``prefix``, without it; the keys interned, as the prefixed ones
-    are (each namespace's are the same few)."""
+    are (each namespace's are the same few). ``shared``: an equal map made before serves
+    (every namespace's "default" service account has the same labels)."""
     cut = len(prefix)
-    return FrozenMap.adopt(
-        {sys.intern(k[cut:]): v for k, v in labels.items() if k.startswith(prefix)}
-    )
+    stripped = {sys.intern(k[cut:]): v for k, v in labels.items() if k.startswith(prefix)}
+    return FrozenMap.shared(stripped) if shared else FrozenMap.adopt(stripped)
 
 
 class ProfileDecoder:
@@ -58,5 +58,5 @@ class ProfileDecoder:
             if labels is None:
                 self._out.on_service_account_remove(key)
             else:
-                stripped = _strip(labels, SERVICE_ACCOUNT_LABEL_PREFIX)
+                stripped = _strip(labels, SERVICE_ACCOUNT_LABEL_PREFIX, shared=True)
                 self._out.on_service_account_update(m.ServiceAccountUpdate(key, stripped))

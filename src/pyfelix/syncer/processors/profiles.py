@@ -34,12 +34,12 @@ from pyfelix.syncer.processors.policies import (
 
 def _profile_kvs(
     name: str,
-    labels: Mapping[str, str],
+    labels: FrozenMap[str],
     ingress: tuple[model.Rule, ...],
     egress: tuple[model.Rule, ...],
     origin: Resource | None,
 ) -> list[KV]:
-    label_value = model.ProfileLabels(FrozenMap(labels), origin=origin) if labels else None
+    label_value = model.ProfileLabels(labels, origin=origin) if labels else None
     return [
         (model.ProfileLabelsKey(name), label_value),
         (model.ProfileRulesKey(name), model.ProfileRules(ingress, egress, origin=origin)),
@@ -78,7 +78,7 @@ def namespace_kvs(name: str, labels: Mapping[str, str], origin: Resource | None)
     applied = {sys.intern(f"{NAMESPACE_LABEL_PREFIX}{k}"): v for k, v in labels.items()}
     applied[_NAMESPACE_NAME] = name
     profile = f"{NAMESPACE_PROFILE_PREFIX}{name}"
-    return _profile_kvs(profile, applied, _ALLOW_ALL, _ALLOW_ALL, origin)
+    return _profile_kvs(profile, FrozenMap.adopt(applied), _ALLOW_ALL, _ALLOW_ALL, origin)
 
 
 def _service_account(sa: ServiceAccount) -> list[KV]:
@@ -94,4 +94,5 @@ def service_account_kvs(
     applied = {sys.intern(f"{SERVICE_ACCOUNT_LABEL_PREFIX}{k}"): v for k, v in labels.items()}
     applied[_SERVICE_ACCOUNT_NAME] = name
     profile = f"{SERVICE_ACCOUNT_PROFILE_PREFIX}{namespace}.{name}"
-    return _profile_kvs(profile, applied, (), (), origin)
+    # Shared: every namespace's "default" account applies the same labels.
+    return _profile_kvs(profile, FrozenMap.shared(applied), (), (), origin)
