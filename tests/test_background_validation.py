@@ -14,7 +14,7 @@ from _pytest.capture import CaptureResult
 
 from pyfelix import cli, dryrun
 from pyfelix.resources import json_items, load_paths
-from pyfelix.resources.loader import load_file
+from pyfelix.resources.loader import LoadResult, load_file
 from pyfelix.syncer.plain_namespaces import (
     plain_digest,
     plain_entry,
@@ -285,11 +285,15 @@ def test_the_graph_working_ahead_while_it_waits_changes_no_output(tmp_path: Path
     (tmp_path / "a.yaml").write_text(ENDPOINTS)
     (tmp_path / "b.yaml").write_text(POLICY)
     loads = [load_file(tmp_path / name, plain_entry) for name in ("a.yaml", "b.yaml")]
-    alone, _ = dryrun.compute_files(loads, "node-a")
+
+    def reload() -> LoadResult:
+        raise AssertionError("no FelixConfiguration here: nothing to compute again")
+
+    alone, _ = dryrun.compute_files(loads, "node-a", reload=reload)
     members = [s["members"] for s in alone["ipsets"]]
     assert ["10.65.1.1/32"] in members  # the remote db endpoint, matched by the rule
     for waits in ([None, loads[0], None, loads[1], None], [loads[0], None, None, loads[1]]):
-        assert dryrun.compute_files(waits, "node-a")[0] == alone
+        assert dryrun.compute_files(waits, "node-a", reload=reload)[0] == alone
 
 
 def _same_without_the_child(

@@ -359,3 +359,22 @@ def test_a_new_source_whose_key_is_taken_is_left_to_the_general_resolution() -> 
     ]
     (back,) = converter.produce("a", (), "3")
     assert back.value == "from b"
+
+
+def test_a_converter_for_validated_input_keeps_no_resource() -> None:
+    """Only the validation filter reads a value's origin: a converter of input validated
+    beforehand (the dry-run's) drops it, so the graph does not hold every resource, and the
+    values are otherwise the ones a filtered pipeline's converter makes. A passed-through
+    resource stays, as it is the value itself."""
+    kept, dropped = Converter(), Converter(keep_origins=False)
+    for kind in ("GlobalNetworkPolicy", "NetworkPolicy", "Node", "GlobalNetworkSet"):
+        resource = KINDS[kind].from_manifest(document(kind, "x"))
+        with_origin = kept.update(kind, resource)
+        without = dropped.update(kind, resource)
+        assert without == with_origin  # origins are not part of a value's equality
+        assert any(getattr(u.value, "origin", None) is resource for u in with_origin)
+        for update in without:
+            if isinstance(update.value, model.Passthrough):
+                assert update.value.origin is resource
+            else:
+                assert getattr(update.value, "origin", None) is None

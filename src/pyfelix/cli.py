@@ -304,7 +304,8 @@ def _dry_run_manifests(
             # The child parses and checks each file; this process computes it as it comes.
             trusted = partial(plain_entry, validate=False)
             loaded = tally.watch(validation.loaded(trusted, waiting=True))
-            view, _ = compute_files(loaded, hostname, kube_ipvs=kube_ipvs)
+            reload = partial(load_paths, sources, direct=plain_entry)
+            view, _ = compute_files(loaded, hostname, reload=reload, kube_ipvs=kube_ipvs)
         else:
             result = load_paths(sources, direct=plain_entry)
             tally.note(result)

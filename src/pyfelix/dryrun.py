@@ -18,6 +18,7 @@ from pyfelix.calc.pipeline import Pipeline, build_pipeline
 from pyfelix.config import NFTablesMode, parse_config
 from pyfelix.jsontext import write_indented
 from pyfelix.resources import Resource
+from pyfelix.resources.config_sources import STARTUP_KINDS
 from pyfelix.resources.loader import Direct, Identity, LoadResult, Located
 from pyfelix.resources.skipped import skipped_line
 from pyfelix.syncer.processors import KV
@@ -169,31 +170,40 @@ def computed_pipeline(
 
 
 def compute_files(
-    files: Iterable[LoadResult | None], hostname: str, *, kube_ipvs: bool = False
+    files: Iterable[LoadResult | None],
+    hostname: str,
+    *,
+    reload: Callable[[], LoadResult],
+    kube_ipvs: bool = False,
 ) -> tuple[dict[str, Any], NodeState]:
     """``compute`` of validated files' loads, each computed as it comes (the first of each
     resource kept, as ``merge`` keeps it), so that the computing overlaps the loading; a
     None among them says the next is not ready, and the graph works ahead meanwhile. The
     graph is built with the settings of the environment (RouteSource, NFTablesMode); should
     the files' own FelixConfigurations say otherwise (which the start-up configuration takes
-    from them), the whole is computed again with theirs."""
+    from them), the whole is computed again with theirs, from ``reload`` (the same input
+    loaded again: the loads are not kept for it, as they would hold every resource until
+    the end)."""
     dataplane = NodeState()
     settings = GraphSettings.of(startup_config((), hostname))
     pipeline = build_pipeline(hostname, dataplane.apply, validated=True, settings=settings)
     seen: set[Identity] = set()
-    resources: list[Resource] = []
-    direct: list[Direct] = []
+    configurations: list[Resource] = []
     for result in files:
         if result is None:
             pipeline.work_ahead()
             continue
         mine = [item.resource for item in _first(result.resources, seen)]
         theirs = _first(result.direct, seen)
-        resources += mine
-        direct += theirs
+        configurations += [r for r in mine if isinstance(r, STARTUP_KINDS)]
         pipeline.add(mine, ((d.key, cast(tuple[KV, ...], d.value)) for d in theirs))
-    if GraphSettings.of(startup_config(resources, hostname)) != settings:
-        return compute(resources, hostname, validated=True, direct=direct, kube_ipvs=kube_ipvs)
+    if GraphSettings.of(startup_config(configurations, hostname)) != settings:
+        del pipeline, dataplane, seen  # built otherwise: their memory is the next one's
+        loaded = reload()
+        resources = (item.resource for item in loaded.resources)
+        return compute(
+            resources, hostname, validated=True, direct=loaded.direct, kube_ipvs=kube_ipvs
+        )
     pipeline.finish()
     return _view(pipeline, dataplane, hostname, kube_ipvs), dataplane
 

@@ -34,6 +34,10 @@ _WARNED: set[tuple[str, ...]] = set()
 GLOBAL = "default"
 NODE_PREFIX = "node."
 
+#: The resources the start-up configuration is made of: FelixConfigurations, and the Node
+#: whose labels choose the selector-scoped ones (what a caller keeps to merge them later).
+STARTUP_KINDS = (FelixConfiguration, Node)
+
 
 def environment_config(environ: Mapping[str, str]) -> dict[str, str]:
     """Felix parameters set as FELIX_<NAME> (case-insensitive), by their canonical names."""
@@ -116,6 +120,8 @@ def startup_text(
     scoped: list[SelectorScoped] = []
     labels: Mapping[str, str] | None = None
     for resource in resources:
+        if not isinstance(resource, STARTUP_KINDS):
+            continue
         if isinstance(resource, FelixConfiguration):
             if resource.name == GLOBAL:
                 global_.update(resource.spec.felix_values())
@@ -125,7 +131,7 @@ def startup_text(
                 entry = SelectorScoped.of(resource)
                 if entry is not None:
                     scoped.append(entry)
-        elif isinstance(resource, Node) and resource.name == hostname and hostname:
+        elif resource.name == hostname and hostname:
             labels = resource.labels
     selected = selector_config(scoped, labels)
     return merged(global_, selected, host, environment_config(environ))

@@ -144,12 +144,20 @@ class Converter:
     #: is hashable.
     _produced: dict[Hashable, tuple[KV, ...]] = attrs.Factory(dict)
     _owners: dict[Hashable, Hashable | list[Hashable]] = attrs.Factory(dict)
+    #: Whether the values keep the resource they were converted from (``origin``), which only
+    #: the validation filter reads. Input validated beforehand has no filter: there the
+    #: origins would only keep every decoded resource alive in the graph (100,000 policies'
+    #: are 30 MB).
+    keep_origins: bool = True
 
     def update(
         self, source: Hashable, resource: Resource | None, revision: str = ""
     ) -> list[Update]:
         """The Updates that bring downstream from the old to the new form of ``source``."""
         new = tuple(convert(resource)) if resource is not None else ()
+        if not self.keep_origins:
+            for _, value in new:
+                _drop_origin(value)
         return self.produce(source, new, revision)
 
     def produce(self, source: Hashable, new: tuple[KV, ...], revision: str = "") -> list[Update]:
@@ -232,6 +240,22 @@ class Converter:
 
     def keys(self) -> Iterator[Hashable]:
         return iter(self._owners)
+
+
+#: Whether a value class records its resource in a field ``origin`` of its own (a
+#: Passthrough's is the value itself).
+_ORIGIN_FIELD: dict[type, bool] = {}
+
+
+def _drop_origin(value: object) -> None:
+    """``value`` without the resource it records: made by ``convert`` just now and seen by
+    no one yet, so changed in place (an evolved copy would construct each value twice)."""
+    cls = type(value)
+    has = _ORIGIN_FIELD.get(cls)
+    if has is None:
+        has = _ORIGIN_FIELD[cls] = attrs.has(cls) and "origin" in attrs.fields_dict(cls)
+    if has:
+        object.__setattr__(value, "origin", None)
 
 
 def _same(a: object | None, b: object | None) -> bool:
