@@ -117,7 +117,8 @@ class LabelIndex:
         #: Recently merged effective labels, by item (an item's labels change by a new
         #: ``_Item``; a parent's change empties it).
         self._merged: dict[_Item, Mapping[str, str]] = {}
-        self._parent_items: dict[str, set[ItemID]] = {}
+        #: Each parent's items, as a bucket: a tenant's namespace often holds one pod.
+        self._parent_items: dict[str, Bucket] = {}
         self._matches: dict[SelectorID, set[ItemID]] = {}
         self._item_matches: dict[ItemID, set[SelectorID]] = {}
         # Selector side of the index.
@@ -328,10 +329,10 @@ class LabelIndex:
             if old.own == labels and old.parents == parents:
                 return
             for parent in old.parents:
-                self._parent_items.get(parent, set()).discard(item_id)
+                _bucket_discard(self._parent_items, parent, item_id)
         item = self._items[item_id] = _Item(labels, parents)
         for parent in parents:
-            self._parent_items.setdefault(parent, set()).add(item_id)
+            _bucket_add(self._parent_items, parent, item_id)
         if old is not None:
             self._recalculate(item_id, self._effective(old))
             return
@@ -352,11 +353,7 @@ class LabelIndex:
             self._stop(sel_id, item_id)
         self._unfile_item(item_id, self._effective(item))
         for parent in item.parents:
-            members = self._parent_items.get(parent)
-            if members is not None:
-                members.discard(item_id)
-                if not members:
-                    del self._parent_items[parent]
+            _bucket_discard(self._parent_items, parent, item_id)
         del self._items[item_id]
         self._item_matches.pop(item_id, None)
 
