@@ -299,12 +299,15 @@ class LabelIndex:
         self._filed_labels |= new
         if not self._item_side_built:
             return  # the first question files every item, under every filed label
-        self._file_unfiled()  # (under the new labels too)
         items, effective, by_label = self._items, self._effective, self._items_by_label
+        unfiled = self._unfiled
         for item_id, item in items.items():
+            if item_id in unfiled:
+                continue  # filed below, under every label
             labels_of = effective(item)
             for key in new & labels_of.keys():
                 _bucket_add(by_label.setdefault(key, {}), labels_of[key], item_id)
+        self._file_unfiled()
 
     def _file_unfiled(self) -> None:
         """Bring the item side up to date (the first time, build it)."""
