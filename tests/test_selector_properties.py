@@ -127,15 +127,24 @@ def test_label_restrictions_hold_for_every_match(
 
 @settings(max_examples=300)
 @given(
-    EXPRESSIONS, VALUES.filter(lambda v: "'" not in v), st.sampled_from(["a/b", "in/x", "p.q/r"])
+    EXPRESSIONS,
+    VALUES.filter(lambda v: "'" not in v),
+    st.sampled_from(["a/b", "in/x", "p.q/r"]),
+    st.lists(LABEL_SETS, min_size=1, max_size=5),
 )
 def test_scoped_selectors_parse_as_the_parser_parses_them(
-    expr: Expr, value: str, label: str
+    expr: Expr, value: str, label: str, label_sets: list[dict[str, str]]
 ) -> None:
-    """The shortcut for ``(inner) && label == 'value'`` (every namespaced policy) builds what
-    the full parser builds."""
+    """The shortcut for ``(inner) && label == 'value'`` (every namespaced policy) gives what
+    the full parser gives: the same text and id, restrictions, evaluation and labels renamed
+    (its one node stands for the full parser's And of the two)."""
     text = f"({expr[0]}) && {label} == '{value}'"
     shortcut = parse_selector(text)
     full = Selector(_Parser(text).parse())
     assert shortcut.canonical == full.canonical
-    assert shortcut.root == full.root
+    assert shortcut.unique_id == full.unique_id
+    assert shortcut.label_restrictions == full.label_restrictions
+    prefixed = full.with_label_prefix("pre.")
+    assert shortcut.with_label_prefix("pre.").root == prefixed.root
+    for labels in [*label_sets, *({**s, label: value} for s in label_sets)]:
+        assert shortcut.evaluate(labels) == full.evaluate(labels)

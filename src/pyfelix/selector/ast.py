@@ -237,6 +237,34 @@ class AndNode(Node):
 
 
 @attrs.frozen
+class ScopedNode(Node):
+    """``(inner) && label == "value"``, the AndNode of the two as one object: a namespaced
+    policy's selector scoped to its namespace, which a cluster of tenants holds for every
+    policy (the AndNode, its tuple and the comparison were 13 MB for 100,000). It prints,
+    restricts and evaluates as that AndNode does, whose parts it makes when asked."""
+
+    inner: Node
+    label: str
+    value: str
+
+    @property
+    def operands(self) -> tuple[Node, ...]:
+        return (self.inner, CompareNode(self.label, "==", self.value))
+
+    def canonical(self) -> str:
+        return f"({self.inner.canonical()} && {self.label} == {_quote(self.value)})"
+
+    def restrictions(self) -> Restrictions:
+        return AndNode(self.operands).restrictions()
+
+    def source(self, pool: ConstPool) -> str:
+        return AndNode(self.operands).source(pool)
+
+    def map_labels(self, rename: Callable[[str], str]) -> Node:
+        return AndNode(self.operands).map_labels(rename)
+
+
+@attrs.frozen
 class OrNode(Node):
     operands: tuple[Node, ...]
 

@@ -33,6 +33,7 @@ from pyfelix.selector.ast import (
     Node,
     NotNode,
     OrNode,
+    ScopedNode,
     compile_node,
 )
 from pyfelix.selector.tokenizer import MAX_LABEL_LENGTH, Kind, SelectorError, Token, tokenize
@@ -255,7 +256,7 @@ def parse_selector(text: str) -> Selector:
         except (SelectorError, RecursionError):
             pass  # not of that form after all: the parser says what is wrong
         else:
-            return Selector(AndNode((root, CompareNode(label, "==", value))))
+            return Selector(ScopedNode(root, label, value))
     try:
         return Selector(_Parser(text).parse())
     except RecursionError:
