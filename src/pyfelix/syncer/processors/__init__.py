@@ -15,7 +15,7 @@ sources.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 
@@ -137,12 +137,13 @@ class Converter:
     when the winner goes away.
     """
 
-    #: What each source produced, and each key's sources: a tuple, and the source itself or
-    #: (for a key several sources produce) a list of them, as nearly every source produces
-    #: one key and nearly every key has one source (a dict and a set each would be a fifth
-    #: of a large snapshot's memory, a list for every key 6%). A source is never a list: it
-    #: is hashable.
-    _produced: dict[Hashable, tuple[KV, ...]] = attrs.Factory(dict)
+    #: What each source produced, and each key's sources: its one (key, value) pair itself
+    #: or a tuple of its pairs, and the source itself or (for a key several sources produce)
+    #: a list of them, as nearly every source produces one key and nearly every key has one
+    #: source (a dict and a set each would be a fifth of a large snapshot's memory, a list
+    #: for every key 6%, a tuple around every pair 2%). A model key is never a tuple, which
+    #: tells a pair from a tuple of pairs; a source is never a list: it is hashable.
+    _produced: dict[Hashable, KV | tuple[KV, ...]] = attrs.Factory(dict)
     _owners: dict[Hashable, Hashable | list[Hashable]] = attrs.Factory(dict)
     #: Whether the values keep the resource they were converted from (``origin``), which only
     #: the validation filter reads. Input validated beforehand has no filter: there the
@@ -162,7 +163,8 @@ class Converter:
 
     def produce(self, source: Hashable, new: tuple[KV, ...], revision: str = "") -> list[Update]:
         """As ``update``, for a source already converted (``new``: what it stands for now)."""
-        old = self._produced.get(source)
+        held = self._produced.get(source)
+        old = None if held is None else _pairs(held)
         owners = self._owners
         if old is None:
             for key, _ in new:
@@ -171,7 +173,7 @@ class Converter:
             else:
                 # A new source with keys of its own: what it produced is what goes downstream.
                 if new:
-                    self._produced[source] = new
+                    self._produced[source] = new[0] if len(new) == 1 else new
                 for key, _ in new:
                     owners[key] = source
                 return [Update(k, v, revision, UpdateType.NEW) for k, v in new if v is not None]
@@ -180,7 +182,7 @@ class Converter:
         new_keys = {key for key, _ in new}
         before = {key: self._winning_value(key) for key in keys}
         if new:
-            self._produced[source] = new
+            self._produced[source] = new[0] if len(new) == 1 else new
         else:
             self._produced.pop(source, None)
         for key in keys:
@@ -212,7 +214,7 @@ class Converter:
         if key in self._owners:
             return None  # another source's key
         self._owners[key] = source
-        self._produced[source] = (kv,)
+        self._produced[source] = kv
         return Update(key, value, revision, UpdateType.NEW)
 
     def _sources(self, key: Hashable) -> list[Hashable]:
@@ -227,7 +229,8 @@ class Converter:
         if held is None:
             return None
         winner = min(held, key=repr) if isinstance(held, list) else held
-        for produced_key, value in self._produced.get(winner, ()):
+        held = self._produced.get(winner)
+        for produced_key, value in () if held is None else _pairs(held):
             if produced_key == key:
                 return value
         return None
@@ -240,6 +243,11 @@ class Converter:
 
     def keys(self) -> Iterator[Hashable]:
         return iter(self._owners)
+
+
+def _pairs(held: KV | tuple[KV, ...]) -> tuple[KV, ...]:
+    """The pairs a source produced, as ``Converter._produced`` holds them."""
+    return cast(tuple[KV, ...], held) if type(held[0]) is tuple else (cast(KV, held),)
 
 
 #: Whether a value class records its resource in a field ``origin`` of its own (a
