@@ -20,6 +20,7 @@ from pyfelix.jsontext import write_indented
 from pyfelix.resources import Resource
 from pyfelix.resources.config_sources import STARTUP_KINDS
 from pyfelix.resources.loader import Direct, Identity, LoadResult, Located
+from pyfelix.resources.policy import BUILTIN_TIERS
 from pyfelix.resources.skipped import skipped_line
 from pyfelix.syncer.processors import KV
 from pyfelix.validation import context_from
@@ -54,7 +55,9 @@ class InputTally:
     #: The resources read (an input with none is refused: a path or a List left empty by
     #: mistake is not an empty cluster).
     count: int = 0
-    #: The Tier resources' names, and each policy's tier (validation.surprises).
+    #: The Tier resources' names, and the tier of each policy in a tier Calico does not
+    #: create itself (validation.surprises: only those may be missing; an ident kept for
+    #: every policy was 13 MB for 100,000).
     tiers: set[str] = attrs.field(factory=set)
     policy_tiers: list[tuple[str, str]] = attrs.field(factory=list)
     #: The surprises one resource shows by itself (validation.surprises).
@@ -76,7 +79,7 @@ class InputTally:
             elif item.resource.KIND == "Tier":
                 self.tiers.add(item.resource.name)
             tier = policy_tier(item.resource)
-            if tier is not None:
+            if tier is not None and tier not in BUILTIN_TIERS:
                 self.policy_tiers.append((item.resource.ident, tier))
             self.resource_surprises.extend(widened_named_ports(item.resource))
             node_of = _NODE_OF.get(item.resource.KIND)
