@@ -40,10 +40,10 @@ def _profile_kvs(
     origin: Resource | None,
 ) -> list[KV]:
     label_value = model.ProfileLabels(labels, origin=origin) if labels else None
-    return [
-        (model.ProfileLabelsKey(name), label_value),
-        (model.ProfileRulesKey(name), model.ProfileRules(ingress, egress, origin=origin)),
-    ]
+    rules = _SHARED_RULES.get((ingress, egress)) if origin is None else None
+    if rules is None:
+        rules = model.ProfileRules(ingress, egress, origin=origin)
+    return [(model.ProfileLabelsKey(name), label_value), (model.ProfileRulesKey(name), rules)]
 
 
 def _profile(profile: Profile) -> list[KV]:
@@ -59,6 +59,12 @@ def _profile(profile: Profile) -> list[KV]:
 
 
 _ALLOW_ALL = (model.Rule(action="allow"),)
+#: The rules of every namespace's profile (allow all) and every service account's (none),
+#: one value each where no origin is recorded (a value for each of 100,000 namespaces and
+#: their accounts was 13 MB).
+_SHARED_RULES: dict[tuple[tuple[model.Rule, ...], tuple[model.Rule, ...]], model.ProfileRules] = {
+    (rules, rules): model.ProfileRules(rules, rules) for rules in (_ALLOW_ALL, ())
+}
 
 
 def _namespace(ns: Namespace) -> list[KV]:
