@@ -15,6 +15,7 @@ process's memory.
 from __future__ import annotations
 
 import ipaddress
+import sys
 from collections.abc import Callable, Collection, Hashable, Mapping
 
 from pyfelix import model
@@ -64,7 +65,7 @@ def _members(data: IPSetData, item: Item) -> frozenset[str]:
         if port.name != data.named_port or protocol != data.protocol:
             continue
         for address in _addresses(item):
-            out.add(f"{address.split('/')[0]},{data.protocol}:{port.port}")
+            out.add(sys.intern(f"{address.split('/')[0]},{data.protocol}:{port.port}"))
     return frozenset(out)
 
 
