@@ -336,7 +336,18 @@ def test_a_running_agent_serves_every_metric_of_felix_dashboard(
                 check=False,
             )
             scraped["text"] = done.stdout
-            return ("felix_nft_rules{" if nftables else "felix_iptables_rules{") in done.stdout
+            if nftables:
+                return "felix_nft_rules{" in done.stdout
+            # The routes are counted once written, which may follow the rules: wait for
+            # both (under load, a scrape fell between them).
+            samples = _samples(done.stdout)
+            return all(
+                samples.get(name, 0) > 0
+                for name in (
+                    'felix_iptables_rules{ip_version="4",table="filter"}',
+                    'felix_route_table_num_routes{table="main"}',
+                )
+            )
 
         assert eventually(scrape, timeout=30), (tmp_path / "agent.log").read_text()[-3000:]
     names = {line.split("{")[0].split(" ")[0] for line in scraped["text"].splitlines()}
