@@ -149,6 +149,12 @@ def _rules_of(document: Doc) -> list[Doc]:
     return [*spec.get("ingress", ()), *spec.get("egress", ())]
 
 
+def _made_of(value: Any) -> tuple[object, ...]:
+    """The fields a value is made with, but its origin (and not the hash it keeps)."""
+    fields = attrs.fields(type(value))
+    return tuple(getattr(value, f.name) for f in fields if f.init and f.name != "origin")
+
+
 @settings(max_examples=400, deadline=None)
 @given(st.one_of(calico_policy, k8s_policy))
 def test_a_handed_on_policy_is_what_the_general_path_converts(document: Doc) -> None:
@@ -173,15 +179,13 @@ def test_a_handed_on_policy_is_what_the_general_path_converts(document: Doc) -> 
             assert isinstance(theirs, model.Policy)
             assert mine.origin is None
             # Every field, not only those equality reads, rule by rule.
-            assert (
-                attrs.astuple(mine, recurse=False)[:-1] == attrs.astuple(theirs, recurse=False)[:-1]
-            )
+            assert _made_of(mine) == _made_of(theirs)
             for rule, same in zip(
                 mine.inbound_rules + mine.outbound_rules,
                 theirs.inbound_rules + theirs.outbound_rules,
                 strict=True,
             ):
-                assert attrs.astuple(rule, recurse=False) == attrs.astuple(same, recurse=False)
+                assert _made_of(rule) == _made_of(same)
 
 
 def test_what_the_child_leaves_to_the_general_path() -> None:

@@ -8,12 +8,16 @@ excluded from equality) so the validation filter can check it and name it in war
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+import inspect
+import operator
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
 from pyfelix.values import FrozenMap, Port
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     # Only a type: values record the resource they came from, the model never reads it.
@@ -34,10 +38,43 @@ def _escape(segment: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------- keys
-# Keys are hashed again and again (every index and set holds them): each caches its hash.
+# Keys are hashed again and again (every index and set holds them): each keeps its hash.
+
+#: Each kept-hash class's fields that its equality compares, read at once.
+_HASHED: dict[type, Callable[[Any], Any]] = {}
 
 
-@attrs.frozen(cache_hash=True)
+def _no_fields(_: object) -> tuple[()]:
+    return ()
+
+
+def _kept_hash(self: Any) -> int:
+    """The hash of the fields equality compares, computed on first use and kept as a plain
+    int: attrs' own cached hash is an int subclass, 36 bytes more for each of the 400,000
+    keys and rules of a cluster of tenants. Like every string's hash, it is this process's
+    own; keys never cross to another (the dry-run's child hands on fields)."""
+    kept: int | None = self._hash
+    if kept is None:
+        fields = _HASHED.get(type(self))
+        if fields is None:
+            names = [f.name for f in attrs.fields(type(self)) if f.eq]
+            fields = _HASHED[type(self)] = operator.attrgetter(*names) if names else _no_fields
+        kept = hash(fields(self))
+        object.__setattr__(self, "_hash", kept)
+    return kept
+
+
+def _hash_kept(cls: type[T]) -> type[T]:
+    """A class ``attrs.frozen`` then makes with ``_kept_hash`` for its hash (its own
+    ``__hash__``: attrs generates none) and a slot to keep it in."""
+    cls.__annotations__ = {**inspect.get_annotations(cls), "_hash": "int | None"}
+    cls._hash = attrs.field(default=None, init=False, eq=False, repr=False)  # type: ignore[attr-defined]
+    cls.__hash__ = _kept_hash  # type: ignore[method-assign]
+    return cls
+
+
+@attrs.frozen
+@_hash_kept
 class WorkloadEndpointKey:
     hostname: str
     orchestrator: str
@@ -55,7 +92,8 @@ class WorkloadEndpointKey:
         )
 
 
-@attrs.frozen(cache_hash=True)
+@attrs.frozen
+@_hash_kept
 class HostEndpointKey:
     hostname: str
     endpoint: str
@@ -68,7 +106,8 @@ class HostEndpointKey:
 EndpointKey = WorkloadEndpointKey | HostEndpointKey
 
 
-@attrs.frozen(cache_hash=True)
+@attrs.frozen
+@_hash_kept
 class PolicyKey:
     name: str
     namespace: str
@@ -83,7 +122,8 @@ class PolicyKey:
         return f"/calico/v1/policy/{self.kind}/{self.namespace}/{self.name}"
 
 
-@attrs.frozen(cache_hash=True)
+@attrs.frozen
+@_hash_kept
 class TierKey:
     name: str
 
@@ -91,7 +131,8 @@ class TierKey:
         return f"/calico/v1/policy/tier/{self.name}/metadata"
 
 
-@attrs.frozen(cache_hash=True)
+@attrs.frozen
+@_hash_kept
 class ProfileRulesKey:
     name: str
 
@@ -99,7 +140,8 @@ class ProfileRulesKey:
         return f"/calico/v1/policy/profile/{_escape(self.name)}/rules"
 
 
-@attrs.frozen(cache_hash=True)
+@attrs.frozen
+@_hash_kept
 class ProfileLabelsKey:
     name: str
 
@@ -107,7 +149,8 @@ class ProfileLabelsKey:
         return f"/calico/v1/policy/profile/{_escape(self.name)}/labels"
 
 
-@attrs.frozen(cache_hash=True)
+@attrs.frozen
+@_hash_kept
 class NetworkSetKey:
     """``name`` is "<namespace>/<name>" for a namespaced NetworkSet."""
 
@@ -117,7 +160,8 @@ class NetworkSetKey:
         return f"/calico/v1/netset/{_escape(self.name)}"
 
 
-@attrs.frozen(cache_hash=True)
+@attrs.frozen
+@_hash_kept
 class IPPoolKey:
     cidr: str
 
@@ -126,7 +170,8 @@ class IPPoolKey:
         return f"/calico/v1/ipam/v{version}/pool/{self.cidr.replace('/', '-')}"
 
 
-@attrs.frozen(cache_hash=True)
+@attrs.frozen
+@_hash_kept
 class BlockKey:
     cidr: str
 
@@ -135,7 +180,8 @@ class BlockKey:
         return f"/calico/ipam/v2/assignment/ipv{version}/block/{self.cidr.replace('/', '-')}"
 
 
-@attrs.frozen(cache_hash=True)
+@attrs.frozen
+@_hash_kept
 class HostIPKey:
     hostname: str
 
@@ -143,7 +189,8 @@ class HostIPKey:
         return f"/calico/v1/host/{self.hostname}/bird_ip"
 
 
-@attrs.frozen(cache_hash=True)
+@attrs.frozen
+@_hash_kept
 class HostIPv6Key:
     """A node's IPv6 address (its BGP ipv6Address): Felix reads it from the Node (V6Addr), for
     IPv6 VTEPs, host routes and the hosts' sets."""
@@ -154,7 +201,8 @@ class HostIPv6Key:
         return f"/calico/v1/host/{self.hostname}/bird_ip6"
 
 
-@attrs.frozen(cache_hash=True)
+@attrs.frozen
+@_hash_kept
 class HostNetworkKey:
     """A node's IPv4 address with its prefix length (its BGP ipv4Address): Felix's node info
     V4CIDR, which tells whether another node shares this one's subnet (CrossSubnet)."""
@@ -165,7 +213,8 @@ class HostNetworkKey:
         return f"/calico/v1/host/{self.hostname}/network_v4"
 
 
-@attrs.frozen(cache_hash=True)
+@attrs.frozen
+@_hash_kept
 class HostNetworkV6Key:
     """The IPv6 sibling of HostNetworkKey (Felix's V6CIDR): CrossSubnet for IPv6 pools."""
 
@@ -175,7 +224,8 @@ class HostNetworkV6Key:
         return f"/calico/v1/host/{self.hostname}/network_v6"
 
 
-@attrs.frozen(cache_hash=True)
+@attrs.frozen
+@_hash_kept
 class HostConfigKey:
     hostname: str
     name: str
@@ -184,7 +234,8 @@ class HostConfigKey:
         return f"/calico/v1/host/{self.hostname}/config/{self.name}"
 
 
-@attrs.frozen(cache_hash=True)
+@attrs.frozen
+@_hash_kept
 class GlobalConfigKey:
     name: str
 
@@ -192,13 +243,15 @@ class GlobalConfigKey:
         return f"/calico/v1/config/{self.name}"
 
 
-@attrs.frozen(cache_hash=True)
+@attrs.frozen
+@_hash_kept
 class ReadyFlagKey:
     def __str__(self) -> str:
         return "/calico/v1/Ready"
 
 
-@attrs.frozen(cache_hash=True)
+@attrs.frozen
+@_hash_kept
 class WireguardKey:
     hostname: str
 
@@ -206,7 +259,8 @@ class WireguardKey:
         return f"/calico/v1/host/{self.hostname}/wireguard"
 
 
-@attrs.frozen(cache_hash=True)
+@attrs.frozen
+@_hash_kept
 class ResourceKey:
     """A v3 resource passed through unconverted (Node, Service, EndpointSlice, ...)."""
 
@@ -227,7 +281,8 @@ def _origin() -> Any:
     return attrs.field(default=None, eq=False, repr=False, kw_only=True)
 
 
-@attrs.frozen(cache_hash=True)
+@attrs.frozen
+@_hash_kept
 class Rule:
     """A rule after conversion: selectors folded, action and protocol normalised.
 
@@ -266,7 +321,8 @@ class Rule:
     original_dst_namespace_selector: str = ""
 
 
-@attrs.frozen(cache_hash=True)
+@attrs.frozen
+@_hash_kept
 class Policy:
     namespace: str
     tier: str

@@ -51,7 +51,8 @@ _DOCUMENT_KINDS = frozenset(
 #: Their resources' kinds (a Kubernetes NetworkPolicy is a ``NetworkPolicy`` document).
 _RESOURCE_KINDS = _DOCUMENT_KINDS | {"KubernetesNetworkPolicy"}
 
-_RULE_FIELDS = tuple(field.name for field in attrs.fields(model.Rule))
+#: The fields each value is made of (not the hash it keeps, which is this process's own).
+_RULE_FIELDS = tuple(field.name for field in attrs.fields(model.Rule) if field.init)
 _rule_values = operator.attrgetter(*_RULE_FIELDS)
 _PORTS = tuple(
     _RULE_FIELDS.index(name)
@@ -59,11 +60,11 @@ _PORTS = tuple(
 )
 _HTTP = _RULE_FIELDS.index("http")
 _ANNOTATIONS = _RULE_FIELDS.index("annotations")
-_POLICY_FIELDS = tuple(f.name for f in attrs.fields(model.Policy) if f.name != "origin")
+_POLICY_FIELDS = tuple(f.name for f in attrs.fields(model.Policy) if f.init and f.name != "origin")
 _policy_values = operator.attrgetter(*_POLICY_FIELDS)
 _INBOUND = _POLICY_FIELDS.index("inbound_rules")
 _OUTBOUND = _POLICY_FIELDS.index("outbound_rules")
-_key_values = operator.attrgetter(*(field.name for field in attrs.fields(model.PolicyKey)))
+_key_values = operator.attrgetter(*(f.name for f in attrs.fields(model.PolicyKey) if f.init))
 
 #: How many distinct rules the rebuilding keeps, to share (the converter's cache's size).
 RULES_KEPT = 16384
