@@ -173,7 +173,7 @@ class Converter:
             else:
                 # A new source with keys of its own: what it produced is what goes downstream.
                 if new:
-                    self._produced[source] = new[0] if len(new) == 1 else new
+                    self._produced[source] = _held(new)
                 for key, _ in new:
                     owners[key] = source
                 return [Update(k, v, revision, UpdateType.NEW) for k, v in new if v is not None]
@@ -182,7 +182,7 @@ class Converter:
         new_keys = {key for key, _ in new}
         before = {key: self._winning_value(key) for key in keys}
         if new:
-            self._produced[source] = new[0] if len(new) == 1 else new
+            self._produced[source] = _held(new)
         else:
             self._produced.pop(source, None)
         for key in keys:
@@ -229,8 +229,8 @@ class Converter:
         if held is None:
             return None
         winner = min(held, key=repr) if isinstance(held, list) else held
-        held = self._produced.get(winner)
-        for produced_key, value in () if held is None else _pairs(held):
+        produced = self._produced.get(winner)
+        for produced_key, value in () if produced is None else _pairs(produced):
             if produced_key == key:
                 return value
         return None
@@ -245,8 +245,13 @@ class Converter:
         return iter(self._owners)
 
 
+def _held(pairs: tuple[KV, ...]) -> KV | tuple[KV, ...]:
+    """The (non-empty) pairs a source produced, as ``Converter._produced`` holds them."""
+    return pairs[0] if len(pairs) == 1 else pairs
+
+
 def _pairs(held: KV | tuple[KV, ...]) -> tuple[KV, ...]:
-    """The pairs a source produced, as ``Converter._produced`` holds them."""
+    """The pairs a source produced, from what ``Converter._produced`` holds (``_held``)."""
     return cast(tuple[KV, ...], held) if type(held[0]) is tuple else (cast(KV, held),)
 
 
