@@ -200,3 +200,19 @@ def test_a_selector_is_filed_where_it_shares_its_bucket_with_the_fewest() -> Non
     index.update_item("pod", {"projectcalico.org/orchestrator": "k8s", "ns": "n7"})
     assert index.item_matches("pod") == {7}
     assert calls <= 2  # its namespace's, and at most the first one filed
+
+
+def test_an_item_that_comes_after_selectors_asked_is_found_by_a_later_one() -> None:
+    """Once a selector has asked for the items under a label, a new item is filed there as it
+    comes (its own labels or, through a parent, inherited ones), and the next selector on
+    that label finds it without testing every item."""
+    index = LabelIndex(lambda s, i: None, lambda s, i: None)
+    index.update_parent_labels("P", {"a": "1"})
+    index.update_item("before", {"a": "1"})
+    index.update_selector("first", parse_selector('a == "1"'))
+    index.update_item("own", {"a": "1"})
+    index.update_item("inherited", {"b": "x"}, ["P"])
+    index.update_item("other", {"a": "2"})
+    index.update_selector("later", parse_selector('a in {"1", "3"} && !has(c)'))
+    assert index.matches("later") == {"before", "own", "inherited"}
+    assert index.matches("first") == {"before", "own", "inherited"}

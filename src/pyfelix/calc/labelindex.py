@@ -340,9 +340,12 @@ class LabelIndex:
             self._recalculate(item_id, self._effective(old))
             return
         # A new item (a snapshot's endpoints, nearly all): it matches nothing yet, so only the
-        # selectors that could match it are tested.
+        # selectors that could match it are tested. Once selectors have asked, it is filed
+        # now, with the labels merged for that test: noted for later, it was merged again
+        # then (each of 250,000 endpoints inheriting their namespace's labels).
         labels = plain_dict(self._effective(item) if parents else labels)
-        self._file_item(item_id)
+        if self._item_side_built:
+            self._file_labels(item_id, labels)
         selectors = self._selectors
         matched = [s for s in self._candidate_selectors(labels) if selectors[s].evaluate(labels)]
         if matched:
