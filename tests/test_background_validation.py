@@ -511,3 +511,25 @@ def test_only_a_file_holding_the_readers_marker_is_split(
             result = load(path, plain_identity)
             assert len(split) == splits
             assert result == load_file(path, plain_identity)
+
+
+def test_the_streamed_dry_run_computes_the_first_of_each_resource(tmp_path: Path) -> None:
+    """A resource given twice (a mistake the child's verdict refuses, computed before that
+    verdict comes) is computed as its first document: one later in the same file (which its
+    load drops), or in a later file, whether it came as a resource or as a direct decoder's
+    fields, changes nothing."""
+    (tmp_path / "a.yaml").write_text(
+        ENDPOINTS + "---\n" + POLICY + "---\n" + POLICY.replace("'db'", "'web'")
+    )
+    moved = ENDPOINTS.replace("10.65.1.1/32", "10.65.9.9/32").replace("app: db", "app: web")
+    (tmp_path / "b.yaml").write_text(moved + "---\n" + POLICY.replace("'db'", "'nobody'"))
+    first = [load_file(tmp_path / name, plain_entry) for name in ("a.yaml", "b.yaml")]
+    (tmp_path / "only.yaml").write_text(ENDPOINTS + "---\n" + POLICY)
+    only = load_file(tmp_path / "only.yaml", plain_entry)
+
+    def reload() -> LoadResult:
+        raise AssertionError("no FelixConfiguration here: nothing to compute again")
+
+    view, _ = dryrun.compute_files(first, "node-a", reload=reload)
+    assert view == dryrun.compute_files([only], "node-a", reload=reload)[0]
+    assert ["10.65.1.1/32"] in [s["members"] for s in view["ipsets"]]

@@ -378,3 +378,23 @@ def test_a_converter_for_validated_input_keeps_no_resource() -> None:
                 assert update.value.origin is resource
             else:
                 assert getattr(update.value, "origin", None) is None
+
+
+def test_a_converter_that_remembers_every_source_knows_those_that_produced_nothing() -> None:
+    """The streamed dry-run asks its converter which sources it was given: with
+    ``remember_every_source`` one that stands for nothing (or no longer does) is known too,
+    and produces as before when it comes again; a running agent's converter forgets it."""
+    remembering, forgetting = Converter(remember_every_source=True), Converter()
+    for converter in (remembering, forgetting):
+        assert converter.produce("empty", ()) == []
+        assert converter.produce("gone", (("k", "v"),)) != []
+        assert converter.produce("gone", ()) == [Update("k", None, "", UpdateType.DELETED)]
+        assert converter.has_source("kept") is False
+        converter.produce("kept", (("j", "w"),))
+        assert converter.has_source("kept")
+    assert remembering.has_source("empty")
+    assert remembering.has_source("gone")
+    assert not forgetting.has_source("empty")
+    assert not forgetting.has_source("gone")
+    (again,) = remembering.produce("gone", (("k", "v2"),))
+    assert again == Update("k", "v2", "", UpdateType.NEW)

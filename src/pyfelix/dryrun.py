@@ -190,18 +190,19 @@ def compute_files(
     dataplane = NodeState()
     settings = GraphSettings.of(startup_config((), hostname))
     pipeline = build_pipeline(hostname, dataplane.apply, validated=True, settings=settings)
-    seen: set[Identity] = set()
     configurations: list[Resource] = []
     for result in files:
         if result is None:
             pipeline.work_ahead()
             continue
-        mine = [item.resource for item in _first(result.resources, seen)]
-        theirs = _first(result.direct, seen)
+        # The converter remembers every source it was given; a load holds each once.
+        known = pipeline.converter.has_source
+        mine = [item.resource for item in _first(result.resources, known)]
+        theirs = _first(result.direct, known)
         configurations += [r for r in mine if isinstance(r, STARTUP_KINDS)]
         pipeline.add(mine, ((d.key, cast(tuple[KV, ...], d.value)) for d in theirs))
     if GraphSettings.of(startup_config(configurations, hostname)) != settings:
-        del pipeline, dataplane, seen  # built otherwise: their memory is the next one's
+        del pipeline, dataplane  # built otherwise: their memory is the next one's
         loaded = reload()
         resources = (item.resource for item in loaded.resources)
         return compute(
@@ -211,14 +212,9 @@ def compute_files(
     return _view(pipeline, dataplane, hostname, kube_ipvs), dataplane
 
 
-def _first(items: Iterable[_Item], seen: set[Identity]) -> list[_Item]:
-    """The items whose identity is not in ``seen`` yet (which then holds them too)."""
-    kept = []
-    for item in items:
-        if item.key not in seen:
-            seen.add(item.key)
-            kept.append(item)
-    return kept
+def _first(items: Iterable[_Item], known: Callable[[Identity], bool]) -> list[_Item]:
+    """The items whose identity is not ``known`` (given by an earlier load)."""
+    return [item for item in items if not known(item.key)]
 
 
 def own_addresses(dataplane: NodeState, hostname: str) -> frozenset[str]:

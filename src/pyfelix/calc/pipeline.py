@@ -100,5 +100,5 @@ def build_pipeline(
     ``settings`` are the start-up configuration's (a change restarts)."""
     graph = CalcGraph(hostname, EventSequencer(emit), settings=settings)
     if validated:
-        return Pipeline(graph, graph, Converter(keep_origins=False))
+        return Pipeline(graph, graph, Converter(keep_origins=False, remember_every_source=True))
     return Pipeline(graph, ValidationFilter(graph, context or ValidationContext()))
