@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
+
 from pyfelix import model
 from pyfelix.resources import KINDS, Resource
 from pyfelix.selector import parse_selector
@@ -398,3 +400,27 @@ def test_a_converter_that_remembers_every_source_knows_those_that_produced_nothi
     assert not forgetting.has_source("gone")
     (again,) = remembering.produce("gone", (("k", "v2"),))
     assert again == Update("k", "v2", "", UpdateType.NEW)
+
+
+def test_keys_of_one_string_hash_by_it_and_their_kind() -> None:
+    """A key of one string (a profile's, a pool's, a node's) is found again by an equal key
+    built anew, is another key than one of another kind with the same string, and keeps no
+    hash of its own (the string keeps one)."""
+    keys = [
+        model.ProfileLabelsKey("kns.prod"),
+        model.ProfileRulesKey("kns.prod"),
+        model.TierKey("kns.prod"),
+        model.IPPoolKey("10.0.0.0/16"),
+        model.BlockKey("10.0.0.0/16"),
+        model.HostIPKey("node-a"),
+        model.WireguardKey("node-a"),
+    ]
+    table = {key: n for n, key in enumerate(keys)}
+    assert len(table) == len(keys)
+    for n, key in enumerate(keys):
+        again = type(key)(*attrs.astuple(key))
+        assert again == key
+        assert hash(again) == hash(key)
+        assert table[again] == n
+        assert not hasattr(key, "_hash")
+    assert len({hash(key) for key in keys[:3]}) == 3
