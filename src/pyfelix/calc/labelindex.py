@@ -40,21 +40,29 @@ SelectorCallback = Callable[[SelectorID], None]
 ItemMatchesCallback = Callable[[ItemID, list[SelectorID]], None]
 
 
-#: The members filed under one label value: a 1-tuple while there is one (nearly every value of
-#: a namespace or pod label), a set from the second on. A set costs 216 bytes.
-Bucket = tuple[Hashable] | set[Hashable]
+#: The members filed under one label value: the member itself while there is one (nearly
+#: every value of a namespace or pod label), a set from the second on. A set costs 216
+#: bytes, and a 1-tuple around the one member 48, for each of 400,000 in a cluster of
+#: tenants. A member is hashable, so never a set: ``_members`` tells them apart.
+Bucket = Hashable | set[Hashable]
 _NONE: frozenset[Hashable] = frozenset()
+
+
+def _members(bucket: Bucket) -> AbstractSet[Hashable] | tuple[Hashable]:
+    """A bucket's members (none for the None of a missing bucket)."""
+    if isinstance(bucket, set):
+        return bucket
+    return () if bucket is None else (bucket,)  # type: ignore[return-value]
 
 
 def _bucket_add(buckets: dict[str, Bucket], key: str, member: Hashable) -> None:
     bucket = buckets.get(key)
     if bucket is None:
-        buckets[key] = (member,)
-    elif isinstance(bucket, tuple):
-        if bucket[0] != member:
-            buckets[key] = {bucket[0], member}
-    else:
+        buckets[key] = member
+    elif isinstance(bucket, set):
         bucket.add(member)
+    elif bucket != member:
+        buckets[key] = {bucket, member}
 
 
 def _bucket_discard(buckets: dict[str, Bucket], key: str, member: Hashable) -> None:
@@ -62,8 +70,8 @@ def _bucket_discard(buckets: dict[str, Bucket], key: str, member: Hashable) -> N
     bucket = buckets.get(key)
     if bucket is None:
         return
-    if isinstance(bucket, tuple):
-        if bucket[0] == member:
+    if not isinstance(bucket, set):
+        if bucket == member:
             del buckets[key]
         return
     bucket.discard(member)
@@ -230,7 +238,7 @@ class LabelIndex:
             cost = (
                 len(values)
                 if filed is None
-                else sum(len(filed.get(value, ())) + 1 for value in values)
+                else sum(len(_members(filed.get(value))) + 1 for value in values)
             )
             if best is None or cost < best_cost:
                 best, best_cost = (label, values), cost
@@ -280,9 +288,9 @@ class LabelIndex:
         if how == "value":
             found: set[ItemID] = set()
             for value in values:
-                found.update(by_value.get(value, ()))
+                found.update(_members(by_value.get(value)))
             return found
-        return {i for items in by_value.values() for i in items}
+        return {i for bucket in by_value.values() for i in _members(bucket)}
 
     def file_items(self) -> None:
         """File the noted items' labels now, as a selector's next question would (work a
@@ -385,7 +393,7 @@ class LabelIndex:
     def _children_labels(self, parent: str) -> list[tuple[ItemID, Mapping[str, str]]]:
         """The parent's items with their effective labels, before the parent's change."""
         items = self._items
-        return [(i, self._effective(items[i])) for i in self._parent_items.get(parent, ())]
+        return [(i, self._effective(items[i])) for i in _members(self._parent_items.get(parent))]
 
     def _effective(self, item: _Item) -> Mapping[str, str]:
         if not item.parents:
@@ -435,8 +443,10 @@ class LabelIndex:
         # Only the item's labels that some selector is filed under (a C-level intersection).
         for key in keys & by_value.keys():
             bucket = by_value[key].get(labels[key])
-            if bucket:
+            if isinstance(bucket, set):
                 found.update(bucket)
+            elif bucket is not None:
+                found.add(bucket)
         for key in keys & by_key.keys():
             found |= by_key[key]
         return found
@@ -454,16 +464,15 @@ class LabelIndex:
             value = labels[key]
             values = by_label.get(key)
             if values is None:
-                by_label[key] = {value: (item_id,)}
+                by_label[key] = {value: item_id}
                 continue
             bucket = values.get(value)
             if bucket is None:
-                values[value] = (item_id,)
-            elif isinstance(bucket, tuple):
-                if bucket[0] != item_id:
-                    values[value] = {bucket[0], item_id}
-            else:
+                values[value] = item_id
+            elif isinstance(bucket, set):
                 bucket.add(item_id)
+            elif bucket != item_id:
+                values[value] = {bucket, item_id}
 
     def _unfile_item(self, item_id: ItemID, labels: Mapping[str, str]) -> None:
         if not self._item_side_built or self._unfiled.pop(item_id, False) is None:
