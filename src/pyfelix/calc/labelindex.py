@@ -79,6 +79,21 @@ def _bucket_discard(buckets: dict[str, Bucket], key: str, member: Hashable) -> N
         del buckets[key]
 
 
+#: How a selector is filed: ("value", label, values), ("key", label, ()), ("all", None, ()) or
+#: ("never", None, ()); by one value (nearly every selector: a namespace's, a tag's), only
+#: (label, value), 56 bytes less for each of a cluster of tenants' 200,000 selectors.
+Filing = tuple[str, str | None, tuple[str, ...]] | tuple[str, str]
+_NEVER: Filing = ("never", None, ())
+_ALL: Filing = ("all", None, ())
+
+
+def _filing(filed: Filing) -> tuple[str, str | None, tuple[str, ...]]:
+    """The (how, label, values) of a selector's filing."""
+    if len(filed) == 2:
+        return ("value", filed[0], (filed[1],))
+    return filed
+
+
 #: How many items' merged labels are kept, the last read (the node's own endpoints, read
 #: against every policy selector: 10,000 policies on 200 endpoints merged 2 million times).
 EFFECTIVE_KEPT = 4096
@@ -133,7 +148,7 @@ class LabelIndex:
         self._sel_by_value: dict[str, dict[str, Bucket]] = {}
         self._sel_by_key: dict[str, set[SelectorID]] = {}
         self._sel_unindexed: set[SelectorID] = set()
-        self._sel_filing: dict[SelectorID, tuple[str, str | None, tuple[str, ...]]] = {}
+        self._sel_filing: dict[SelectorID, Filing] = {}
         # Item side of the index, built on first use; the items changed since it was last
         # asked, in ``_unfiled`` (their labels are not in it).
         self._items_by_label: dict[str, dict[str, Bucket]] = {}
@@ -158,7 +173,7 @@ class LabelIndex:
         if self._items:
             labels = set()
             for sel_id, _ in changed:
-                label = self._sel_filing[sel_id][1]
+                label = _filing(self._sel_filing[sel_id])[1]
                 if label is not None:
                     labels.add(label)
             self._file_more_labels(labels)
@@ -222,7 +237,7 @@ class LabelIndex:
     def _file_selector(self, sel_id: SelectorID, selector: Selector) -> None:
         restrictions = selector.label_restrictions
         if not all(r.satisfiable for r in restrictions.values()):
-            self._sel_filing[sel_id] = ("never", None, ())
+            self._sel_filing[sel_id] = _NEVER
             return
         # Filed where it shares its buckets with the fewest selectors: by values alone, a
         # Kubernetes policy's `orchestrator == "k8s" && namespace == "ns"` went under
@@ -247,7 +262,10 @@ class LabelIndex:
             by_value = self._sel_by_value.setdefault(label, {})
             for value in values:
                 _bucket_add(by_value, value, sel_id)
-            self._sel_filing[sel_id] = ("value", label, tuple(values))
+            chosen = tuple(values)
+            self._sel_filing[sel_id] = (
+                (label, chosen[0]) if len(chosen) == 1 else ("value", label, chosen)
+            )
             return
         present = sorted(k for k, r in restrictions.items() if r.must_be_present)
         if present:
@@ -255,10 +273,10 @@ class LabelIndex:
             self._sel_filing[sel_id] = ("key", present[0], ())
             return
         self._sel_unindexed.add(sel_id)
-        self._sel_filing[sel_id] = ("all", None, ())
+        self._sel_filing[sel_id] = _ALL
 
     def _unfile_selector(self, sel_id: SelectorID) -> None:
-        how, label, values = self._sel_filing.pop(sel_id)
+        how, label, values = _filing(self._sel_filing.pop(sel_id))
         if how == "value" and label is not None:
             by_value = self._sel_by_value.get(label, {})
             for value in values:
@@ -275,7 +293,7 @@ class LabelIndex:
             self._sel_unindexed.discard(sel_id)
 
     def _candidate_items(self, sel_id: SelectorID) -> Iterable[ItemID]:
-        how, label, values = self._sel_filing[sel_id]
+        how, label, values = _filing(self._sel_filing[sel_id])
         if how == "never" or not self._items:
             return ()
         if how == "all":
