@@ -14,6 +14,7 @@ sources.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Hashable, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
@@ -138,12 +139,13 @@ class Converter:
     """
 
     #: What each source produced, and each key's sources: its one (key, value) pair itself
-    #: or a tuple of its pairs, and the source itself or (for a key several sources produce)
-    #: a list of them, as nearly every source produces one key and nearly every key has one
-    #: source (a dict and a set each would be a fifth of a large snapshot's memory, a list
-    #: for every key 6%, a tuple around every pair 2%). A model key is never a tuple, which
-    #: tells a pair from a tuple of pairs; a source is never a list: it is hashable.
-    _produced: dict[Hashable, KV | tuple[KV, ...]] = attrs.Factory(dict)
+    #: or its pairs in one flat tuple (key, value, key, value, ...), and the source itself or
+    #: (for a key several sources produce) a list of them, as nearly every source produces one
+    #: key and nearly every key has one source (a dict and a set each would be a fifth of a
+    #: large snapshot's memory, a list for every key 6%, a tuple around every pair 2%, a
+    #: tuple of pairs for each namespace and service account, with its profile's two keys,
+    #: 2% more). A source is never a list: it is hashable.
+    _produced: dict[Hashable, tuple[object, ...]] = attrs.Factory(dict)
     _owners: dict[Hashable, Hashable | list[Hashable]] = attrs.Factory(dict)
     #: Whether the values keep the resource they were converted from (``origin``), which only
     #: the validation filter reads. Input validated beforehand has no filter: there the
@@ -256,16 +258,19 @@ class Converter:
         return iter(self._owners)
 
 
-def _held(pairs: tuple[KV, ...]) -> KV | tuple[KV, ...]:
-    """The pairs a source produced, as ``Converter._produced`` holds them."""
-    return pairs[0] if len(pairs) == 1 else pairs
+def _held(pairs: tuple[KV, ...]) -> tuple[object, ...]:
+    """The pairs a source produced, as ``Converter._produced`` holds them: one pair as it
+    is, several in one flat tuple (its length tells the two apart)."""
+    if len(pairs) == 1:
+        return pairs[0]
+    return tuple(itertools.chain.from_iterable(pairs))
 
 
-def _pairs(held: KV | tuple[KV, ...]) -> tuple[KV, ...]:
+def _pairs(held: tuple[object, ...]) -> tuple[KV, ...]:
     """The pairs a source produced, from what ``Converter._produced`` holds (``_held``)."""
-    if not held or type(held[0]) is tuple:
-        return cast(tuple[KV, ...], held)
-    return (cast(KV, held),)
+    if len(held) == 2:
+        return (held,)
+    return cast(tuple[KV, ...], tuple(zip(held[::2], held[1::2], strict=True)))
 
 
 #: Whether a value class records its resource in a field ``origin`` of its own (a
