@@ -37,6 +37,10 @@ def _escape(segment: str) -> str:
     return segment.replace("%", "%25").replace("/", "%2f")
 
 
+# Every class here is made without a weak-reference slot: nothing refers to a key or a value
+# weakly, and the slot took 16 bytes of each rule, policy, endpoint and profile's labels (an
+# object's size is rounded to 16), 400,000 of them in a cluster of tenants.
+
 # ---------------------------------------------------------------------------------------- keys
 # Keys are hashed again and again (every index and set holds them): each keeps its hash.
 
@@ -89,7 +93,7 @@ def _hash_of_its_string(cls: type[T]) -> type[T]:
     return cls
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 @_hash_kept
 class WorkloadEndpointKey:
     hostname: str
@@ -108,7 +112,7 @@ class WorkloadEndpointKey:
         )
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 @_hash_kept
 class HostEndpointKey:
     hostname: str
@@ -122,7 +126,7 @@ class HostEndpointKey:
 EndpointKey = WorkloadEndpointKey | HostEndpointKey
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 @_hash_kept
 class PolicyKey:
     name: str
@@ -138,7 +142,7 @@ class PolicyKey:
         return f"/calico/v1/policy/{self.kind}/{self.namespace}/{self.name}"
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 @_hash_of_its_string
 class TierKey:
     name: str
@@ -147,7 +151,7 @@ class TierKey:
         return f"/calico/v1/policy/tier/{self.name}/metadata"
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 @_hash_of_its_string
 class ProfileRulesKey:
     name: str
@@ -156,7 +160,7 @@ class ProfileRulesKey:
         return f"/calico/v1/policy/profile/{_escape(self.name)}/rules"
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 @_hash_of_its_string
 class ProfileLabelsKey:
     name: str
@@ -165,7 +169,7 @@ class ProfileLabelsKey:
         return f"/calico/v1/policy/profile/{_escape(self.name)}/labels"
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 @_hash_of_its_string
 class NetworkSetKey:
     """``name`` is "<namespace>/<name>" for a namespaced NetworkSet."""
@@ -176,7 +180,7 @@ class NetworkSetKey:
         return f"/calico/v1/netset/{_escape(self.name)}"
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 @_hash_of_its_string
 class IPPoolKey:
     cidr: str
@@ -186,7 +190,7 @@ class IPPoolKey:
         return f"/calico/v1/ipam/v{version}/pool/{self.cidr.replace('/', '-')}"
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 @_hash_of_its_string
 class BlockKey:
     cidr: str
@@ -196,7 +200,7 @@ class BlockKey:
         return f"/calico/ipam/v2/assignment/ipv{version}/block/{self.cidr.replace('/', '-')}"
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 @_hash_of_its_string
 class HostIPKey:
     hostname: str
@@ -205,7 +209,7 @@ class HostIPKey:
         return f"/calico/v1/host/{self.hostname}/bird_ip"
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 @_hash_of_its_string
 class HostIPv6Key:
     """A node's IPv6 address (its BGP ipv6Address): Felix reads it from the Node (V6Addr), for
@@ -217,7 +221,7 @@ class HostIPv6Key:
         return f"/calico/v1/host/{self.hostname}/bird_ip6"
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 @_hash_of_its_string
 class HostNetworkKey:
     """A node's IPv4 address with its prefix length (its BGP ipv4Address): Felix's node info
@@ -229,7 +233,7 @@ class HostNetworkKey:
         return f"/calico/v1/host/{self.hostname}/network_v4"
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 @_hash_of_its_string
 class HostNetworkV6Key:
     """The IPv6 sibling of HostNetworkKey (Felix's V6CIDR): CrossSubnet for IPv6 pools."""
@@ -240,7 +244,7 @@ class HostNetworkV6Key:
         return f"/calico/v1/host/{self.hostname}/network_v6"
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 @_hash_kept
 class HostConfigKey:
     hostname: str
@@ -250,7 +254,7 @@ class HostConfigKey:
         return f"/calico/v1/host/{self.hostname}/config/{self.name}"
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 @_hash_of_its_string
 class GlobalConfigKey:
     name: str
@@ -259,14 +263,14 @@ class GlobalConfigKey:
         return f"/calico/v1/config/{self.name}"
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 @_hash_kept
 class ReadyFlagKey:
     def __str__(self) -> str:
         return "/calico/v1/Ready"
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 @_hash_of_its_string
 class WireguardKey:
     hostname: str
@@ -275,7 +279,7 @@ class WireguardKey:
         return f"/calico/v1/host/{self.hostname}/wireguard"
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 @_hash_kept
 class ResourceKey:
     """A v3 resource passed through unconverted (Node, Service, EndpointSlice, ...)."""
@@ -297,7 +301,7 @@ def _origin() -> Any:
     return attrs.field(default=None, eq=False, repr=False, kw_only=True)
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 @_hash_kept
 class Rule:
     """A rule after conversion: selectors folded, action and protocol normalised.
@@ -337,7 +341,7 @@ class Rule:
     original_dst_namespace_selector: str = ""
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 @_hash_kept
 class Policy:
     namespace: str
@@ -355,40 +359,40 @@ class Policy:
     origin: Resource | None = _origin()
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 class Tier:
     order: float | None
     default_action: str
     origin: Resource | None = _origin()
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 class ProfileRules:
     inbound_rules: tuple[Rule, ...]
     outbound_rules: tuple[Rule, ...]
     origin: Resource | None = _origin()
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 class ProfileLabels:
     labels: FrozenMap[str]
     origin: Resource | None = _origin()
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 class EndpointPort:
     name: str
     protocol: int | str
     port: int
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 class IPNAT:
     int_ip: str
     ext_ip: str
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 class WorkloadEndpoint:
     state: str
     name: str
@@ -406,7 +410,7 @@ class WorkloadEndpoint:
     origin: Resource | None = _origin()
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 class HostEndpoint:
     name: str
     expected_ipv4_addrs: tuple[str, ...]
@@ -417,7 +421,7 @@ class HostEndpoint:
     origin: Resource | None = _origin()
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 class NetworkSet:
     nets: tuple[str, ...]
     labels: FrozenMap[str]
@@ -425,7 +429,7 @@ class NetworkSet:
     origin: Resource | None = _origin()
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 class IPPool:
     cidr: str
     ipip_mode: str
@@ -438,7 +442,7 @@ class IPPool:
     origin: Resource | None = _origin()
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 class AllocationBlock:
     cidr: str
     affinity: str
@@ -453,7 +457,7 @@ class AllocationBlock:
         return host if kind == "host" else ""
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 class Wireguard:
     public_key: str = ""
     interface_ipv4_addr: str = ""
@@ -462,7 +466,7 @@ class Wireguard:
     origin: Resource | None = _origin()
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 class ConfigValue:
     """A Felix parameter as text, as Felix's config keys carry it (durations in seconds)."""
 
@@ -470,13 +474,13 @@ class ConfigValue:
     origin: Resource | None = _origin()
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 class ReadyFlag:
     ready: bool
     origin: Resource | None = _origin()
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 class Passthrough:
     """A v3 resource the graph consumes as is; equal when the resources are equal."""
 
