@@ -31,7 +31,6 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 
 from pyfelix.selector import Selector
-from pyfelix.values import plain_dict
 
 SelectorID = Hashable
 ItemID = Hashable
@@ -369,7 +368,7 @@ class LabelIndex:
         # selectors that could match it are tested. Once selectors have asked, it is filed
         # now, with the labels merged for that test: noted for later, it was merged again
         # then (each of 250,000 endpoints inheriting their namespace's labels).
-        labels = plain_dict(self._effective(item) if parents else labels)
+        labels = self._effective(item) if parents else labels
         if self._item_side_built:
             self._file_labels(item_id, labels)
         selectors = self._selectors
@@ -424,15 +423,15 @@ class LabelIndex:
             parent = self._parent_labels.get(item.parents[0])
             if not parent:
                 return item.own
-            merged = {**plain_dict(parent), **plain_dict(item.own)}
+            merged = {**parent, **item.own}
         else:
             inherited = [self._parent_labels[p] for p in item.parents if p in self._parent_labels]
             if not inherited:
                 return item.own
             merged = {}
             for labels in reversed(inherited):
-                merged.update(plain_dict(labels))
-            merged.update(plain_dict(item.own))
+                merged.update(labels)
+            merged.update(item.own)
         if len(self._merged) >= EFFECTIVE_KEPT:
             self._merged.clear()
         self._merged[item] = merged

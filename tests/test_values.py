@@ -1,0 +1,62 @@
+"""The model's immutable map: a dict that refuses change, hashable and equal by content."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from pyfelix.values import FrozenMap
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda m: m.__setitem__("app", "db"),
+        lambda m: m.__delitem__("app"),
+        lambda m: m.update({"app": "db"}),
+        lambda m: m.setdefault("tier", "x"),
+        lambda m: m.pop("app"),
+        lambda m: m.popitem(),
+        lambda m: m.clear(),
+    ],
+)
+def test_a_map_refuses_every_change(change: Callable[[FrozenMap[str]], Any]) -> None:
+    labels = FrozenMap({"app": "web"})
+    with pytest.raises(TypeError):
+        change(labels)
+    with pytest.raises(TypeError):
+        labels |= {"app": "db"}
+    assert labels == {"app": "web"}
+
+
+def test_a_map_is_a_dict_equal_and_hashed_by_its_content() -> None:
+    """Equal maps hash alike and find each other as keys; a map equals the dict it was made
+    of, merges and reads as a dict does, and survives a copy and a pickle as itself."""
+    first, second = FrozenMap({"a": "1", "b": "2"}), FrozenMap({"b": "2", "a": "1"})
+    assert first == second
+    assert hash(first) == hash(second)
+    assert {first: "kept"}[second] == "kept"
+    assert first == {"a": "1", "b": "2"}
+    assert first != FrozenMap({"a": "1"})
+    assert isinstance(first, dict)
+    assert {**first, "c": "3"} == {"a": "1", "b": "2", "c": "3"}
+    assert first.get("a") == "1"
+    assert first.get("z", "none") == "none"
+    for again in (copy.copy(first), copy.deepcopy(first), pickle.loads(pickle.dumps(first))):
+        assert type(again) is FrozenMap
+        assert again == first
+        assert hash(again) == hash(first)
+    assert repr(first) == "FrozenMap({'a': '1', 'b': '2'})"
+
+
+def test_empty_maps_are_one_map_and_a_dict_given_is_copied() -> None:
+    assert FrozenMap() is FrozenMap({}) is FrozenMap(None)
+    made = {"app": "web"}
+    labels = FrozenMap.adopt(made)
+    made["app"] = "db"
+    assert labels == {"app": "web"}
+    assert FrozenMap.shared({"x": "1"}) is FrozenMap.shared({"x": "1"})
