@@ -563,3 +563,23 @@ def test_a_probe_stands_only_for_the_settings_it_was_made_for() -> None:
         FelixConfig(iptables_backend=IptablesBackend.LEGACY, nftables_mode=NFTablesMode.DISABLED)
     )
     assert not probe.answers(FelixConfig(nftables_mode=NFTablesMode.ENABLED))
+
+
+def test_the_node_state_notes_namespaces_and_accounts_without_their_labels() -> None:
+    """No manager reads a namespace's or service account's labels: the state the driver and
+    the dry-run keep notes which were sent, so that their removals are known, and holds no
+    message; a change of labels changes nothing there."""
+    state = NodeState()
+    account = m.ServiceAccountID("prod", "web")
+    state.apply(m.NamespaceUpdate("prod", FrozenMap({"team": "a"})))
+    state.apply(m.ServiceAccountUpdate(account, FrozenMap({"role": "web"})))
+    state.apply(m.NamespaceUpdate("prod", FrozenMap({"team": "b"})))
+    assert state.namespaces == {"prod": None}
+    assert state.service_accounts == {account: None}
+    assert state.holds(m.NamespaceRemove("prod"))
+    assert state.holds(m.ServiceAccountRemove(account))
+    assert not state.holds(m.NamespaceRemove("dev"))
+    state.apply(m.NamespaceRemove("prod"))
+    state.apply(m.ServiceAccountRemove(account))
+    assert not state.namespaces
+    assert not state.service_accounts
