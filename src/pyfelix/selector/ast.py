@@ -56,7 +56,11 @@ def _const(pool: ConstPool, value: object) -> str:
 
 
 class Node:
-    """Base class of the selector tree."""
+    """Base class of the selector tree. It has no slots of its own, so that its subclasses'
+    nodes are their slots alone: without it, each kept a dictionary's place and a weak
+    reference's (16 bytes more of each of 100,000 scoped policies' nodes)."""
+
+    __slots__ = ()
 
     def canonical(self) -> str:
         raise NotImplementedError

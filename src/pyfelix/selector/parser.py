@@ -53,9 +53,10 @@ def make_unique_id(prefix: str, content: str) -> str:
     return f"{prefix}:" + base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
 
-@attrs.frozen(eq=False)
+@attrs.frozen(eq=False, weakref_slot=False)
 class Selector:
-    """A parsed selector: equal (and hashed) by its canonical text."""
+    """A parsed selector: equal (and hashed) by its canonical text. Nothing refers to one
+    weakly: it has no slot for that (16 bytes of each of a cluster's policies' selectors)."""
 
     root: Node
     canonical: str = attrs.field(init=False)
