@@ -406,7 +406,7 @@ def test_keys_of_one_string_hash_by_it_and_their_kind() -> None:
     """A key of one string (a profile's, a pool's, a node's) is found again by an equal key
     built anew, is another key than one of another kind with the same string, and keeps no
     hash of its own (the string keeps one)."""
-    keys = [
+    keys: list[Any] = [
         model.ProfileLabelsKey("kns.prod"),
         model.ProfileRulesKey("kns.prod"),
         model.TierKey("kns.prod"),
