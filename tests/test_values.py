@@ -56,7 +56,7 @@ def test_a_map_is_a_dict_equal_and_hashed_by_its_content() -> None:
 def test_empty_maps_are_one_map_and_a_dict_given_is_copied() -> None:
     assert FrozenMap() is FrozenMap({}) is FrozenMap(None)
     made = {"app": "web"}
-    labels = FrozenMap.adopt(made)
+    labels = FrozenMap(made)
     made["app"] = "db"
     assert labels == {"app": "web"}
     assert FrozenMap.shared({"x": "1"}) is FrozenMap.shared({"x": "1"})

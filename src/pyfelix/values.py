@@ -52,17 +52,11 @@ class FrozenMap(dict[str, T]):
         """Filled by ``__new__`` (a dict's own would fill it again)."""
 
     @classmethod
-    def adopt(cls, data: dict[str, T]) -> FrozenMap[T]:
-        """A map of ``data``, a dict just built that nothing else holds (the converter's
-        labels): it is copied, as a dict cannot become one."""
-        return cls(data)
-
-    @classmethod
     def shared(cls, data: dict[str, T]) -> FrozenMap[T]:
-        """``adopt(data)``, or the map made earlier for an equal dict if it is among the last
+        """A map of ``data``, or the map made earlier for an equal dict if it is among the last
         ``SHARED_KEPT`` distinct ones: the endpoints of one workload (a ReplicaSet's pods)
         carry the same labels, and one map then serves them all (bench/RESULTS.md)."""
-        made = cls.adopt(data)
+        made = cls(data)
         kept = _SHARED.get(made)
         if kept is not None:
             return kept

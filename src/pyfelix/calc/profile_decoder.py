@@ -26,7 +26,7 @@ def _strip(labels: Mapping[str, str], prefix: str, *, shared: bool = False) -> F
     (every namespace's "default" service account has the same labels)."""
     cut = len(prefix)
     stripped = {sys.intern(k[cut:]): v for k, v in labels.items() if k.startswith(prefix)}
-    return FrozenMap.shared(stripped) if shared else FrozenMap.adopt(stripped)
+    return FrozenMap.shared(stripped) if shared else FrozenMap(stripped)
 
 
 class ProfileDecoder:

@@ -86,7 +86,7 @@ def namespace_kvs(name: str, labels: Mapping[str, str], origin: Resource | None)
     applied = {sys.intern(f"{NAMESPACE_LABEL_PREFIX}{k}"): v for k, v in labels.items()}
     applied[_NAMESPACE_NAME] = name
     profile = sys.intern(f"{NAMESPACE_PROFILE_PREFIX}{name}")
-    return _profile_kvs(profile, FrozenMap.adopt(applied), _ALLOW_ALL, _ALLOW_ALL, origin)
+    return _profile_kvs(profile, FrozenMap(applied), _ALLOW_ALL, _ALLOW_ALL, origin)
 
 
 def _service_account(sa: ServiceAccount) -> list[KV]:
