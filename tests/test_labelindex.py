@@ -68,7 +68,8 @@ def test_matches_equal_brute_force(
     selectors given in batches), reported matches = evaluating everything from scratch, and
     a selector is reported matching something from before its first match is reported to
     after its last one stops; with a new item's matches reported one by one, or at once
-    (``batched``); by either kind of index, and each tells a selector's matches as they are."""
+    (``batched``); by either kind of index, and each tells a selector's matches, and an
+    item's, as they are."""
     reported: set[tuple[Hashable, Hashable]] = set()
     matching: set[Hashable] = set()
 
@@ -142,6 +143,10 @@ def test_matches_equal_brute_force(
         for s in range(len(SELECTORS)):
             assert index.matches(s) == {i for t, i in expected if t == s}
             assert index.has_matches(s) == (s in matching)
+        for i in range(5):
+            wanted = {s for s, t in expected if t == i}
+            assert index.item_matches(i) == wanted
+            assert sorted(index.item_matching_now(i)) == sorted(wanted)
 
 
 def test_selector_on_a_value_only_tests_items_with_that_value() -> None:

@@ -12,7 +12,7 @@ it reads them from here (``policies_matching``) rather than keep a copy of its o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from collections.abc import Set as AbstractSet
 from typing import cast
 
@@ -116,9 +116,9 @@ class ActiveRulesCalculator:
     def _first_match(self, key: model.PolicyKey) -> None:
         self._policy_active(key, self._policies[key])
 
-    def policies_matching(self, endpoint: EndpointKey) -> AbstractSet[model.PolicyKey]:
+    def policies_matching(self, endpoint: EndpointKey) -> Collection[model.PolicyKey]:
         """The policies matching ``endpoint`` now, as the index holds them (read-only)."""
-        return cast(AbstractSet[model.PolicyKey], self._index.item_matching_now(endpoint))
+        return cast(Collection[model.PolicyKey], self._index.item_matching_now(endpoint))
 
     def endpoints_matching(self, key: model.PolicyKey) -> AbstractSet[EndpointKey]:
         """The endpoints ``key`` matches now, as the index holds them (read-only)."""

@@ -27,8 +27,9 @@ takes a batch of selectors with one pass for all their labels.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
+from typing import Any
 
 from pyfelix.selector import Selector
 
@@ -54,7 +55,7 @@ def _members(bucket: Bucket) -> AbstractSet[Hashable] | tuple[Hashable]:
     return () if bucket is None else (bucket,)  # type: ignore[return-value]
 
 
-def _bucket_add(buckets: dict[str, Bucket], key: str, member: Hashable) -> None:
+def _bucket_add(buckets: dict[Any, Bucket], key: Hashable, member: Hashable) -> None:
     bucket = buckets.get(key)
     if bucket is None:
         buckets[key] = member
@@ -64,7 +65,7 @@ def _bucket_add(buckets: dict[str, Bucket], key: str, member: Hashable) -> None:
         buckets[key] = {bucket, member}
 
 
-def _bucket_discard(buckets: dict[str, Bucket], key: str, member: Hashable) -> None:
+def _bucket_discard(buckets: dict[Any, Bucket], key: Hashable, member: Hashable) -> None:
     """Take ``member`` out; an emptied bucket's key goes."""
     bucket = buckets.get(key)
     if bucket is None:
@@ -142,7 +143,9 @@ class LabelIndex:
         #: Each parent's items, as a bucket: a tenant's namespace often holds one pod.
         self._parent_items: dict[str, Bucket] = {}
         self._matches: dict[SelectorID, set[ItemID]] = {}
-        self._item_matches: dict[ItemID, set[SelectorID]] = {}
+        #: Each item's selectors, as a bucket: in a cluster's IP set index nearly every
+        #: endpoint matches one selector (250,000 sets of one were 62 MB).
+        self._item_matches: dict[ItemID, Bucket] = {}
         # Selector side of the index.
         self._sel_by_value: dict[str, dict[str, Bucket]] = {}
         self._sel_by_key: dict[str, set[SelectorID]] = {}
@@ -380,7 +383,7 @@ class LabelIndex:
         item = self._items.get(item_id)
         if item is None:
             return
-        for sel_id in list(self._item_matches.get(item_id, ())):
+        for sel_id in list(_members(self._item_matches.get(item_id))):
             self._stop(sel_id, item_id)
         self._unfile_item(item_id, self._effective(item))
         for parent in item.parents:
@@ -444,7 +447,7 @@ class LabelIndex:
         if filed is not None:
             self._unfile_item(item_id, filed)
         self._file_item(item_id)
-        matched = set(self._item_matches.get(item_id, ()))
+        matched = set(_members(self._item_matches.get(item_id)))
         candidates = self._candidate_selectors(labels)
         for sel_id in matched:
             if sel_id not in candidates or not self._selectors[sel_id].evaluate(labels):
@@ -508,11 +511,14 @@ class LabelIndex:
         # Once for every (selector, item) pair (2M of them for 10,000 policies on 200 local
         # endpoints): no empty set made for a ``setdefault`` that does not need it.
         items = self._matches.get(sel_id)
-        selectors = self._item_matches.get(item_id)
-        if selectors is None:
-            self._item_matches[item_id] = {sel_id}
-        else:
-            selectors.add(sel_id)
+        # _bucket_add written out: a frame more for each of 2M (policy, endpoint) pairs.
+        bucket = self._item_matches.get(item_id)
+        if bucket is None:
+            self._item_matches[item_id] = sel_id
+        elif isinstance(bucket, set):
+            bucket.add(sel_id)
+        elif bucket != sel_id:
+            self._item_matches[item_id] = {bucket, sel_id}
         if items is None:
             self._matches[sel_id] = {item_id}
             if self._first is not None:
@@ -527,7 +533,7 @@ class LabelIndex:
             for sel_id in sel_ids:
                 self._start(sel_id, item_id)
             return
-        self._item_matches[item_id] = set(sel_ids)
+        self._item_matches[item_id] = set(sel_ids) if len(sel_ids) > 1 else sel_ids[0]
         matches, first = self._matches, self._first
         for sel_id in sel_ids:
             items = matches.get(sel_id)
@@ -548,11 +554,7 @@ class LabelIndex:
             if not items:
                 del self._matches[sel_id]
                 last = True
-        selectors = self._item_matches.get(item_id)
-        if selectors is not None:
-            selectors.discard(sel_id)
-            if not selectors:
-                del self._item_matches[item_id]
+        _bucket_discard(self._item_matches, item_id, sel_id)
         self._stopped(sel_id, item_id)
         if last and self._last is not None:
             self._last(sel_id)
@@ -568,7 +570,7 @@ class LabelIndex:
         return frozenset(self._selector_items(sel_id))
 
     def item_matches(self, item_id: ItemID) -> frozenset[SelectorID]:
-        return frozenset(self._item_matches.get(item_id, ()))
+        return frozenset(_members(self._item_matches.get(item_id)))
 
     def matching_now(self, sel_id: SelectorID) -> AbstractSet[ItemID]:
         """The items ``sel_id`` matches, the index's own set (not a copy, which for a
@@ -576,9 +578,9 @@ class LabelIndex:
         changes again, never change it."""
         return self._selector_items(sel_id)
 
-    def item_matching_now(self, item_id: ItemID) -> AbstractSet[SelectorID]:
+    def item_matching_now(self, item_id: ItemID) -> Collection[SelectorID]:
         """The selectors matching ``item_id``, as ``matching_now`` gives them."""
-        return self._item_matches.get(item_id, _NONE)
+        return _members(self._item_matches.get(item_id))
 
     def labels_of(self, item_id: ItemID) -> Mapping[str, str] | None:
         item = self._items.get(item_id)
@@ -614,17 +616,20 @@ class FewItemsLabelIndex(LabelIndex):
     def _selector_items(self, sel_id: SelectorID) -> AbstractSet[ItemID]:
         if sel_id not in self._counts:
             return _NONE
-        return {i for i, selectors in self._item_matches.items() if sel_id in selectors}
+        return {i for i, bucket in self._item_matches.items() if sel_id in _members(bucket)}
 
     def has_matches(self, sel_id: SelectorID) -> bool:
         return sel_id in self._counts
 
     def _start(self, sel_id: SelectorID, item_id: ItemID) -> None:
-        selectors = self._item_matches.get(item_id)
-        if selectors is None:
-            self._item_matches[item_id] = {sel_id}
-        else:
-            selectors.add(sel_id)
+        # _bucket_add written out: a frame more for each of 2M (policy, endpoint) pairs.
+        bucket = self._item_matches.get(item_id)
+        if bucket is None:
+            self._item_matches[item_id] = sel_id
+        elif isinstance(bucket, set):
+            bucket.add(sel_id)
+        elif bucket != sel_id:
+            self._item_matches[item_id] = {bucket, sel_id}
         count = self._counts.get(sel_id, 0)
         self._counts[sel_id] = count + 1
         if not count and self._first is not None:
@@ -636,7 +641,7 @@ class FewItemsLabelIndex(LabelIndex):
             for sel_id in sel_ids:
                 self._start(sel_id, item_id)
             return
-        self._item_matches[item_id] = set(sel_ids)
+        self._item_matches[item_id] = set(sel_ids) if len(sel_ids) > 1 else sel_ids[0]
         counts, first = self._counts, self._first
         for sel_id in sel_ids:
             count = counts.get(sel_id, 0)
@@ -646,12 +651,9 @@ class FewItemsLabelIndex(LabelIndex):
         self._item_started(item_id, sel_ids)
 
     def _stop(self, sel_id: SelectorID, item_id: ItemID) -> None:
-        selectors = self._item_matches.get(item_id)
-        if selectors is None or sel_id not in selectors:
+        if sel_id not in _members(self._item_matches.get(item_id)):
             return
-        selectors.discard(sel_id)
-        if not selectors:
-            del self._item_matches[item_id]
+        _bucket_discard(self._item_matches, item_id, sel_id)
         count = self._counts[sel_id] - 1
         if count:
             self._counts[sel_id] = count

@@ -23,7 +23,7 @@ group them once too.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from collections.abc import Set as AbstractSet
 from typing import Protocol
 
@@ -55,7 +55,7 @@ def _normal(policy: model.Policy) -> bool:
 class MatchSource(Protocol):
     """Where the resolver reads the current matches (the active rules calculator)."""
 
-    def policies_matching(self, endpoint: EndpointKey) -> AbstractSet[model.PolicyKey]: ...
+    def policies_matching(self, endpoint: EndpointKey) -> Collection[model.PolicyKey]: ...
 
     def endpoints_matching(self, key: model.PolicyKey) -> AbstractSet[EndpointKey]: ...
 
@@ -63,7 +63,7 @@ class MatchSource(Protocol):
 class _NoMatches:
     """The source before one is given: nothing matches."""
 
-    def policies_matching(self, endpoint: EndpointKey) -> AbstractSet[model.PolicyKey]:
+    def policies_matching(self, endpoint: EndpointKey) -> Collection[model.PolicyKey]:
         return frozenset()
 
     def endpoints_matching(self, key: model.PolicyKey) -> AbstractSet[EndpointKey]:
