@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pyfelix.jsontext import dumps_indented, write_indented
+from pyfelix.jsontext import TextPieces, dumps_indented, write_indented
 
 _SCALARS = (
     st.none()
@@ -61,3 +61,27 @@ def test_a_views_lists_are_written_item_by_item() -> None:
     write_indented({"items": [{"n": 1}, {"n": 2}], "name": "x"}, pieces.append)
     assert b'{\n      "n": 1\n    }' in pieces
     assert b"".join(pieces) == standard({"items": [{"n": 1}, {"n": 2}], "name": "x"})
+
+
+@given(
+    st.lists(st.text() | st.text(st.characters(max_codepoint=0x7F)), max_size=5),
+    st.dictionaries(st.text(st.characters(max_codepoint=0x7F)), _SCALARS, max_size=3),
+)
+def test_a_string_made_in_pieces_is_written_as_the_whole_string(
+    parts: list[str], rest: dict[str, Any]
+) -> None:
+    """A view's long script, made piece by piece as it is written, is the text of the string
+    the pieces join to (escapes of quotes, control characters, DEL and beyond ASCII
+    included), and is made only when written."""
+    made: list[int] = []
+
+    def make() -> list[str]:
+        made.append(1)
+        return parts
+
+    value = {**rest, "script": {"ipv4": TextPieces(make)}}
+    assert not made
+    pieces: list[bytes | memoryview] = []
+    write_indented(value, pieces.append)
+    assert b"".join(pieces) == standard({**rest, "script": {"ipv4": "".join(parts)}})
+    assert str(TextPieces(make)) == "".join(parts)

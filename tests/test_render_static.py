@@ -12,7 +12,7 @@ import yaml
 from pyfelix import messages as m
 from pyfelix.dryrun import compute
 from pyfelix.resources.loader import load_paths, load_text
-from pyfelix_dataplane.rules.render import render
+from pyfelix_dataplane.rules.render import render, script_pieces
 from tests.rules_harness import (
     REPO,
     chain_rules,
@@ -330,3 +330,21 @@ def test_wireguard_host_encryption_marks_what_arrives_from_outside_the_tunnels()
         "--jump MARK --set-mark 0/0x1b0000",
         "--jump cali-wireguard-incoming-mark",
     ]
+
+
+def test_scripts_made_in_pieces_are_the_rendered_scripts(tmp_path: Path) -> None:
+    """The dry-run's JSON writes the restore scripts as they are made, one IP version's
+    chains at a time: joined, each is what ``render`` gives, in either order of reading."""
+    for resources, node in [
+        (dual_stack_cluster(tmp_path / "cluster"), "node-a"),
+        (example_resources(), "node-b"),
+    ]:
+        _, dataplane = compute(resources, node)
+        rendered = render(dataplane)
+        tables, ipsets = script_pieces(dataplane)
+        assert sorted(tables) == sorted(rendered.iptables) == [4, 6]
+        for version in (6, 4, 6):  # the chains held are the last version's
+            for table, made in tables[version].items():
+                assert "".join(made()) == rendered.iptables[version][table]
+        assert "".join(ipsets()) == rendered.ipset_restore
+        assert rendered.ipset_restore.count("create ") > 3

@@ -207,6 +207,8 @@ def cmd_dry_run(args: argparse.Namespace) -> int:
     from pyfelix.dryrun import InputTally, compute, render_text, write_json
 
     tally = InputTally()
+    # JSON is written as it is made: the long scripts are never held whole.
+    pieces = args.format == "json"
     if not args.sources:
         # calicoctl's convention: DATASTORE_TYPE and KUBECONFIG (or the etcd variables).
         datastore_type = os.environ.get("DATASTORE_TYPE", "").lower()
@@ -241,13 +243,11 @@ def cmd_dry_run(args: argparse.Namespace) -> int:
             args.hostname,
             validated=not args.skip_invalid,
             kube_ipvs=args.kube_proxy_ipvs,
+            pieces=pieces,
         )
     else:
-        computed: dict[str, Any] | int = (
-            _dry_run_as_agent(args.sources, args.hostname, tally, args.kube_proxy_ipvs)
-            if args.skip_invalid
-            else _dry_run_manifests(args.sources, args.hostname, tally, args.kube_proxy_ipvs)
-        )
+        dry_run = _dry_run_as_agent if args.skip_invalid else _dry_run_manifests
+        computed = dry_run(args.sources, args.hostname, tally, args.kube_proxy_ipvs, pieces)
         if isinstance(computed, int):
             return computed
         view = computed
@@ -269,7 +269,11 @@ def cmd_dry_run(args: argparse.Namespace) -> int:
 
 
 def _dry_run_manifests(
-    sources: list[str], hostname: str, tally: InputTally, kube_ipvs: bool = False
+    sources: list[str],
+    hostname: str,
+    tally: InputTally,
+    kube_ipvs: bool = False,
+    pieces: bool = False,
 ) -> dict[str, Any] | int:
     """The dry-run's view of manifest files, or the exit code of refusing them. Plain
     endpoints and namespaces (most of a big cluster) go from their document straight to the
@@ -305,13 +309,20 @@ def _dry_run_manifests(
             trusted = partial(plain_entry, validate=False)
             loaded = tally.watch(validation.loaded(trusted, waiting=True))
             reload = partial(load_paths, sources, direct=plain_entry)
-            view, _ = compute_files(loaded, hostname, reload=reload, kube_ipvs=kube_ipvs)
+            view, _ = compute_files(
+                loaded, hostname, reload=reload, kube_ipvs=kube_ipvs, pieces=pieces
+            )
         else:
             result = load_paths(sources, direct=plain_entry)
             tally.note(result)
             resources = (item.resource for item in result.resources)
             view, _ = compute(
-                resources, hostname, validated=True, direct=result.direct, kube_ipvs=kube_ipvs
+                resources,
+                hostname,
+                validated=True,
+                direct=result.direct,
+                kube_ipvs=kube_ipvs,
+                pieces=pieces,
             )
         failure: Exception | None = None
     except Exception as exc:  # invalid input may break it: the verdict decides
@@ -325,8 +336,12 @@ def _dry_run_manifests(
 
 
 def _dry_run_as_agent(
-    sources: list[str], hostname: str, tally: InputTally, kube_ipvs: bool = False
-) -> dict[str, Any]:
+    sources: list[str],
+    hostname: str,
+    tally: InputTally,
+    kube_ipvs: bool = False,
+    pieces: bool = False,
+) -> dict[str, Any] | int:
     """The dry-run's view as ``pyfelix run`` would program it: every invalid resource is
     named on stderr and treated as absent by the pipeline's validation filter, as the
     agent's is (a document that does not load at all is absent too)."""
@@ -344,7 +359,12 @@ def _dry_run_as_agent(
     # named once, above, with its file and line).
     resources = (item.resource for item in without_invalid(result, problems).resources)
     view, _ = compute(
-        resources, hostname, validated=True, direct=result.direct, kube_ipvs=kube_ipvs
+        resources,
+        hostname,
+        validated=True,
+        direct=result.direct,
+        kube_ipvs=kube_ipvs,
+        pieces=pieces,
     )
     return view
 

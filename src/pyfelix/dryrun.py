@@ -16,7 +16,7 @@ from pyfelix.calc.config_batcher import startup_config
 from pyfelix.calc.graph import GraphSettings
 from pyfelix.calc.pipeline import Pipeline, build_pipeline
 from pyfelix.config import NFTablesMode, parse_config
-from pyfelix.jsontext import write_indented
+from pyfelix.jsontext import TextPieces, write_indented
 from pyfelix.resources import Resource
 from pyfelix.resources.config_sources import STARTUP_KINDS
 from pyfelix.resources.loader import Direct, Identity, LoadResult, Located
@@ -28,7 +28,7 @@ from pyfelix.validation.surprises import missing_tiers, policy_tier, widened_nam
 from pyfelix_dataplane.dryrun import snapshot
 from pyfelix_dataplane.rules.ipsets import ipset_name
 from pyfelix_dataplane.rules.nft import render_nftables
-from pyfelix_dataplane.rules.render import TABLES, render
+from pyfelix_dataplane.rules.render import TABLES, render, script_pieces
 from pyfelix_dataplane.state import NodeState
 
 _Item = TypeVar("_Item", Located, Direct)
@@ -117,14 +117,17 @@ def compute(
     validated: bool = False,
     direct: Iterable[Direct] = (),
     kube_ipvs: bool = False,
+    pieces: bool = False,
 ) -> tuple[dict[str, Any], NodeState]:
     """The snapshot of ``hostname``'s dataplane for this datastore content, with the rendered
     iptables-restore scripts (per IP version and table) and ipset restore script.
     ``validated``: every resource has been validated already (invalid ones left out);
     ``direct``: documents the loader turned into model values itself (``plain_entry``);
-    ``kube_ipvs``: render as on a node where kube-proxy runs in IPVS mode."""
+    ``kube_ipvs``: render as on a node where kube-proxy runs in IPVS mode; ``pieces``: the
+    iptables and ipset scripts as ``TextPieces``, made as ``write_json`` writes them (the
+    returned state must not change until then)."""
     pipeline, dataplane = computed_pipeline(resources, hostname, validated=validated, direct=direct)
-    return _view(pipeline, dataplane, hostname, kube_ipvs), dataplane
+    return _view(pipeline, dataplane, hostname, kube_ipvs, pieces), dataplane
 
 
 def compute_state(
@@ -178,6 +181,7 @@ def compute_files(
     *,
     reload: Callable[[], LoadResult],
     kube_ipvs: bool = False,
+    pieces: bool = False,
 ) -> tuple[dict[str, Any], NodeState]:
     """``compute`` of validated files' loads, each computed as it comes (the first of each
     resource kept, as ``merge`` keeps it), so that the computing overlaps the loading; a
@@ -206,10 +210,15 @@ def compute_files(
         loaded = reload()
         resources = (item.resource for item in loaded.resources)
         return compute(
-            resources, hostname, validated=True, direct=loaded.direct, kube_ipvs=kube_ipvs
+            resources,
+            hostname,
+            validated=True,
+            direct=loaded.direct,
+            kube_ipvs=kube_ipvs,
+            pieces=pieces,
         )
     pipeline.finish()
-    return _view(pipeline, dataplane, hostname, kube_ipvs), dataplane
+    return _view(pipeline, dataplane, hostname, kube_ipvs, pieces), dataplane
 
 
 def _first(items: Iterable[_Item], known: Callable[[Identity], bool]) -> list[_Item]:
@@ -228,9 +237,14 @@ def own_addresses(dataplane: NodeState, hostname: str) -> frozenset[str]:
 
 
 def _view(
-    pipeline: Pipeline, dataplane: NodeState, hostname: str, kube_ipvs: bool = False
+    pipeline: Pipeline,
+    dataplane: NodeState,
+    hostname: str,
+    kube_ipvs: bool = False,
+    pieces: bool = False,
 ) -> dict[str, Any]:
-    """The snapshot of the computed ``dataplane``, with its rendered tables."""
+    """The snapshot of the computed ``dataplane``, with its rendered tables (``pieces``:
+    made as they are written)."""
     dataplane.kube_ipvs = kube_ipvs
     dataplane.host_ips = own_addresses(dataplane, hostname)
 
@@ -241,6 +255,14 @@ def _view(
             f"ipv{version}": table.script()
             for version, table in sorted(render_nftables(dataplane).items())
         }
+        return view
+    if pieces:
+        tables, ipsets = script_pieces(dataplane)
+        view["iptables"] = {
+            f"ipv{version}": {table: TextPieces(made) for table, made in by_table.items()}
+            for version, by_table in sorted(tables.items())
+        }
+        view["ipset_restore"] = TextPieces(ipsets)
         return view
     rendered = render(dataplane)
     view["iptables"] = {

@@ -15,9 +15,10 @@ the dry-run's largest views (130 MB) take 0.1 s where the standard library takes
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
+import attrs
 import orjson
 
 _INDENTED = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE
@@ -34,6 +35,33 @@ def dumps_indented(value: Any) -> bytes:
     if not text or not text.isascii() or b"\x7f" in text:
         return (json.dumps(value, indent=2, sort_keys=True) + "\n").encode("ascii")
     return text
+
+
+@attrs.frozen
+class TextPieces:
+    """A string of a view too long to hold beside the rest, made piece by piece as it is
+    written (``str`` joins the pieces): ``write_indented`` writes it as the string it
+    joins to, never holding more than a piece."""
+
+    make: Callable[[], Iterable[str]]
+
+    def __str__(self) -> str:
+        return "".join(self.make())
+
+
+def _write_pieces(value: TextPieces, write: Callable[[bytes | memoryview], object]) -> None:
+    """The JSON string of ``value``'s text: each piece escaped as ``dumps_indented`` would
+    escape the whole (a character's escape never depends on its neighbours)."""
+    write(b'"')
+    for piece in value.make():
+        try:
+            text = orjson.dumps(piece)
+        except TypeError:
+            text = b""
+        if not text or not text.isascii() or b"\x7f" in text:
+            text = json.dumps(piece).encode("ascii")
+        write(memoryview(text)[1:-1])
+    write(b'"')
 
 
 def write_indented(value: Any, write: Callable[[bytes | memoryview], object]) -> None:
@@ -68,6 +96,8 @@ def _write(value: Any, depth: int, write: Callable[[bytes | memoryview], object]
                 _write(item, depth + 1, write)
             write(b",\n" if i < last else b"\n")
         write(b"  " * depth + b"}")
+    elif isinstance(value, TextPieces):
+        _write_pieces(value, write)
     else:
         write(_nested(value, depth))
 

@@ -7,7 +7,7 @@ set behind.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from pyfelix import model
 from pyfelix.config.felix_config import FelixConfig, NATOutgoingExclusions
@@ -36,18 +36,27 @@ def restore_script(
 
     Made a set at a time: 10,000 network sets of 1.4M members in all were a line object
     each, 120 MB beside the text they made."""
-    chunks = []
+    return "".join(restore_pieces(sets, versions, maxelem))
+
+
+def restore_pieces(
+    sets: Mapping[str, tuple[str, Iterable[str]]],
+    versions: Iterable[int] = (4, 6),
+    maxelem: int = DEFAULT_MAXELEM,
+) -> Iterator[str]:
+    """``restore_script``'s text a set at a time, for a writer that never holds it whole."""
     for version in versions:
         family = "inet" if version == 4 else "inet6"
         for set_id in sorted(sets):
             set_type, members = sets[set_id]
             wanted = sorted(m for m in members if member_version(m) == version)
             name = ipset_name(set_id, version)
-            chunks.append(f"create {name} {set_type} family {family} maxelem {maxelem}\n")
+            create = f"create {name} {set_type} family {family} maxelem {maxelem}\n"
             if wanted:
                 add = f"add {name} "
-                chunks.append(add + f"\n{add}".join(wanted) + "\n")
-    return "".join(chunks)
+                yield create + add + f"\n{add}".join(wanted) + "\n"
+            else:
+                yield create
 
 
 MASQ_POOLS = "masq-ipam-pools"

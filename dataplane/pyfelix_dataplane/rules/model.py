@@ -12,7 +12,7 @@ import base64
 import binascii
 import functools
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import assert_never
 
 import attrs
@@ -174,10 +174,17 @@ def restore_script(table: str, chains: Sequence[Chain], hooks: Iterable[str] = (
 
     ``hooks`` are extra lines (e.g. ``-I FORWARD -j cali-FORWARD``) appended after the chains.
     """
-    lines = [f"*{table}"]
-    lines.extend(f":{chain.name} - [0:0]" for chain in sorted(chains, key=lambda c: c.name))
-    for chain in sorted(chains, key=lambda c: c.name):
-        lines.extend(chain.lines())
-    lines.extend(hooks)
-    lines.append("COMMIT")
-    return "\n".join(lines) + "\n"
+    return "".join(restore_pieces(table, chains, hooks))
+
+
+def restore_pieces(table: str, chains: Sequence[Chain], hooks: Iterable[str] = ()) -> Iterator[str]:
+    """``restore_script``'s text in pieces of whole lines, a chain's rules a piece: a writer
+    that takes them one by one never holds the whole (18 MB of a cluster's filter table, and
+    a line object for each of its rules while it is joined)."""
+    ordered = sorted(chains, key=lambda c: c.name)
+    yield "".join([f"*{table}\n", *(f":{chain.name} - [0:0]\n" for chain in ordered)])
+    for chain in ordered:
+        lines = chain.lines()
+        if lines:
+            yield "\n".join(lines) + "\n"
+    yield "".join([*(f"{line}\n" for line in hooks), "COMMIT\n"])

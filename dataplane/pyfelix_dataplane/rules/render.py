@@ -9,7 +9,7 @@ table together in a fixed order and writes the restore scripts.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import attrs
 
@@ -22,7 +22,7 @@ from pyfelix_dataplane.rules.groups import selectors_of
 from pyfelix_dataplane.rules.host_endpoints import host_endpoint_chains
 from pyfelix_dataplane.rules.ipsets import special_ipsets
 from pyfelix_dataplane.rules.ipvs import ipvs_filter_chains
-from pyfelix_dataplane.rules.model import Chain, Rule, restore_script
+from pyfelix_dataplane.rules.model import Chain, Rule, restore_pieces, restore_script
 from pyfelix_dataplane.rules.policy import RuleContext, policy_chains, profile_chains
 from pyfelix_dataplane.rules.settings import Settings
 from pyfelix_dataplane.state import NodeState
@@ -86,6 +86,37 @@ def render(
     maxelem = dp.config.max_ipset_size
     script = ipset_rendering.restore_script(_all_sets(dp), versions, maxelem) if with_text else ""
     return Rendered(iptables, script, chains, kernel_ipsets(dp, versions))
+
+
+#: A restore script made piece by piece each time it is called (see ``script_pieces``).
+Pieces = Callable[[], Iterator[str]]
+
+
+def script_pieces(dp: NodeState) -> tuple[dict[int, dict[str, Pieces]], Pieces]:
+    """``render``'s restore scripts (per version and table, and the IP sets'), each made
+    when it is read, one IP version's chains held at a time: a writer that takes them one
+    by one, versions in order, never holds more than a piece of the text. A cluster's filter
+    tables are 18 MB a version, and with their lines and the IP sets' script the dry-run's
+    peak. ``dp`` must not change until the last is read."""
+    settings = Settings.for_node(dp)
+    held: dict[int, dict[str, tuple[Chain, ...]]] = {}
+
+    def table(version: int, name: str) -> Pieces:
+        def pieces() -> Iterator[str]:
+            if version not in held:
+                held.clear()
+                held[version] = render_chains(dp, version, settings)
+            return restore_pieces(name, held[version][name], _hooks(name, settings))
+
+        return pieces
+
+    versions = ip_versions(dp.config)
+    iptables = {version: {name: table(version, name) for name in TABLES} for version in versions}
+
+    def ipsets() -> Iterator[str]:
+        return ipset_rendering.restore_pieces(_all_sets(dp), versions, dp.config.max_ipset_size)
+
+    return iptables, ipsets
 
 
 def render_chains(
