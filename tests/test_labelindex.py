@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
+import attrs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -57,19 +58,29 @@ def effective(
     return merged
 
 
+@attrs.frozen
+class Endpoint:
+    """An item as the model has it (``LabelIndex.update_labelled`` holds it itself)."""
+
+    labels: dict[str, str] = attrs.field(eq=False)
+    profile_ids: tuple[str, ...]
+
+
 @settings(max_examples=400)
-@given(OPS, st.booleans(), st.sampled_from([LabelIndex, FewItemsLabelIndex]))
+@given(OPS, st.booleans(), st.sampled_from([LabelIndex, FewItemsLabelIndex]), st.booleans())
 def test_matches_equal_brute_force(
     ops: list[tuple[str, object, dict[str, str], list[str]]],
     batched: bool,
     kind: type[LabelIndex],
+    labelled: bool,
 ) -> None:
     """After any sequence of changes (the items' labels filed ahead of need among them, and
     selectors given in batches), reported matches = evaluating everything from scratch, and
     a selector is reported matching something from before its first match is reported to
     after its last one stops; with a new item's matches reported one by one, or at once
     (``batched``); by either kind of index, and each tells a selector's matches, and an
-    item's, as they are."""
+    item's, as they are; with items given as labels and parents, or as the caller's own
+    objects (``labelled``), which the index then holds."""
     reported: set[tuple[Hashable, Hashable]] = set()
     matching: set[Hashable] = set()
 
@@ -105,7 +116,12 @@ def test_matches_equal_brute_force(
         if op == "item":
             assert isinstance(target, int)
             items[target] = (labels, parent_ids)
-            index.update_item(target, labels, parent_ids)
+            if labelled:
+                given_item = Endpoint(labels, tuple(parent_ids))
+                index.update_labelled(target, given_item)
+                assert index.labelled(target) is given_item
+            else:
+                index.update_item(target, labels, parent_ids)
         elif op == "del-item":
             assert isinstance(target, int)
             items.pop(target, None)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ipaddress
 import sys
 from collections.abc import Callable, Collection, Hashable, Mapping
+from typing import cast
 
 from pyfelix import model
 from pyfelix.calc.dispatcher import Dispatcher, value_of
@@ -95,7 +96,6 @@ class IPSetMemberIndex:
             self._added, self._removed = self._nested.added, self._nested.removed
         self._index = LabelIndex(self._match_started, self._match_stopped)
         self._sets: dict[str, IPSetData] = {}
-        self._items: dict[Hashable, Item] = {}
         #: Set id -> member -> how many matching items contribute it.
         self._counts: dict[str, dict[str, int]] = {}
         #: Sets made active since the last flush, not yet in the index.
@@ -163,16 +163,14 @@ class IPSetMemberIndex:
         if item is None:
             # Stopping the matches takes back what the item (still known) contributed.
             self._index.delete_item(item_id)
-            self._items.pop(item_id, None)
             return
-        old = self._items.get(item_id)
-        self._items[item_id] = item
+        old = cast(Item | None, self._index.labelled(item_id))
         if old is not None:
             for set_id in self._index.item_matches(item_id):
                 assert isinstance(set_id, str)
                 data = self._sets[set_id]
                 self._change(set_id, _members(data, old), _members(data, item))
-        self._index.update_item(item_id, item.labels, item.profile_ids)
+        self._index.update_labelled(item_id, item)
 
     def on_parent_labels(self, parent: str, labels: Mapping[str, str] | None) -> None:
         if labels is None:
@@ -182,9 +180,13 @@ class IPSetMemberIndex:
 
     # Membership.
 
+    def _item(self, item_id: Hashable) -> Item:
+        """The item as the index holds it (the one this index gave it)."""
+        return cast(Item, self._index.labelled(item_id))
+
     def _match_started(self, set_id: Hashable, item_id: Hashable) -> None:
         assert isinstance(set_id, str)
-        members = _members(self._sets[set_id], self._items[item_id])
+        members = _members(self._sets[set_id], self._item(item_id))
         counts = self._counts.setdefault(set_id, {})
         for member in members:
             count = counts.get(member, 0)
@@ -194,7 +196,7 @@ class IPSetMemberIndex:
 
     def _match_stopped(self, set_id: Hashable, item_id: Hashable) -> None:
         assert isinstance(set_id, str)
-        for member in _members(self._sets[set_id], self._items[item_id]):
+        for member in _members(self._sets[set_id], self._item(item_id)):
             self._decrement(set_id, member)
 
     def _change(self, set_id: str, old: frozenset[str], new: frozenset[str]) -> None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from typing import Any
+from typing import Any, Protocol
 
 from pyfelix.selector import Selector
 
@@ -99,16 +99,27 @@ def _filing(filed: Filing) -> tuple[str, str | None, tuple[str, ...]]:
 EFFECTIVE_KEPT = 4096
 
 
+class Labelled(Protocol):
+    """An item as the index holds it: its own labels and its parents (profiles), as the
+    model's endpoints and network sets have them. Its effective labels are merged from them
+    when they are read, not kept: kept, a pod's own labels merged with its namespace's were
+    a dict per endpoint, 69 MB of 250,000 endpoints' snapshot."""
+
+    @property
+    def labels(self) -> Mapping[str, str]: ...
+
+    @property
+    def profile_ids(self) -> tuple[str, ...]: ...
+
+
 class _Item:
-    """An item's own labels and parents. Its effective labels are merged from them when they
-    are read, not kept: kept, a pod's own labels merged with its namespace's were a dict per
-    endpoint, 69 MB of 250,000 endpoints' snapshot."""
+    """An item given as its labels and parents (``update_item``)."""
 
-    __slots__ = ("own", "parents")
+    __slots__ = ("labels", "profile_ids")
 
-    def __init__(self, own: Mapping[str, str], parents: tuple[str, ...]) -> None:
-        self.own = own
-        self.parents = parents
+    def __init__(self, labels: Mapping[str, str], profile_ids: tuple[str, ...]) -> None:
+        self.labels = labels
+        self.profile_ids = profile_ids
 
 
 class LabelIndex:
@@ -135,11 +146,12 @@ class LabelIndex:
         self._first = on_first_match
         self._last = on_last_match
         self._selectors: dict[SelectorID, Selector] = {}
-        self._items: dict[ItemID, _Item] = {}
+        self._items: dict[ItemID, Labelled] = {}
         self._parent_labels: dict[str, Mapping[str, str]] = {}
-        #: Recently merged effective labels, by item (an item's labels change by a new
-        #: ``_Item``; a parent's change empties it).
-        self._merged: dict[_Item, Mapping[str, str]] = {}
+        #: Recently merged effective labels, by the id of the item they were merged for
+        #: (held beside them: an item's labels change by a new item, and a model value's
+        #: own hash is its whole value's); a parent's change empties it.
+        self._merged: dict[int, tuple[Labelled, Mapping[str, str]]] = {}
         #: Each parent's items, as a bucket: a tenant's namespace often holds one pod.
         self._parent_items: dict[str, Bucket] = {}
         self._matches: dict[SelectorID, set[ItemID]] = {}
@@ -354,14 +366,20 @@ class LabelIndex:
     def update_item(
         self, item_id: ItemID, labels: Mapping[str, str], parents: Sequence[str] = ()
     ) -> None:
+        self.update_labelled(item_id, _Item(labels, tuple(parents)))
+
+    def update_labelled(self, item_id: ItemID, item: Labelled) -> None:
+        """``update_item`` with the caller's own item, which the index holds (``labelled``)
+        in place of a copy of its labels and parents: the IP set index keeps no map of
+        its items beside this one (a dict and an object an endpoint, 30 MB at 250,000)."""
         old = self._items.get(item_id)
-        parents = tuple(parents)
+        self._items[item_id] = item
+        labels, parents = item.labels, item.profile_ids
         if old is not None:
-            if old.own == labels and old.parents == parents:
+            if old.labels == labels and old.profile_ids == parents:
                 return
-            for parent in old.parents:
+            for parent in old.profile_ids:
                 _bucket_discard(self._parent_items, parent, item_id)
-        item = self._items[item_id] = _Item(labels, parents)
         for parent in parents:
             _bucket_add(self._parent_items, parent, item_id)
         if old is not None:
@@ -386,7 +404,7 @@ class LabelIndex:
         for sel_id in list(_members(self._item_matches.get(item_id))):
             self._stop(sel_id, item_id)
         self._unfile_item(item_id, self._effective(item))
-        for parent in item.parents:
+        for parent in item.profile_ids:
             _bucket_discard(self._parent_items, parent, item_id)
         del self._items[item_id]
         self._item_matches.pop(item_id, None)
@@ -415,29 +433,30 @@ class LabelIndex:
         items = self._items
         return [(i, self._effective(items[i])) for i in _members(self._parent_items.get(parent))]
 
-    def _effective(self, item: _Item) -> Mapping[str, str]:
-        if not item.parents:
-            return item.own
-        kept = self._merged.get(item)
-        if kept is not None:
-            return kept
+    def _effective(self, item: Labelled) -> Mapping[str, str]:
+        parents, own = item.profile_ids, item.labels
+        if not parents:
+            return own
+        kept = self._merged.get(id(item))
+        if kept is not None and kept[0] is item:
+            return kept[1]
         merged: dict[str, str]
-        if len(item.parents) == 1:  # a pod's namespace profile: one merge, in C
-            parent = self._parent_labels.get(item.parents[0])
+        if len(parents) == 1:  # a pod's namespace profile: one merge, in C
+            parent = self._parent_labels.get(parents[0])
             if not parent:
-                return item.own
-            merged = {**parent, **item.own}
+                return own
+            merged = {**parent, **own}
         else:
-            inherited = [self._parent_labels[p] for p in item.parents if p in self._parent_labels]
+            inherited = [self._parent_labels[p] for p in parents if p in self._parent_labels]
             if not inherited:
-                return item.own
+                return own
             merged = {}
             for labels in reversed(inherited):
                 merged.update(labels)
-            merged.update(item.own)
+            merged.update(own)
         if len(self._merged) >= EFFECTIVE_KEPT:
             self._merged.clear()
-        self._merged[item] = merged
+        self._merged[id(item)] = (item, merged)
         return merged
 
     def _recalculate(self, item_id: ItemID, filed: Mapping[str, str] | None) -> None:
@@ -581,6 +600,10 @@ class LabelIndex:
     def item_matching_now(self, item_id: ItemID) -> Collection[SelectorID]:
         """The selectors matching ``item_id``, as ``matching_now`` gives them."""
         return _members(self._item_matches.get(item_id))
+
+    def labelled(self, item_id: ItemID) -> Labelled | None:
+        """The item as it was given (``update_labelled``'s own object)."""
+        return self._items.get(item_id)
 
     def labels_of(self, item_id: ItemID) -> Mapping[str, str] | None:
         item = self._items.get(item_id)
