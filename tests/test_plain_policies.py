@@ -151,6 +151,8 @@ def _rules_of(document: Doc) -> list[Doc]:
 
 def _made_of(value: Any) -> tuple[object, ...]:
     """The fields a value is made with, but its origin (and not the hash it keeps)."""
+    if isinstance(value, model.Rule):
+        return tuple(getattr(value, name) for name in model.RULE_FIELDS)
     fields = attrs.fields(type(value))
     return tuple(getattr(value, f.name) for f in fields if f.init and f.name != "origin")
 

@@ -52,7 +52,7 @@ _DOCUMENT_KINDS = frozenset(
 _RESOURCE_KINDS = _DOCUMENT_KINDS | {"KubernetesNetworkPolicy"}
 
 #: The fields each value is made of (not the hash it keeps, which is this process's own).
-_RULE_FIELDS = tuple(field.name for field in attrs.fields(model.Rule) if field.init)
+_RULE_FIELDS = model.RULE_FIELDS
 _rule_values = operator.attrgetter(*_RULE_FIELDS)
 _PORTS = tuple(
     _RULE_FIELDS.index(name)
@@ -153,7 +153,7 @@ def _rule(values: tuple[Any, ...]) -> model.Rule:
         for index in _PORTS:
             fields[index] = tuple(Port(*port) for port in fields[index])
         fields[_ANNOTATIONS] = FrozenMap(dict(fields[_ANNOTATIONS]))
-        rule = model.Rule(*fields)
+        rule = model.Rule.of(tuple(fields))
         if len(_RULES) >= RULES_KEPT:
             _RULES.clear()
         _RULES[values] = rule
