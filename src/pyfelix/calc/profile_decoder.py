@@ -45,8 +45,10 @@ class ProfileDecoder:
         self.on_profile_labels(update.key.name, labels.labels if labels else None)
 
     def on_profile_labels(self, name: str, labels: Mapping[str, str] | None) -> None:
+        # The names cut out of a profile's are interned: the dataplane's state keeps them,
+        # and each is a namespace's or account's name the model holds already.
         if name.startswith(NAMESPACE_PROFILE_PREFIX):
-            namespace = name[len(NAMESPACE_PROFILE_PREFIX) :]
+            namespace = sys.intern(name[len(NAMESPACE_PROFILE_PREFIX) :])
             if labels is None:
                 self._out.on_namespace_remove(namespace)
             else:
@@ -54,7 +56,7 @@ class ProfileDecoder:
                 self._out.on_namespace_update(message)
         elif name.startswith(SERVICE_ACCOUNT_PROFILE_PREFIX):
             namespace, _, account = name[len(SERVICE_ACCOUNT_PROFILE_PREFIX) :].partition(".")
-            key = m.ServiceAccountID(namespace, account)
+            key = m.ServiceAccountID(sys.intern(namespace), sys.intern(account))
             if labels is None:
                 self._out.on_service_account_remove(key)
             else:

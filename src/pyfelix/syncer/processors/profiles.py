@@ -83,7 +83,9 @@ _SERVICE_ACCOUNT_NAME = sys.intern(f"{SERVICE_ACCOUNT_LABEL_PREFIX}{NAME_LABEL}"
 def namespace_kvs(name: str, labels: Mapping[str, str], origin: Resource | None) -> list[KV]:
     """Kubernetes' conversion of a namespace: profile kns.<name> applying pcns.* labels,
     allowing all (``origin``: the Namespace, or None where none was built)."""
-    applied = {sys.intern(f"{NAMESPACE_LABEL_PREFIX}{k}"): v for k, v in labels.items()}
+    # Values interned too: a namespace's labels repeat its name and a few flags in each of a
+    # cluster's namespaces (kubernetes.io/metadata.name, "true").
+    applied = {sys.intern(f"{NAMESPACE_LABEL_PREFIX}{k}"): sys.intern(v) for k, v in labels.items()}
     applied[_NAMESPACE_NAME] = name
     profile = sys.intern(f"{NAMESPACE_PROFILE_PREFIX}{name}")
     return _profile_kvs(profile, FrozenMap(applied), _ALLOW_ALL, _ALLOW_ALL, origin)
@@ -99,7 +101,9 @@ def service_account_kvs(
     """Kubernetes' conversion of a service account: profile ksa.<namespace>.<name> applying
     pcsa.* labels, with no rules (``origin``: the ServiceAccount, or None where none was
     built)."""
-    applied = {sys.intern(f"{SERVICE_ACCOUNT_LABEL_PREFIX}{k}"): v for k, v in labels.items()}
+    applied = {
+        sys.intern(f"{SERVICE_ACCOUNT_LABEL_PREFIX}{k}"): sys.intern(v) for k, v in labels.items()
+    }
     applied[_SERVICE_ACCOUNT_NAME] = name
     profile = sys.intern(f"{SERVICE_ACCOUNT_PROFILE_PREFIX}{namespace}.{name}")
     # Shared: every namespace's "default" account applies the same labels.
