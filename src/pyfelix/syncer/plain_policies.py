@@ -63,12 +63,17 @@ _ANNOTATIONS = _RULE_FIELDS.index("annotations")
 _POLICY_FIELDS = tuple(f.name for f in attrs.fields(model.Policy) if f.init and f.name != "origin")
 _policy_values = operator.attrgetter(*_POLICY_FIELDS)
 _INBOUND = _POLICY_FIELDS.index("inbound_rules")
+_TYPES = _POLICY_FIELDS.index("types")
 _OUTBOUND = _POLICY_FIELDS.index("outbound_rules")
 _key_values = operator.attrgetter(*(f.name for f in attrs.fields(model.PolicyKey) if f.init))
 
 #: How many distinct rules the rebuilding keeps, to share (the converter's cache's size).
 RULES_KEPT = 16384
 _RULES: dict[tuple[Any, ...], model.Rule] = {}
+#: A policy's types, one tuple for all policies alike as the converter has them (a few
+#: distinct ones: kept while there are few).
+_TYPES_KEPT = 64
+_TYPES_SHARED: dict[tuple[str, ...], tuple[str, ...]] = {}
 
 #: A policy's fields: the marker, its kind, namespace and name, and its model (key, value)
 #: pairs, each key and value a tuple of its fields (None for a value that deletes).
@@ -142,6 +147,11 @@ def _policy(values: tuple[Any, ...]) -> model.Policy:
     fields = list(values)
     fields[_INBOUND] = tuple(map(_rule, fields[_INBOUND]))
     fields[_OUTBOUND] = tuple(map(_rule, fields[_OUTBOUND]))
+    types = fields[_TYPES]
+    shared = _TYPES_SHARED.get(types)
+    if shared is None and len(_TYPES_SHARED) < _TYPES_KEPT:
+        shared = _TYPES_SHARED[types] = types
+    fields[_TYPES] = shared or types
     return model.Policy(*fields)
 
 
