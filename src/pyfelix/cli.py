@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from pyfelix.dryrun import InputTally
     from pyfelix.errors import Problem
     from pyfelix.resources import Resource
-    from pyfelix.resources.loader import Digest, DirectDecoder, LoadResult
+    from pyfelix.resources.loader import Digest, DirectDecoder, LoadResult, Located
 
 # Only what `pyfelix run` needs before it forks its first read's child is imported here (the
 # loader, 0.06 s); each command imports the stages it runs.
@@ -283,7 +283,7 @@ def _dry_run_manifests(
     handing its documents on (plain endpoints as their checked fields; valid policies as
     their model values while this process is behind) while this process computes the files
     it has; what is computed is printed only once that validation found nothing."""
-    from pyfelix.dryrun import compute, compute_files
+    from pyfelix.dryrun import compute_files
     from pyfelix.resources import load_paths
     from pyfelix.syncer.plain_namespaces import (
         plain_digest,
@@ -315,15 +315,7 @@ def _dry_run_manifests(
         else:
             result = load_paths(sources, direct=plain_entry)
             tally.note(result)
-            resources = (item.resource for item in result.resources)
-            view, _ = compute(
-                resources,
-                hostname,
-                validated=True,
-                direct=result.direct,
-                kube_ipvs=kube_ipvs,
-                pieces=pieces,
-            )
+            view = _computed(result, result.resources, hostname, kube_ipvs, pieces)
         failure: Exception | None = None
     except Exception as exc:  # invalid input may break it: the verdict decides
         failure = exc
@@ -345,7 +337,6 @@ def _dry_run_as_agent(
     """The dry-run's view as ``pyfelix run`` would program it: every invalid resource is
     named on stderr and treated as absent by the pipeline's validation filter, as the
     agent's is (a document that does not load at all is absent too)."""
-    from pyfelix.dryrun import compute
     from pyfelix.resources import load_paths
     from pyfelix.syncer.plain_namespaces import plain_entry
     from pyfelix.validation import validate_loaded
@@ -357,7 +348,23 @@ def _dry_run_as_agent(
         print(f"treated as absent: {problem}", file=sys.stderr)
     # Left out here, as the pipeline's validation filter would leave them out (each is
     # named once, above, with its file and line).
-    resources = (item.resource for item in without_invalid(result, problems).resources)
+    return _computed(
+        result, without_invalid(result, problems).resources, hostname, kube_ipvs, pieces
+    )
+
+
+def _computed(
+    result: LoadResult,
+    items: Iterable[Located],
+    hostname: str,
+    kube_ipvs: bool,
+    pieces: bool,
+) -> dict[str, Any]:
+    """The view of a load's ``items`` (validated beforehand), its plain documents taken
+    straight to the model."""
+    from pyfelix.dryrun import compute
+
+    resources = (item.resource for item in items)
     view, _ = compute(
         resources,
         hostname,
