@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 from hypothesis import given, settings
@@ -14,6 +15,7 @@ from pyfelix.resources import WorkloadEndpoint
 from pyfelix.resources.meta import load_document
 from pyfelix.syncer import plain_workloads
 from pyfelix.syncer.plain_workloads import plain_workload
+from pyfelix.syncer.plain_workloads_typed import typed_workload_fields
 from pyfelix.syncer.processors import convert
 from pyfelix.validation.kinds import ValidationContext, check_resource
 
@@ -139,6 +141,42 @@ def test_the_direct_path_gives_what_the_general_path_gives(
     general = general_path(doc)
     assert general == [direct]
     assert [str(key) for key, _ in general] == [str(direct[0])]
+
+
+@settings(max_examples=1500, deadline=None)
+@given(changes=FIELDS, top=st.one_of(st.none(), st.sampled_from(TOP)))
+def test_the_typed_decoder_of_the_text_takes_what_the_direct_path_takes(
+    changes: dict[str, int], top: str | None
+) -> None:
+    """The dry-run's validating child reads an endpoint from its JSON text: it gives the
+    fields the direct path gives of the parsed document, and none where that gives none."""
+    doc = document(changes, top)
+    fields = plain_workloads.plain_fields(copy.deepcopy(doc))
+    assert typed_workload_fields(json.dumps(doc).encode()) == fields
+
+
+def test_the_typed_decoder_reads_odd_text_as_json_does_or_declines() -> None:
+    """JSON text a serializer may write: a repeated key counts last (as the standard
+    library's parser has it); an escaped kind, a lone surrogate, or a value msgspec refuses
+    is left to the pure path, which decides as before; and a plain endpoint is read."""
+    text = json.dumps(BASE)
+    assert typed_workload_fields(text.encode()) is not None
+    repeated = [
+        text.replace('"node": "node-a"', '"node": "node-b", "node": "node-a"'),
+        text.replace('"app": "web"', '"app": "db", "app": "web"'),
+        text.replace('"pod": "web-1"', '"pod": "Bad_Name", "pod": "web-1"'),
+    ]
+    for odd in repeated:
+        fields = plain_workloads.plain_fields(json.loads(odd))
+        assert typed_workload_fields(odd.encode()) == fields is not None
+    declined = [
+        text.replace('"kind": "WorkloadEndpoint"', '"kind": "\\u0057orkloadEndpoint"'),
+        text.replace('"node": "node-a"', '"node": "\\ud800"'),
+        text.replace('"endpoint": "eth0"', '"endpoint": "eth0", "ports": NaN'),
+    ]
+    for odd in declined:
+        assert typed_workload_fields(odd.encode()) is None
+    assert plain_workloads.plain_fields(json.loads(declined[0])) is not None
 
 
 def test_a_cni_written_endpoint_takes_the_direct_path() -> None:

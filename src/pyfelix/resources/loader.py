@@ -82,11 +82,11 @@ TextDigest = Callable[[bytes], tuple[Any, ...] | None]
 
 @attrs.frozen
 class TextReader:
-    """A ``TextDigest``, and a string the text of every document it takes contains: a file
-    without it is parsed whole, as it was (a file's items parsed one by one from their texts
-    take twice as long as the file parsed at once)."""
+    """A ``TextDigest``, and strings the text of every document it takes contains one of: a
+    file without any is parsed whole, as it was (a file's items parsed one by one from their
+    texts take twice as long as the file parsed at once)."""
 
-    marker: str
+    markers: tuple[str, ...]
     digest: TextDigest
 
 

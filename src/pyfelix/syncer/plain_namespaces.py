@@ -198,14 +198,21 @@ def plain_digest(document: dict[str, Any], *, validate: bool = True) -> Fields |
 
 def plain_text_digest() -> TextReader | None:
     """``plain_digest``'s counterpart for a document's JSON text (a pod's, the bulk of a
-    dump, read by its typed decoder), for the dry-run's validating child: imported there,
-    so that a load without one never imports the decoder. None without msgspec: documents
-    are then parsed whole, with the same result."""
+    dump, or a WorkloadEndpoint's, each read by its typed decoder), for the dry-run's
+    validating child: imported there, so that a load without one never imports the
+    decoders. None without msgspec: documents are then parsed whole, with the same result."""
     try:
         from pyfelix.syncer.plain_pods_typed import typed_pod_fields  # noqa: PLC0415
+        from pyfelix.syncer.plain_workloads_typed import (  # noqa: PLC0415
+            typed_workload_fields,
+        )
     except ImportError:
         return None
-    return TextReader('"Pod"', typed_pod_fields)
+
+    def typed_fields(text: bytes) -> Fields | None:
+        return typed_pod_fields(text) or typed_workload_fields(text)
+
+    return TextReader(('"Pod"', '"WorkloadEndpoint"'), typed_fields)
 
 
 def plain_entry(

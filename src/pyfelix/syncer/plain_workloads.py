@@ -137,6 +137,35 @@ def plain_fields(document: dict[str, Any], *, validate: bool = True) -> PlainFie
         )
     except TypeError:
         return None
+    return checked_fields(
+        name,
+        namespace,
+        labels=labels,
+        annotations=annotations,
+        names=(orchestrator, node, endpoint, workload, pod, account, interface, mac),
+        networks=networks,
+        profile_list=profile_list,
+        validate=validate,
+    )
+
+
+def checked_fields(
+    name: str,
+    namespace: str,
+    *,
+    labels: dict[str, str],
+    annotations: dict[str, str],
+    names: tuple[str, str, str, str, str, str, str, str],
+    networks: list[str],
+    profile_list: list[str],
+    validate: bool,
+) -> PlainFields | None:
+    """An endpoint's fields from the values its decoder read with their types checked (the
+    spec's orchestrator, node, endpoint, workload, pod, service account, interface and MAC,
+    in ``names``), or None if one is a value the general path reports (with ``validate``).
+    Shared by the decoders of a parsed document and of its JSON text
+    (plain_workloads_typed.py)."""
+    orchestrator, node, endpoint, workload, pod, account, interface, mac = names
     # The decoder interns what repeats across a cluster (SHARED_STR): the same strings here.
     namespace = _intern(namespace or "default")
     orchestrator, node, endpoint = _intern(orchestrator), _intern(node), _intern(endpoint)

@@ -298,7 +298,11 @@ def _handing_on(
             return load_file(file, direct)  # which reports why it cannot be read
         now = either if spare is not None and _reader_behind(out) else digest
         typed = None
-        if reader is not None and source.endswith(".json") and reader.marker in text:
+        if (
+            reader is not None
+            and source.endswith(".json")
+            and any(marker in text for marker in reader.markers)
+        ):
             typed = _typed_documents(text, now, reader.digest)
         if typed is not None:
             parsed = typed
