@@ -1,4 +1,5 @@
-"""The model's immutable map: a dict that refuses change, hashable and equal by content."""
+"""The model's immutable values: a map, a dict that refuses change, hashable and equal by
+content; a rule, a value of every field though it keeps only those it sets."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import pickle
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import pytest
 
-from pyfelix.values import FrozenMap
+from pyfelix import model
+from pyfelix.values import FrozenMap, Port
 
 
 @pytest.mark.parametrize(
@@ -60,3 +63,35 @@ def test_empty_maps_are_one_map_and_a_dict_given_is_copied() -> None:
     made["app"] = "db"
     assert labels == {"app": "web"}
     assert FrozenMap.shared({"x": "1"}) is FrozenMap.shared({"x": "1"})
+
+
+_RULE_VALUES: list[dict[str, Any]] = [
+    {"action": "allow"},
+    {"action": "allow", "src_selector": "app == 'a'", "original_src_selector": "app == 'a'"},
+    {"action": "deny", "protocol": "tcp", "dst_ports": (Port(80, 80, ""),), "icmp_type": 0},
+    {"action": "allow", "annotations": FrozenMap({"k": "v"}), "http": "x", "not_icmp_code": 3},
+]
+
+
+@pytest.mark.parametrize("fields", _RULE_VALUES)
+def test_a_rule_is_a_value_of_every_field(fields: dict[str, Any]) -> None:
+    """A rule keeps slots only for the fields it sets, but reads, compares, hashes, prints,
+    copies and pickles as a value of all its fields; it refuses change."""
+    rule = model.Rule(**fields)
+    values = {name: getattr(rule, name) for name in model.RULE_FIELDS}
+    assert {k: v for k, v in values.items() if k in fields} == fields
+    assert values["src_nets"] == ()
+    assert values["dst_selector"] == ""
+    again = model.Rule.of(tuple(values.values()))
+    assert again == rule
+    assert hash(again) == hash(rule)
+    for other in _RULE_VALUES:
+        if other != fields:
+            assert model.Rule(**other) != rule
+    assert pickle.loads(pickle.dumps(rule)) == rule
+    assert copy.deepcopy(rule) == rule
+    assert repr(rule).startswith(f"Rule(action={fields['action']!r}, ip_version=")
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        rule.action = "deny"
+    # A field given its default is the same rule as one left out.
+    assert model.Rule(**fields, not_src_nets=()) == rule
