@@ -10,9 +10,9 @@ DEB_PACKAGES := python3 python3-venv python3-dev gcc openssl iproute2 iptables i
 # and qemu, Debian's stock kernel and a static busybox boot the VM of tests/test_in_vm.py.
 TEST_DEB_PACKAGES := ruby qemu-system-x86 linux-image-amd64 busybox-static ipvsadm
 
-.PHONY: run test deps venv lint typecheck pytest clean kube-apiserver
+.PHONY: run test deps venv native native-built lint typecheck pytest clean kube-apiserver
 
-run: venv
+run: venv native
 	$(BIN)/pyfelix validate examples/
 	$(BIN)/pyfelix dry-run --hostname node-a examples/
 	$(BIN)/pyfelix demo examples/
@@ -28,13 +28,31 @@ typecheck: venv
 	$(BIN)/mypy
 
 # pytest exits 5 when it collected nothing; that is a failure here, like any other non-zero code.
-pytest: venv .test-deps-installed kube-apiserver
+pytest: venv native-built .test-deps-installed kube-apiserver
 	$(BIN)/pytest
 
 # The Kubernetes API datastore's tests run a real kube-apiserver, built from the k8s.io/kubernetes
 # Go module (Go >= 1.25) once and cached outside the work tree; prints the binary's path.
 kube-apiserver:
 	@bash tests/kube/build-apiserver.sh
+
+# The compiled reader of dumped pods (src/native; docs/DESIGN.md says what it does and why),
+# built with cargo (Rust >= 1.71, crates from crates.io) into the package. Without cargo,
+# `make run` goes on with the pure path, which gives the same output more slowly on large
+# dumps; `make test` stops, as its tests hold the two paths equal.
+NATIVE := src/pyfelix/_native.abi3.so
+NATIVE_SOURCES := src/native/Cargo.toml src/native/Cargo.lock src/native/src/lib.rs
+native: $(NATIVE)
+$(NATIVE): $(NATIVE_SOURCES)
+	@if command -v cargo >/dev/null; then \
+		PYO3_PYTHON=$(PYTHON) cargo build -q --release --locked --manifest-path src/native/Cargo.toml \
+		&& cp src/native/target/release/lib_native.so $@.tmp && mv $@.tmp $@; \
+	else \
+		echo "cargo not found: pyfelix runs without its compiled reader (same output)"; \
+	fi
+
+native-built: native
+	@test -f $(NATIVE) || { echo "make test needs cargo (Rust >= 1.71) to build src/native" >&2; exit 1; }
 
 deps: .deps-installed
 .deps-installed:
@@ -60,4 +78,5 @@ $(BIN)/pyfelix: pyproject.toml | .deps-installed
 	touch $@
 
 clean:
-	rm -rf $(VENV) .deps-installed .test-deps-installed .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .deps-installed .test-deps-installed .mypy_cache .ruff_cache .pytest_cache \
+		$(NATIVE) src/native/target

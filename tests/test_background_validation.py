@@ -9,6 +9,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from _pytest.capture import CaptureResult
 
@@ -361,8 +362,10 @@ def test_a_dumped_list_is_read_as_its_items_texts_with_the_same_result(
     assert "Pod/prod/web-50: spec.containers[0].x: unknown field" in alone.err
     typed = plain_text_digest()
     assert typed is not None  # msgspec is installed: the typed decoder is what runs here
-    parsed = loading._typed_documents(text, plain_digest, typed.digest)
+    parsed = loading._typed_documents(text, plain_digest, typed)
     assert parsed is not None
+    assert typed.split is not None  # the compiled reader is built: it read the pods
+    assert loading._typed_documents(text, plain_digest, attrs.evolve(typed, split=None)) == parsed
     assert sum(type(item) is tuple for item in parsed[0][0]["items"]) == 39 + 1  # + namespace
     monkeypatch.setattr(loading, "PARALLEL_MIN_BYTES", 0)
     assert cli.main(command) == code
@@ -504,6 +507,14 @@ def test_only_a_file_holding_the_readers_marker_is_split(
     (tmp_path / "pods.json").write_text(json.dumps([_dumped_pod(1), _dumped_pod(2)]))
     reader = plain_text_digest()
     assert reader is not None
+    compiled = reader.split
+    if compiled is not None:  # the compiled reader splits first
+
+        def counted_compiled(text: str) -> Any:
+            split.append(len(text))
+            return compiled(text)
+
+        reader = attrs.evolve(reader, split=counted_compiled)
     with open(os.devnull, "wb") as out:
         load = loading._handing_on(out, plain_digest, reader)
         for name, splits in (("policies.json", 0), ("pods.json", 1)):

@@ -20,11 +20,13 @@ from pyfelix.resources.pods import Pod
 from pyfelix.syncer import plain_pods
 from pyfelix.syncer.plain_namespaces import plain_digest, plain_entry, plain_identity
 from pyfelix.syncer.plain_pods import plain_pod_fields, pod_entry
+from pyfelix.syncer.plain_pods_native import native_splitter
 from pyfelix.syncer.plain_pods_typed import typed_pod_fields
 from pyfelix.syncer.processors import convert
 from pyfelix.validation.kinds import ValidationContext, check_resource
 
 Doc = dict[str, Any]
+SPLIT = native_splitter()
 
 #: A pod as ``kubectl get pods -o json`` prints it: a Deployment's, scheduled and running.
 BASE: Doc = {
@@ -223,8 +225,11 @@ def test_the_direct_path_gives_what_the_general_path_gives(
     entry = plain_entry(copy.deepcopy(doc))
     identity = plain_identity(copy.deepcopy(doc))
     assert (fields is None) == (entry is None) == (identity is None)
-    # The typed decoder of the pod's text takes exactly what the direct path takes.
+    # The typed decoder of the pod's text takes exactly what the direct path takes; the
+    # compiled reader gives the same fields, or the pod's text back.
     assert typed_pod_fields(json.dumps(doc).encode()) == fields
+    for text in (json.dumps(doc), json.dumps(doc, indent=1, sort_keys=True)):
+        assert compiled_item(text) in (fields, text.encode())
     if fields is None:
         return
     assert entry is not None
@@ -236,6 +241,16 @@ def test_the_direct_path_gives_what_the_general_path_gives(
     assert general is not None
     assert [(key, _without_origin(value)) for key, value in general] == list(entry[1])
     assert [str(key) for key, _ in general] == [str(key) for key, _ in entry[1]]
+
+
+def compiled_item(text: str) -> object:
+    """What the compiled reader gives for a List holding the one item ``text``."""
+    assert SPLIT is not None  # make builds it
+    split = SPLIT('{"apiVersion": "v1", "kind": "List", "items": [' + text + "]}")
+    assert split is not None
+    assert split[0] == {"apiVersion": "v1", "kind": "List", "items": None}
+    [item] = split[1]
+    return item
 
 
 def _without_origin(value: object) -> object:
@@ -311,6 +326,11 @@ def test_the_typed_decoder_reads_odd_text_as_json_does_or_declines() -> None:
     ]
     for odd in declined:
         assert typed_pod_fields(odd.encode()) is None
+    for odd in [text, *repeated, declined[0], declined[2]]:
+        assert compiled_item(odd) in (plain_pod_fields(json.loads(odd)), odd.encode())
+    assert compiled_item(text) == plain_pod_fields(json.loads(text)) is not None
+    assert SPLIT is not None
+    assert SPLIT(f"[{declined[1]}]") is None  # NaN: the whole file is left to the pure path
     assert plain_pod_fields(json.loads(declined[0])) is not None
 
 

@@ -200,7 +200,8 @@ def plain_text_digest() -> TextReader | None:
     """``plain_digest``'s counterpart for a document's JSON text (a pod's, the bulk of a
     dump, or a WorkloadEndpoint's, each read by its typed decoder), for the dry-run's
     validating child: imported there, so that a load without one never imports the
-    decoders. None without msgspec: documents are then parsed whole, with the same result."""
+    decoders; with the compiled reader of whole files of pods where it is built. None without
+    msgspec: documents are then parsed whole, with the same result."""
     try:
         from pyfelix.syncer.plain_pods_typed import typed_pod_fields  # noqa: PLC0415
         from pyfelix.syncer.plain_workloads_typed import (  # noqa: PLC0415
@@ -212,7 +213,9 @@ def plain_text_digest() -> TextReader | None:
     def typed_fields(text: bytes) -> Fields | None:
         return typed_pod_fields(text) or typed_workload_fields(text)
 
-    return TextReader(('"Pod"', '"WorkloadEndpoint"'), typed_fields)
+    from pyfelix.syncer.plain_pods_native import native_splitter  # noqa: PLC0415
+
+    return TextReader(('"Pod"', '"WorkloadEndpoint"'), typed_fields, native_splitter())
 
 
 def plain_entry(

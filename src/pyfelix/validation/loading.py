@@ -38,7 +38,6 @@ from pyfelix.resources.loader import (
     Digest,
     Direct,
     DirectDecoder,
-    TextDigest,
     TextReader,
     duplicate_problem,
     is_list_document,
@@ -303,7 +302,7 @@ def _handing_on(
             and source.endswith(".json")
             and any(marker in text for marker in reader.markers)
         ):
-            typed = _typed_documents(text, now, reader.digest)
+            typed = _typed_documents(text, now, reader)
         if typed is not None:
             parsed = typed
         else:
@@ -342,19 +341,27 @@ def _reader_behind(out: BinaryIO) -> bool:
     return unread[0] * 2 >= size
 
 
-def _typed_documents(text: str, digest: Digest, digest_text: TextDigest) -> Parsed | None:
-    """What ``_digested`` makes of a JSON List's or array's parse, its items offered to
-    ``digest_text`` as their texts before any is parsed (those it declines parsed and offered
-    to ``digest``); None for any other file, or text the splitter refuses."""
+def _typed_documents(text: str, digest: Digest, reader: TextReader) -> Parsed | None:
+    """What ``_digested`` makes of a JSON List's or array's parse: the file first offered to
+    the reader's ``split`` (the compiled reader, which reads the plain pods itself), its other
+    items offered to the reader's digest as their texts before any is parsed (those it
+    declines parsed and offered to ``digest``); None for any other file, or text neither
+    splitter takes."""
     from pyfelix.resources.json_items import split_items  # noqa: PLC0415 (msgspec: the child's)
 
-    split = split_items(text)
+    split = None if reader.split is None else reader.split(text)
+    if split is None:
+        split = split_items(text)
     if split is None:
         return None
     fields, texts = split
+    digest_text = reader.digest
     items = []
     try:
         for item in texts:
+            if type(item) is tuple:  # already read
+                items.append(item)
+                continue
             data = bytes(item)
             items.append(digest_text(data) or _digested_item(json.loads(data), digest))
     except (ValueError, RecursionError):

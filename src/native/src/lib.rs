@@ -1,0 +1,946 @@
+//! The plain pods of a `kubectl get pods -o json` dump, read in one pass over the file's text.
+//!
+//! `read_list` takes a JSON List (or a top-level array) and gives each item either the tuple
+//! `plain_pod_fields` would give for it, or its own text where it cannot be sure of that (any
+//! other kind, a field or value outside the common case, an escape it does not decode); the
+//! caller then takes its Python path for that item. It never accepts what the Python path
+//! refuses: every check is the same or stricter, and any doubt declines. Text that is not JSON
+//! as Python's parser reads it (or that this reader does not follow, such as `NaN`) gives
+//! None for the whole file.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+use std::borrow::Cow;
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// A multiply-rotate hash (as rustc's own maps use): the keys here are short field names
+/// and label strings, which the standard library's SipHash hashes several times slower.
+#[derive(Default)]
+struct Fx(u64);
+
+impl Hasher for Fx {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(word))
+                .wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+        }
+    }
+    fn write_u8(&mut self, byte: u8) {
+        self.0 = (self.0.rotate_left(5) ^ u64::from(byte)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type FxSet<T> = HashSet<T, BuildHasherDefault<Fx>>;
+type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<Fx>>;
+
+/// How many interned strings a reader keeps at most (label keys and values, namespaces,
+/// nodes, accounts: a cluster has few; beyond this the cache starts again).
+const INTERNED_MAX: usize = 1 << 16;
+
+/// Deeper than this, a file is left to the Python path (which has its own limit).
+const MAX_DEPTH: u32 = 128;
+
+#[derive(Debug)]
+enum Fail {
+    /// Not JSON (or not JSON this reader follows): the whole file goes to the Python path.
+    Invalid,
+    /// Valid so far, but not a plain pod this reader vouches for: the item's text is given.
+    Decline,
+}
+
+type R<T> = Result<T, Fail>;
+
+struct Scanner<'a> {
+    s: &'a str,
+    b: &'a [u8],
+    i: usize,
+    depth: u32,
+}
+
+impl<'a> Scanner<'a> {
+    fn ws(&mut self) {
+        while let Some(&c) = self.b.get(self.i) {
+            if c == b' ' || c == b'\t' || c == b'\n' || c == b'\r' {
+                self.i += 1;
+            } else {
+                break;
+            }
+        }
+    }
+
+    fn peek(&mut self) -> Option<u8> {
+        self.ws();
+        self.b.get(self.i).copied()
+    }
+
+    fn eat(&mut self, c: u8) -> R<()> {
+        if self.peek() == Some(c) {
+            self.i += 1;
+            Ok(())
+        } else {
+            Err(Fail::Invalid)
+        }
+    }
+
+    fn literal(&mut self, word: &[u8]) -> R<()> {
+        if self.b[self.i..].starts_with(word) {
+            self.i += word.len();
+            Ok(())
+        } else {
+            Err(Fail::Invalid)
+        }
+    }
+
+    fn hex4(&mut self) -> R<u32> {
+        let digits = self.b.get(self.i..self.i + 4).ok_or(Fail::Invalid)?;
+        let mut value = 0u32;
+        for &d in digits {
+            value = value * 16 + (d as char).to_digit(16).ok_or(Fail::Invalid)?;
+        }
+        self.i += 4;
+        Ok(value)
+    }
+
+    /// Steps over a string's bytes up to the next quote, backslash or control character,
+    /// eight at a time.
+    fn plain_run(&mut self) {
+        const ONES: u64 = 0x0101_0101_0101_0101;
+        const HIGHS: u64 = 0x8080_8080_8080_8080;
+        let b = self.b;
+        while self.i + 8 <= b.len() {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(&b[self.i..self.i + 8]);
+            let x = u64::from_le_bytes(word);
+            let quote = x ^ (ONES * u64::from(b'"'));
+            let backslash = x ^ (ONES * u64::from(b'\\'));
+            let found = (quote.wrapping_sub(ONES) & !quote)
+                | (backslash.wrapping_sub(ONES) & !backslash)
+                | (x.wrapping_sub(ONES * 0x20) & !x);
+            let found = found & HIGHS;
+            if found != 0 {
+                self.i += (found.trailing_zeros() / 8) as usize;
+                return;
+            }
+            self.i += 8;
+        }
+    }
+
+    /// A string, decoded (`decode`) or only checked. A lone surrogate, which Python's parser
+    /// takes and Rust's strings cannot hold, declines when decoding.
+    fn string(&mut self, decode: bool) -> R<Cow<'a, str>> {
+        if self.peek() != Some(b'"') {
+            return Err(Fail::Invalid);
+        }
+        self.i += 1;
+        let start = self.i;
+        let mut owned: Option<String> = None;
+        let mut run = start;
+        loop {
+            self.plain_run();
+            let c = *self.b.get(self.i).ok_or(Fail::Invalid)?;
+            match c {
+                b'"' => {
+                    let end = self.i;
+                    self.i += 1;
+                    return Ok(match owned {
+                        None => Cow::Borrowed(&self.s[start..end]),
+                        Some(mut text) => {
+                            text.push_str(&self.s[run..end]);
+                            Cow::Owned(text)
+                        }
+                    });
+                }
+                b'\\' => {
+                    let text = owned.get_or_insert_with(String::new);
+                    text.push_str(&self.s[run..self.i]);
+                    self.i += 1;
+                    let e = *self.b.get(self.i).ok_or(Fail::Invalid)?;
+                    self.i += 1;
+                    match e {
+                        b'"' => text.push('"'),
+                        b'\\' => text.push('\\'),
+                        b'/' => text.push('/'),
+                        b'b' => text.push('\u{8}'),
+                        b'f' => text.push('\u{c}'),
+                        b'n' => text.push('\n'),
+                        b'r' => text.push('\r'),
+                        b't' => text.push('\t'),
+                        b'u' => {
+                            let first = self.hex4()?;
+                            let code = if (0xD800..0xDC00).contains(&first)
+                                && self.b[self.i..].starts_with(b"\\u")
+                            {
+                                let save = self.i;
+                                self.i += 2;
+                                let second = self.hex4()?;
+                                if (0xDC00..0xE000).contains(&second) {
+                                    0x10000 + ((first - 0xD800) << 10) + (second - 0xDC00)
+                                } else {
+                                    self.i = save;
+                                    first
+                                }
+                            } else {
+                                first
+                            };
+                            match char::from_u32(code) {
+                                Some(ch) => text.push(ch),
+                                None if decode => return Err(Fail::Decline),
+                                None => {}
+                            }
+                        }
+                        _ => return Err(Fail::Invalid),
+                    }
+                    run = self.i;
+                }
+                0..=0x1f => return Err(Fail::Invalid),
+                _ => self.i += 1,
+            }
+        }
+    }
+
+    /// A number's text; whether it is an integer (no fraction, no exponent).
+    fn number(&mut self) -> R<(&'a str, bool)> {
+        self.ws();
+        let start = self.i;
+        let b = self.b;
+        if b.get(self.i) == Some(&b'-') {
+            self.i += 1;
+        }
+        match b.get(self.i) {
+            Some(b'0') => self.i += 1,
+            Some(b'1'..=b'9') => {
+                while matches!(b.get(self.i), Some(b'0'..=b'9')) {
+                    self.i += 1;
+                }
+            }
+            _ => return Err(Fail::Invalid),
+        }
+        let mut integer = true;
+        if b.get(self.i) == Some(&b'.') {
+            integer = false;
+            self.i += 1;
+            if !matches!(b.get(self.i), Some(b'0'..=b'9')) {
+                return Err(Fail::Invalid);
+            }
+            while matches!(b.get(self.i), Some(b'0'..=b'9')) {
+                self.i += 1;
+            }
+        }
+        if matches!(b.get(self.i), Some(b'e' | b'E')) {
+            integer = false;
+            self.i += 1;
+            if matches!(b.get(self.i), Some(b'+' | b'-')) {
+                self.i += 1;
+            }
+            if !matches!(b.get(self.i), Some(b'0'..=b'9')) {
+                return Err(Fail::Invalid);
+            }
+            while matches!(b.get(self.i), Some(b'0'..=b'9')) {
+                self.i += 1;
+            }
+        }
+        Ok((&self.s[start..self.i], integer))
+    }
+
+    fn enter(&mut self) -> R<()> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(Fail::Invalid);
+        }
+        Ok(())
+    }
+
+    /// Any value, checked and stepped over.
+    fn skip(&mut self) -> R<()> {
+        match self.peek().ok_or(Fail::Invalid)? {
+            b'{' => {
+                self.enter()?;
+                self.i += 1;
+                if self.peek() == Some(b'}') {
+                    self.i += 1;
+                } else {
+                    loop {
+                        self.string(false)?;
+                        self.eat(b':')?;
+                        self.skip()?;
+                        match self.peek() {
+                            Some(b',') => self.i += 1,
+                            Some(b'}') => {
+                                self.i += 1;
+                                break;
+                            }
+                            _ => return Err(Fail::Invalid),
+                        }
+                    }
+                }
+                self.depth -= 1;
+            }
+            b'[' => {
+                self.enter()?;
+                self.i += 1;
+                if self.peek() == Some(b']') {
+                    self.i += 1;
+                } else {
+                    loop {
+                        self.skip()?;
+                        match self.peek() {
+                            Some(b',') => self.i += 1,
+                            Some(b']') => {
+                                self.i += 1;
+                                break;
+                            }
+                            _ => return Err(Fail::Invalid),
+                        }
+                    }
+                }
+                self.depth -= 1;
+            }
+            b'"' => {
+                self.string(false)?;
+            }
+            b't' => self.literal(b"true")?,
+            b'f' => self.literal(b"false")?,
+            b'n' => self.literal(b"null")?,
+            _ => {
+                self.number()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// An object's members, each key handed to `member` with the scanner before its value
+    /// (which `member` must consume). Anything but an object declines.
+    fn object(&mut self, mut member: impl FnMut(&mut Self, Cow<'a, str>) -> R<()>) -> R<()> {
+        if self.peek() != Some(b'{') {
+            return Err(Fail::Decline);
+        }
+        self.enter()?;
+        self.i += 1;
+        if self.peek() == Some(b'}') {
+            self.i += 1;
+        } else {
+            loop {
+                let key = self.string(true)?;
+                self.eat(b':')?;
+                member(self, key)?;
+                match self.peek() {
+                    Some(b',') => self.i += 1,
+                    Some(b'}') => {
+                        self.i += 1;
+                        break;
+                    }
+                    _ => return Err(Fail::Invalid),
+                }
+            }
+        }
+        self.depth -= 1;
+        Ok(())
+    }
+
+    /// An array's items, each read by `item`. Anything but an array declines.
+    fn array(&mut self, mut item: impl FnMut(&mut Self) -> R<()>) -> R<()> {
+        if self.peek() != Some(b'[') {
+            return Err(Fail::Decline);
+        }
+        self.enter()?;
+        self.i += 1;
+        if self.peek() == Some(b']') {
+            self.i += 1;
+        } else {
+            loop {
+                item(self)?;
+                match self.peek() {
+                    Some(b',') => self.i += 1,
+                    Some(b']') => {
+                        self.i += 1;
+                        break;
+                    }
+                    _ => return Err(Fail::Invalid),
+                }
+            }
+        }
+        self.depth -= 1;
+        Ok(())
+    }
+
+    /// A string value (anything else declines).
+    fn text(&mut self) -> R<Cow<'a, str>> {
+        if self.peek() != Some(b'"') {
+            return Err(Fail::Decline);
+        }
+        self.string(true)
+    }
+
+    /// A string-to-string map, its keys once each.
+    fn map(&mut self) -> R<Vec<(Cow<'a, str>, Cow<'a, str>)>> {
+        let mut out: Vec<(Cow<'a, str>, Cow<'a, str>)> = Vec::new();
+        let mut seen: FxSet<Cow<'a, str>> = FxSet::default();
+        self.object(|s, key| {
+            if !seen.insert(key.clone()) {
+                return Err(Fail::Decline);
+            }
+            let value = s.text()?;
+            out.push((key, value));
+            Ok(())
+        })?;
+        Ok(out)
+    }
+}
+
+/// The field names the Python side knows and does not read, and the rest of its constants.
+#[pyclass(frozen)]
+struct PodReader {
+    metadata_strings: Vec<String>,
+    spec_unread: FxSet<String>,
+    status_unread: FxSet<String>,
+    container_unread: FxSet<String>,
+    special_annotations: FxSet<String>,
+    address_annotations: Vec<(String, bool)>,
+    finished_phases: FxSet<String>,
+    interned: RefCell<FxMap<String, Py<PyString>>>,
+}
+
+#[derive(Default)]
+struct Port<'a> {
+    number: Option<i64>,
+    name: Cow<'a, str>,
+    protocol: Cow<'a, str>,
+}
+
+#[derive(Default)]
+struct Pod<'a> {
+    kind: Option<Cow<'a, str>>,
+    api_version: Option<Cow<'a, str>>,
+    name: Cow<'a, str>,
+    namespace: Cow<'a, str>,
+    labels: Vec<(Cow<'a, str>, Cow<'a, str>)>,
+    annotations: Vec<(Cow<'a, str>, Cow<'a, str>)>,
+    node: Cow<'a, str>,
+    account: Cow<'a, str>,
+    phase: Cow<'a, str>,
+    pod_ip: Cow<'a, str>,
+    pod_ips: Vec<Cow<'a, str>>,
+    ports: Vec<Port<'a>>,
+    init_ports: Vec<Port<'a>>,
+}
+
+/// Marks a read field as seen; a second one declines (Python's parser keeps the last).
+fn once(seen: &mut u32, bit: u32) -> R<()> {
+    if *seen & bit != 0 {
+        return Err(Fail::Decline);
+    }
+    *seen |= bit;
+    Ok(())
+}
+
+impl PodReader {
+    fn ports<'a>(&self, s: &mut Scanner<'a>, out: &mut Vec<Port<'a>>) -> R<()> {
+        s.array(|s| {
+            let mut seen = 0u32;
+            s.object(|s, key| match key.as_ref() {
+                "name" => {
+                    once(&mut seen, 1)?;
+                    s.text().map(drop)
+                }
+                "ports" => {
+                    once(&mut seen, 2)?;
+                    s.array(|s| {
+                        let mut port = Port::default();
+                        let mut seen = 0u32;
+                        s.object(|s, key| match key.as_ref() {
+                            "containerPort" => {
+                                once(&mut seen, 1)?;
+                                if !matches!(s.peek(), Some(b'-' | b'0'..=b'9')) {
+                                    return Err(Fail::Decline);
+                                }
+                                let (digits, integer) = s.number()?;
+                                if !integer || digits.len() > 6 {
+                                    return Err(Fail::Decline);
+                                }
+                                port.number = Some(digits.parse().map_err(|_| Fail::Decline)?);
+                                Ok(())
+                            }
+                            "name" => {
+                                once(&mut seen, 2)?;
+                                port.name = s.text()?;
+                                Ok(())
+                            }
+                            "protocol" => {
+                                once(&mut seen, 4)?;
+                                port.protocol = s.text()?;
+                                Ok(())
+                            }
+                            _ => Err(Fail::Decline),
+                        })?;
+                        out.push(port);
+                        Ok(())
+                    })
+                }
+                other if self.container_unread.contains(other) => s.skip(),
+                _ => Err(Fail::Decline),
+            })
+        })
+    }
+
+    fn pod<'a>(&self, s: &mut Scanner<'a>) -> R<Pod<'a>> {
+        let mut pod = Pod::default();
+        let mut seen = 0u32;
+        s.object(|s, key| match key.as_ref() {
+            "kind" => {
+                once(&mut seen, 1)?;
+                let kind = s.text()?;
+                if kind != "Pod" {
+                    return Err(Fail::Decline);
+                }
+                pod.kind = Some(kind);
+                Ok(())
+            }
+            "apiVersion" => {
+                once(&mut seen, 2)?;
+                pod.api_version = Some(s.text()?);
+                Ok(())
+            }
+            "metadata" => {
+                once(&mut seen, 4)?;
+                let mut seen = 0u32;
+                s.object(|s, key| match key.as_ref() {
+                    "name" => {
+                        once(&mut seen, 1)?;
+                        pod.name = s.text()?;
+                        Ok(())
+                    }
+                    "namespace" => {
+                        once(&mut seen, 2)?;
+                        pod.namespace = s.text()?;
+                        Ok(())
+                    }
+                    "labels" => {
+                        once(&mut seen, 4)?;
+                        pod.labels = s.map()?;
+                        Ok(())
+                    }
+                    "annotations" => {
+                        once(&mut seen, 8)?;
+                        pod.annotations = s.map()?;
+                        Ok(())
+                    }
+                    "ownerReferences" => {
+                        if s.peek() != Some(b'[') {
+                            return Err(Fail::Decline);
+                        }
+                        s.skip()
+                    }
+                    other if self.metadata_strings.iter().any(|m| m == other) => s.text().map(drop),
+                    _ => Err(Fail::Decline),
+                })
+            }
+            "spec" => {
+                once(&mut seen, 8)?;
+                let mut seen = 0u32;
+                s.object(|s, key| match key.as_ref() {
+                    "nodeName" => {
+                        once(&mut seen, 1)?;
+                        pod.node = s.text()?;
+                        Ok(())
+                    }
+                    "serviceAccountName" => {
+                        once(&mut seen, 2)?;
+                        pod.account = s.text()?;
+                        Ok(())
+                    }
+                    "hostNetwork" => {
+                        once(&mut seen, 4)?;
+                        if s.peek() != Some(b'f') {
+                            return Err(Fail::Decline); // true, or not a boolean
+                        }
+                        s.literal(b"false")
+                    }
+                    "containers" => {
+                        once(&mut seen, 8)?;
+                        self.ports(s, &mut pod.ports)
+                    }
+                    "initContainers" => {
+                        once(&mut seen, 16)?;
+                        self.ports(s, &mut pod.init_ports)
+                    }
+                    other if self.spec_unread.contains(other) => s.skip(),
+                    _ => Err(Fail::Decline),
+                })
+            }
+            "status" => {
+                once(&mut seen, 16)?;
+                let mut seen = 0u32;
+                s.object(|s, key| match key.as_ref() {
+                    "phase" => {
+                        once(&mut seen, 1)?;
+                        pod.phase = s.text()?;
+                        Ok(())
+                    }
+                    "podIP" => {
+                        once(&mut seen, 2)?;
+                        pod.pod_ip = s.text()?;
+                        Ok(())
+                    }
+                    "podIPs" => {
+                        once(&mut seen, 4)?;
+                        s.array(|s| {
+                            let mut ip = None;
+                            s.object(|s, key| {
+                                if key != "ip" || ip.is_some() {
+                                    return Err(Fail::Decline);
+                                }
+                                ip = Some(s.text()?);
+                                Ok(())
+                            })?;
+                            pod.pod_ips.push(ip.ok_or(Fail::Decline)?);
+                            Ok(())
+                        })
+                    }
+                    other if self.status_unread.contains(other) => s.skip(),
+                    _ => Err(Fail::Decline),
+                })
+            }
+            _ => Err(Fail::Decline),
+        })?;
+        if pod.kind.is_none() || pod.api_version.as_deref() != Some("v1") || seen & 12 != 12 {
+            return Err(Fail::Decline);
+        }
+        Ok(pod)
+    }
+
+    /// The tuple ``checked_pod_fields`` makes of a decoded pod, or a decline.
+    fn fields(&self, py: Python<'_>, pod: &Pod<'_>, prefix: &str) -> R<PyObject> {
+        if pod.node.is_empty() {
+            return Err(Fail::Decline);
+        }
+        if pod
+            .annotations
+            .iter()
+            .any(|(k, _)| self.special_annotations.contains(k.as_ref()))
+        {
+            return Err(Fail::Decline);
+        }
+        let mut named: Vec<(&str, &'static str, i64)> = Vec::new();
+        for port in pod.ports.iter().chain(pod.init_ports.iter()) {
+            let protocol = match port.protocol.as_ref() {
+                "" | "TCP" => "tcp",
+                "UDP" => "udp",
+                "SCTP" => "sctp",
+                _ => return Err(Fail::Decline),
+            };
+            let number = port.number.ok_or(Fail::Decline)?;
+            if !(1..=65535).contains(&number) {
+                return Err(Fail::Decline);
+            }
+            if !port.name.is_empty() {
+                if !port_name_ok(&port.name) {
+                    return Err(Fail::Decline);
+                }
+                named.push((port.name.as_ref(), protocol, number));
+            }
+        }
+        if !(subdomain(&pod.name) && label(&pod.namespace, 63)) {
+            return Err(Fail::Decline);
+        }
+        if !pod
+            .labels
+            .iter()
+            .all(|(k, v)| qualified(k) && label_value(v))
+        {
+            return Err(Fail::Decline);
+        }
+        let mut total = 0usize;
+        for (k, v) in &pod.annotations {
+            if !k.is_ascii() || !qualified(&k.to_ascii_lowercase()) {
+                return Err(Fail::Decline);
+            }
+            total += k.len() + v.chars().count();
+        }
+        if total > 256 * 1024 {
+            return Err(Fail::Decline);
+        }
+        let addresses = self.addresses(pod);
+        let mut v4: Vec<String> = Vec::with_capacity(addresses.len());
+        for address in addresses {
+            v4.push(ipv4_host(address).ok_or(Fail::Decline)?);
+        }
+        if self.finished_phases.contains(pod.phase.as_ref()) {
+            v4.clear();
+        }
+        let intern = |text: &str| -> Bound<'_, PyString> {
+            let mut cache = self.interned.borrow_mut();
+            if let Some(known) = cache.get(text) {
+                return known.bind(py).clone();
+            }
+            if cache.len() >= INTERNED_MAX {
+                cache.clear();
+            }
+            let made = PyString::intern_bound(py, text);
+            cache.insert(text.to_owned(), made.clone().unbind());
+            made
+        };
+        let namespace = intern(&pod.namespace);
+        let node = intern(&pod.node);
+        let account = intern(&pod.account);
+        let key_parts = PyTuple::new_bound(
+            py,
+            [
+                node.clone().into_any(),
+                intern("k8s").into_any(),
+                PyString::new_bound(py, &format!("{}/{}", pod.namespace, pod.name)).into_any(),
+                intern("eth0").into_any(),
+            ],
+        );
+        let digest = sha1_smol::Sha1::from(format!("{}.{}", pod.namespace, pod.name))
+            .digest()
+            .to_string();
+        let interface = format!("{}{}", prefix, &digest[..11]);
+        let mut profiles = vec![intern(&format!("kns.{}", pod.namespace))];
+        if !pod.account.is_empty() {
+            profiles.push(intern(&format!("ksa.{}.{}", pod.namespace, pod.account)));
+        }
+        let ports = PyTuple::new_bound(
+            py,
+            named.iter().map(|(name, protocol, number)| {
+                PyTuple::new_bound(
+                    py,
+                    [
+                        intern(name).into_any(),
+                        intern(protocol).into_any(),
+                        number.into_py(py).into_bound(py),
+                    ],
+                )
+            }),
+        );
+        let labels = PyDict::new_bound(py);
+        let set = |k: &Bound<'_, PyString>, v: &Bound<'_, PyString>| {
+            labels.set_item(k, v).map_err(|_| Fail::Decline)
+        };
+        for (k, v) in &pod.labels {
+            if k.starts_with("pcns.") || k.starts_with("pcsa.") {
+                continue;
+            }
+            set(&intern(k), &intern(v))?;
+        }
+        set(&intern("projectcalico.org/namespace"), &namespace)?;
+        set(&intern("projectcalico.org/orchestrator"), &intern("k8s"))?;
+        if !pod.account.is_empty() {
+            set(&intern("projectcalico.org/serviceaccount"), &account)?;
+        }
+        let items: [Bound<'_, PyAny>; 10] = [
+            intern("Pod").into_any(),
+            PyString::new_bound(py, &pod.name).into_any(),
+            namespace.into_any(),
+            key_parts.into_any(),
+            PyString::new_bound(py, &interface).into_any(),
+            PyTuple::new_bound(py, profiles).into_any(),
+            PyTuple::new_bound(py, v4.iter().map(|a| PyString::new_bound(py, a))).into_any(),
+            PyTuple::empty_bound(py).into_any(),
+            ports.into_any(),
+            labels.into_any(),
+        ];
+        Ok(PyTuple::new_bound(py, items).into_any().unbind())
+    }
+
+    /// ``ip_source``'s entries: the first of the status' and the annotations' that is set.
+    fn addresses<'b>(&self, pod: &'b Pod<'_>) -> Vec<&'b str> {
+        if !pod.pod_ips.is_empty() {
+            return pod.pod_ips.iter().map(|a| a.as_ref()).collect();
+        }
+        if !pod.pod_ip.is_empty() {
+            return vec![pod.pod_ip.as_ref()];
+        }
+        for (key, plural) in &self.address_annotations {
+            if let Some((_, text)) = pod.annotations.iter().find(|(k, _)| k == key) {
+                if !text.is_empty() {
+                    return if *plural {
+                        text.split(',').collect()
+                    } else {
+                        vec![text.as_ref()]
+                    };
+                }
+            }
+        }
+        Vec::new()
+    }
+}
+
+fn alnum_lower(c: u8) -> bool {
+    c.is_ascii_lowercase() || c.is_ascii_digit()
+}
+
+/// A DNS-1123 label of at most `limit` characters.
+fn label(text: &str, limit: usize) -> bool {
+    let b = text.as_bytes();
+    !b.is_empty()
+        && b.len() <= limit
+        && alnum_lower(b[0])
+        && alnum_lower(b[b.len() - 1])
+        && b.iter().all(|&c| alnum_lower(c) || c == b'-')
+}
+
+/// A DNS-1123 subdomain (at most 253 characters).
+fn subdomain(text: &str) -> bool {
+    text.len() <= 253 && text.split('.').all(|part| label(part, usize::MAX))
+}
+
+fn name_part(text: &str) -> bool {
+    let b = text.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|&c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_' || c == b'.')
+}
+
+/// Kubernetes' `[prefix/]name` label key.
+fn qualified(key: &str) -> bool {
+    match key.rsplit_once('/') {
+        Some((prefix, name)) => subdomain(prefix) && name_part(name),
+        None => name_part(key),
+    }
+}
+
+fn label_value(value: &str) -> bool {
+    value.is_empty() || name_part(value)
+}
+
+/// The IANA service name rule Calico applies to named ports.
+fn port_name_ok(name: &str) -> bool {
+    let b = name.as_bytes();
+    b.len() <= 15
+        && !b.is_empty()
+        && b.iter().all(|&c| alnum_lower(c) || c == b'-')
+        && b.iter().any(|c| c.is_ascii_lowercase())
+        && !name.contains("--")
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
+/// A dotted-quad IPv4 address as Python's ipaddress prints it, bare or /32, as a /32.
+fn ipv4_host(text: &str) -> Option<String> {
+    let address = text.strip_suffix("/32").unwrap_or(text);
+    let mut parts = 0;
+    for part in address.split('.') {
+        parts += 1;
+        let b = part.as_bytes();
+        if b.is_empty() || b.len() > 3 || !b.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        if b.len() > 1 && b[0] == b'0' {
+            return None;
+        }
+        if part.parse::<u32>().ok()? > 255 {
+            return None;
+        }
+    }
+    (parts == 4).then(|| format!("{address}/32"))
+}
+
+#[pymethods]
+impl PodReader {
+    #[new]
+    fn new(
+        metadata_strings: Vec<String>,
+        spec_unread: FxSet<String>,
+        status_unread: FxSet<String>,
+        container_unread: FxSet<String>,
+        special_annotations: FxSet<String>,
+        address_annotations: Vec<(String, bool)>,
+        finished_phases: FxSet<String>,
+    ) -> Self {
+        PodReader {
+            metadata_strings,
+            spec_unread,
+            status_unread,
+            container_unread,
+            special_annotations,
+            address_annotations,
+            finished_phases,
+            interned: RefCell::new(FxMap::default()),
+        }
+    }
+
+    /// (the List's own fields as (key, text) pairs, or None for a top-level array; each
+    /// item as its fields' tuple or its text), or None for text left to the Python path.
+    fn read_list(&self, py: Python<'_>, text: &str, prefix: &str) -> Option<(PyObject, PyObject)> {
+        let mut s = Scanner {
+            s: text,
+            b: text.as_bytes(),
+            i: 0,
+            depth: 0,
+        };
+        let items = PyList::empty_bound(py);
+        let read_items = |s: &mut Scanner<'_>| -> R<()> {
+            s.array(|s| {
+                s.ws();
+                let start = s.i;
+                let depth = s.depth;
+                match self.pod(s).and_then(|pod| self.fields(py, &pod, prefix)) {
+                    Ok(fields) => items.append(fields).map_err(|_| Fail::Invalid),
+                    Err(Fail::Invalid) => Err(Fail::Invalid),
+                    Err(Fail::Decline) => {
+                        s.i = start;
+                        s.depth = depth;
+                        s.skip()?;
+                        let raw = PyBytes::new_bound(py, &s.b[start..s.i]);
+                        items.append(raw).map_err(|_| Fail::Invalid)
+                    }
+                }
+            })
+        };
+        let fields: PyObject = match s.peek() {
+            Some(b'[') => {
+                if read_items(&mut s).is_err() {
+                    return None;
+                }
+                py.None()
+            }
+            Some(b'{') => {
+                let pairs = PyList::empty_bound(py);
+                let mut have_items = false;
+                let outcome = s.object(|s, key| {
+                    if key == "items" {
+                        if have_items {
+                            return Err(Fail::Decline);
+                        }
+                        have_items = true;
+                        pairs
+                            .append(("items", py.None()))
+                            .map_err(|_| Fail::Invalid)?;
+                        return read_items(s);
+                    }
+                    s.ws();
+                    let start = s.i;
+                    s.skip()?;
+                    let raw = PyBytes::new_bound(py, &s.b[start..s.i]);
+                    pairs.append((key.as_ref(), raw)).map_err(|_| Fail::Invalid)
+                });
+                if outcome.is_err() || !have_items {
+                    return None;
+                }
+                pairs.into_any().unbind()
+            }
+            _ => return None,
+        };
+        s.ws();
+        if s.i != s.b.len() {
+            return None;
+        }
+        Some((fields, items.into_any().unbind()))
+    }
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PodReader>()?;
+    Ok(())
+}

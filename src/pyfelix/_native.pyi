@@ -1,0 +1,18 @@
+"""The compiled reader of dumped pods (src/native); see syncer/plain_pods_native.py."""
+
+from typing import Any
+
+class PodReader:
+    def __init__(
+        self,
+        metadata_strings: list[str],
+        spec_unread: set[str],
+        status_unread: set[str],
+        container_unread: set[str],
+        special_annotations: set[str],
+        address_annotations: list[tuple[str, bool]],
+        finished_phases: set[str],
+    ) -> None: ...
+    def read_list(
+        self, text: str, prefix: str
+    ) -> tuple[list[tuple[str, bytes | None]] | None, list[Any]] | None: ...

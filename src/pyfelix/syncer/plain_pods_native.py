@@ -1,0 +1,81 @@
+"""A dump's plain pods read by the compiled reader (src/native), a whole file at a time.
+
+The typed decoder (plain_pods_typed.py) still builds a Python object for every field it reads
+and leaves the checks to Python; half the validating child's time on a dump of 250,000 pods
+went there and to splitting the file into its items. The compiled reader steps through the
+file's text once, and for each pod whose fields it can vouch for gives the very tuple
+``plain_pod_fields`` gives; every other item comes back as its text, for the Python paths.
+Its checks are the Python ones or stricter, and whatever it is unsure of it gives back, so
+the output never depends on it, only the time does: tests/test_plain_pods.py holds the two
+equal, document by generated document. Without the compiled module (built by ``make`` where
+cargo is installed) ``native_splitter`` gives None and the pure path reads every file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from typing import Any
+
+from pyfelix.resources.k8s_conversion import (
+    AWS_POD_IPS_ANNOTATION,
+    FINISHED_PHASES,
+    POD_IP_ANNOTATION,
+    POD_IPS_ANNOTATION,
+)
+from pyfelix.resources.loader import is_list_document
+from pyfelix.resources.pods import CONTAINER_UNREAD, POD_SPEC_UNREAD, POD_STATUS_UNREAD
+from pyfelix.syncer.plain_pods import METADATA_STRINGS, SPECIAL_ANNOTATIONS
+
+try:
+    from pyfelix._native import PodReader
+except ImportError:  # not built: the pure path reads every file
+    _COMPILED: type[PodReader] | None = None
+else:
+    _COMPILED = PodReader
+
+#: A split file: its List's own fields (None for a top-level array) and its items, each its
+#: fields' tuple or its text.
+Split = tuple[dict[str, Any] | None, list[Any]]
+
+
+def _reader(compiled: type[PodReader]) -> PodReader:
+    return compiled(
+        list(METADATA_STRINGS),
+        set(POD_SPEC_UNREAD),
+        set(POD_STATUS_UNREAD),
+        set(CONTAINER_UNREAD),
+        set(SPECIAL_ANNOTATIONS),
+        [(POD_IPS_ANNOTATION, True), (POD_IP_ANNOTATION, False), (AWS_POD_IPS_ANNOTATION, True)],
+        set(FINISHED_PHASES),
+    )
+
+
+def native_splitter() -> Callable[[str], Split | None] | None:
+    """``split_items``' counterpart that reads the plain pods too, or None without the
+    compiled module."""
+    if _COMPILED is None:
+        return None
+    reader = _reader(_COMPILED)
+
+    def split(text: str) -> Split | None:
+        prefix = os.environ.get("FELIX_INTERFACEPREFIX", "").split(",")[0] or "cali"
+        try:
+            read = reader.read_list(text, prefix)
+        except ValueError:  # text Rust cannot take (a lone surrogate)
+            return None
+        if read is None:
+            return None
+        pairs, items = read
+        if pairs is None:
+            return None, items
+        try:
+            fields = {key: None if raw is None else json.loads(raw) for key, raw in pairs}
+        except (ValueError, RecursionError):
+            return None
+        if not is_list_document(fields):
+            return None
+        return fields, items
+
+    return split
