@@ -20,13 +20,12 @@ from pyfelix.resources.pods import Pod
 from pyfelix.syncer import plain_pods
 from pyfelix.syncer.plain_namespaces import plain_digest, plain_entry, plain_identity
 from pyfelix.syncer.plain_pods import plain_pod_fields, pod_entry
-from pyfelix.syncer.plain_pods_native import native_splitter
 from pyfelix.syncer.plain_pods_typed import typed_pod_fields
 from pyfelix.syncer.processors import convert
 from pyfelix.validation.kinds import ValidationContext, check_resource
+from tests.compiled_reader import SPLIT, compiled_item
 
 Doc = dict[str, Any]
-SPLIT = native_splitter()
 
 #: A pod as ``kubectl get pods -o json`` prints it: a Deployment's, scheduled and running.
 BASE: Doc = {
@@ -241,16 +240,6 @@ def test_the_direct_path_gives_what_the_general_path_gives(
     assert general is not None
     assert [(key, _without_origin(value)) for key, value in general] == list(entry[1])
     assert [str(key) for key, _ in general] == [str(key) for key, _ in entry[1]]
-
-
-def compiled_item(text: str) -> object:
-    """What the compiled reader gives for a List holding the one item ``text``."""
-    assert SPLIT is not None  # make builds it
-    split = SPLIT('{"apiVersion": "v1", "kind": "List", "items": [' + text + "]}")
-    assert split is not None
-    assert split[0] == {"apiVersion": "v1", "kind": "List", "items": None}
-    [item] = split[1]
-    return item
 
 
 def _without_origin(value: object) -> object:

@@ -18,6 +18,7 @@ from pyfelix.syncer.plain_workloads import plain_workload
 from pyfelix.syncer.plain_workloads_typed import typed_workload_fields
 from pyfelix.syncer.processors import convert
 from pyfelix.validation.kinds import ValidationContext, check_resource
+from tests.compiled_reader import compiled_item
 
 Doc = dict[str, Any]
 
@@ -149,10 +150,13 @@ def test_the_typed_decoder_of_the_text_takes_what_the_direct_path_takes(
     changes: dict[str, int], top: str | None
 ) -> None:
     """The dry-run's validating child reads an endpoint from its JSON text: it gives the
-    fields the direct path gives of the parsed document, and none where that gives none."""
+    fields the direct path gives of the parsed document, and none where that gives none.
+    The compiled reader gives the same fields, or the endpoint's text back."""
     doc = document(changes, top)
     fields = plain_workloads.plain_fields(copy.deepcopy(doc))
     assert typed_workload_fields(json.dumps(doc).encode()) == fields
+    for text in (json.dumps(doc), json.dumps(doc, indent=1, sort_keys=True)):
+        assert compiled_item(text) in (fields, text.encode())
 
 
 def test_the_typed_decoder_reads_odd_text_as_json_does_or_declines() -> None:
@@ -177,6 +181,10 @@ def test_the_typed_decoder_reads_odd_text_as_json_does_or_declines() -> None:
     for odd in declined:
         assert typed_workload_fields(odd.encode()) is None
     assert plain_workloads.plain_fields(json.loads(declined[0])) is not None
+    kind_last = json.dumps({**{k: v for k, v in BASE.items() if k != "kind"}, "kind": BASE["kind"]})
+    for odd in [text, *repeated, *declined[:2], kind_last]:
+        assert compiled_item(odd) in (plain_workloads.plain_fields(json.loads(odd)), odd.encode())
+    assert compiled_item(text) == plain_workloads.plain_fields(BASE)
 
 
 def test_a_cni_written_endpoint_takes_the_direct_path() -> None:

@@ -1,8 +1,9 @@
-"""The compiled reader of dumped pods (src/native); see syncer/plain_pods_native.py."""
+"""The compiled reader of plain pods and WorkloadEndpoints (src/native); see
+syncer/plain_native.py."""
 
 from typing import Any
 
-class PodReader:
+class PlainReader:
     def __init__(
         self,
         metadata_strings: list[str],

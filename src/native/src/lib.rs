@@ -1,12 +1,12 @@
-//! The plain pods of a `kubectl get pods -o json` dump, read in one pass over the file's text.
+//! The plain pods and WorkloadEndpoints of a JSON file, read in one pass over its text.
 //!
 //! `read_list` takes a JSON List (or a top-level array) and gives each item either the tuple
-//! `plain_pod_fields` would give for it, or its own text where it cannot be sure of that (any
-//! other kind, a field or value outside the common case, an escape it does not decode); the
-//! caller then takes its Python path for that item. It never accepts what the Python path
-//! refuses: every check is the same or stricter, and any doubt declines. Text that is not JSON
-//! as Python's parser reads it (or that this reader does not follow, such as `NaN`) gives
-//! None for the whole file.
+//! `plain_pod_fields` (a v1 Pod) or `plain_fields` (a v3 WorkloadEndpoint) would give for it,
+//! or its own text where it cannot be sure of that (any other kind, a field or value outside
+//! the common case, an escape it does not decode); the caller then takes its Python path for
+//! that item. It never accepts what the Python path refuses: every check is the same or
+//! stricter, and any doubt declines. Text that is not JSON as Python's parser reads it (or
+//! that this reader does not follow, such as `NaN`) gives None for the whole file.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
@@ -15,8 +15,8 @@ use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 
-/// A multiply-rotate hash (as rustc's own maps use): the keys here are short field names
-/// and label strings, which the standard library's SipHash hashes several times slower.
+/// A multiply-rotate hash (as rustc's own maps use), its result mixed once more: the keys
+/// here are short field names and label strings, which SipHash hashes several times slower.
 #[derive(Default)]
 struct Fx(u64);
 
@@ -33,7 +33,12 @@ impl Hasher for Fx {
         self.0 = (self.0.rotate_left(5) ^ u64::from(byte)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
     }
     fn finish(&self) -> u64 {
-        self.0
+        // The multiply leaves the low bits, which pick the bucket, poorly mixed: mix them in.
+        let mut h = self.0;
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        h
     }
 }
 
@@ -396,7 +401,7 @@ impl<'a> Scanner<'a> {
 
 /// The field names the Python side knows and does not read, and the rest of its constants.
 #[pyclass(frozen)]
-struct PodReader {
+struct PlainReader {
     metadata_strings: Vec<String>,
     spec_unread: FxSet<String>,
     status_unread: FxSet<String>,
@@ -429,6 +434,37 @@ struct Pod<'a> {
     pod_ips: Vec<Cow<'a, str>>,
     ports: Vec<Port<'a>>,
     init_ports: Vec<Port<'a>>,
+    /// A WorkloadEndpoint's fields, where the kind is one (read into the same names and
+    /// labels above).
+    endpoint: Option<Endpoint<'a>>,
+}
+
+/// The spec strings of a WorkloadEndpoint that ``checked_fields`` reads, in its order of
+/// ``names``: orchestrator, node, endpoint, workload, pod, service account, interface, MAC.
+const ENDPOINT_STRINGS: [&str; 8] = [
+    "orchestrator",
+    "node",
+    "endpoint",
+    "workload",
+    "pod",
+    "serviceAccountName",
+    "interfaceName",
+    "mac",
+];
+/// The string metadata fields a plain WorkloadEndpoint may have (``plain_fields``).
+const ENDPOINT_METADATA_STRINGS: [&str; 5] = [
+    "name",
+    "namespace",
+    "resourceVersion",
+    "uid",
+    "creationTimestamp",
+];
+
+#[derive(Default)]
+struct Endpoint<'a> {
+    strings: [Cow<'a, str>; 8],
+    networks: Vec<Cow<'a, str>>,
+    profiles: Vec<Cow<'a, str>>,
 }
 
 /// Marks a read field as seen; a second one declines (Python's parser keeps the last).
@@ -440,7 +476,7 @@ fn once(seen: &mut u32, bit: u32) -> R<()> {
     Ok(())
 }
 
-impl PodReader {
+impl PlainReader {
     fn ports<'a>(&self, s: &mut Scanner<'a>, out: &mut Vec<Port<'a>>) -> R<()> {
         s.array(|s| {
             let mut seen = 0u32;
@@ -496,11 +532,72 @@ impl PodReader {
             "kind" => {
                 once(&mut seen, 1)?;
                 let kind = s.text()?;
-                if kind != "Pod" {
-                    return Err(Fail::Decline);
+                if kind == "WorkloadEndpoint" && seen & 28 == 0 {
+                    pod.endpoint = Some(Endpoint::default());
+                } else if kind != "Pod" {
+                    return Err(Fail::Decline); // or an endpoint's kind after its fields
                 }
                 pod.kind = Some(kind);
                 Ok(())
+            }
+            "metadata" if pod.endpoint.is_some() => {
+                once(&mut seen, 4)?;
+                let mut seen = 0u32;
+                s.object(|s, key| match key.as_ref() {
+                    "name" => {
+                        once(&mut seen, 1)?;
+                        pod.name = s.text()?;
+                        Ok(())
+                    }
+                    "namespace" => {
+                        once(&mut seen, 2)?;
+                        pod.namespace = s.text()?;
+                        Ok(())
+                    }
+                    "labels" => {
+                        once(&mut seen, 4)?;
+                        pod.labels = s.map()?;
+                        Ok(())
+                    }
+                    "annotations" => {
+                        once(&mut seen, 8)?;
+                        pod.annotations = s.map()?;
+                        Ok(())
+                    }
+                    other if ENDPOINT_METADATA_STRINGS.contains(&other) => s.text().map(drop),
+                    _ => Err(Fail::Decline),
+                })
+            }
+            "spec" if pod.endpoint.is_some() => {
+                once(&mut seen, 8)?;
+                let endpoint = pod.endpoint.as_mut().ok_or(Fail::Decline)?;
+                let mut seen = 0u32;
+                s.object(|s, key| {
+                    let key = key.as_ref();
+                    if let Some(at) = ENDPOINT_STRINGS.iter().position(|k| *k == key) {
+                        once(&mut seen, 1 << at)?;
+                        endpoint.strings[at] = s.text()?;
+                        return Ok(());
+                    }
+                    match key {
+                        "containerID" => s.text().map(drop),
+                        "ipNetworks" => {
+                            once(&mut seen, 1 << 8)?;
+                            s.array(|s| {
+                                endpoint.networks.push(s.text()?);
+                                Ok(())
+                            })
+                        }
+                        "profiles" => {
+                            once(&mut seen, 1 << 9)?;
+                            s.array(|s| {
+                                endpoint.profiles.push(s.text()?);
+                                Ok(())
+                            })
+                        }
+                        _ => Err(Fail::Decline),
+                    }
+                })
             }
             "apiVersion" => {
                 once(&mut seen, 2)?;
@@ -609,14 +706,152 @@ impl PodReader {
             }
             _ => Err(Fail::Decline),
         })?;
-        if pod.kind.is_none() || pod.api_version.as_deref() != Some("v1") || seen & 12 != 12 {
+        let version = if pod.endpoint.is_some() {
+            "projectcalico.org/v3"
+        } else {
+            "v1"
+        };
+        if pod.kind.is_none() || pod.api_version.as_deref() != Some(version) || seen & 12 != 12 {
             return Err(Fail::Decline);
+        }
+        if pod.endpoint.is_some() && seen != 15 {
+            return Err(Fail::Decline); // an endpoint has exactly its four top-level fields
         }
         Ok(pod)
     }
 
-    /// The tuple ``checked_pod_fields`` makes of a decoded pod, or a decline.
+    /// A string interned, as Python's ``sys.intern`` would give it (remembered here: a
+    /// cluster's label strings, namespaces and nodes repeat across thousands of items).
+    fn intern<'py>(&self, py: Python<'py>, text: &str) -> Bound<'py, PyString> {
+        let mut cache = self.interned.borrow_mut();
+        if let Some(known) = cache.get(text) {
+            return known.bind(py).clone();
+        }
+        if cache.len() >= INTERNED_MAX {
+            cache.clear();
+        }
+        let made = PyString::intern_bound(py, text);
+        cache.insert(text.to_owned(), made.clone().unbind());
+        made
+    }
+
+    /// ``workload_label_dict``: the labels but Calico's own prefixes, then the namespace,
+    /// orchestrator and service account labels, keys and values interned.
+    fn label_dict<'py>(
+        &self,
+        py: Python<'py>,
+        given: &[(Cow<'_, str>, Cow<'_, str>)],
+        namespace: &Bound<'py, PyString>,
+        orchestrator: &str,
+        account: &str,
+    ) -> R<Bound<'py, PyDict>> {
+        let labels = PyDict::new_bound(py);
+        let set = |k: &Bound<'py, PyString>, v: &Bound<'py, PyString>| {
+            labels.set_item(k, v).map_err(|_| Fail::Decline)
+        };
+        for (k, v) in given {
+            if k.starts_with("pcns.") || k.starts_with("pcsa.") {
+                continue;
+            }
+            set(&self.intern(py, k), &self.intern(py, v))?;
+        }
+        set(&self.intern(py, "projectcalico.org/namespace"), namespace)?;
+        set(
+            &self.intern(py, "projectcalico.org/orchestrator"),
+            &self.intern(py, orchestrator),
+        )?;
+        if !account.is_empty() {
+            set(
+                &self.intern(py, "projectcalico.org/serviceaccount"),
+                &self.intern(py, account),
+            )?;
+        }
+        Ok(labels)
+    }
+
+    /// The tuple ``checked_fields`` makes of a decoded WorkloadEndpoint, or a decline.
+    fn endpoint_fields(
+        &self,
+        py: Python<'_>,
+        doc: &Pod<'_>,
+        endpoint: &Endpoint<'_>,
+    ) -> R<PyObject> {
+        let strings = &endpoint.strings;
+        let (orchestrator, node, point, workload) = (
+            strings[0].as_ref(),
+            strings[1].as_ref(),
+            strings[2].as_ref(),
+            strings[3].as_ref(),
+        );
+        let (pod, account, interface, mac) = (
+            strings[4].as_ref(),
+            strings[5].as_ref(),
+            strings[6].as_ref(),
+            strings[7].as_ref(),
+        );
+        let namespace = if doc.namespace.is_empty() {
+            "default"
+        } else {
+            doc.namespace.as_ref()
+        };
+        if !(mac.is_empty() || mac_ok(mac)) || !interface_ok(interface) {
+            return Err(Fail::Decline);
+        }
+        if !metadata_ok(&doc.name, namespace, &doc.labels, &doc.annotations) {
+            return Err(Fail::Decline);
+        }
+        for name in [orchestrator, workload, node, pod, point, account] {
+            if !(name.is_empty() || subdomain(name)) {
+                return Err(Fail::Decline);
+            }
+        }
+        if !endpoint.profiles.iter().all(|p| subdomain(p)) {
+            return Err(Fail::Decline);
+        }
+        let mut nets = Vec::with_capacity(endpoint.networks.len());
+        for network in &endpoint.networks {
+            nets.push(ipv4_host(network).ok_or(Fail::Decline)?);
+        }
+        let workload = if pod.is_empty() { workload } else { pod };
+        if node.is_empty() || point.is_empty() || workload.is_empty() {
+            return Err(Fail::Decline); // the key is worked out otherwise (workload_key_of)
+        }
+        let orchestrator = if orchestrator.is_empty() {
+            "k8s"
+        } else {
+            orchestrator
+        };
+        let intern = |text: &str| self.intern(py, text);
+        let namespace_s = intern(namespace);
+        let key_parts = PyTuple::new_bound(
+            py,
+            [
+                intern(node).into_any(),
+                intern(orchestrator).into_any(),
+                PyString::new_bound(py, &format!("{namespace}/{workload}")).into_any(),
+                intern(point).into_any(),
+            ],
+        );
+        let labels = self.label_dict(py, &doc.labels, &namespace_s, orchestrator, account)?;
+        let items: [Bound<'_, PyAny>; 8] = [
+            PyString::new_bound(py, &doc.name).into_any(),
+            namespace_s.into_any(),
+            key_parts.into_any(),
+            PyString::new_bound(py, interface).into_any(),
+            PyString::new_bound(py, mac).into_any(),
+            PyTuple::new_bound(py, endpoint.profiles.iter().map(|p| intern(p))).into_any(),
+            PyTuple::new_bound(py, nets.iter().map(|n| PyString::new_bound(py, n))).into_any(),
+            labels.into_any(),
+        ];
+        Ok(PyTuple::new_bound(py, items).into_any().unbind())
+    }
+
+    /// The tuple ``checked_pod_fields`` makes of a decoded pod (or ``checked_fields`` of a
+    /// WorkloadEndpoint), or a decline.
     fn fields(&self, py: Python<'_>, pod: &Pod<'_>, prefix: &str) -> R<PyObject> {
+        if let Some(endpoint) = &pod.endpoint {
+            return self.endpoint_fields(py, pod, endpoint);
+        }
         if pod.node.is_empty() {
             return Err(Fail::Decline);
         }
@@ -646,24 +881,7 @@ impl PodReader {
                 named.push((port.name.as_ref(), protocol, number));
             }
         }
-        if !(subdomain(&pod.name) && label(&pod.namespace, 63)) {
-            return Err(Fail::Decline);
-        }
-        if !pod
-            .labels
-            .iter()
-            .all(|(k, v)| qualified(k) && label_value(v))
-        {
-            return Err(Fail::Decline);
-        }
-        let mut total = 0usize;
-        for (k, v) in &pod.annotations {
-            if !k.is_ascii() || !qualified(&k.to_ascii_lowercase()) {
-                return Err(Fail::Decline);
-            }
-            total += k.len() + v.chars().count();
-        }
-        if total > 256 * 1024 {
+        if !metadata_ok(&pod.name, &pod.namespace, &pod.labels, &pod.annotations) {
             return Err(Fail::Decline);
         }
         let addresses = self.addresses(pod);
@@ -674,21 +892,9 @@ impl PodReader {
         if self.finished_phases.contains(pod.phase.as_ref()) {
             v4.clear();
         }
-        let intern = |text: &str| -> Bound<'_, PyString> {
-            let mut cache = self.interned.borrow_mut();
-            if let Some(known) = cache.get(text) {
-                return known.bind(py).clone();
-            }
-            if cache.len() >= INTERNED_MAX {
-                cache.clear();
-            }
-            let made = PyString::intern_bound(py, text);
-            cache.insert(text.to_owned(), made.clone().unbind());
-            made
-        };
+        let intern = |text: &str| self.intern(py, text);
         let namespace = intern(&pod.namespace);
         let node = intern(&pod.node);
-        let account = intern(&pod.account);
         let key_parts = PyTuple::new_bound(
             py,
             [
@@ -719,21 +925,7 @@ impl PodReader {
                 )
             }),
         );
-        let labels = PyDict::new_bound(py);
-        let set = |k: &Bound<'_, PyString>, v: &Bound<'_, PyString>| {
-            labels.set_item(k, v).map_err(|_| Fail::Decline)
-        };
-        for (k, v) in &pod.labels {
-            if k.starts_with("pcns.") || k.starts_with("pcsa.") {
-                continue;
-            }
-            set(&intern(k), &intern(v))?;
-        }
-        set(&intern("projectcalico.org/namespace"), &namespace)?;
-        set(&intern("projectcalico.org/orchestrator"), &intern("k8s"))?;
-        if !pod.account.is_empty() {
-            set(&intern("projectcalico.org/serviceaccount"), &account)?;
-        }
+        let labels = self.label_dict(py, &pod.labels, &namespace, "k8s", &pod.account)?;
         let items: [Bound<'_, PyAny>; 10] = [
             intern("Pod").into_any(),
             PyString::new_bound(py, &pod.name).into_any(),
@@ -825,6 +1017,54 @@ fn port_name_ok(name: &str) -> bool {
         && b[b.len() - 1] != b'-'
 }
 
+/// What ``check_metadata`` accepts of a namespaced kind's name, namespace, labels and
+/// annotations (``plain_metadata_valid``), ASCII only.
+fn metadata_ok(
+    name: &str,
+    namespace: &str,
+    labels: &[(Cow<'_, str>, Cow<'_, str>)],
+    annotations: &[(Cow<'_, str>, Cow<'_, str>)],
+) -> bool {
+    if !(subdomain(name) && label(namespace, 63)) {
+        return false;
+    }
+    if !labels.iter().all(|(k, v)| qualified(k) && label_value(v)) {
+        return false;
+    }
+    let mut total = 0usize;
+    for (k, v) in annotations {
+        if !k.is_ascii() || !qualified(&k.to_ascii_lowercase()) {
+            return false;
+        }
+        total += k.len() + v.chars().count();
+    }
+    total <= 256 * 1024
+}
+
+/// A Linux interface name as Calico's validation takes it: 1-15 of `[a-zA-Z0-9_.-]`, not
+/// starting with `-`.
+fn interface_ok(name: &str) -> bool {
+    let b = name.as_bytes();
+    (1..=15).contains(&b.len())
+        && b[0] != b'-'
+        && b.iter()
+            .all(|&c| c.is_ascii_alphanumeric() || c == b'_' || c == b'.' || c == b'-')
+}
+
+/// A MAC address in one of the two spellings Calico's validation takes
+/// (`aa:bb:cc:dd:ee:ff` or `-` between the pairs; `aabb.ccdd.eeff`).
+fn mac_ok(mac: &str) -> bool {
+    let b = mac.as_bytes();
+    let hex = |range: std::ops::Range<usize>| b[range].iter().all(u8::is_ascii_hexdigit);
+    match b.len() {
+        17 => {
+            (0..6).all(|i| hex(i * 3..i * 3 + 2) && (i == 5 || matches!(b[i * 3 + 2], b':' | b'-')))
+        }
+        14 => (0..3).all(|i| hex(i * 5..i * 5 + 4) && (i == 2 || b[i * 5 + 4] == b'.')),
+        _ => false,
+    }
+}
+
 /// A dotted-quad IPv4 address as Python's ipaddress prints it, bare or /32, as a /32.
 fn ipv4_host(text: &str) -> Option<String> {
     let address = text.strip_suffix("/32").unwrap_or(text);
@@ -846,7 +1086,7 @@ fn ipv4_host(text: &str) -> Option<String> {
 }
 
 #[pymethods]
-impl PodReader {
+impl PlainReader {
     #[new]
     fn new(
         metadata_strings: Vec<String>,
@@ -857,7 +1097,7 @@ impl PodReader {
         address_annotations: Vec<(String, bool)>,
         finished_phases: FxSet<String>,
     ) -> Self {
-        PodReader {
+        PlainReader {
             metadata_strings,
             spec_unread,
             status_unread,
@@ -941,6 +1181,6 @@ impl PodReader {
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<PodReader>()?;
+    m.add_class::<PlainReader>()?;
     Ok(())
 }

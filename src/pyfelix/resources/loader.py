@@ -89,7 +89,7 @@ class TextReader:
     markers: tuple[str, ...]
     digest: TextDigest
     #: Reads a whole file's items ahead of ``digest``: their tuples where it can, else their
-    #: texts (``syncer/plain_pods_native.py``); None where there is none.
+    #: texts (``syncer/plain_native.py``); None where there is none.
     split: Callable[[str], tuple[dict[str, Any] | None, list[Any]] | None] | None = None
 
 

@@ -213,7 +213,7 @@ def plain_text_digest() -> TextReader | None:
     def typed_fields(text: bytes) -> Fields | None:
         return typed_pod_fields(text) or typed_workload_fields(text)
 
-    from pyfelix.syncer.plain_pods_native import native_splitter  # noqa: PLC0415
+    from pyfelix.syncer.plain_native import native_splitter  # noqa: PLC0415
 
     return TextReader(('"Pod"', '"WorkloadEndpoint"'), typed_fields, native_splitter())
 

@@ -1,14 +1,16 @@
-"""A dump's plain pods read by the compiled reader (src/native), a whole file at a time.
+"""A file's plain pods and WorkloadEndpoints read by the compiled reader (src/native), a
+whole JSON List or array at a time.
 
-The typed decoder (plain_pods_typed.py) still builds a Python object for every field it reads
-and leaves the checks to Python; half the validating child's time on a dump of 250,000 pods
-went there and to splitting the file into its items. The compiled reader steps through the
-file's text once, and for each pod whose fields it can vouch for gives the very tuple
-``plain_pod_fields`` gives; every other item comes back as its text, for the Python paths.
-Its checks are the Python ones or stricter, and whatever it is unsure of it gives back, so
-the output never depends on it, only the time does: tests/test_plain_pods.py holds the two
-equal, document by generated document. Without the compiled module (built by ``make`` where
-cargo is installed) ``native_splitter`` gives None and the pure path reads every file.
+The typed decoders (plain_pods_typed.py, plain_workloads_typed.py) still build a Python
+object for every field they read and leave the checks to Python; half the validating child's
+time on a dump of 250,000 pods went there and to splitting the file into its items. The
+compiled reader steps through the file's text once, and for each pod or endpoint whose fields
+it can vouch for gives the very tuple ``plain_pod_fields`` or ``plain_fields`` gives; every
+other item comes back as its text, for the Python paths. Its checks are the Python ones or
+stricter, and whatever it is unsure of it gives back, so the output never depends on it, only
+the time does: tests/test_plain_pods.py and tests/test_plain_workloads.py hold the two equal,
+document by generated document. Without the compiled module (built by ``make`` where cargo
+is installed) ``native_splitter`` gives None and the pure path reads every file.
 """
 
 from __future__ import annotations
@@ -29,18 +31,18 @@ from pyfelix.resources.pods import CONTAINER_UNREAD, POD_SPEC_UNREAD, POD_STATUS
 from pyfelix.syncer.plain_pods import METADATA_STRINGS, SPECIAL_ANNOTATIONS
 
 try:
-    from pyfelix._native import PodReader
+    from pyfelix._native import PlainReader
 except ImportError:  # not built: the pure path reads every file
-    _COMPILED: type[PodReader] | None = None
+    _COMPILED: type[PlainReader] | None = None
 else:
-    _COMPILED = PodReader
+    _COMPILED = PlainReader
 
 #: A split file: its List's own fields (None for a top-level array) and its items, each its
 #: fields' tuple or its text.
 Split = tuple[dict[str, Any] | None, list[Any]]
 
 
-def _reader(compiled: type[PodReader]) -> PodReader:
+def _reader(compiled: type[PlainReader]) -> PlainReader:
     return compiled(
         list(METADATA_STRINGS),
         set(POD_SPEC_UNREAD),
