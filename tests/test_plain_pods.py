@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import ipaddress
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -289,6 +290,37 @@ def test_what_only_the_general_path_handles_is_left_to_it() -> None:
         doc = copy.deepcopy(BASE)
         doc[section][field] = value
         assert plain_pod_fields(doc) is None, (section, field)
+
+
+def _spelled(address: ipaddress.IPv4Address | ipaddress.IPv6Address, form: int) -> str:
+    """An address in one of the spellings a CNI plugin or a person may write."""
+    if form == 1:
+        return address.exploded
+    if form == 2:
+        return str(address).upper()
+    return str(address)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    address=st.ip_addresses(),
+    form=st.integers(min_value=0, max_value=2),
+    prefix=st.one_of(st.none(), st.integers(min_value=0, max_value=130)),
+)
+def test_the_compiled_reader_reads_an_address_as_ipaddress_does(
+    address: ipaddress.IPv4Address | ipaddress.IPv6Address, form: int, prefix: int | None
+) -> None:
+    """A pod's addresses, IPv4 or IPv6, bare or a CIDR (host bits set or not), spelled
+    compressed, exploded or in capitals: the compiled reader gives the networks Python's
+    ipaddress gives, or leaves the pod to the Python path."""
+    text = _spelled(address, form) + ("" if prefix is None else f"/{prefix}")
+    doc = copy.deepcopy(BASE)
+    doc["status"]["podIPs"] = [{"ip": "10.0.15.131"}, {"ip": text}]
+    fields = plain_pod_fields(copy.deepcopy(doc))
+    item = compiled_item(json.dumps(doc))
+    assert item in (fields, json.dumps(doc).encode())
+    if fields is not None and address.version == 6 and not address.ipv4_mapped:
+        assert item == fields  # a dual-stack pod is read, not only declined
 
 
 def test_the_kind_named_here_is_the_class_s() -> None:

@@ -886,11 +886,18 @@ impl PlainReader {
         }
         let addresses = self.addresses(pod);
         let mut v4: Vec<String> = Vec::with_capacity(addresses.len());
+        let mut v6: Vec<String> = Vec::new();
         for address in addresses {
-            v4.push(ipv4_host(address).ok_or(Fail::Decline)?);
+            let network = canonical_network(address).ok_or(Fail::Decline)?;
+            if network.contains(':') {
+                v6.push(network);
+            } else {
+                v4.push(network);
+            }
         }
         if self.finished_phases.contains(pod.phase.as_ref()) {
             v4.clear();
+            v6.clear();
         }
         let intern = |text: &str| self.intern(py, text);
         let namespace = intern(&pod.namespace);
@@ -934,7 +941,7 @@ impl PlainReader {
             PyString::new_bound(py, &interface).into_any(),
             PyTuple::new_bound(py, profiles).into_any(),
             PyTuple::new_bound(py, v4.iter().map(|a| PyString::new_bound(py, a))).into_any(),
-            PyTuple::empty_bound(py).into_any(),
+            PyTuple::new_bound(py, v6.iter().map(|a| PyString::new_bound(py, a))).into_any(),
             ports.into_any(),
             labels.into_any(),
         ];
@@ -1062,6 +1069,172 @@ fn mac_ok(mac: &str) -> bool {
         }
         14 => (0..3).all(|i| hex(i * 5..i * 5 + 4) && (i == 2 || b[i * 5 + 4] == b'.')),
         _ => false,
+    }
+}
+
+/// ``canonical_network``: an address or CIDR as ``str(ipaddress.ip_network(text,
+/// strict=False))`` prints it, host bits cleared; None for what that refuses, and for what
+/// this does not follow (a netmask or a zero-padded prefix, an IPv4-mapped IPv6 address,
+/// whose spelling depends on Python's version, an embedded IPv4 address, a zone).
+fn canonical_network(text: &str) -> Option<String> {
+    if let Some(host) = ipv4_host(text) {
+        return Some(host);
+    }
+    let (address, prefix) = match text.split_once('/') {
+        Some((address, prefix)) => (address, Some(prefix)),
+        None => (text, None),
+    };
+    let v6 = address.contains(':');
+    let max = if v6 { 128 } else { 32 };
+    let length = match prefix {
+        None => max,
+        Some(p) => {
+            let b = p.as_bytes();
+            if b.is_empty() || b.len() > 3 || !b.iter().all(u8::is_ascii_digit) {
+                return None;
+            }
+            if b.len() > 1 && b[0] == b'0' {
+                return None;
+            }
+            let length: u32 = p.parse().ok()?;
+            if length > max {
+                return None;
+            }
+            length
+        }
+    };
+    if v6 {
+        let bits = ipv6_bits(address)?;
+        if bits >> 32 == 0xffff {
+            return None; // IPv4-mapped
+        }
+        let masked = if length == 0 {
+            0
+        } else {
+            bits & (u128::MAX << (128 - length))
+        };
+        Some(format!("{}/{length}", ipv6_text(masked)))
+    } else {
+        let host = ipv4_host(address)?;
+        let bits: u32 = host[..host.len() - 3]
+            .split('.')
+            .fold(0, |acc, part| (acc << 8) | part.parse::<u32>().unwrap_or(0));
+        let masked = if length == 0 {
+            0
+        } else {
+            bits & (u32::MAX << (32 - length))
+        };
+        let [a, b, c, d] = masked.to_be_bytes();
+        Some(format!("{a}.{b}.{c}.{d}/{length}"))
+    }
+}
+
+/// An IPv6 address parsed as Python's ipaddress parses it (hextets of one to four hex
+/// digits, at most one `::` standing for at least one hextet); None for anything else,
+/// and for an embedded IPv4 address or a zone, which this leaves to Python.
+fn ipv6_bits(text: &str) -> Option<u128> {
+    if !text.bytes().all(|c| c.is_ascii_hexdigit() || c == b':') {
+        return None;
+    }
+    let parts: Vec<&str> = text.split(':').collect();
+    if parts.len() < 3 || parts.len() > 9 {
+        return None;
+    }
+    let inner = &parts[1..parts.len() - 1];
+    let mut skip = None;
+    for (i, part) in inner.iter().enumerate() {
+        if part.is_empty() {
+            if skip.is_some() {
+                return None;
+            }
+            skip = Some(i + 1);
+        }
+    }
+    let (mut high, mut low, skipped) = match skip {
+        Some(at) => {
+            let mut high = at;
+            let mut low = parts.len() - at - 1;
+            if parts[0].is_empty() {
+                high -= 1;
+                if high != 0 {
+                    return None;
+                }
+            }
+            if parts[parts.len() - 1].is_empty() {
+                low -= 1;
+                if low != 0 {
+                    return None;
+                }
+            }
+            if high + low >= 8 {
+                return None;
+            }
+            (high, low, 8 - high - low)
+        }
+        None => {
+            if parts.len() != 8 || parts[0].is_empty() || parts[7].is_empty() {
+                return None;
+            }
+            (8, 0, 0)
+        }
+    };
+    let hextet = |part: &str| -> Option<u128> {
+        if part.is_empty() || part.len() > 4 {
+            return None;
+        }
+        u128::from_str_radix(part, 16).ok()
+    };
+    let mut bits: u128 = 0;
+    let mut at = 0;
+    while high > 0 {
+        bits = (bits << 16) | hextet(parts[at])?;
+        at += 1;
+        high -= 1;
+    }
+    bits <<= 16 * skipped as u32;
+    let mut from = parts.len() - low;
+    while low > 0 {
+        bits = (bits << 16) | hextet(parts[from])?;
+        from += 1;
+        low -= 1;
+    }
+    Some(bits)
+}
+
+/// An IPv6 address as Python's ipaddress prints it: lower-case hextets without leading
+/// zeros, the first longest run of two or more zero hextets as `::`.
+fn ipv6_text(bits: u128) -> String {
+    let hextets: Vec<u16> = (0..8).map(|i| (bits >> (112 - 16 * i)) as u16).collect();
+    let (mut best, mut best_len, mut run, mut run_len) = (0, 0, 0, 0);
+    for (i, h) in hextets.iter().enumerate() {
+        if *h == 0 {
+            if run_len == 0 {
+                run = i;
+            }
+            run_len += 1;
+            if run_len > best_len {
+                best = run;
+                best_len = run_len;
+            }
+        } else {
+            run_len = 0;
+        }
+    }
+    let text = |range: &[u16]| {
+        range
+            .iter()
+            .map(|h| format!("{h:x}"))
+            .collect::<Vec<_>>()
+            .join(":")
+    };
+    if best_len > 1 {
+        format!(
+            "{}::{}",
+            text(&hextets[..best]),
+            text(&hextets[best + best_len..])
+        )
+    } else {
+        text(&hextets)
     }
 }
 
