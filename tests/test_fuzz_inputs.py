@@ -100,3 +100,93 @@ def test_memory_stays_bounded_over_hostile_inputs() -> None:
     ):
         assert load_text(text, source).problems
     assert _rss_mb() - before < MEMORY_BUDGET_MB
+
+
+def _pure_items(text: str) -> list[object] | None:
+    """What the Python paths make of a JSON List's or array's items: each one's fields
+    (``plain_digest``), None for an item they do not take; None for text that is no JSON
+    List or array."""
+    from pyfelix.syncer.plain_namespaces import plain_digest  # noqa: PLC0415
+
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    items = data.get("items") if type(data) is dict else data
+    if type(items) is not list:
+        return None
+    return [plain_digest(item) if type(item) is dict else None for item in items]
+
+
+#: A dump of a pod, a WorkloadEndpoint and another pod, which the edits below corrupt.
+_DUMP = json.dumps(
+    {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "web-1", "namespace": "prod", "labels": {"app": "web"}},
+                "spec": {
+                    "nodeName": "node-a",
+                    "containers": [{"name": "a", "ports": [{"containerPort": 80, "name": "h"}]}],
+                },
+                "status": {"phase": "Running", "podIPs": [{"ip": "10.0.0.1"}, {"ip": "fd::1"}]},
+            },
+            {
+                "apiVersion": "projectcalico.org/v3",
+                "kind": "WorkloadEndpoint",
+                "metadata": {"name": "node--a-k8s-web--1-eth0", "namespace": "prod"},
+                "spec": {
+                    "node": "node-a",
+                    "pod": "web-1",
+                    "endpoint": "eth0",
+                    "interfaceName": "cali1",
+                    "ipNetworks": ["10.0.0.1/32"],
+                },
+            },
+        ],
+    }
+)
+_EDIT_CHARACTERS = ' {}[]:,"\\/.-019aefuAEFnullPodWorkloadEndpoint\n\t\x01é'
+
+
+@settings(max_examples=1000, deadline=None)
+@given(
+    edits=st.lists(
+        st.tuples(
+            st.floats(min_value=0, max_value=1, exclude_max=True),
+            st.sampled_from(["replace", "delete", "insert"]),
+            st.sampled_from(_EDIT_CHARACTERS),
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_the_compiled_reader_agrees_on_corrupted_text_or_leaves_it(
+    edits: list[tuple[float, str, str]],
+) -> None:
+    """A dump with a few characters replaced, deleted or inserted: where the compiled reader
+    reads the file, the text is a JSON List or array, and every item it reads is what the
+    Python paths make of it (the others it gives back as their texts)."""
+    from tests.compiled_reader import SPLIT  # noqa: PLC0415
+
+    assert SPLIT is not None
+    text = _DUMP
+    for where, edit, character in edits:
+        at = int(where * len(text))
+        if edit == "replace":
+            text = text[:at] + character + text[at + 1 :]
+        elif edit == "delete":
+            text = text[:at] + text[at + 1 :]
+        else:
+            text = text[:at] + character + text[at:]
+    read = SPLIT(text)
+    if read is None:
+        return  # left to the Python paths whole
+    expected = _pure_items(text)
+    assert expected is not None
+    assert len(read[1]) == len(expected)
+    for item, fields in zip(read[1], expected, strict=True):
+        assert type(item) is bytes or item == fields
