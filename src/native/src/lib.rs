@@ -265,48 +265,8 @@ impl<'a> Scanner<'a> {
     /// Any value, checked and stepped over.
     fn skip(&mut self) -> R<()> {
         match self.peek().ok_or(Fail::Invalid)? {
-            b'{' => {
-                self.enter()?;
-                self.i += 1;
-                if self.peek() == Some(b'}') {
-                    self.i += 1;
-                } else {
-                    loop {
-                        self.string(false)?;
-                        self.eat(b':')?;
-                        self.skip()?;
-                        match self.peek() {
-                            Some(b',') => self.i += 1,
-                            Some(b'}') => {
-                                self.i += 1;
-                                break;
-                            }
-                            _ => return Err(Fail::Invalid),
-                        }
-                    }
-                }
-                self.depth -= 1;
-            }
-            b'[' => {
-                self.enter()?;
-                self.i += 1;
-                if self.peek() == Some(b']') {
-                    self.i += 1;
-                } else {
-                    loop {
-                        self.skip()?;
-                        match self.peek() {
-                            Some(b',') => self.i += 1,
-                            Some(b']') => {
-                                self.i += 1;
-                                break;
-                            }
-                            _ => return Err(Fail::Invalid),
-                        }
-                    }
-                }
-                self.depth -= 1;
-            }
+            b'{' => self.members(false, |s, _| s.skip())?,
+            b'[' => self.array(Self::skip)?,
             b'"' => {
                 self.string(false)?;
             }
@@ -322,7 +282,16 @@ impl<'a> Scanner<'a> {
 
     /// An object's members, each key handed to `member` with the scanner before its value
     /// (which `member` must consume). Anything but an object declines.
-    fn object(&mut self, mut member: impl FnMut(&mut Self, Cow<'a, str>) -> R<()>) -> R<()> {
+    fn object(&mut self, member: impl FnMut(&mut Self, Cow<'a, str>) -> R<()>) -> R<()> {
+        self.members(true, member)
+    }
+
+    /// ``object``, its keys decoded (``decode``) or only checked (then handed on empty).
+    fn members(
+        &mut self,
+        decode: bool,
+        mut member: impl FnMut(&mut Self, Cow<'a, str>) -> R<()>,
+    ) -> R<()> {
         if self.peek() != Some(b'{') {
             return Err(Fail::Decline);
         }
@@ -332,7 +301,7 @@ impl<'a> Scanner<'a> {
             self.i += 1;
         } else {
             loop {
-                let key = self.string(true)?;
+                let key = self.string(decode)?;
                 self.eat(b':')?;
                 member(self, key)?;
                 match self.peek() {
@@ -423,10 +392,7 @@ struct Port<'a> {
 struct Pod<'a> {
     kind: Option<Cow<'a, str>>,
     api_version: Option<Cow<'a, str>>,
-    name: Cow<'a, str>,
-    namespace: Cow<'a, str>,
-    labels: Vec<(Cow<'a, str>, Cow<'a, str>)>,
-    annotations: Vec<(Cow<'a, str>, Cow<'a, str>)>,
+    meta: Meta<'a>,
     node: Cow<'a, str>,
     account: Cow<'a, str>,
     phase: Cow<'a, str>,
@@ -467,6 +433,56 @@ struct Endpoint<'a> {
     profiles: Vec<Cow<'a, str>>,
 }
 
+/// The metadata both kinds read.
+#[derive(Default)]
+struct Meta<'a> {
+    name: Cow<'a, str>,
+    namespace: Cow<'a, str>,
+    labels: Vec<(Cow<'a, str>, Cow<'a, str>)>,
+    annotations: Vec<(Cow<'a, str>, Cow<'a, str>)>,
+}
+
+/// A pod's or an endpoint's metadata: the name, namespace, labels and annotations read, the
+/// other string fields (``strings``) checked and stepped over, and (``owners``, a pod's)
+/// ownerReferences an array stepped over.
+fn metadata<'a>(
+    s: &mut Scanner<'a>,
+    meta: &mut Meta<'a>,
+    strings: impl Fn(&str) -> bool,
+    owners: bool,
+) -> R<()> {
+    let mut seen = 0u32;
+    s.object(|s, key| match key.as_ref() {
+        "name" => text_once(s, &mut seen, 1, &mut meta.name),
+        "namespace" => text_once(s, &mut seen, 2, &mut meta.namespace),
+        "labels" => {
+            once(&mut seen, 4)?;
+            meta.labels = s.map()?;
+            Ok(())
+        }
+        "annotations" => {
+            once(&mut seen, 8)?;
+            meta.annotations = s.map()?;
+            Ok(())
+        }
+        "ownerReferences" if owners => {
+            if s.peek() != Some(b'[') {
+                return Err(Fail::Decline);
+            }
+            s.skip()
+        }
+        other if strings(other) => s.text().map(drop),
+        _ => Err(Fail::Decline),
+    })
+}
+
+/// A read string field, once (``once``).
+fn text_once<'a>(s: &mut Scanner<'a>, seen: &mut u32, bit: u32, out: &mut Cow<'a, str>) -> R<()> {
+    once(seen, bit)?;
+    *out = s.text()?;
+    Ok(())
+}
+
 /// Marks a read field as seen; a second one declines (Python's parser keeps the last).
 fn once(seen: &mut u32, bit: u32) -> R<()> {
     if *seen & bit != 0 {
@@ -503,16 +519,8 @@ impl PlainReader {
                                 port.number = Some(digits.parse().map_err(|_| Fail::Decline)?);
                                 Ok(())
                             }
-                            "name" => {
-                                once(&mut seen, 2)?;
-                                port.name = s.text()?;
-                                Ok(())
-                            }
-                            "protocol" => {
-                                once(&mut seen, 4)?;
-                                port.protocol = s.text()?;
-                                Ok(())
-                            }
+                            "name" => text_once(s, &mut seen, 2, &mut port.name),
+                            "protocol" => text_once(s, &mut seen, 4, &mut port.protocol),
                             _ => Err(Fail::Decline),
                         })?;
                         out.push(port);
@@ -542,31 +550,12 @@ impl PlainReader {
             }
             "metadata" if pod.endpoint.is_some() => {
                 once(&mut seen, 4)?;
-                let mut seen = 0u32;
-                s.object(|s, key| match key.as_ref() {
-                    "name" => {
-                        once(&mut seen, 1)?;
-                        pod.name = s.text()?;
-                        Ok(())
-                    }
-                    "namespace" => {
-                        once(&mut seen, 2)?;
-                        pod.namespace = s.text()?;
-                        Ok(())
-                    }
-                    "labels" => {
-                        once(&mut seen, 4)?;
-                        pod.labels = s.map()?;
-                        Ok(())
-                    }
-                    "annotations" => {
-                        once(&mut seen, 8)?;
-                        pod.annotations = s.map()?;
-                        Ok(())
-                    }
-                    other if ENDPOINT_METADATA_STRINGS.contains(&other) => s.text().map(drop),
-                    _ => Err(Fail::Decline),
-                })
+                metadata(
+                    s,
+                    &mut pod.meta,
+                    |k| ENDPOINT_METADATA_STRINGS.contains(&k),
+                    false,
+                )
             }
             "spec" if pod.endpoint.is_some() => {
                 once(&mut seen, 8)?;
@@ -606,52 +595,15 @@ impl PlainReader {
             }
             "metadata" => {
                 once(&mut seen, 4)?;
-                let mut seen = 0u32;
-                s.object(|s, key| match key.as_ref() {
-                    "name" => {
-                        once(&mut seen, 1)?;
-                        pod.name = s.text()?;
-                        Ok(())
-                    }
-                    "namespace" => {
-                        once(&mut seen, 2)?;
-                        pod.namespace = s.text()?;
-                        Ok(())
-                    }
-                    "labels" => {
-                        once(&mut seen, 4)?;
-                        pod.labels = s.map()?;
-                        Ok(())
-                    }
-                    "annotations" => {
-                        once(&mut seen, 8)?;
-                        pod.annotations = s.map()?;
-                        Ok(())
-                    }
-                    "ownerReferences" => {
-                        if s.peek() != Some(b'[') {
-                            return Err(Fail::Decline);
-                        }
-                        s.skip()
-                    }
-                    other if self.metadata_strings.iter().any(|m| m == other) => s.text().map(drop),
-                    _ => Err(Fail::Decline),
-                })
+                let strings = |k: &str| self.metadata_strings.iter().any(|m| m == k);
+                metadata(s, &mut pod.meta, strings, true)
             }
             "spec" => {
                 once(&mut seen, 8)?;
                 let mut seen = 0u32;
                 s.object(|s, key| match key.as_ref() {
-                    "nodeName" => {
-                        once(&mut seen, 1)?;
-                        pod.node = s.text()?;
-                        Ok(())
-                    }
-                    "serviceAccountName" => {
-                        once(&mut seen, 2)?;
-                        pod.account = s.text()?;
-                        Ok(())
-                    }
+                    "nodeName" => text_once(s, &mut seen, 1, &mut pod.node),
+                    "serviceAccountName" => text_once(s, &mut seen, 2, &mut pod.account),
                     "hostNetwork" => {
                         once(&mut seen, 4)?;
                         if s.peek() != Some(b'f') {
@@ -675,16 +627,8 @@ impl PlainReader {
                 once(&mut seen, 16)?;
                 let mut seen = 0u32;
                 s.object(|s, key| match key.as_ref() {
-                    "phase" => {
-                        once(&mut seen, 1)?;
-                        pod.phase = s.text()?;
-                        Ok(())
-                    }
-                    "podIP" => {
-                        once(&mut seen, 2)?;
-                        pod.pod_ip = s.text()?;
-                        Ok(())
-                    }
+                    "phase" => text_once(s, &mut seen, 1, &mut pod.phase),
+                    "podIP" => text_once(s, &mut seen, 2, &mut pod.pod_ip),
                     "podIPs" => {
                         once(&mut seen, 4)?;
                         s.array(|s| {
@@ -789,15 +733,20 @@ impl PlainReader {
             strings[6].as_ref(),
             strings[7].as_ref(),
         );
-        let namespace = if doc.namespace.is_empty() {
+        let namespace = if doc.meta.namespace.is_empty() {
             "default"
         } else {
-            doc.namespace.as_ref()
+            doc.meta.namespace.as_ref()
         };
         if !(mac.is_empty() || mac_ok(mac)) || !interface_ok(interface) {
             return Err(Fail::Decline);
         }
-        if !metadata_ok(&doc.name, namespace, &doc.labels, &doc.annotations) {
+        if !metadata_ok(
+            &doc.meta.name,
+            namespace,
+            &doc.meta.labels,
+            &doc.meta.annotations,
+        ) {
             return Err(Fail::Decline);
         }
         for name in [orchestrator, workload, node, pod, point, account] {
@@ -832,9 +781,9 @@ impl PlainReader {
                 intern(point).into_any(),
             ],
         );
-        let labels = self.label_dict(py, &doc.labels, &namespace_s, orchestrator, account)?;
+        let labels = self.label_dict(py, &doc.meta.labels, &namespace_s, orchestrator, account)?;
         let items: [Bound<'_, PyAny>; 8] = [
-            PyString::new_bound(py, &doc.name).into_any(),
+            PyString::new_bound(py, &doc.meta.name).into_any(),
             namespace_s.into_any(),
             key_parts.into_any(),
             PyString::new_bound(py, interface).into_any(),
@@ -856,6 +805,7 @@ impl PlainReader {
             return Err(Fail::Decline);
         }
         if pod
+            .meta
             .annotations
             .iter()
             .any(|(k, _)| self.special_annotations.contains(k.as_ref()))
@@ -881,7 +831,12 @@ impl PlainReader {
                 named.push((port.name.as_ref(), protocol, number));
             }
         }
-        if !metadata_ok(&pod.name, &pod.namespace, &pod.labels, &pod.annotations) {
+        if !metadata_ok(
+            &pod.meta.name,
+            &pod.meta.namespace,
+            &pod.meta.labels,
+            &pod.meta.annotations,
+        ) {
             return Err(Fail::Decline);
         }
         let addresses = self.addresses(pod);
@@ -900,24 +855,28 @@ impl PlainReader {
             v6.clear();
         }
         let intern = |text: &str| self.intern(py, text);
-        let namespace = intern(&pod.namespace);
+        let namespace = intern(&pod.meta.namespace);
         let node = intern(&pod.node);
         let key_parts = PyTuple::new_bound(
             py,
             [
                 node.clone().into_any(),
                 intern("k8s").into_any(),
-                PyString::new_bound(py, &format!("{}/{}", pod.namespace, pod.name)).into_any(),
+                PyString::new_bound(py, &format!("{}/{}", pod.meta.namespace, pod.meta.name))
+                    .into_any(),
                 intern("eth0").into_any(),
             ],
         );
-        let digest = sha1_smol::Sha1::from(format!("{}.{}", pod.namespace, pod.name))
+        let digest = sha1_smol::Sha1::from(format!("{}.{}", pod.meta.namespace, pod.meta.name))
             .digest()
             .to_string();
         let interface = format!("{}{}", prefix, &digest[..11]);
-        let mut profiles = vec![intern(&format!("kns.{}", pod.namespace))];
+        let mut profiles = vec![intern(&format!("kns.{}", pod.meta.namespace))];
         if !pod.account.is_empty() {
-            profiles.push(intern(&format!("ksa.{}.{}", pod.namespace, pod.account)));
+            profiles.push(intern(&format!(
+                "ksa.{}.{}",
+                pod.meta.namespace, pod.account
+            )));
         }
         let ports = PyTuple::new_bound(
             py,
@@ -932,10 +891,10 @@ impl PlainReader {
                 )
             }),
         );
-        let labels = self.label_dict(py, &pod.labels, &namespace, "k8s", &pod.account)?;
+        let labels = self.label_dict(py, &pod.meta.labels, &namespace, "k8s", &pod.account)?;
         let items: [Bound<'_, PyAny>; 10] = [
             intern("Pod").into_any(),
-            PyString::new_bound(py, &pod.name).into_any(),
+            PyString::new_bound(py, &pod.meta.name).into_any(),
             namespace.into_any(),
             key_parts.into_any(),
             PyString::new_bound(py, &interface).into_any(),
@@ -957,7 +916,7 @@ impl PlainReader {
             return vec![pod.pod_ip.as_ref()];
         }
         for (key, plural) in &self.address_annotations {
-            if let Some((_, text)) = pod.annotations.iter().find(|(k, _)| k == key) {
+            if let Some((_, text)) = pod.meta.annotations.iter().find(|(k, _)| k == key) {
                 if !text.is_empty() {
                     return if *plural {
                         text.split(',').collect()
