@@ -23,6 +23,8 @@ lint: venv
 	$(BIN)/ruff check src dataplane tests bench
 	$(BIN)/ruff format --check src dataplane tests bench
 	$(BIN)/lint-imports
+	cargo fmt --check --manifest-path src/native/Cargo.toml
+	PYO3_PYTHON=$(PYTHON) cargo clippy -q --release --locked --manifest-path src/native/Cargo.toml -- -D warnings
 
 typecheck: venv
 	$(BIN)/mypy
