@@ -388,6 +388,8 @@ struct Port<'a> {
     protocol: Cow<'a, str>,
 }
 
+/// What an item's text gave: a pod's fields, or (with ``endpoint``) a WorkloadEndpoint's,
+/// each borrowed from the text where it needed no unescaping.
 #[derive(Default)]
 struct Pod<'a> {
     kind: Option<Cow<'a, str>>,
@@ -400,8 +402,7 @@ struct Pod<'a> {
     pod_ips: Vec<Cow<'a, str>>,
     ports: Vec<Port<'a>>,
     init_ports: Vec<Port<'a>>,
-    /// A WorkloadEndpoint's fields, where the kind is one (read into the same names and
-    /// labels above).
+    /// A WorkloadEndpoint's spec, where the kind is one (its metadata is ``meta``).
     endpoint: Option<Endpoint<'a>>,
 }
 
