@@ -286,53 +286,45 @@ impl<'a> Scanner<'a> {
         self.members(true, member)
     }
 
-    /// ``object``, its keys decoded (``decode``) or only checked (then handed on empty).
+    /// ``object``, its keys decoded (``decode``) or only checked.
     fn members(
         &mut self,
         decode: bool,
         mut member: impl FnMut(&mut Self, Cow<'a, str>) -> R<()>,
     ) -> R<()> {
-        if self.peek() != Some(b'{') {
-            return Err(Fail::Decline);
-        }
-        self.enter()?;
-        self.i += 1;
-        if self.peek() == Some(b'}') {
-            self.i += 1;
-        } else {
-            loop {
-                let key = self.string(decode)?;
-                self.eat(b':')?;
-                member(self, key)?;
-                match self.peek() {
-                    Some(b',') => self.i += 1,
-                    Some(b'}') => {
-                        self.i += 1;
-                        break;
-                    }
-                    _ => return Err(Fail::Invalid),
-                }
-            }
-        }
-        self.depth -= 1;
-        Ok(())
+        self.sequence(b'{', b'}', |s| {
+            let key = s.string(decode)?;
+            s.eat(b':')?;
+            member(s, key)
+        })
     }
 
     /// An array's items, each read by `item`. Anything but an array declines.
-    fn array(&mut self, mut item: impl FnMut(&mut Self) -> R<()>) -> R<()> {
-        if self.peek() != Some(b'[') {
+    fn array(&mut self, item: impl FnMut(&mut Self) -> R<()>) -> R<()> {
+        self.sequence(b'[', b']', item)
+    }
+
+    /// What an object and an array share: `open`, entries read by `entry` and separated by
+    /// commas, `close`; anything but `open` first declines.
+    fn sequence(
+        &mut self,
+        open: u8,
+        close: u8,
+        mut entry: impl FnMut(&mut Self) -> R<()>,
+    ) -> R<()> {
+        if self.peek() != Some(open) {
             return Err(Fail::Decline);
         }
         self.enter()?;
         self.i += 1;
-        if self.peek() == Some(b']') {
+        if self.peek() == Some(close) {
             self.i += 1;
         } else {
             loop {
-                item(self)?;
+                entry(self)?;
                 match self.peek() {
                     Some(b',') => self.i += 1,
-                    Some(b']') => {
+                    Some(c) if c == close => {
                         self.i += 1;
                         break;
                     }
