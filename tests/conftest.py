@@ -6,6 +6,7 @@ Tests marked ``netns`` need root. Outside CI they are skipped for a non-root dev
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import tempfile
@@ -26,6 +27,9 @@ IN_CI = bool(os.environ.get("CI"))
 os.environ["PYFELIX_STATE_DIR"] = tempfile.mkdtemp(prefix="pyfelix-state-")
 # And keep their parsed manifests here, never in this machine's /var/cache/pyfelix.
 os.environ["PYFELIX_CACHE_DIR"] = tempfile.mkdtemp(prefix="pyfelix-cache-")
+# Both go when the run ends, so that runs do not pile them up in /tmp.
+for _scratch in (os.environ["PYFELIX_STATE_DIR"], os.environ["PYFELIX_CACHE_DIR"]):
+    atexit.register(shutil.rmtree, _scratch, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
