@@ -336,6 +336,18 @@ impl<'a> Scanner<'a> {
         Ok(())
     }
 
+    /// An integer's text (any other value declines: JSON's reader makes a float of a
+    /// fraction or an exponent).
+    fn integer(&mut self) -> R<&'a str> {
+        if !matches!(self.peek(), Some(b'-' | b'0'..=b'9')) {
+            return Err(Fail::Decline);
+        }
+        match self.number()? {
+            (digits, true) => Ok(digits),
+            _ => Err(Fail::Decline),
+        }
+    }
+
     /// A string value (anything else declines).
     fn text(&mut self) -> R<Cow<'a, str>> {
         if self.peek() != Some(b'"') {
@@ -436,13 +448,13 @@ struct Meta<'a> {
 }
 
 /// A pod's or an endpoint's metadata: the name, namespace, labels and annotations read, the
-/// other string fields (``strings``) checked and stepped over, and (``owners``, a pod's)
-/// ownerReferences an array stepped over.
+/// other string fields (``strings``) checked and stepped over, and (``pod``) a pod's
+/// ownerReferences an array and its generation an integer, both stepped over.
 fn metadata<'a>(
     s: &mut Scanner<'a>,
     meta: &mut Meta<'a>,
     strings: impl Fn(&str) -> bool,
-    owners: bool,
+    pod: bool,
 ) -> R<()> {
     let mut seen = 0u32;
     s.object(|s, key| match key.as_ref() {
@@ -458,12 +470,13 @@ fn metadata<'a>(
             meta.annotations = s.map()?;
             Ok(())
         }
-        "ownerReferences" if owners => {
+        "ownerReferences" if pod => {
             if s.peek() != Some(b'[') {
                 return Err(Fail::Decline);
             }
             s.skip()
         }
+        "generation" if pod => s.integer().map(drop),
         other if strings(other) => s.text().map(drop),
         _ => Err(Fail::Decline),
     })
@@ -502,11 +515,8 @@ impl PlainReader {
                         s.object(|s, key| match key.as_ref() {
                             "containerPort" => {
                                 once(&mut seen, 1)?;
-                                if !matches!(s.peek(), Some(b'-' | b'0'..=b'9')) {
-                                    return Err(Fail::Decline);
-                                }
-                                let (digits, integer) = s.number()?;
-                                if !integer || digits.len() > 6 {
+                                let digits = s.integer()?;
+                                if digits.len() > 6 {
                                     return Err(Fail::Decline);
                                 }
                                 port.number = Some(digits.parse().map_err(|_| Fail::Decline)?);

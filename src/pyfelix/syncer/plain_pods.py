@@ -51,7 +51,10 @@ METADATA_STRINGS = (
     "resourceVersion",
     "creationTimestamp",
 )
-_METADATA_KEYS = frozenset({*METADATA_STRINGS, "labels", "annotations", "ownerReferences"})
+#: ``generation`` is an integer, on every pod since Kubernetes 1.34 (pod generation tracking).
+_METADATA_KEYS = frozenset(
+    {*METADATA_STRINGS, "labels", "annotations", "ownerReferences", "generation"}
+)
 _SPEC_KEYS = POD_SPEC_UNREAD | {
     "nodeName",
     "hostNetwork",
@@ -116,7 +119,7 @@ def plain_pod_fields(document: dict[str, Any], *, validate: bool = True) -> PodF
         return None
     if not annotations.keys().isdisjoint(SPECIAL_ANNOTATIONS):
         return None
-    if type(meta("ownerReferences", [])) is not list:
+    if type(meta("ownerReferences", [])) is not list or type(meta("generation", 0)) is not int:
         return None
     name, namespace = meta("name", ""), meta("namespace", "")
     node, account = spec.get("nodeName", ""), spec.get("serviceAccountName", "")

@@ -52,6 +52,7 @@ _Metadata = _strict(
         ("labels", dict[str, str], {}),
         ("annotations", dict[str, str], {}),
         ("ownerReferences", list[msgspec.Raw], []),
+        ("generation", int, 0),
     ],
 )
 _Spec = _strict(
