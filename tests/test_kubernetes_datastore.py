@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from functools import partial
 from typing import Any
 
+import attrs
 import pytest
 import trio
 import yaml
@@ -33,10 +34,13 @@ import yaml
 from pyfelix import model
 from pyfelix.datastore.kubernetes import KubeClient, KubeConfig
 from pyfelix.resources.k8s_conversion import veth_name
+from pyfelix.resources.meta import load_document
 from pyfelix.resources.skipped import unread_kind
 from pyfelix.status import KubeNodeStore, WireguardKeyUpdater
 from pyfelix.syncer.api import SyncStatus, Update
-from pyfelix.syncer.kubernetes import KubernetesSyncer
+from pyfelix.syncer.kubernetes import WATCHED, KubernetesSyncer, decode_object, listed_document
+from pyfelix.syncer.plain_namespaces import plain_entry
+from pyfelix.syncer.processors import convert
 from tests.conftest import REPO
 from tests.etcd_server import EtcdServer
 from tests.kube_server import VIEWER_TOKEN, KubeServer, collection_path, kube_server
@@ -298,6 +302,44 @@ def test_the_view_from_the_api_is_the_view_from_its_dump_and_from_etcd(
     assert applied.returncode == 0, applied.stderr
     assert _dry_run(etcd.etcd_url) == from_files
     assert len(from_api["workload_endpoints"]) == 2
+
+
+def test_objects_as_the_api_lists_them_take_the_direct_path(kube: KubeServer) -> None:
+    """A pod as Calico's CNI plugin leaves it, its namespace and its service account, as
+    the API server lists them (no kind, a generation, managedFields): the direct path takes
+    each, and gives what decoding the object whole gives, its managedFields kept."""
+    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "listed"}})
+    account = {"name": "web", "namespace": "listed", "labels": {"team": "a"}}
+    kube.apply({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": account})
+    pod = _pod("web-0", "listed", "10.4.0.9", {"app": "web"})
+    pod["metadata"]["annotations"]["cni.projectcalico.org/containerID"] = "0f" * 32
+    pod["spec"]["serviceAccountName"] = "web"
+    pod["spec"]["containers"][0]["ports"] = [{"name": "http", "containerPort": 8080}]
+    kube.apply(pod)
+    kube.request(
+        "PATCH",
+        "/api/v1/namespaces/listed/pods/web-0/status",
+        {"status": {"phase": "Running", "podIP": "10.4.0.9", "podIPs": [{"ip": "10.4.0.9"}]}},
+    )
+    watched = {w.kind: w for w in WATCHED}
+    for kind, path in (
+        ("Pod", "/api/v1/namespaces/listed/pods"),
+        ("Namespace", "/api/v1/namespaces?fieldSelector=metadata.name%3Dlisted"),
+        ("ServiceAccount", "/api/v1/namespaces/listed/serviceaccounts"),
+    ):
+        (item,) = kube.request("GET", path)["items"]
+        assert "managedFields" in item["metadata"], kind
+        entry = plain_entry(listed_document(watched[kind], item))
+        assert entry is not None, kind
+        whole = {"apiVersion": watched[kind].api_version, "kind": kind, **item}
+        resource, problems = load_document(whole, "<api>")
+        assert resource is not None, problems
+        assert [(key, _without_origin(value)) for key, value in convert(resource)] == list(entry[1])
+        assert decode_object(watched[kind], item, "<api>") == entry[1]
+
+
+def _without_origin(value: object) -> object:
+    return None if value is None else attrs.evolve(value, origin=None)  # type: ignore[misc]
 
 
 def test_the_agent_follows_pods_created_through_the_api(kube: KubeServer) -> None:

@@ -116,18 +116,19 @@ def _load_etcd(url: str) -> LoadResult:
         raise ValueError(str(exc)) from exc
 
 
-async def load_from_kubernetes(source: str) -> LoadResult:
+async def load_from_kubernetes(source: str, direct: DirectDecoder | None = None) -> LoadResult:
     """Every object of the kinds Felix's syncer watches on the Kubernetes API, as the loader
-    would give them from a dump (raises KubeError)."""
+    would give them from a dump, ``direct`` taking what it takes as the loader's does (raises
+    KubeError)."""
     import trio
 
     from pyfelix.agent import kube_config
     from pyfelix.datastore.kubernetes import KubeClient, KubeNotFound
-    from pyfelix.resources.loader import LoadResult, Located
+    from pyfelix.resources.loader import Direct, LoadResult, Located
     from pyfelix.resources.meta import load_document
-    from pyfelix.syncer.kubernetes import object_source, watched_kinds
+    from pyfelix.syncer.kubernetes import listed_document, object_source, watched_kinds
 
-    located, problems = [], []
+    located, taken, problems = [], [], []
     listed: dict[Any, list[dict[str, Any]]] = {}
     async with KubeClient(kube_config(source)) as client:
 
@@ -143,23 +144,27 @@ async def load_from_kubernetes(source: str) -> LoadResult:
                 nursery.start_soon(list_kind, watched)
         for watched in watched_kinds():
             for obj in listed[watched]:
-                doc = {"apiVersion": watched.api_version, "kind": watched.kind, **obj}
+                doc = listed_document(watched, obj)
                 name = object_source(watched, obj)
+                entry = None if direct is None else direct(doc)
+                if entry is not None:
+                    taken.append(Direct(entry[0], entry[1], name, None))
+                    continue
                 resource, found = load_document(doc, name)
                 problems.extend(found)
                 if resource is not None:
                     located.append(Located(resource, name, None))
-    return LoadResult(tuple(located), tuple(problems))
+    return LoadResult(tuple(located), tuple(problems), direct=tuple(taken))
 
 
-def _load_kubernetes(source: str) -> LoadResult:
+def _load_kubernetes(source: str, direct: DirectDecoder | None) -> LoadResult:
     """What ``load_from_kubernetes`` gives; raises ValueError for an API that fails."""
     import trio
 
     from pyfelix.datastore.kubernetes import KubeError
 
     try:
-        return trio.run(load_from_kubernetes, source)
+        return trio.run(load_from_kubernetes, source, direct)
     except KubeError as exc:
         raise ValueError(str(exc)) from exc
 
@@ -186,7 +191,7 @@ def load_sources(
         if not remote:
             result = load_paths(sources, direct=direct)
         elif is_kubernetes(remote[0]):
-            result = _load_kubernetes(remote[0])
+            result = _load_kubernetes(remote[0], direct)
         else:
             result = _load_etcd(remote[0])
     except ValueError as exc:
@@ -226,11 +231,14 @@ def cmd_dry_run(args: argparse.Namespace) -> int:
             )
             return EXIT_USAGE
     if any(is_etcd(source) or is_kubernetes(source) for source in args.sources):
+        from pyfelix.syncer.plain_namespaces import plain_entry
+
         loaded = load_sources(
             args.sources,
             strict=not args.skip_invalid,
             refuse_to=sys.stderr,
             hostname=args.hostname,
+            direct=plain_entry,
         )
         if isinstance(loaded, int):
             return loaded
@@ -242,6 +250,7 @@ def cmd_dry_run(args: argparse.Namespace) -> int:
             resources,
             args.hostname,
             validated=not args.skip_invalid,
+            direct=loaded.direct,
             kube_ipvs=args.kube_proxy_ipvs,
             pieces=pieces,
         )
