@@ -1,6 +1,7 @@
 """The Kubernetes API datastore against the same objects from files, whole processes.
 
 Run: .venv/bin/python bench/bench_kdd.py [--pods 10000] [--policies 1000] [--pairs 3]
+     .venv/bin/python bench/bench_kdd.py --serve [--pods 20000]
      .venv/bin/python bench/bench_kdd.py --latency [--rate 100] [--creates 500]
 
 A real kube-apiserver (tests/kube_server.py) is filled with a cluster shaped as a live one
@@ -14,6 +15,9 @@ of a few selector forms. The same objects are written as a ``kubectl get -o yaml
 - ``--latency``: ``pyfelix run --dry-run`` on node-0 from the API; pods for node-0 are
   created at ``--rate`` a second, and each one's time from its create request to the
   agent's printing of its endpoint is taken; p50, p99 and the maximum are printed.
+- ``--serve``: fill the API server, print its ``kubernetes://`` source and keep it up until
+  interrupted, for paired whole-process runs of two trees against the same cluster
+  (``farm-bench --vs``).
 - ``--latency --linux`` (root): the agent programs the kernel, in a network namespace of its
   own that reaches the API server through the e2e tests' forwarder pair; a pod counts as
   programmed when ``nft monitor`` in that namespace shows its cali-tw chain created.
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import os
 import statistics
 import subprocess
@@ -292,6 +297,7 @@ def main() -> None:
     parser.add_argument("--policies", type=int, default=1_000)
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--latency", action="store_true")
+    parser.add_argument("--serve", action="store_true")
     parser.add_argument("--linux", action="store_true")
     parser.add_argument("--rate", type=float, default=100.0)
     parser.add_argument("--creates", type=int, default=500)
@@ -309,6 +315,11 @@ def main() -> None:
         print(f"{len(docs)} objects created in {time.monotonic() - started:.1f} s")
         if args.latency:
             latency(server, args.rate, args.creates, args.linux, args.agent_log)
+            return
+        if args.serve:
+            print(f"serving: kubernetes://{server.kubeconfig()}", flush=True)
+            with contextlib.suppress(KeyboardInterrupt):
+                threading.Event().wait()
             return
         dump = Path(directory) / "dump.yaml"
         dump.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": docs}))
