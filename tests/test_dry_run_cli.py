@@ -350,3 +350,51 @@ def test_run_restarts_on_sighup_and_stops_as_a_failure_when_the_datastore_is_not
         cluster.write_text(text.replace("datastoreReady: true", "datastoreReady: false"))
         assert process.wait(timeout=20) == 1
         assert "stopping: datastore is not ready" in process.error_output()
+
+
+def test_a_reader_that_leaves_early_ends_the_dry_run_quietly(tmp_path: Path) -> None:
+    """``pyfelix dry-run ... | head``: once the reader has gone, the dry-run stops as a tool
+    that SIGPIPE stops (status 141), with no traceback. The view (2,000 endpoints' chains)
+    is many times what a pipe holds, so the dry-run is still writing when the reader goes."""
+    endpoints = [
+        {
+            "apiVersion": "projectcalico.org/v3",
+            "kind": "WorkloadEndpoint",
+            "metadata": {"name": f"node--1-k8s-pod{i}-eth0", "namespace": "default"},
+            "spec": {
+                "orchestrator": "k8s",
+                "node": "node-1",
+                "pod": f"pod{i}",
+                "endpoint": "eth0",
+                "interfaceName": f"cali{i:011d}",
+                "ipNetworks": [f"10.0.{i // 250}.{i % 250 + 1}/32"],
+                "profiles": ["kns.default"],
+            },
+        }
+        for i in range(2000)
+    ]
+    (tmp_path / "endpoints.json").write_text(json.dumps(endpoints))
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pyfelix",
+            "dry-run",
+            "--hostname",
+            "node-1",
+            "--format",
+            "json",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=REPO,
+    )
+    assert process.stdout is not None
+    assert process.stderr is not None
+    assert process.stdout.read(10) == b'{\n  "confi'
+    process.stdout.close()
+    errors = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 141
+    assert "Traceback" not in errors
+    assert "BrokenPipeError" not in errors

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import socket
 import sys
 from collections import Counter
@@ -1047,13 +1048,19 @@ def console() -> None:
     tearing down its heap (the calculation graph is one large cycle) took 2.5 s of a
     250k-endpoint dry-run, for nothing."""
     args = build_parser().parse_args()
-    if args.handler not in ONE_SHOT:
-        sys.exit(int(args.handler(args)))
-    collection.pause_while_loading()
-    code = int(args.handler(args))
-    CACHE.save()  # what atexit would have done: attrs' methods compiled here, if any
-    sys.stdout.flush()
-    sys.stderr.flush()
+    try:
+        if args.handler not in ONE_SHOT:
+            sys.exit(int(args.handler(args)))
+        collection.pause_while_loading()
+        code = int(args.handler(args))
+        CACHE.save()  # what atexit would have done: attrs' methods compiled here, if any
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BrokenPipeError:
+        # Whoever read stdout has gone (``pyfelix dry-run ... | head``): stop as a tool that
+        # SIGPIPE stops, without a traceback, and without flushing into the closed pipe again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        os._exit(128 + signal.SIGPIPE)
     os._exit(code)
 
 
