@@ -129,33 +129,41 @@ async def load_from_kubernetes(source: str, direct: DirectDecoder | None = None)
     from pyfelix.resources.meta import load_document
     from pyfelix.syncer.kubernetes import listed_document, object_source, watched_kinds
 
-    located, taken, problems = [], [], []
-    listed: dict[Any, list[dict[str, Any]]] = {}
+    kinds = watched_kinds()
+    # Each kind's resources, direct entries and problems, in its listing's order.
+    read: dict[Any, tuple[list[Located], list[Direct], list[Problem]]] = {
+        watched: ([], [], []) for watched in kinds
+    }
     async with KubeClient(kube_config(source)) as client:
 
         async def list_kind(watched: Any) -> None:
+            located, taken, problems = read[watched]
             try:
-                listed[watched] = (await client.list(watched.path))[0]
+                # Decoded a page at a time: the objects of a page are let go once read.
+                async for objects, _ in client.pages(watched.path):
+                    for obj in objects:
+                        doc = listed_document(watched, obj)
+                        name = object_source(watched, obj)
+                        entry = None if direct is None else direct(doc)
+                        if entry is not None:
+                            taken.append(Direct(entry[0], entry[1], name, None))
+                            continue
+                        resource, found = load_document(doc, name)
+                        problems.extend(found)
+                        if resource is not None:
+                            located.append(Located(resource, name, None))
             except KubeNotFound:
-                listed[watched] = []  # not served here: Felix reads nothing of it either
+                pass  # not served here: Felix reads nothing of it either
 
         # Every kind at once (as the agent's syncer lists them): one round trip, not 21.
         async with trio.open_nursery() as nursery:
-            for watched in watched_kinds():
+            for watched in kinds:
                 nursery.start_soon(list_kind, watched)
-        for watched in watched_kinds():
-            for obj in listed[watched]:
-                doc = listed_document(watched, obj)
-                name = object_source(watched, obj)
-                entry = None if direct is None else direct(doc)
-                if entry is not None:
-                    taken.append(Direct(entry[0], entry[1], name, None))
-                    continue
-                resource, found = load_document(doc, name)
-                problems.extend(found)
-                if resource is not None:
-                    located.append(Located(resource, name, None))
-    return LoadResult(tuple(located), tuple(problems), direct=tuple(taken))
+    return LoadResult(
+        tuple(item for watched in kinds for item in read[watched][0]),
+        tuple(problem for watched in kinds for problem in read[watched][2]),
+        direct=tuple(entry for watched in kinds for entry in read[watched][1]),
+    )
 
 
 def _load_kubernetes(source: str, direct: DirectDecoder | None) -> LoadResult:

@@ -36,6 +36,8 @@ SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 REQUEST_TIMEOUT = 30.0
 #: Objects per list page (client-go's pager uses 500).
 LIST_PAGE = 500
+#: A page of a listing: its objects, as the API server gave them.
+Objects = list[dict[str, Any]]
 
 
 class KubeError(PyfelixError):
@@ -286,17 +288,32 @@ class KubeClient:
         """Every object at ``path`` (a collection), read in pages, and the resource version
         of the listing (a consistent snapshot: later pages continue the first's)."""
         items: list[dict[str, Any]] = []
+        version = ""
+        async for listed, at in self.pages(path, page, resource_version):
+            items.extend(listed)
+            version = at
+        return items, version
+
+    async def pages(
+        self, path: str, page: int = LIST_PAGE, resource_version: str = ""
+    ) -> AsyncIterator[tuple[Objects, str]]:
+        """``list``'s pages as they come, each with the listing's resource version (known
+        once the last page has come: "" before it), for a reader that keeps what it makes of
+        each page and lets the objects go (a 100,000-pod listing held whole was gigabytes)."""
         params: dict[str, str] = {"limit": str(page)}
         if resource_version:
             params["resourceVersion"] = resource_version
             params["resourceVersionMatch"] = "NotOlderThan"
         while True:
             data = await self.request("GET", path, params)
-            items.extend(data.get("items") or [])
             metadata = data.get("metadata") or {}
             cont = metadata.get("continue")
+            items = data.get("items") or []
+            del data
             if not cont:
-                return items, str(metadata.get("resourceVersion", ""))
+                yield items, str(metadata.get("resourceVersion", ""))
+                return
+            yield items, ""
             params = {"limit": str(page), "continue": str(cont)}
 
     async def watch(
