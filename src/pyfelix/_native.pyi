@@ -13,6 +13,9 @@ class PlainReader:
         special_annotations: set[str],
         address_annotations: list[tuple[str, bool]],
         finished_phases: set[str],
+        endpoint_metadata_strings: list[str],
+        endpoint_strings: list[str],
+        endpoint_unread_strings: list[str],
     ) -> None: ...
     def read_list(
         self, text: str, prefix: str

@@ -8,6 +8,7 @@
 //! stricter, and any doubt declines. Text that is not JSON as Python's parser reads it (or
 //! that this reader does not follow, such as `NaN`) gives None for the whole file.
 
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use std::borrow::Cow;
@@ -376,6 +377,13 @@ impl<'a> Scanner<'a> {
 #[pyclass(frozen)]
 struct PlainReader {
     metadata_strings: Vec<String>,
+    /// A WorkloadEndpoint's string metadata fields (``plain_workloads.METADATA_STRINGS``).
+    endpoint_metadata_strings: Vec<String>,
+    /// The spec strings ``checked_fields`` reads, in its order of ``names``
+    /// (``plain_workloads.SPEC_STRINGS``).
+    endpoint_strings: Vec<String>,
+    /// The spec strings nobody reads (``plain_workloads.SPEC_UNREAD_STRINGS``).
+    endpoint_unread_strings: Vec<String>,
     spec_unread: FxSet<String>,
     status_unread: FxSet<String>,
     container_unread: FxSet<String>,
@@ -409,27 +417,6 @@ struct Pod<'a> {
     /// A WorkloadEndpoint's spec, where the kind is one (its metadata is ``meta``).
     endpoint: Option<Endpoint<'a>>,
 }
-
-/// The spec strings of a WorkloadEndpoint that ``checked_fields`` reads, in its order of
-/// ``names``: orchestrator, node, endpoint, workload, pod, service account, interface, MAC.
-const ENDPOINT_STRINGS: [&str; 8] = [
-    "orchestrator",
-    "node",
-    "endpoint",
-    "workload",
-    "pod",
-    "serviceAccountName",
-    "interfaceName",
-    "mac",
-];
-/// The string metadata fields a plain WorkloadEndpoint may have (``plain_fields``).
-const ENDPOINT_METADATA_STRINGS: [&str; 5] = [
-    "name",
-    "namespace",
-    "resourceVersion",
-    "uid",
-    "creationTimestamp",
-];
 
 #[derive(Default)]
 struct Endpoint<'a> {
@@ -553,12 +540,8 @@ impl PlainReader {
             }
             "metadata" if pod.endpoint.is_some() => {
                 once(&mut seen, 4)?;
-                metadata(
-                    s,
-                    &mut pod.meta,
-                    |k| ENDPOINT_METADATA_STRINGS.contains(&k),
-                    false,
-                )
+                let strings = |k: &str| self.endpoint_metadata_strings.iter().any(|m| m == k);
+                metadata(s, &mut pod.meta, strings, false)
             }
             "spec" if pod.endpoint.is_some() => {
                 once(&mut seen, 8)?;
@@ -566,13 +549,15 @@ impl PlainReader {
                 let mut seen = 0u32;
                 s.object(|s, key| {
                     let key = key.as_ref();
-                    if let Some(at) = ENDPOINT_STRINGS.iter().position(|k| *k == key) {
+                    if let Some(at) = self.endpoint_strings.iter().position(|k| k == key) {
                         once(&mut seen, 1 << at)?;
                         endpoint.strings[at] = s.text()?;
                         return Ok(());
                     }
                     match key {
-                        "containerID" => s.text().map(drop),
+                        other if self.endpoint_unread_strings.iter().any(|k| k == other) => {
+                            s.text().map(drop)
+                        }
                         "ipNetworks" => {
                             once(&mut seen, 1 << 8)?;
                             s.array(|s| {
@@ -1223,6 +1208,7 @@ fn ipv4_host(text: &str) -> Option<String> {
 #[pymethods]
 impl PlainReader {
     #[new]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         metadata_strings: Vec<String>,
         spec_unread: FxSet<String>,
@@ -1231,9 +1217,20 @@ impl PlainReader {
         special_annotations: FxSet<String>,
         address_annotations: Vec<(String, bool)>,
         finished_phases: FxSet<String>,
-    ) -> Self {
-        PlainReader {
+        endpoint_metadata_strings: Vec<String>,
+        endpoint_strings: Vec<String>,
+        endpoint_unread_strings: Vec<String>,
+    ) -> PyResult<Self> {
+        if endpoint_strings.len() != 8 {
+            return Err(PyValueError::new_err(
+                "a WorkloadEndpoint's spec has 8 read strings",
+            ));
+        }
+        Ok(PlainReader {
             metadata_strings,
+            endpoint_metadata_strings,
+            endpoint_strings,
+            endpoint_unread_strings,
             spec_unread,
             status_unread,
             container_unread,
@@ -1241,7 +1238,7 @@ impl PlainReader {
             address_annotations,
             finished_phases,
             interned: RefCell::new(FxMap::default()),
-        }
+        })
     }
 
     /// (the List's own fields as (key, text) pairs, or None for a top-level array; each

@@ -28,6 +28,7 @@ from pyfelix.resources.k8s_conversion import (
 )
 from pyfelix.resources.loader import is_list_document
 from pyfelix.resources.pods import CONTAINER_UNREAD, POD_SPEC_UNREAD, POD_STATUS_UNREAD
+from pyfelix.syncer import plain_workloads
 from pyfelix.syncer.plain_pods import METADATA_STRINGS, SPECIAL_ANNOTATIONS
 
 try:
@@ -51,6 +52,9 @@ def _reader(compiled: type[PlainReader]) -> PlainReader:
         set(SPECIAL_ANNOTATIONS),
         [(POD_IPS_ANNOTATION, True), (POD_IP_ANNOTATION, False), (AWS_POD_IPS_ANNOTATION, True)],
         set(FINISHED_PHASES),
+        list(plain_workloads.METADATA_STRINGS),
+        list(plain_workloads.SPEC_STRINGS),
+        list(plain_workloads.SPEC_UNREAD_STRINGS),
     )
 
 

@@ -16,7 +16,7 @@ generated document.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, cast
 
 from pyfelix import model
 from pyfelix.resources.loader import Identity
@@ -28,24 +28,23 @@ from pyfelix.values import FrozenMap, shared_names
 #: WorkloadEndpoint's KIND (not imported from its class: this module is on every agent's
 #: path, the class only where endpoints are decoded whole; a test compares them).
 _KIND = "WorkloadEndpoint"
-_METADATA_KEYS = frozenset(
-    {"name", "namespace", "resourceVersion", "uid", "creationTimestamp", "labels", "annotations"}
+#: The metadata fields a plain endpoint may have that are strings (all but two of them).
+METADATA_STRINGS = ("name", "namespace", "resourceVersion", "uid", "creationTimestamp")
+_METADATA_KEYS = frozenset({*METADATA_STRINGS, "labels", "annotations"})
+#: The spec's strings ``checked_fields`` reads, in the order of its ``names``.
+SPEC_STRINGS = (
+    "orchestrator",
+    "node",
+    "endpoint",
+    "workload",
+    "pod",
+    "serviceAccountName",
+    "interfaceName",
+    "mac",
 )
-_SPEC_KEYS = frozenset(
-    {
-        "orchestrator",
-        "workload",
-        "node",
-        "containerID",
-        "pod",
-        "endpoint",
-        "serviceAccountName",
-        "interfaceName",
-        "mac",
-        "ipNetworks",
-        "profiles",
-    }
-)
+#: The spec's strings nobody reads.
+SPEC_UNREAD_STRINGS = ("containerID",)
+_SPEC_KEYS = frozenset({*SPEC_STRINGS, *SPEC_UNREAD_STRINGS, "ipNetworks", "profiles"})
 _intern = sys.intern
 #: Where etcd holds workload endpoints (what the etcd syncer decodes as one; the layout's
 #: key for the kind, which a test compares).
@@ -112,10 +111,8 @@ def plain_fields(document: dict[str, Any], *, validate: bool = True) -> PlainFie
     name, namespace = meta("name", ""), meta("namespace", "")
     labels, annotations = meta("labels", {}), meta("annotations", {})
     get = spec.get
-    orchestrator, node, endpoint = get("orchestrator", ""), get("node", ""), get("endpoint", "")
-    workload, pod, account = get("workload", ""), get("pod", ""), get("serviceAccountName", "")
-    interface, mac, networks = get("interfaceName", ""), get("mac", ""), get("ipNetworks", [])
-    profile_list = get("profiles", [])
+    names = tuple([get(field, "") for field in SPEC_STRINGS])
+    networks, profile_list = get("ipNetworks", []), get("profiles", [])
     if type(labels) is not dict or type(annotations) is not dict:
         return None
     if type(networks) is not list or type(profile_list) is not list:
@@ -124,9 +121,9 @@ def plain_fields(document: dict[str, Any], *, validate: bool = True) -> PlainFie
     try:
         "".join(
             [
-                *(name, namespace, meta("resourceVersion", ""), meta("uid", "")),
-                *(meta("creationTimestamp", ""), orchestrator, node, endpoint, workload, pod),
-                *(account, interface, mac, get("containerID", "")),
+                *[meta(field, "") for field in METADATA_STRINGS],
+                *names,
+                *[get(field, "") for field in SPEC_UNREAD_STRINGS],
                 *networks,
                 *profile_list,
                 *labels,
@@ -142,7 +139,7 @@ def plain_fields(document: dict[str, Any], *, validate: bool = True) -> PlainFie
         namespace,
         labels=labels,
         annotations=annotations,
-        names=(orchestrator, node, endpoint, workload, pod, account, interface, mac),
+        names=cast("tuple[str, str, str, str, str, str, str, str]", names),
         networks=networks,
         profile_list=profile_list,
         validate=validate,

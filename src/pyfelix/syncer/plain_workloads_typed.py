@@ -19,7 +19,13 @@ from typing import Any
 import msgspec
 
 from pyfelix.resources.meta import CALICO_API_VERSION
-from pyfelix.syncer.plain_workloads import PlainFields, checked_fields
+from pyfelix.syncer.plain_workloads import (
+    METADATA_STRINGS,
+    SPEC_STRINGS,
+    SPEC_UNREAD_STRINGS,
+    PlainFields,
+    checked_fields,
+)
 
 #: What a decode of text this module cannot take raises (msgspec's errors, and too deep).
 _REFUSED = (msgspec.ValidationError, msgspec.DecodeError, RecursionError)
@@ -33,23 +39,12 @@ def _strict(name: str, fields: list[tuple[str, Any] | tuple[str, Any, Any]]) -> 
 _Metadata = _strict(
     "_Metadata",
     [
-        *[(name, str, "") for name in ("name", "namespace", "resourceVersion", "uid")],
-        ("creationTimestamp", str, ""),
+        *[(name, str, "") for name in METADATA_STRINGS],
         ("labels", dict[str, str], {}),
         ("annotations", dict[str, str], {}),
     ],
 )
-_SPEC_STRINGS = (
-    "orchestrator",
-    "node",
-    "endpoint",
-    "workload",
-    "pod",
-    "serviceAccountName",
-    "interfaceName",
-    "mac",
-    "containerID",
-)
+_SPEC_STRINGS = (*SPEC_STRINGS, *SPEC_UNREAD_STRINGS)
 _Spec = _strict(
     "_Spec",
     [
