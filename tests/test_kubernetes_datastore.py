@@ -38,7 +38,13 @@ from pyfelix.resources.meta import load_document
 from pyfelix.resources.skipped import unread_kind
 from pyfelix.status import KubeNodeStore, WireguardKeyUpdater
 from pyfelix.syncer.api import SyncStatus, Update
-from pyfelix.syncer.kubernetes import WATCHED, KubernetesSyncer, decode_object, listed_document
+from pyfelix.syncer.kubernetes import (
+    WATCHED,
+    KubernetesSyncer,
+    decode_object,
+    listed_document,
+    page_reader,
+)
 from pyfelix.syncer.plain_namespaces import plain_entry
 from pyfelix.syncer.processors import convert
 from tests.conftest import REPO
@@ -336,6 +342,15 @@ def test_objects_as_the_api_lists_them_take_the_direct_path(kube: KubeServer) ->
         assert resource is not None, problems
         assert [(key, _without_origin(value)) for key, value in convert(resource)] == list(entry[1])
         assert decode_object(watched[kind], item, "<api>") == entry[1]
+    # The syncer's compiled reader of a pod listing's pages reads the pod as it is listed.
+    read = page_reader(watched["Pod"])
+    assert read is not None
+    body = kube.request("GET", "/api/v1/namespaces/listed/pods")
+    page = read(json.dumps(body).encode())
+    assert page is not None
+    ((version, fields),) = page["items"]
+    assert version == body["items"][0]["metadata"]["resourceVersion"]
+    assert plain_entry(fields) == plain_entry(listed_document(watched["Pod"], body["items"][0]))
 
 
 def _without_origin(value: object) -> object:

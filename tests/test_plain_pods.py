@@ -19,12 +19,13 @@ from pyfelix import model, values
 from pyfelix.resources.meta import load_document
 from pyfelix.resources.pods import Pod
 from pyfelix.syncer import plain_pods
+from pyfelix.syncer.kubernetes import WATCHED, listed_document
 from pyfelix.syncer.plain_namespaces import plain_digest, plain_entry, plain_identity
 from pyfelix.syncer.plain_pods import plain_pod_fields, pod_entry
 from pyfelix.syncer.plain_pods_typed import typed_pod_fields
 from pyfelix.syncer.processors import convert
 from pyfelix.validation.kinds import ValidationContext, check_resource
-from tests.compiled_reader import SPLIT, compiled_item
+from tests.compiled_reader import SPLIT, compiled_item, listed_item
 
 Doc = dict[str, Any]
 
@@ -85,6 +86,18 @@ BASE: Doc = {
     },
 }
 ABSENT = object()
+#: What an API server adds to a pod created through it (a listing holds it).
+MANAGED_FIELDS = [
+    {
+        "apiVersion": "v1",
+        "fieldsType": "FieldsV1",
+        "fieldsV1": {"f:metadata": {"f:labels": {".": {}, "f:app": {}}}},
+        "manager": "kubectl-create",
+        "operation": "Update",
+        "time": "2026-01-05T09:23:21Z",
+    }
+]
+PODS = next(w for w in WATCHED if w.kind == "Pod")
 NAMES = ["node-a", "Node", "a" * 64, "pod.x", "-x", "", None, 7]
 PORT = {"containerPort": 8080, "protocol": "TCP", "name": "http"}
 #: Each field (section, name) with the values it may take instead of the base document's.
@@ -231,6 +244,16 @@ def test_the_direct_path_gives_what_the_general_path_gives(
     assert typed_pod_fields(json.dumps(doc).encode()) == fields
     for text in (json.dumps(doc), json.dumps(doc, indent=1, sort_keys=True)):
         assert compiled_item(text) in (fields, text.encode())
+    # As an API server lists it: no kind or apiVersion, managedFields; the reader of a
+    # listing's pages gives the fields the syncer's direct path gives, or the item parsed.
+    listed = {k: v for k, v in doc.items() if k not in ("apiVersion", "kind")}
+    if type(listed.get("metadata")) is dict:
+        listed["metadata"] = {**listed["metadata"], "managedFields": MANAGED_FIELDS}
+    read = listed_item(json.dumps(listed))
+    if read != listed:
+        expected = plain_pod_fields(listed_document(PODS, listed))
+        assert read == (listed["metadata"]["resourceVersion"], expected)
+        assert expected is not None
     if fields is None:
         return
     assert entry is not None
@@ -274,6 +297,19 @@ def test_a_dumped_pod_takes_the_direct_path() -> None:
 def _with_origin(value: object) -> object:
     resource, _ = load_document(copy.deepcopy(BASE), "<test>", expected=Pod)
     return attrs.evolve(value, origin=resource)  # type: ignore[misc]
+
+
+def test_the_pod_an_api_server_lists_is_read_by_the_compiled_reader() -> None:
+    """The dumped pod as a listing holds it (no kind or apiVersion, its managedFields): the
+    reader of a listing's pages reads it, its resourceVersion beside the fields the direct
+    path gives it; with a kind other than Pod, it leaves it to the Python path."""
+    listed = {k: v for k, v in copy.deepcopy(BASE).items() if k not in ("apiVersion", "kind")}
+    listed["metadata"]["managedFields"] = MANAGED_FIELDS
+    fields = plain_pod_fields(listed_document(PODS, listed))
+    assert fields is not None
+    assert listed_item(json.dumps(listed)) == ("21035", fields)
+    other = {"kind": "Secret", **listed}
+    assert listed_item(json.dumps(other)) == other
 
 
 def test_what_only_the_general_path_handles_is_left_to_it() -> None:

@@ -18,5 +18,5 @@ class PlainReader:
         endpoint_unread_strings: list[str],
     ) -> None: ...
     def read_list(
-        self, text: str, prefix: str
+        self, text: str, prefix: str, listed: bool = False
     ) -> tuple[list[tuple[str, bytes | None]] | None, list[Any]] | None: ...

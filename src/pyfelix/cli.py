@@ -127,7 +127,13 @@ async def load_from_kubernetes(source: str, direct: DirectDecoder | None = None)
     from pyfelix.datastore.kubernetes import KubeClient, KubeNotFound
     from pyfelix.resources.loader import Direct, LoadResult, Located
     from pyfelix.resources.meta import load_document
-    from pyfelix.syncer.kubernetes import listed_document, object_source, watched_kinds
+    from pyfelix.syncer.kubernetes import (
+        listed_document,
+        named_source,
+        object_source,
+        page_reader,
+        watched_kinds,
+    )
 
     kinds = watched_kinds()
     # Each kind's resources, direct entries and problems, in its listing's order.
@@ -140,10 +146,13 @@ async def load_from_kubernetes(source: str, direct: DirectDecoder | None = None)
             located, taken, problems = read[watched]
             try:
                 # Decoded a page at a time: the objects of a page are let go once read.
-                async for objects, _ in client.pages(watched.path):
+                reader = None if direct is None else page_reader(watched)
+                async for objects, _ in client.pages(watched.path, read=reader):
                     for obj in objects:
-                        doc = listed_document(watched, obj)
-                        name = object_source(watched, obj)
+                        if type(obj) is tuple:  # a plain pod's fields (the compiled reader's)
+                            doc, name = obj[1], named_source(watched, obj[1][2], obj[1][1])
+                        else:
+                            doc, name = listed_document(watched, obj), object_source(watched, obj)
                         entry = None if direct is None else direct(doc)
                         if entry is not None:
                             taken.append(Direct(entry[0], entry[1], name, None))

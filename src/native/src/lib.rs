@@ -430,18 +430,21 @@ struct Endpoint<'a> {
 struct Meta<'a> {
     name: Cow<'a, str>,
     namespace: Cow<'a, str>,
+    resource_version: Cow<'a, str>,
     labels: Vec<(Cow<'a, str>, Cow<'a, str>)>,
     annotations: Vec<(Cow<'a, str>, Cow<'a, str>)>,
 }
 
-/// A pod's or an endpoint's metadata: the name, namespace, labels and annotations read, the
-/// other string fields (``strings``) checked and stepped over, and (``pod``) a pod's
-/// ownerReferences an array and its generation an integer, both stepped over.
+/// A pod's or an endpoint's metadata: the name, namespace, resourceVersion, labels and
+/// annotations read, the other string fields (``strings``) checked and stepped over, and
+/// (``pod``) a pod's ownerReferences an array and its generation an integer, both stepped
+/// over, and (``listed``) the managedFields an API server's listing holds, whatever they are.
 fn metadata<'a>(
     s: &mut Scanner<'a>,
     meta: &mut Meta<'a>,
     strings: impl Fn(&str) -> bool,
     pod: bool,
+    listed: bool,
 ) -> R<()> {
     let mut seen = 0u32;
     s.object(|s, key| match key.as_ref() {
@@ -464,6 +467,11 @@ fn metadata<'a>(
             s.skip()
         }
         "generation" if pod => s.integer().map(drop),
+        "managedFields" if listed => s.skip(),
+        "resourceVersion" if strings("resourceVersion") => {
+            meta.resource_version = s.text()?;
+            Ok(())
+        }
         other if strings(other) => s.text().map(drop),
         _ => Err(Fail::Decline),
     })
@@ -523,7 +531,9 @@ impl PlainReader {
         })
     }
 
-    fn pod<'a>(&self, s: &mut Scanner<'a>) -> R<Pod<'a>> {
+    /// An item's fields; ``listed``: an item of an API server's listing, a v1 Pod where it
+    /// names neither its kind nor its apiVersion (as listed items do not).
+    fn pod<'a>(&self, s: &mut Scanner<'a>, listed: bool) -> R<Pod<'a>> {
         let mut pod = Pod::default();
         let mut seen = 0u32;
         s.object(|s, key| match key.as_ref() {
@@ -541,7 +551,7 @@ impl PlainReader {
             "metadata" if pod.endpoint.is_some() => {
                 once(&mut seen, 4)?;
                 let strings = |k: &str| self.endpoint_metadata_strings.iter().any(|m| m == k);
-                metadata(s, &mut pod.meta, strings, false)
+                metadata(s, &mut pod.meta, strings, false, false)
             }
             "spec" if pod.endpoint.is_some() => {
                 once(&mut seen, 8)?;
@@ -584,7 +594,7 @@ impl PlainReader {
             "metadata" => {
                 once(&mut seen, 4)?;
                 let strings = |k: &str| self.metadata_strings.iter().any(|m| m == k);
-                metadata(s, &mut pod.meta, strings, true)
+                metadata(s, &mut pod.meta, strings, true, listed)
             }
             "spec" => {
                 once(&mut seen, 8)?;
@@ -643,7 +653,11 @@ impl PlainReader {
         } else {
             "v1"
         };
-        if pod.kind.is_none() || pod.api_version.as_deref() != Some(version) || seen & 12 != 12 {
+        let implied = listed && seen & 3 == 0 && pod.endpoint.is_none();
+        if !implied && (pod.kind.is_none() || pod.api_version.as_deref() != Some(version)) {
+            return Err(Fail::Decline);
+        }
+        if seen & 12 != 12 {
             return Err(Fail::Decline);
         }
         if pod.endpoint.is_some() && seen != 15 {
@@ -1243,7 +1257,16 @@ impl PlainReader {
 
     /// (the List's own fields as (key, text) pairs, or None for a top-level array; each
     /// item as its fields' tuple or its text), or None for text left to the Python path.
-    fn read_list(&self, py: Python<'_>, text: &str, prefix: &str) -> Option<(PyObject, PyObject)> {
+    /// ``listed``: a page of an API server's listing, each pod read (as ``pod`` says) given
+    /// as its resourceVersion and its fields' tuple.
+    #[pyo3(signature = (text, prefix, listed = false))]
+    fn read_list(
+        &self,
+        py: Python<'_>,
+        text: &str,
+        prefix: &str,
+        listed: bool,
+    ) -> Option<(PyObject, PyObject)> {
         let mut s = Scanner {
             s: text,
             b: text.as_bytes(),
@@ -1256,7 +1279,19 @@ impl PlainReader {
                 s.ws();
                 let start = s.i;
                 let depth = s.depth;
-                match self.pod(s).and_then(|pod| self.fields(py, &pod, prefix)) {
+                let read = self.pod(s, listed).and_then(|pod| {
+                    let fields = self.fields(py, &pod, prefix)?;
+                    if !listed {
+                        return Ok(fields);
+                    }
+                    let version = PyString::new_bound(py, &pod.meta.resource_version);
+                    Ok(
+                        PyTuple::new_bound(py, [version.into_any().unbind(), fields])
+                            .into_any()
+                            .unbind(),
+                    )
+                });
+                match read {
                     Ok(fields) => items.append(fields).map_err(|_| Fail::Invalid),
                     Err(Fail::Invalid) => Err(Fail::Invalid),
                     Err(Fail::Decline) => {

@@ -22,7 +22,7 @@ import logging
 import os
 import ssl
 import tempfile
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +36,11 @@ SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 REQUEST_TIMEOUT = 30.0
 #: Objects per list page (client-go's pager uses 500).
 LIST_PAGE = 500
-#: A page of a listing: its objects, as the API server gave them.
-Objects = list[dict[str, Any]]
+#: A page of a listing: its objects as the API server gave them (dicts), or what a page
+#: reader made of some of them (``pages``' ``read``).
+Objects = list[Any]
+#: What reads a listing's page from its body: the page as a dict, or None to have it parsed.
+PageReader = Callable[[bytes], dict[str, Any] | None]
 
 
 class KubeError(PyfelixError):
@@ -263,7 +266,12 @@ class KubeClient:
         return headers
 
     async def request(
-        self, method: str, path: str, params: Mapping[str, str] | None = None, body: Any = None
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, str] | None = None,
+        body: Any = None,
+        read: PageReader | None = None,
     ) -> dict[str, Any]:
         content = json.dumps(body).encode() if body is not None else None
         content_type = "application/merge-patch+json" if method == "PATCH" else "application/json"
@@ -279,7 +287,9 @@ class KubeClient:
             raise KubeUnavailable(f"{self.config.server}: {_why(exc)}") from None
         if response.status_code >= 400:
             raise _status_error(response.status_code, response.content, f"{method} {path}")
-        data: dict[str, Any] = jsontext.loads(response.content)
+        data = None if read is None else read(response.content)
+        if data is None:
+            data = jsontext.loads(response.content)
         return data
 
     async def list(
@@ -295,17 +305,22 @@ class KubeClient:
         return items, version
 
     async def pages(
-        self, path: str, page: int = LIST_PAGE, resource_version: str = ""
+        self,
+        path: str,
+        page: int = LIST_PAGE,
+        resource_version: str = "",
+        read: PageReader | None = None,
     ) -> AsyncIterator[tuple[Objects, str]]:
         """``list``'s pages as they come, each with the listing's resource version (known
         once the last page has come: "" before it), for a reader that keeps what it makes of
-        each page and lets the objects go (a 100,000-pod listing held whole was gigabytes)."""
+        each page and lets the objects go (a 100,000-pod listing held whole was gigabytes).
+        ``read`` reads each page's body first (the compiled reader of pods)."""
         params: dict[str, str] = {"limit": str(page)}
         if resource_version:
             params["resourceVersion"] = resource_version
             params["resourceVersionMatch"] = "NotOlderThan"
         while True:
-            data = await self.request("GET", path, params)
+            data = await self.request("GET", path, params, read=read)
             metadata = data.get("metadata") or {}
             cont = metadata.get("continue")
             items = data.get("items") or []

@@ -33,6 +33,7 @@ from pyfelix.datastore.kubernetes import (
     KubeForbidden,
     KubeGone,
     KubeNotFound,
+    PageReader,
 )
 from pyfelix.resources.meta import CRD_API_VERSION, load_document
 from pyfelix.syncer.api import SyncerCallbacks, SyncStatus, Update
@@ -154,8 +155,22 @@ def decode_object(watched: Watched, obj: Mapping[str, Any], source: str) -> tupl
 
 def object_source(watched: Watched, obj: Mapping[str, Any]) -> str:
     metadata = obj.get("metadata") or {}
-    namespace, name = metadata.get("namespace", ""), metadata.get("name", "")
+    return named_source(watched, metadata.get("namespace", ""), metadata.get("name", ""))
+
+
+def named_source(watched: Watched, namespace: str, name: str) -> str:
     return f"{watched.label()}/{namespace}/{name}" if namespace else f"{watched.label()}/{name}"
+
+
+def page_reader(watched: Watched) -> PageReader | None:
+    """The compiled reader of a pod listing's pages, for the pods (None for another kind,
+    or without the compiled module): each plain pod comes as (resourceVersion, the fields
+    ``plain_entry`` takes), as ``listed_document`` and the direct path would make them."""
+    if watched.kind != "Pod" or watched.api_version != "v1":
+        return None
+    from pyfelix.syncer.plain_native import listing_reader  # noqa: PLC0415
+
+    return listing_reader()
 
 
 def _version(obj: Mapping[str, Any]) -> str:
@@ -243,10 +258,21 @@ class KubernetesSyncer:
         seen: set[str] = set()
         version = ""
         updates: list[Update] = []
-        async for items, at in self.client.pages(watched.path):
+        read = page_reader(watched)
+        async for items, at in self.client.pages(watched.path, read=read):
             version = at
             self._refused.pop(watched, None)
             for index, obj in enumerate(items):
+                if type(obj) is tuple:  # a plain pod, read by the compiled reader
+                    revision, fields = obj
+                    source = named_source(watched, fields[2], fields[1])
+                    seen.add(source)
+                    if held.get(source) != revision:
+                        held[source] = revision
+                        entry = plain_entry(fields)
+                        assert entry is not None  # a plain pod's fields always convert
+                        updates.extend(self._converter.produce(source, entry[1], revision))
+                    continue
                 source = object_source(watched, obj)
                 seen.add(source)
                 revision = _version(obj)

@@ -20,6 +20,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from pyfelix import jsontext
 from pyfelix.resources.k8s_conversion import (
     AWS_POD_IPS_ANNOTATION,
     FINISHED_PHASES,
@@ -66,9 +67,8 @@ def native_splitter() -> Callable[[str], Split | None] | None:
     reader = _reader(_COMPILED)
 
     def split(text: str) -> Split | None:
-        prefix = os.environ.get("FELIX_INTERFACEPREFIX", "").split(",")[0] or "cali"
         try:
-            read = reader.read_list(text, prefix)
+            read = reader.read_list(text, _prefix())
         except ValueError:  # text Rust cannot take (a lone surrogate)
             return None
         if read is None:
@@ -85,3 +85,39 @@ def native_splitter() -> Callable[[str], Split | None] | None:
         return fields, items
 
     return split
+
+
+def _prefix() -> str:
+    return os.environ.get("FELIX_INTERFACEPREFIX", "").split(",")[0] or "cali"
+
+
+def listing_reader() -> Callable[[bytes], dict[str, Any] | None] | None:
+    """A reader of one page of an API server's pod listing (a PodList's JSON), or None
+    without the compiled module: the page's own fields parsed, its plain pods as
+    (resourceVersion, the fields' tuple ``plain_pod_fields`` gives the pod as the syncer
+    decodes it: its managedFields dropped, a v1 Pod), every other item parsed; None for a
+    body the reader does not follow (the client then parses it whole)."""
+    if _COMPILED is None:
+        return None
+    reader = _reader(_COMPILED)
+
+    def read(body: bytes) -> dict[str, Any] | None:
+        try:
+            read = reader.read_list(body.decode("utf-8"), _prefix(), True)
+        except ValueError:  # not UTF-8, or a lone surrogate
+            return None
+        if read is None:
+            return None
+        pairs, items = read
+        if pairs is None:
+            return None  # a top-level array: no listing
+        try:
+            page = {key: None if raw is None else jsontext.loads(raw) for key, raw in pairs}
+            page["items"] = [
+                item if type(item) is tuple else jsontext.loads(item) for item in items
+            ]
+        except (ValueError, RecursionError):
+            return None
+        return page
+
+    return read
