@@ -190,3 +190,75 @@ def test_the_compiled_reader_agrees_on_corrupted_text_or_leaves_it(
     assert len(read[1]) == len(expected)
     for item, fields in zip(read[1], expected, strict=True):
         assert type(item) is bytes or item == fields
+
+
+#: A page of an API server's pod listing (no kind or apiVersion on its items), corrupted below.
+_PAGE = json.dumps(
+    {
+        "kind": "PodList",
+        "apiVersion": "v1",
+        "metadata": {"resourceVersion": "90", "continue": "abc"},
+        "items": [
+            {
+                "metadata": {
+                    "name": f"web-{i}",
+                    "namespace": "prod",
+                    "resourceVersion": f"{80 + i}",
+                    "generation": 1,
+                    "labels": {"app": "web"},
+                    "managedFields": [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}],
+                },
+                "spec": {"nodeName": "node-a", "serviceAccountName": "web"},
+                "status": {"phase": "Running", "podIP": f"10.0.0.{i}"},
+            }
+            for i in (1, 2)
+        ],
+    }
+)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(
+    edits=st.lists(
+        st.tuples(
+            st.floats(min_value=0, max_value=1, exclude_max=True),
+            st.sampled_from(["replace", "delete", "insert"]),
+            st.sampled_from(_EDIT_CHARACTERS),
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_the_listing_reader_agrees_on_corrupted_pages_or_leaves_them(
+    edits: list[tuple[float, str, str]],
+) -> None:
+    """A pod listing's page with a few characters replaced, deleted or inserted: where the
+    compiled reader reads it, every pod it reads is what the syncer's direct path makes of
+    the item as it parses it, with the item's resourceVersion."""
+    from pyfelix.syncer.kubernetes import WATCHED, listed_document  # noqa: PLC0415
+    from pyfelix.syncer.plain_pods import plain_pod_fields  # noqa: PLC0415
+    from tests.compiled_reader import READ_PAGE  # noqa: PLC0415
+
+    assert READ_PAGE is not None
+    pods = next(w for w in WATCHED if w.kind == "Pod")
+    text = _PAGE
+    for where, edit, character in edits:
+        at = int(where * len(text))
+        if edit == "replace":
+            text = text[:at] + character + text[at + 1 :]
+        elif edit == "delete":
+            text = text[:at] + text[at + 1 :]
+        else:
+            text = text[:at] + character + text[at:]
+    read = READ_PAGE(text.encode())
+    if read is None:
+        return  # parsed whole by the client
+    items = json.loads(text)["items"]
+    assert len(read["items"]) == len(items)
+    for item, parsed in zip(read["items"], items, strict=True):
+        if type(item) is tuple:
+            assert type(parsed) is dict
+            assert item == (
+                parsed["metadata"]["resourceVersion"],
+                plain_pod_fields(listed_document(pods, parsed)),
+            )
