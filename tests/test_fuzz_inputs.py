@@ -150,20 +150,32 @@ _DUMP = json.dumps(
     }
 )
 _EDIT_CHARACTERS = ' {}[]:,"\\/.-019aefuAEFnullPodWorkloadEndpoint\n\t\x01é'
+#: A few characters replaced, deleted or inserted, each at a fraction of the text's length.
+EDITS = st.lists(
+    st.tuples(
+        st.floats(min_value=0, max_value=1, exclude_max=True),
+        st.sampled_from(["replace", "delete", "insert"]),
+        st.sampled_from(_EDIT_CHARACTERS),
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+def _corrupted(text: str, edits: list[tuple[float, str, str]]) -> str:
+    for where, edit, character in edits:
+        at = int(where * len(text))
+        if edit == "replace":
+            text = text[:at] + character + text[at + 1 :]
+        elif edit == "delete":
+            text = text[:at] + text[at + 1 :]
+        else:
+            text = text[:at] + character + text[at:]
+    return text
 
 
 @settings(max_examples=1000, deadline=None)
-@given(
-    edits=st.lists(
-        st.tuples(
-            st.floats(min_value=0, max_value=1, exclude_max=True),
-            st.sampled_from(["replace", "delete", "insert"]),
-            st.sampled_from(_EDIT_CHARACTERS),
-        ),
-        min_size=1,
-        max_size=4,
-    )
-)
+@given(edits=EDITS)
 def test_the_compiled_reader_agrees_on_corrupted_text_or_leaves_it(
     edits: list[tuple[float, str, str]],
 ) -> None:
@@ -173,15 +185,7 @@ def test_the_compiled_reader_agrees_on_corrupted_text_or_leaves_it(
     from tests.compiled_reader import SPLIT  # noqa: PLC0415
 
     assert SPLIT is not None
-    text = _DUMP
-    for where, edit, character in edits:
-        at = int(where * len(text))
-        if edit == "replace":
-            text = text[:at] + character + text[at + 1 :]
-        elif edit == "delete":
-            text = text[:at] + text[at + 1 :]
-        else:
-            text = text[:at] + character + text[at:]
+    text = _corrupted(_DUMP, edits)
     read = SPLIT(text)
     if read is None:
         return  # left to the Python paths whole
@@ -218,17 +222,7 @@ _PAGE = json.dumps(
 
 
 @settings(max_examples=1000, deadline=None)
-@given(
-    edits=st.lists(
-        st.tuples(
-            st.floats(min_value=0, max_value=1, exclude_max=True),
-            st.sampled_from(["replace", "delete", "insert"]),
-            st.sampled_from(_EDIT_CHARACTERS),
-        ),
-        min_size=1,
-        max_size=4,
-    )
-)
+@given(edits=EDITS)
 def test_the_listing_reader_agrees_on_corrupted_pages_or_leaves_them(
     edits: list[tuple[float, str, str]],
 ) -> None:
@@ -241,15 +235,7 @@ def test_the_listing_reader_agrees_on_corrupted_pages_or_leaves_them(
 
     assert READ_PAGE is not None
     pods = next(w for w in WATCHED if w.kind == "Pod")
-    text = _PAGE
-    for where, edit, character in edits:
-        at = int(where * len(text))
-        if edit == "replace":
-            text = text[:at] + character + text[at + 1 :]
-        elif edit == "delete":
-            text = text[:at] + text[at + 1 :]
-        else:
-            text = text[:at] + character + text[at:]
+    text = _corrupted(_PAGE, edits)
     read = READ_PAGE(text.encode())
     if read is None:
         return  # parsed whole by the client
