@@ -16,7 +16,7 @@ of a few selector forms. The same objects are written as a ``kubectl get -o yaml
   created at ``--rate`` a second, and each one's time from its create request to the
   agent's printing of its endpoint is taken; p50, p99 and the maximum are printed.
 - ``--serve``: fill the API server, print its ``kubernetes://`` source and keep it up until
-  interrupted, for paired whole-process runs of two trees against the same cluster
+  interrupted or sent SIGTERM, for paired whole-process runs of two trees against the same cluster
   (``farm-bench --vs``).
 - ``--latency --linux`` (root): the agent programs the kernel, in a network namespace of its
   own that reaches the API server through the e2e tests' forwarder pair; a pod counts as
@@ -29,6 +29,7 @@ import argparse
 import concurrent.futures
 import contextlib
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -317,6 +318,10 @@ def main() -> None:
             latency(server, args.rate, args.creates, args.linux, args.agent_log)
             return
         if args.serve:
+            # Started in the background, SIGINT is ignored: SIGTERM (or ^C in a terminal)
+            # leaves through the context managers, which stop the API server and etcd.
+            signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             print(f"serving: kubernetes://{server.kubeconfig()}", flush=True)
             with contextlib.suppress(KeyboardInterrupt):
                 threading.Event().wait()
