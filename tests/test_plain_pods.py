@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from pyfelix import model, values
 from pyfelix.resources.meta import load_document
 from pyfelix.resources.pods import Pod
-from pyfelix.syncer import plain_pods
+from pyfelix.syncer import plain_native, plain_pods
 from pyfelix.syncer.kubernetes import WATCHED, listed_document
 from pyfelix.syncer.plain_namespaces import plain_digest, plain_entry, plain_identity
 from pyfelix.syncer.plain_pods import plain_pod_fields, pod_entry
@@ -310,6 +310,29 @@ def test_the_pod_an_api_server_lists_is_read_by_the_compiled_reader() -> None:
     assert listed_item(json.dumps(listed)) == ("21035", fields)
     other = {"kind": "Secret", **listed}
     assert listed_item(json.dumps(other)) == other
+
+
+def test_a_panic_of_the_listing_reader_leaves_the_page_to_python(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """In the agent the compiled reader runs in its own process: a panic in it (which PyO3
+    raises as a BaseException) is logged, and the page parsed in Python."""
+
+    class PanicException(BaseException):  # PyO3 names its panics so
+        pass
+
+    class Panicking:
+        def __init__(self, *_: object) -> None:
+            pass
+
+        def read_list(self, *_: object) -> None:
+            raise PanicException("index out of bounds")
+
+    monkeypatch.setattr(plain_native, "_COMPILED", Panicking)
+    read = plain_native.listing_reader()
+    assert read is not None
+    assert read(b'{"kind": "PodList", "items": []}') is None
+    assert "the compiled reader failed" in caplog.text
 
 
 def test_what_only_the_general_path_handles_is_left_to_it() -> None:

@@ -16,6 +16,7 @@ is installed) ``native_splitter`` gives None and the pure path reads every file.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Callable
 from typing import Any
@@ -38,6 +39,8 @@ except ImportError:  # not built: the pure path reads every file
     _COMPILED: type[PlainReader] | None = None
 else:
     _COMPILED = PlainReader
+
+log = logging.getLogger(__name__)
 
 #: A split file: its List's own fields (None for a top-level array) and its items, each its
 #: fields' tuple or its text.
@@ -105,6 +108,13 @@ def listing_reader() -> Callable[[bytes], dict[str, Any] | None] | None:
         try:
             read = reader.read_list(body.decode("utf-8"), _prefix(), True)
         except ValueError:  # not UTF-8, or a lone surrogate
+            return None
+        except BaseException as exc:
+            # A panic of the compiled reader (PyO3 raises it as a BaseException): here it
+            # runs in the agent itself, which parses the page in Python instead.
+            if type(exc).__name__ != "PanicException":
+                raise
+            log.error("the compiled reader failed on a listing's page (%s): parsed here", exc)
             return None
         if read is None:
             return None
