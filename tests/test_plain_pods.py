@@ -86,6 +86,16 @@ BASE: Doc = {
     },
 }
 ABSENT = object()
+
+
+def _nested(depth: int) -> object:
+    """A value nested ``depth`` levels deep (past the general decoder's free-form depth)."""
+    value: object = 1
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
 #: What an API server adds to a pod created through it (a listing holds it).
 MANAGED_FIELDS = [
     {
@@ -131,7 +141,18 @@ CHANGES: dict[tuple[str, str], list[Any]] = {
         None,
         ABSENT,
     ],
-    ("metadata", "ownerReferences"): [[], {}, None, ABSENT],
+    ("metadata", "ownerReferences"): [
+        [],
+        {},
+        None,
+        ABSENT,
+        [{"kind": "Job", "name": "j", "controller": True, "uid": "u", "n": 1.5, "x": None}],
+        [{"kind": {"nested": 1}}],
+        [{"kind": [1]}],
+        ["ReplicaSet"],
+        [[]],
+        [{"a": _nested(40)}],
+    ],
     ("metadata", "uid"): ["u-1", 5],
     ("metadata", "deletionTimestamp"): ["2026-01-05T09:30:00Z"],
     ("metadata", "generation"): [2, 0, -1, 2**70, 1.0, True, "2", None, ABSENT],

@@ -437,8 +437,9 @@ struct Meta<'a> {
 
 /// A pod's or an endpoint's metadata: the name, namespace, resourceVersion, labels and
 /// annotations read, the other string fields (``strings``) checked and stepped over, and
-/// (``pod``) a pod's ownerReferences an array and its generation an integer, both stepped
-/// over, and (``listed``) the managedFields an API server's listing holds, whatever they are.
+/// (``pod``) a pod's ownerReferences an array of objects of scalars and its generation an
+/// integer, both stepped over, and (``listed``) the managedFields an API server's listing
+/// holds, whatever they are.
 fn metadata<'a>(
     s: &mut Scanner<'a>,
     meta: &mut Meta<'a>,
@@ -464,7 +465,14 @@ fn metadata<'a>(
             if s.peek() != Some(b'[') {
                 return Err(Fail::Decline);
             }
-            s.skip()
+            s.array(|s| {
+                s.members(false, |s, _| {
+                    if matches!(s.peek(), Some(b'{' | b'[')) {
+                        return Err(Fail::Decline);
+                    }
+                    s.skip()
+                })
+            })
         }
         "generation" if pod => s.integer().map(drop),
         "managedFields" if listed => s.skip(),

@@ -119,7 +119,7 @@ def plain_pod_fields(document: dict[str, Any], *, validate: bool = True) -> PodF
         return None
     if not annotations.keys().isdisjoint(SPECIAL_ANNOTATIONS):
         return None
-    if type(meta("ownerReferences", [])) is not list or type(meta("generation", 0)) is not int:
+    if not _flat_references(meta("ownerReferences", [])) or type(meta("generation", 0)) is not int:
         return None
     name, namespace = meta("name", ""), meta("namespace", "")
     node, account = spec.get("nodeName", ""), spec.get("serviceAccountName", "")
@@ -165,6 +165,18 @@ def plain_pod_fields(document: dict[str, Any], *, validate: bool = True) -> PodF
         pod_ips=pod_ips,
         ports=ports,
         validate=validate,
+    )
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _flat_references(references: object) -> bool:
+    """Whether ``references`` is a list of objects of scalars, as an owner's references are
+    (the general decoder keeps any JSON there, but refuses it nested past its depth)."""
+    return type(references) is list and all(
+        type(owner) is dict and all(type(v) in _SCALARS for v in owner.values())
+        for owner in references
     )
 
 

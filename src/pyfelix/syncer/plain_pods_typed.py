@@ -51,7 +51,8 @@ _Metadata = _strict(
         *[(name, str, "") for name in METADATA_STRINGS],
         ("labels", dict[str, str], {}),
         ("annotations", dict[str, str], {}),
-        ("ownerReferences", list[msgspec.Raw], []),
+        # An owner's references are objects of scalars (as plain_pod_fields asks).
+        ("ownerReferences", list[dict[str, str | int | float | bool | None]], []),
         ("generation", int, 0),
     ],
 )
