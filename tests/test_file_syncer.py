@@ -3,6 +3,8 @@ renames, partial writes, unparsable files, new directories, polling, and 10k fil
 
 from __future__ import annotations
 
+import copy
+import json
 import os
 import subprocess
 import sys
@@ -17,9 +19,12 @@ import trio
 import yaml
 
 from pyfelix import model
+from pyfelix.resources.meta import load_document
 from pyfelix.syncer import files
 from pyfelix.syncer.api import SyncStatus, Update
 from pyfelix.syncer.files import FileSyncer
+from pyfelix.syncer.processors import convert
+from tests.test_plain_pods import BASE
 
 # How long a test waits for the watcher to report a change before failing.
 CHANGE_TIMEOUT = 5.0
@@ -503,3 +508,41 @@ async def test_a_new_directory_re_reads_only_what_is_below_it(
         await recorder.nothing_more()
     assert read
     assert set(read) <= {sub / "new.yaml"}
+
+
+async def test_a_dumps_pods_namespaces_and_accounts_as_the_general_path_reads_them(
+    tmp_path: Path,
+) -> None:
+    """A cluster's dump (a pod as kubectl prints it, its namespace, its service account),
+    which the file datastore reads by the direct path: the model is what decoding each whole
+    and converting it gives; an edit of the pod's labels sends its endpoint again, and the
+    namespace's deletion deletes its profile."""
+    labels = {"kubernetes.io/metadata.name": "prod", "team": "a"}
+    namespace: dict[str, Any] = {"apiVersion": "v1", "kind": "Namespace"}
+    namespace["metadata"] = {"name": "prod", "labels": labels}
+    account: dict[str, Any] = {"apiVersion": "v1", "kind": "ServiceAccount"}
+    account["metadata"] = {"name": "web", "namespace": "prod", "labels": {"tier": "front"}}
+    pod = copy.deepcopy(BASE)
+    docs = [namespace, account, pod]
+    expected: dict[object, object] = {}
+    for doc in docs:
+        resource, problems = load_document(copy.deepcopy(doc), "<test>")
+        assert resource is not None, problems
+        expected.update((k, attrs.evolve(v, origin=None)) for k, v in convert(resource))  # type: ignore[misc]
+    write(tmp_path / "dump.yaml", namespace, account)
+    (tmp_path / "pods.json").write_text(
+        json.dumps({"apiVersion": "v1", "kind": "List", "items": [pod]})
+    )
+    async with syncer(tmp_path) as (_, recorder):
+        (batch,) = recorder.batches
+        assert keys(batch) == expected
+        recorder.batches.clear()
+        pod["metadata"]["labels"]["app"] = "api"
+        (tmp_path / "pods.json").write_text(json.dumps([pod]))
+        (endpoint,) = await recorder.next_batch()
+        assert endpoint.value.labels["app"] == "api"  # type: ignore[attr-defined]
+        write(tmp_path / "dump.yaml", account)
+        gone = keys(await recorder.next_batch())
+        assert gone
+        assert set(gone.values()) == {None}
+        assert all("prod" in str(key) for key in gone)

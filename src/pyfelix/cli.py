@@ -520,17 +520,18 @@ def cmd_run(args: argparse.Namespace) -> int:
             prefetch.close()
 
 
-#: What the agent's first read keeps in its parse cache: documents, plain endpoints as the
-#: fields ``_endpoint_checks`` gives.
-FIRST_READ = "first read: plain_fields"
+#: What the agent's first read keeps in its parse cache: documents, plain endpoints, pods,
+#: namespaces and service accounts as the fields ``_endpoint_checks`` gives.
+FIRST_READ = "first read: plain_digest"
 
 
 def _endpoint_checks() -> Digest:
-    """The checks of plain endpoints, for the first read's child: imported there (0.04 s),
-    they run on the core that parses, and this process only builds the model values."""
-    from pyfelix.syncer.plain_workloads import plain_fields
+    """The checks of plain endpoints, pods, namespaces and service accounts, for the first
+    read's child: imported there, they run on the core that parses, and this process only
+    builds the model values."""
+    from pyfelix.syncer.plain_namespaces import plain_digest
 
-    return plain_fields
+    return plain_digest
 
 
 def _etcd_endpoint_checks() -> KeyedDigest:

@@ -26,7 +26,7 @@ from pyfelix.resources.loader import (
     read_manifest,
 )
 from pyfelix.resources.parse_cache import ParseCache
-from pyfelix.syncer.plain_workloads import plain_fields
+from pyfelix.syncer.plain_namespaces import plain_digest
 
 if TYPE_CHECKING:
     from pyfelix.datastore.etcd import EtcdClient
@@ -141,7 +141,7 @@ def _read_kind(root: Path, cache: ParseCache | None, kind: str) -> list[Resource
         if kind not in text:
             continue
         if cache is not None:
-            parsed = cache.parse(text, str(path), plain_fields)
+            parsed = cache.parse(text, str(path), plain_digest)
         else:
             parsed = parse_text(text, str(path))
         if isinstance(parsed, LoadResult):
@@ -156,6 +156,6 @@ def _may_be(document: object, kind: str) -> bool:
     if isinstance(document, list):
         return True
     if type(document) is not dict:
-        return False  # a plain endpoint's checked fields
+        return False  # a plain object's checked fields (the parse cache's digest)
     found = document.get("kind")
     return found == kind or (isinstance(found, str) and found.endswith("List"))

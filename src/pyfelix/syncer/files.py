@@ -57,7 +57,7 @@ from pyfelix.resources.parsing import Parsed
 from pyfelix.resources.shared_parse import ParsePrefetch
 from pyfelix.syncer.api import SyncerCallbacks, SyncStatus, Update
 from pyfelix.syncer.inotify import Event, Inotify, InotifyUnavailable
-from pyfelix.syncer.plain_workloads import plain_fields, plain_workload_entry
+from pyfelix.syncer.plain_namespaces import plain_digest, plain_entry
 from pyfelix.syncer.processors import KV, Converter
 
 log = logging.getLogger(__name__)
@@ -92,17 +92,17 @@ def _read_one(
     try:
         stat = path.stat()
         if prefetched is not None and prefetched[0] == stat_key(stat):
-            result = load_parsed(prefetched[1], str(path), plain_workload_entry)
+            result = load_parsed(prefetched[1], str(path), plain_entry)
         elif cache is not None:
             parsed: Parsed | LoadResult | None = cache.lookup(path, stat_key(stat))
             if parsed is None:
-                parsed = cache.parse(read_manifest(path), str(path), plain_fields)
+                parsed = cache.parse(read_manifest(path), str(path), plain_digest)
             if isinstance(parsed, LoadResult):
                 result = parsed
             else:
-                result = load_parsed(parsed, str(path), plain_workload_entry)
+                result = load_parsed(parsed, str(path), plain_entry)
         else:
-            result = load_text(read_manifest(path), str(path), direct=plain_workload_entry)
+            result = load_text(read_manifest(path), str(path), direct=plain_entry)
     except FileNotFoundError:
         return _Read(gone=True)
     except (OSError, UnicodeDecodeError) as exc:
@@ -184,9 +184,10 @@ class FileSyncer:
     cache: ParseCache | None = None
     cache_upkeep_delay: float = 5.0
     _files: dict[Path, dict[Identity, Located | Direct]] = attrs.Factory(dict)
-    #: What each identity stands for now: its resource, or (for a plain endpoint, which goes
-    #: straight to the model) its model key and value.
-    _current: dict[Identity, Resource | KV] = attrs.Factory(dict)
+    #: What each identity stands for now: its resource, or (for a plain endpoint, pod,
+    #: namespace or service account, which goes straight to the model) its model keys and
+    #: values.
+    _current: dict[Identity, Resource | tuple[KV, ...]] = attrs.Factory(dict)
     _providers: dict[Identity, set[Path]] = attrs.Factory(dict)
     _converter: Converter = attrs.Factory(Converter)
     _revision: int = 0
@@ -488,7 +489,7 @@ class FileSyncer:
                 await trio.lowlevel.checkpoint()
             self._emit(identities[start : start + EMIT_CHUNK])
 
-    def _winner(self, identity: Identity) -> Resource | KV | None:
+    def _winner(self, identity: Identity) -> Resource | tuple[KV, ...] | None:
         """The definition from the first path (in sort order) that defines ``identity``."""
         providers = self._providers.get(identity)
         if not providers:
@@ -503,7 +504,7 @@ class FileSyncer:
         item = self._files.get(path, {}).get(identity)
         if item is None:
             return None
-        return item.resource if isinstance(item, Located) else cast(KV, item.value)
+        return item.resource if isinstance(item, Located) else cast(tuple[KV, ...], item.value)
 
     def _emit(self, affected: Iterable[Identity]) -> None:
         """The Updates of ``affected`` (in order), handed on in one batch."""
@@ -516,15 +517,15 @@ class FileSyncer:
             found = providers.get(identity)
             if found is not None and len(found) == 1 and identity not in current:
                 # Nearly every identity of a first read: new, in one file, and (a plain
-                # endpoint) a model key of its own; taken without the general path's lookups
-                # (a third of a large first read's bookkeeping).
+                # endpoint or pod) a model key of its own; taken without the general path's
+                # lookups (a third of a large first read's bookkeeping).
                 (path,) = found
                 item = files[path].get(identity)
                 if isinstance(item, Direct):
-                    kv = cast(KV, item.value)
-                    update = produce_new(identity, kv, revision)
+                    kvs = cast(tuple[KV, ...], item.value)
+                    update = produce_new(identity, kvs[0], revision) if len(kvs) == 1 else None
                     if update is not None:
-                        current[identity] = kv
+                        current[identity] = kvs
                         updates.append(update)
                         continue
             old, new = current.get(identity), self._winner(identity)
@@ -537,7 +538,7 @@ class FileSyncer:
             if new is None or isinstance(new, Resource):
                 updates.extend(self._converter.update(identity, new, revision))
             else:
-                updates.extend(self._converter.produce(identity, (new,), revision))
+                updates.extend(self._converter.produce(identity, new, revision))
         if updates:
             self.callbacks.on_updates(updates)
 
