@@ -129,7 +129,6 @@ async def load_from_kubernetes(source: str, direct: DirectDecoder | None = None)
     from pyfelix.resources.meta import load_document
     from pyfelix.syncer.kubernetes import (
         listed_document,
-        named_source,
         object_source,
         page_reader,
         watched_kinds,
@@ -149,10 +148,9 @@ async def load_from_kubernetes(source: str, direct: DirectDecoder | None = None)
                 reader = None if direct is None else page_reader(watched)
                 async for objects, _ in client.pages(watched.path, read=reader):
                     for obj in objects:
-                        if type(obj) is tuple:  # a plain pod's fields (the compiled reader's)
-                            doc, name = obj[1], named_source(watched, obj[1][2], obj[1][1])
-                        else:
-                            doc, name = listed_document(watched, obj), object_source(watched, obj)
+                        name = object_source(watched, obj)
+                        # A plain pod's fields, from the compiled reader, or the object.
+                        doc = obj[1] if type(obj) is tuple else listed_document(watched, obj)
                         entry = None if direct is None else direct(doc)
                         if entry is not None:
                             taken.append(Direct(entry[0], entry[1], name, None))

@@ -130,17 +130,26 @@ def listed_document(watched: Watched, obj: Mapping[str, Any]) -> dict[str, Any]:
     return {"apiVersion": watched.api_version, "kind": watched.kind, **obj}
 
 
+#: An object as the API server lists it, or the compiled reader's (resourceVersion, fields)
+#: of a plain pod (``page_reader``).
+Listed = Mapping[str, Any] | tuple[str, Any]
+
 #: The kinds the file datastore's direct path reads (``plain_entry``): a cluster's bulk.
 _PLAIN_KINDS = frozenset({"Pod", "Namespace", "ServiceAccount"})
 
 
-def decode_object(watched: Watched, obj: Mapping[str, Any], source: str) -> tuple[KV, ...]:
+def decode_object(watched: Watched, obj: Listed, source: str) -> tuple[KV, ...]:
     """The model keys and values an API object stands for; () for one that is not a valid
     resource (logged: treated as absent). Listed items carry no apiVersion or kind.
 
     A plain pod, namespace or service account takes the direct path the dry-run's files take
     (the same values, in half the time of a pod decoded whole: bench/RESULTS.md); anything
-    it declines is decoded whole, which names every problem."""
+    it declines is decoded whole, which names every problem. ``obj`` may be the compiled
+    reader's (resourceVersion, fields) of a plain pod (``page_reader``)."""
+    if isinstance(obj, tuple):
+        entry = plain_entry(obj[1])
+        assert entry is not None  # a plain pod's fields always convert
+        return entry[1]
     doc = listed_document(watched, obj)
     if watched.kind in _PLAIN_KINDS:
         entry = plain_entry(doc)
@@ -153,7 +162,10 @@ def decode_object(watched: Watched, obj: Mapping[str, Any], source: str) -> tupl
     return tuple(convert(resource))
 
 
-def object_source(watched: Watched, obj: Mapping[str, Any]) -> str:
+def object_source(watched: Watched, obj: Listed) -> str:
+    """The source an object is held under (also for the compiled reader's plain pods)."""
+    if isinstance(obj, tuple):
+        return named_source(watched, obj[1][2], obj[1][1])
     metadata = obj.get("metadata") or {}
     return named_source(watched, metadata.get("namespace", ""), metadata.get("name", ""))
 
@@ -173,7 +185,9 @@ def page_reader(watched: Watched) -> PageReader | None:
     return listing_reader()
 
 
-def _version(obj: Mapping[str, Any]) -> str:
+def _version(obj: Listed) -> str:
+    if isinstance(obj, tuple):
+        return str(obj[0])  # the compiled reader's plain pod
     return str((obj.get("metadata") or {}).get("resourceVersion", ""))
 
 
@@ -263,16 +277,6 @@ class KubernetesSyncer:
             version = at
             self._refused.pop(watched, None)
             for index, obj in enumerate(items):
-                if type(obj) is tuple:  # a plain pod, read by the compiled reader
-                    revision, fields = obj
-                    source = named_source(watched, fields[2], fields[1])
-                    seen.add(source)
-                    if held.get(source) != revision:
-                        held[source] = revision
-                        entry = plain_entry(fields)
-                        assert entry is not None  # a plain pod's fields always convert
-                        updates.extend(self._converter.produce(source, entry[1], revision))
-                    continue
                 source = object_source(watched, obj)
                 seen.add(source)
                 revision = _version(obj)
@@ -312,7 +316,7 @@ class KubernetesSyncer:
         return version
 
     def _record(
-        self, watched: Watched, source: str, obj: Mapping[str, Any] | None, version: str
+        self, watched: Watched, source: str, obj: Listed | None, version: str
     ) -> list[Update]:
         held = self._held[watched]
         if obj is None:
