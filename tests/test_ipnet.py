@@ -5,10 +5,13 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pyfelix.ipnet import canonical_network, parse_network
+from pyfelix.ipnet import IPV4_CIDR, canonical_network, parse_network
+from pyfelix.validation.common import Checker, check_cidr, check_net
 
 _OCTETS = st.one_of(st.integers(0, 300).map(str), st.sampled_from(["00", "01", "010", "", "-1"]))
-_SUFFIX = st.sampled_from(["", "/32", "/31", "/24", "/0", "/33", "/032", "/", " ", "%eth0"])
+_SUFFIX = st.sampled_from(
+    ["", "/32", "/31", "/24", "/0", "/00", "/8", "/08", "/33", "/032", "/", " ", "%eth0"]
+)
 _TEXT = st.builds(lambda o, s: ".".join(o) + s, st.lists(_OCTETS, min_size=3, max_size=5), _SUFFIX)
 
 
@@ -23,3 +26,28 @@ def test_canonical_network_is_ipaddress(text: str) -> None:
     except ValueError:
         got = None
     assert got == expected
+
+
+@given(
+    st.one_of(
+        _TEXT,
+        st.builds("{}/{}".format, st.ip_addresses(v=4), st.integers(0, 32)),
+        st.text(max_size=20),
+    )
+)
+def test_a_network_told_by_pattern_is_one_ipaddress_takes(text: str) -> None:
+    """``check_net``'s pattern takes only what the parse takes, and the problems a network
+    set's entry gets are ``check_cidr``'s, with the pattern or without it."""
+    if IPV4_CIDR.fullmatch(text):
+        parse_network(text)
+    by_pattern, by_parse = Checker(), Checker()
+    check_net(by_pattern, text)
+    check_cidr(by_parse, text)
+    assert by_pattern.problems == by_parse.problems
+
+
+def test_the_pattern_takes_canonical_ipv4_networks() -> None:
+    for text in ("10.0.0.1", "10.0.0.1/32", "192.168.7.0/24", "0.0.0.0/0", "10.1.2.3/8"):
+        assert IPV4_CIDR.fullmatch(text), text
+    for text in ("10.0.0.01", "10.0.0.1/08", "10.0.0.1/33", "10.0.0.256/8", "::1/128"):
+        assert not IPV4_CIDR.fullmatch(text), text

@@ -19,6 +19,9 @@ _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
 #: zeros, which ipaddress refuses anyway): what almost every endpoint network is. Matching it
 #: costs a tenth of an ipaddress parse.
 IPV4_HOST = re.compile(rf"{_OCTET}\.{_OCTET}\.{_OCTET}\.{_OCTET}(?:/32)?")
+#: One IPv4 address or CIDR (host bits allowed) in that canonical form, a prefix length
+#: without a leading zero: a text ipaddress would take, told without its parse.
+IPV4_CIDR = re.compile(rf"{_OCTET}\.{_OCTET}\.{_OCTET}\.{_OCTET}(?:/(?:3[0-2]|[12]?[0-9]))?")
 
 
 def canonical_network(text: str) -> str:

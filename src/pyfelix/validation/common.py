@@ -12,7 +12,14 @@ import functools
 import re
 from collections.abc import Mapping
 
-from pyfelix.ipnet import IPV4_HOST, IPNetwork, has_host_bits, parse_address, parse_network
+from pyfelix.ipnet import (
+    IPV4_CIDR,
+    IPV4_HOST,
+    IPNetwork,
+    has_host_bits,
+    parse_address,
+    parse_network,
+)
 from pyfelix.resources.schema import Context
 from pyfelix.selector import SelectorError, parse_selector
 
@@ -179,6 +186,13 @@ def check_cidr(
         c.error(f"{text!r} is not an IPv{version} address")
         return None
     return network
+
+
+def check_net(c: Checker, text: str) -> None:
+    """``check_cidr`` where the parse is not kept: an IPv4 CIDR in its canonical form (a
+    network set's million entries) is told by a pattern, a tenth of the parse's cost."""
+    if not IPV4_CIDR.fullmatch(text):
+        check_cidr(c, text)
 
 
 def check_ip(c: Checker, text: str, *, version: int | None = None) -> None:

@@ -25,6 +25,7 @@ from pyfelix.validation.common import (
     check_labels,
     check_mac,
     check_name,
+    check_net,
     check_port_number,
     check_protocol,
     check_selector,
@@ -343,7 +344,7 @@ def _workload(c: Checker, wep: WorkloadEndpoint, context: ValidationContext) -> 
         if port.host_ip:
             check_ip(spec.at("ports").at(index).at("hostIP"), port.host_ip)
     for index, prefix in enumerate(s.allow_spoofed_source_prefixes):
-        check_cidr(spec.at("allowSpoofedSourcePrefixes").at(index), prefix)
+        check_net(spec.at("allowSpoofedSourcePrefixes").at(index), prefix)
     _spoofing(spec, s, context)
 
 
@@ -391,7 +392,7 @@ def _host_endpoint(c: Checker, hep: HostEndpoint, _: ValidationContext) -> None:
 @_for("GlobalNetworkSet", "NetworkSet")
 def _network_set(c: Checker, netset: Any, _: ValidationContext) -> None:
     for index, net in enumerate(netset.spec.nets):
-        check_cidr(c.at("spec.nets").at(index), net)
+        check_net(c.at("spec.nets").at(index), net)
     if NAMESPACE_LABEL in netset.labels:
         c.at("metadata.labels").at(NAMESPACE_LABEL).error(
             f"{NAMESPACE_LABEL} is not a valid label name"
@@ -481,7 +482,7 @@ def _node(c: Checker, node: Node, _: ValidationContext) -> None:
             )
     for index, address in enumerate(s.addresses):
         ac = spec.at("addresses").at(index)
-        check_cidr(ac.at("address"), address.address)
+        check_net(ac.at("address"), address.address)
         if address.type:
             check_enum(ac.at("type"), address.type, ("CalicoNodeIP", "InternalIP", "ExternalIP"))
     if node.status is not None:
@@ -634,7 +635,7 @@ def _pod(c: Checker, pod: Pod, _: ValidationContext) -> None:
             at = at.at(part)
         for index, address in enumerate(addresses):
             entry = at.at(index).at("ip") if where[-1] == "podIPs" else at
-            check_cidr(entry, address)
+            check_net(entry, address)
     for containers in ("containers", "initContainers"):
         listed = pod.spec.containers if containers == "containers" else pod.spec.init_containers
         for index, container in enumerate(listed):
