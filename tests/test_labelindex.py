@@ -77,10 +77,10 @@ def test_matches_equal_brute_force(
     """After any sequence of changes (the items' labels filed ahead of need among them, and
     selectors given in batches), reported matches = evaluating everything from scratch, and
     a selector is reported matching something from before its first match is reported to
-    after its last one stops; with a new item's matches reported one by one, or at once
-    (``batched``); by either kind of index, and each tells a selector's matches, and an
-    item's, as they are; with items given as labels and parents, or as the caller's own
-    objects (``labelled``), which the index then holds."""
+    after its last one stops; with a new item's matches, and a new or changed selector's,
+    reported one by one, or at once (``batched``); by either kind of index, and each tells a
+    selector's matches, and an item's, as they are; with items given as labels and parents,
+    or as the caller's own objects (``labelled``), which the index then holds."""
     reported: set[tuple[Hashable, Hashable]] = set()
     matching: set[Hashable] = set()
 
@@ -108,7 +108,19 @@ def test_matches_equal_brute_force(
         for sel in sels:
             started(sel, item)
 
-    index = kind(started, stopped, first, last, item_started if batched else None)
+    def selector_started(sel: Hashable, items: list[Hashable]) -> None:
+        assert items
+        for item in items:
+            started(sel, item)
+
+    index = kind(
+        started,
+        stopped,
+        first,
+        last,
+        on_item_matches_started=item_started if batched else None,
+        on_selector_matches_started=selector_started if batched else None,
+    )
     items: dict[int, tuple[dict[str, str], list[str]]] = {}
     parents: dict[str, dict[str, str]] = {}
     selectors: set[int] = set()

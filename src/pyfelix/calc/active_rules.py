@@ -23,6 +23,7 @@ from pyfelix.calc.labelindex import (
     ItemMatchesCallback,
     MatchCallback,
     SelectorCallback,
+    SelectorMatchesCallback,
 )
 from pyfelix.model import EndpointKey
 from pyfelix.selector import SelectorError, parse_selector
@@ -49,9 +50,12 @@ class ActiveRulesCalculator:
         on_match_stopped: Callable[[model.PolicyKey, EndpointKey], None],
         on_endpoint_matches_started: Callable[[EndpointKey, list[model.PolicyKey]], None]
         | None = None,
+        on_policy_matches_started: Callable[[model.PolicyKey, list[EndpointKey]], None]
+        | None = None,
     ) -> None:
         """``on_endpoint_matches_started``, if given, takes a new endpoint's matches in one
-        call, in place of an ``on_match_started`` for each."""
+        call, in place of an ``on_match_started`` for each; ``on_policy_matches_started`` a
+        new or changed policy's."""
         self._policy_active = on_policy_active
         self._profile_active = on_profile_active
         self._profile_inactive = on_profile_inactive
@@ -63,7 +67,10 @@ class ActiveRulesCalculator:
             cast(MatchCallback, on_match_stopped),
             cast(SelectorCallback, self._first_match),
             cast(SelectorCallback, on_policy_inactive),
-            cast(ItemMatchesCallback | None, on_endpoint_matches_started),
+            on_item_matches_started=cast(ItemMatchesCallback | None, on_endpoint_matches_started),
+            on_selector_matches_started=cast(
+                SelectorMatchesCallback | None, on_policy_matches_started
+            ),
         )
         self._policies: dict[model.PolicyKey, model.Policy] = {}
         self._profiles: dict[str, model.ProfileRules] = {}

@@ -135,6 +135,7 @@ class CalcGraph:
             on_match_started=resolver.on_match_started,
             on_match_stopped=resolver.on_match_stopped,
             on_endpoint_matches_started=resolver.on_matches_started,
+            on_policy_matches_started=resolver.on_policy_matches_started,
         )
         arc.register_with(all_updates, local_updates)
         resolver.reads_matches_from(arc)

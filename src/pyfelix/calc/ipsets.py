@@ -94,7 +94,11 @@ class IPSetMemberIndex:
         if suppress_nested:
             self._nested = NestedMembers(on_member_added, on_member_removed, self._members_of)
             self._added, self._removed = self._nested.added, self._nested.removed
-        self._index = LabelIndex(self._match_started, self._match_stopped)
+        self._index = LabelIndex(
+            self._match_started,
+            self._match_stopped,
+            on_selector_matches_started=self._set_matches_started,
+        )
         self._sets: dict[str, IPSetData] = {}
         #: Set id -> member -> how many matching items contribute it.
         self._counts: dict[str, dict[str, int]] = {}
@@ -185,14 +189,19 @@ class IPSetMemberIndex:
         return cast(Item, self._index.labelled(item_id))
 
     def _match_started(self, set_id: Hashable, item_id: Hashable) -> None:
+        self._set_matches_started(set_id, [item_id])
+
+    def _set_matches_started(self, set_id: Hashable, item_ids: list[Hashable]) -> None:
+        """``_match_started`` for each of a set's new items, in one frame."""
         assert isinstance(set_id, str)
-        members = _members(self._sets[set_id], self._item(item_id))
+        data, items, added = self._sets[set_id], self._index.labelled, self._added
         counts = self._counts.setdefault(set_id, {})
-        for member in members:
-            count = counts.get(member, 0)
-            counts[member] = count + 1
-            if not count:
-                self._added(set_id, member)
+        for item_id in item_ids:
+            for member in _members(data, cast(Item, items(item_id))):
+                count = counts.get(member, 0)
+                counts[member] = count + 1
+                if not count:
+                    added(set_id, member)
 
     def _match_stopped(self, set_id: Hashable, item_id: Hashable) -> None:
         assert isinstance(set_id, str)

@@ -38,6 +38,7 @@ ItemID = Hashable
 MatchCallback = Callable[[SelectorID, ItemID], None]
 SelectorCallback = Callable[[SelectorID], None]
 ItemMatchesCallback = Callable[[ItemID, list[SelectorID]], None]
+SelectorMatchesCallback = Callable[[SelectorID, list[ItemID]], None]
 
 
 #: The members filed under one label value: the member itself while there is one (nearly
@@ -132,16 +133,20 @@ class LabelIndex:
         on_match_stopped: MatchCallback,
         on_first_match: SelectorCallback | None = None,
         on_last_match: SelectorCallback | None = None,
+        *,
         on_item_matches_started: ItemMatchesCallback | None = None,
+        on_selector_matches_started: SelectorMatchesCallback | None = None,
     ) -> None:
         """``on_first_match`` is called before a selector's first match is reported,
         ``on_last_match`` after its last one stops: what a caller would otherwise count for
         itself, for every match. ``on_item_matches_started``, if given, takes a new item's
         matches in one call in place of an ``on_match_started`` for each: on a node where
         10,000 policies select every local endpoint, a snapshot's 2M matches were that many
-        calls through three frames."""
+        calls through three frames. ``on_selector_matches_started`` does the same for a
+        selector's new matches, when the selector comes after its items."""
         self._started = on_match_started
         self._item_started = on_item_matches_started
+        self._selector_started = on_selector_matches_started
         self._stopped = on_match_stopped
         self._first = on_first_match
         self._last = on_last_match
@@ -229,15 +234,18 @@ class LabelIndex:
         # A selector that is its one restriction (``has(k)``, ``k == "v"``) is filed under
         # it: its candidates are its matches, and their labels need no merging to tell.
         exact = selector.is_one_restriction
+        started: list[ItemID] = []
         for item_id in self._candidate_items(sel_id):
             if item_id in matches:
                 continue
             if exact:
-                self._start(sel_id, item_id)
+                started.append(item_id)
             elif tests is not None:
                 tests.setdefault(item_id, []).append(sel_id)
             elif selector.evaluate(effective(items[item_id])):
-                self._start(sel_id, item_id)
+                started.append(item_id)
+        if started:
+            self._start_selector(sel_id, started)
 
     def delete_selector(self, sel_id: SelectorID) -> None:
         if sel_id not in self._selectors:
@@ -564,6 +572,35 @@ class LabelIndex:
                 items.add(item_id)
         self._item_started(item_id, sel_ids)
 
+    def _start_selector(self, sel_id: SelectorID, item_ids: list[ItemID]) -> None:
+        """``_start`` for each of a selector's new matches, in one frame: on the selector's
+        side only a count or a set's update (``_note_selector_matches``), one callback."""
+        if self._selector_started is None:
+            for item_id in item_ids:
+                self._start(sel_id, item_id)
+            return
+        item_matches = self._item_matches
+        for item_id in item_ids:
+            bucket = item_matches.get(item_id)
+            if bucket is None:
+                item_matches[item_id] = sel_id
+            elif isinstance(bucket, set):
+                bucket.add(sel_id)
+            elif bucket != sel_id:
+                item_matches[item_id] = {bucket, sel_id}
+        if self._note_selector_matches(sel_id, item_ids) and self._first is not None:
+            self._first(sel_id)
+        self._selector_started(sel_id, item_ids)
+
+    def _note_selector_matches(self, sel_id: SelectorID, item_ids: list[ItemID]) -> bool:
+        """Add new matches to the selector's side; True if they are its first."""
+        items = self._matches.get(sel_id)
+        if items is None:
+            self._matches[sel_id] = set(item_ids)
+            return True
+        items.update(item_ids)
+        return False
+
     def _stop(self, sel_id: SelectorID, item_id: ItemID) -> None:
         # Sets exist only while not empty: most selectors and items have no match at all.
         items = self._matches.get(sel_id)
@@ -625,14 +662,17 @@ class FewItemsLabelIndex(LabelIndex):
         on_match_stopped: MatchCallback,
         on_first_match: SelectorCallback | None = None,
         on_last_match: SelectorCallback | None = None,
+        *,
         on_item_matches_started: ItemMatchesCallback | None = None,
+        on_selector_matches_started: SelectorMatchesCallback | None = None,
     ) -> None:
         super().__init__(
             on_match_started,
             on_match_stopped,
             on_first_match,
             on_last_match,
-            on_item_matches_started,
+            on_item_matches_started=on_item_matches_started,
+            on_selector_matches_started=on_selector_matches_started,
         )
         self._counts: dict[SelectorID, int] = {}
 
@@ -672,6 +712,11 @@ class FewItemsLabelIndex(LabelIndex):
             if not count and first is not None:
                 first(sel_id)
         self._item_started(item_id, sel_ids)
+
+    def _note_selector_matches(self, sel_id: SelectorID, item_ids: list[ItemID]) -> bool:
+        count = self._counts.get(sel_id, 0)
+        self._counts[sel_id] = count + len(item_ids)
+        return not count
 
     def _stop(self, sel_id: SelectorID, item_id: ItemID) -> None:
         if sel_id not in _members(self._item_matches.get(item_id)):

@@ -156,6 +156,10 @@ class PolicyResolver:
         """``on_match_started`` for each of ``keys``, in one call."""
         self._dirty.add(endpoint)
 
+    def on_policy_matches_started(self, key: model.PolicyKey, endpoints: list[EndpointKey]) -> None:
+        """``on_match_started`` for each of ``endpoints``, in one call."""
+        self._dirty.update(endpoints)
+
     def on_match_stopped(self, key: model.PolicyKey, endpoint: EndpointKey) -> None:
         self._dirty.add(endpoint)
 
