@@ -6,10 +6,17 @@ from __future__ import annotations
 import re
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pyfelix import messages as m
 from pyfelix_dataplane.rules import matches as mt
-from pyfelix_dataplane.rules.ipsets import ipset_name, restore_script
+from pyfelix_dataplane.rules.ipsets import (
+    ipset_name,
+    member_version,
+    members_of_version,
+    restore_script,
+)
 from pyfelix_dataplane.rules.marks import MarkBits, MarkMaskTooSmall
 from pyfelix_dataplane.rules.model import Chain, Rule, length_limited
 from pyfelix_dataplane.rules.policy import (
@@ -72,6 +79,30 @@ def test_ipset_script() -> None:
     ]
     assert "maxelem 5000\n" in restore_script(sets, maxelem=5000)
     assert ipset_name("s:" + "a" * 40) == "cali40s:" + "a" * 23
+
+
+_MEMBERS = st.sets(
+    st.one_of(
+        st.ip_addresses().map(str),
+        st.builds("{}/{}".format, st.ip_addresses(v=4), st.integers(0, 32)),
+        st.builds(
+            "{},{}:{}".format,
+            st.ip_addresses().map(str),
+            st.sampled_from(["tcp", "udp", "sctp"]),
+            st.integers(1, 65535),
+        ),
+    ),
+    max_size=6,
+)
+
+
+@given(_MEMBERS)
+def test_a_sets_members_split_by_version_as_each_members_own(members: set[str]) -> None:
+    """A set's members of each version (IPv6 and IPv4 named-port members have colons) are
+    those whose own version it is."""
+    for version in (4, 6):
+        got = members_of_version(members, version)
+        assert sorted(got) == sorted(m for m in members if member_version(m) == version)
 
 
 def test_only_the_iptables_spelling_writes_iptables_options() -> None:

@@ -7,7 +7,7 @@ set behind.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 
 from pyfelix import model
 from pyfelix.config.felix_config import FelixConfig, NATOutgoingExclusions
@@ -27,8 +27,17 @@ def member_version(member: str) -> int:
     return 6 if ":" in address else 4
 
 
+def members_of_version(members: Collection[str], version: int) -> Collection[str]:
+    """The members of one IP version. A set whose text holds no colon is all IPv4 (one
+    join, in C, tells it), as nearly every set is: asked member by member, the dry-run's
+    ipset script for 1.1M members was a tenth of its computing process."""
+    if ":" not in "".join(members):
+        return members if version == 4 else ()
+    return [m for m in members if member_version(m) == version]
+
+
 def restore_script(
-    sets: Mapping[str, tuple[str, Iterable[str]]],
+    sets: Mapping[str, tuple[str, Collection[str]]],
     versions: Iterable[int] = (4, 6),
     maxelem: int = DEFAULT_MAXELEM,
 ) -> str:
@@ -40,7 +49,7 @@ def restore_script(
 
 
 def restore_pieces(
-    sets: Mapping[str, tuple[str, Iterable[str]]],
+    sets: Mapping[str, tuple[str, Collection[str]]],
     versions: Iterable[int] = (4, 6),
     maxelem: int = DEFAULT_MAXELEM,
 ) -> Iterator[str]:
@@ -49,7 +58,7 @@ def restore_pieces(
         family = "inet" if version == 4 else "inet6"
         for set_id in sorted(sets):
             set_type, members = sets[set_id]
-            wanted = sorted(m for m in members if member_version(m) == version)
+            wanted = sorted(members_of_version(members, version))
             name = ipset_name(set_id, version)
             create = f"create {name} {set_type} family {family} maxelem {maxelem}\n"
             if wanted:

@@ -188,7 +188,7 @@ def kernel_ipsets(dp: NodeState, versions: Iterable[int]) -> dict[str, tuple[str
     return {
         ipset_rendering.ipset_name(set_id, version): (
             set_type,
-            frozenset(m for m in members if ipset_rendering.member_version(m) == version),
+            frozenset(ipset_rendering.members_of_version(members, version)),
         )
         for version in versions
         for set_id, (set_type, members) in _all_sets(dp).items()
@@ -216,6 +216,6 @@ def kernel_ipsets_of(
             set_type, members = entry
             result[name] = (
                 set_type,
-                frozenset(m for m in members if ipset_rendering.member_version(m) == version),
+                frozenset(ipset_rendering.members_of_version(members, version)),
             )
     return result
