@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pyfelix.ipnet import IPV4_CIDR, canonical_network, parse_network
+from pyfelix.ipnet import IPV4_CIDR, canonical_network, canonical_networks, parse_network
 from pyfelix.validation.common import Checker, check_cidr, check_net
 
 _OCTETS = st.one_of(st.integers(0, 300).map(str), st.sampled_from(["00", "01", "010", "", "-1"]))
@@ -51,3 +51,19 @@ def test_the_pattern_takes_canonical_ipv4_networks() -> None:
         assert IPV4_CIDR.fullmatch(text), text
     for text in ("10.0.0.01", "10.0.0.1/08", "10.0.0.1/33", "10.0.0.256/8", "::1/128"):
         assert not IPV4_CIDR.fullmatch(text), text
+
+
+_HOSTS = st.builds("{}/32".format, st.ip_addresses(v=4))
+
+
+@given(st.lists(st.one_of(_HOSTS, _HOSTS, _TEXT, st.ip_addresses().map(str)), max_size=6))
+def test_networks_are_each_ones_canonical_network(values: list[str]) -> None:
+    """Many entries at once (all canonical /32s told by one match) are each one's own
+    canonical network, those that do not parse left out."""
+    expected = []
+    for value in values:
+        try:
+            expected.append(canonical_network(value))
+        except ValueError:
+            continue
+    assert canonical_networks(tuple(values)) == tuple(expected)

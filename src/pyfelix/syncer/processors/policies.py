@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from pyfelix import model
+from pyfelix.ipnet import canonical_networks
 from pyfelix.model import (
     NAMESPACE_LABEL,
     NAMESPACE_LABEL_PREFIX,
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
     from pyfelix.resources.k8s_policy import AdminNetworkPolicy, BaselineAdminNetworkPolicy
 from pyfelix.syncer.processors.common import (
     KV,
-    _nets,
     normalise_action,
     normalise_protocol,
 )
@@ -145,16 +145,16 @@ def convert_rule(rule: V3Rule, namespace: str) -> model.Rule:
         icmp_code=icmp.code if icmp else None,
         not_icmp_type=not_icmp.type if not_icmp else None,
         not_icmp_code=not_icmp.code if not_icmp else None,
-        src_nets=_nets(src.nets),
-        not_src_nets=_nets(src.not_nets),
+        src_nets=canonical_networks(src.nets),
+        not_src_nets=canonical_networks(src.not_nets),
         src_selector=entity_selector(src, namespace),
         not_src_selector=src.not_selector,
         src_ports=src.ports,
         not_src_ports=src.not_ports,
         src_service=src.services.name if src.services else "",
         src_service_namespace=(src.services.namespace or namespace) if src.services else "",
-        dst_nets=_nets(dst.nets),
-        not_dst_nets=_nets(dst.not_nets),
+        dst_nets=canonical_networks(dst.nets),
+        not_dst_nets=canonical_networks(dst.not_nets),
         dst_selector=entity_selector(dst, namespace),
         not_dst_selector=dst.not_selector,
         dst_ports=dst.ports,
