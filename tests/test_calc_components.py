@@ -57,6 +57,33 @@ def test_members_are_reference_counted_and_inherit_profile_labels() -> None:
     assert members[data.id] == set()
 
 
+def test_an_endpoint_listing_an_address_twice_gives_it_once() -> None:
+    """An endpoint's addresses count once each, however it lists them, and whichever comes
+    first, the endpoint or its set: taken back whole when it goes."""
+    for set_first in (False, True):
+        members, index = members_recorder()
+        data = IPSetData(selector='team == "a"')
+        endpoint = model.WorkloadEndpoint(
+            "active",
+            "calix",
+            "",
+            (),
+            ("10.0.0.1/32", "10.0.0.1/32", "10.0.0.2/32"),
+            ("fd00::1/128",),
+            FrozenMap({"team": "a"}),
+        )
+        if set_first:
+            index.on_ipset_active(data)
+            index.flush()
+        index.on_item_update("x", endpoint)
+        index.on_ipset_active(data)
+        index.flush()
+        assert members[data.id] == {"10.0.0.1/32", "10.0.0.2/32", "fd00::1/128"}
+        index.on_item_update("x", None)
+        index.flush()
+        assert members[data.id] == set()
+
+
 def test_named_port_members() -> None:
     """A named-port set holds ip,proto:port for endpoints offering that port."""
     members, index = members_recorder()
