@@ -23,7 +23,6 @@ from pyfelix.syncer.plain_namespaces import (
     plain_text_digest,
 )
 from pyfelix.syncer.plain_policies import policy_fields
-from pyfelix.syncer.plain_workloads import plain_workload_entry
 from pyfelix.validation import loading, validate_loaded
 
 WEP = """apiVersion: projectcalico.org/v3
@@ -103,13 +102,12 @@ def test_the_direct_path_finds_the_same_problems(tmp_path: Path) -> None:
     duplicates between them and resources are found, and named, as before."""
     directory = _cluster(tmp_path / "cluster", False)
     expected = validate_loaded(load_paths([directory]))
-    direct = load_paths([directory], direct=plain_workload_entry)
+    direct = load_paths([directory], direct=plain_entry)
     assert [d.key[2] for d in direct.direct] == ["node-k8s-pod1-eth0"]
     assert sum("duplicate" in p.message for p in expected) == 3
     assert validate_loaded(direct) == expected
-    assert loading.validate_paths([directory], direct=plain_workload_entry) == expected
-    # The dry-run's: namespaces too, and the child's identity-only form.
-    assert validate_loaded(load_paths([directory], direct=plain_entry)) == expected
+    assert loading.validate_paths([directory], direct=plain_entry) == expected
+    # The validating child's identity-only form.
     assert loading.validate_paths([directory], direct=plain_identity) == expected
 
 

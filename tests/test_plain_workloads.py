@@ -14,6 +14,7 @@ from pyfelix.datastore.layout import list_prefix
 from pyfelix.resources import WorkloadEndpoint
 from pyfelix.resources.meta import load_document
 from pyfelix.syncer import plain_workloads
+from pyfelix.syncer.plain_namespaces import plain_entry
 from pyfelix.syncer.plain_workloads import plain_workload
 from pyfelix.syncer.plain_workloads_typed import typed_workload_fields
 from pyfelix.syncer.processors import convert
@@ -131,7 +132,7 @@ def test_the_direct_path_gives_what_the_general_path_gives(
     documents with other fields, such as named ports)."""
     doc = document(changes, top)
     direct = plain_workload(copy.deepcopy(doc))
-    entry = plain_workloads.plain_workload_entry(copy.deepcopy(doc))
+    entry = plain_entry(copy.deepcopy(doc))
     identity = plain_workloads.plain_workload_identity(copy.deepcopy(doc))
     # The validating child's identity-only path takes what the direct path takes.
     assert (identity is None) == (entry is None) == (direct is None)
@@ -140,7 +141,7 @@ def test_the_direct_path_gives_what_the_general_path_gives(
     assert entry is not None
     assert identity == (entry[0], None)
     general = general_path(doc)
-    assert general == [direct]
+    assert general == [direct] == list(entry[1])
     assert [str(key) for key, _ in general] == [str(direct[0])]
 
 

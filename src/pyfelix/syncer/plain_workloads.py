@@ -68,23 +68,11 @@ PlainFields = tuple[
 ]
 
 
-def plain_workload_entry(
-    document: dict[str, Any] | PlainFields, *, validate: bool = True
-) -> tuple[Identity, KV] | None:
-    """The resource's identity (Kind, namespace, name) and its model (key, value), for the
-    manifest loader's direct path (``load_paths(..., direct=plain_workload_entry)``), from a
-    document or from the fields ``plain_fields`` found in one. ``validate=False`` trusts the
-    values (only their shape is checked): for a load whose validation runs elsewhere, on the
-    same files, with ``validate=True``."""
-    fields = document if isinstance(document, tuple) else plain_fields(document, validate=validate)
-    return None if fields is None else from_fields(fields)
-
-
 def plain_workload_identity(
     document: dict[str, Any] | PlainFields,
 ) -> tuple[Identity, None] | None:
-    """``plain_workload_entry``'s identity without the model value, for a load that only
-    checks (the dry-run's validating child): a document's fields are checked in full."""
+    """A plain endpoint's identity (Kind, namespace, name), for a load that only checks
+    (the dry-run's validating child): a document's fields are checked in full."""
     fields = document if isinstance(document, tuple) else plain_fields(document)
     return None if fields is None else ((_KIND, fields[1], fields[0]), None)
 
