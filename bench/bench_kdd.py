@@ -1,11 +1,12 @@
 """The Kubernetes API datastore against the same objects from files, whole processes.
 
 Run: .venv/bin/python bench/bench_kdd.py [--pods 10000] [--policies 1000] [--pairs 3]
-     .venv/bin/python bench/bench_kdd.py --serve [--pods 20000]
+     .venv/bin/python bench/bench_kdd.py --serve [--pods 20000] [--pods-per-namespace 1]
      .venv/bin/python bench/bench_kdd.py --latency [--rate 100] [--creates 500]
 
 A real kube-apiserver (tests/kube_server.py) is filled with a cluster shaped as a live one
-is: 100 annotated v1 Nodes, namespaces of 100 pods each, pods as Calico's CNI leaves them
+is: 100 annotated v1 Nodes, namespaces of 100 pods each (``--pods-per-namespace``), each
+with its ``default`` service account, pods as Calico's CNI leaves them
 (the podIP annotations as CIDRs, 1-5 labels, a service account), Kubernetes NetworkPolicies
 of a few selector forms. The same objects are written as a ``kubectl get -o yaml`` List.
 
@@ -68,8 +69,8 @@ def node(i: int) -> dict[str, Any]:
     }
 
 
-def pod(i: int) -> dict[str, Any]:
-    namespace = f"ns-{i // PODS_PER_NAMESPACE}"
+def pod(i: int, per_namespace: int = PODS_PER_NAMESPACE) -> dict[str, Any]:
+    namespace = f"ns-{i // per_namespace}"
     address = f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}"
     labels = {LABELS[k]: f"v{(i >> k) % 7}" for k in range(1 + i % len(LABELS))}
     return {
@@ -123,8 +124,12 @@ def network_policy(i: int, namespaces: int) -> dict[str, Any]:
     }
 
 
-def objects(pods: int, policies: int) -> list[dict[str, Any]]:
-    namespaces = max(1, pods // PODS_PER_NAMESPACE)
+def objects(
+    pods: int, policies: int, per_namespace: int = PODS_PER_NAMESPACE
+) -> list[dict[str, Any]]:
+    """The cluster's objects: each namespace with the ``default`` service account the
+    controller manager gives it (the test API server runs none), and its pods."""
+    namespaces = max(1, -(-pods // per_namespace))
     docs: list[dict[str, Any]] = [node(i) for i in range(NODES)]
     docs += [
         {
@@ -134,7 +139,15 @@ def objects(pods: int, policies: int) -> list[dict[str, Any]]:
         }
         for n in range(namespaces)
     ]
-    docs += [pod(i) for i in range(pods)]
+    docs += [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": "default", "namespace": f"ns-{n}"},
+        }
+        for n in range(namespaces)
+    ]
+    docs += [pod(i, per_namespace) for i in range(pods)]
     docs += [network_policy(i, namespaces) for i in range(policies)]
     return docs
 
@@ -296,6 +309,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--pods", type=int, default=10_000)
     parser.add_argument("--policies", type=int, default=1_000)
+    parser.add_argument(
+        "--pods-per-namespace",
+        type=int,
+        default=PODS_PER_NAMESPACE,
+        help="1 for a cluster of tenants (a namespace and service account for each pod)",
+    )
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--latency", action="store_true")
     parser.add_argument("--serve", action="store_true")
@@ -310,7 +329,7 @@ def main() -> None:
         tempfile.TemporaryDirectory() as directory,
         kube_server(Path(directory) / "kube") as server,
     ):
-        docs = objects(args.pods, args.policies)
+        docs = objects(args.pods, args.policies, args.pods_per_namespace)
         started = time.monotonic()
         fill(server, docs)
         print(f"{len(docs)} objects created in {time.monotonic() - started:.1f} s")
