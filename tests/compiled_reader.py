@@ -3,10 +3,11 @@ gives for one item, for the tests that hold it to the Python paths item by item.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pyfelix.syncer.plain_native import listing_reader, native_splitter
 
 SPLIT = native_splitter()
-READ_PAGE = listing_reader()
 
 
 def compiled_item(text: str) -> object:
@@ -20,13 +21,36 @@ def compiled_item(text: str) -> object:
     return item
 
 
-def listed_item(text: str) -> object:
-    """What the compiled reader of an API server's pod listing gives for a page holding the
-    one item ``text``: (its resourceVersion, its fields' tuple), or the item parsed."""
-    assert READ_PAGE is not None  # make builds it
-    page = READ_PAGE(
+#: What an API server adds to an object created through it (a listing holds it).
+MANAGED_FIELDS = [
+    {
+        "apiVersion": "v1",
+        "fieldsType": "FieldsV1",
+        "fieldsV1": {"f:metadata": {"f:labels": {".": {}, "f:app": {}}}},
+        "manager": "kubectl-create",
+        "operation": "Update",
+        "time": "2026-01-05T09:23:21Z",
+    }
+]
+
+
+def listed_form(doc: dict[str, Any]) -> dict[str, Any]:
+    """A document as an API server lists it: no kind or apiVersion, its managedFields."""
+    listed = {k: v for k, v in doc.items() if k not in ("apiVersion", "kind")}
+    if type(listed.get("metadata")) is dict:
+        listed["metadata"] = {**listed["metadata"], "managedFields": MANAGED_FIELDS}
+    return listed
+
+
+def listed_item(text: str, kind: str = "Pod") -> object:
+    """What the compiled reader of an API server's listing of ``kind`` gives for a page
+    holding the one item ``text``: (its resourceVersion, its fields' tuple), or the item
+    parsed."""
+    read_page = listing_reader(kind)
+    assert read_page is not None  # make builds it
+    page = read_page(
         (
-            '{"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "7"},'
+            f'{{"kind": "{kind}List", "apiVersion": "v1", "metadata": {{"resourceVersion": "7"}},'
             ' "items": [' + text + "]}"
         ).encode()
     )

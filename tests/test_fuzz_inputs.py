@@ -8,6 +8,7 @@ import json
 import resource
 import time
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -197,12 +198,23 @@ def test_the_compiled_reader_agrees_on_corrupted_text_or_leaves_it(
 
 
 #: A page of an API server's pod listing (no kind or apiVersion on its items), corrupted below.
-_PAGE = json.dumps(
-    {
-        "kind": "PodList",
-        "apiVersion": "v1",
-        "metadata": {"resourceVersion": "90", "continue": "abc"},
-        "items": [
+def _page(kind: str, items: list[dict[str, object]]) -> str:
+    return json.dumps(
+        {
+            "kind": f"{kind}List",
+            "apiVersion": "v1",
+            "metadata": {"resourceVersion": "90", "continue": "abc"},
+            "items": items,
+        }
+    )
+
+
+_MANAGED = [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}]
+#: A page of each kind the compiled reader reads, as an API server lists them.
+_PAGES = {
+    "Pod": _page(
+        "Pod",
+        [
             {
                 "metadata": {
                     "name": f"web-{i}",
@@ -210,33 +222,70 @@ _PAGE = json.dumps(
                     "resourceVersion": f"{80 + i}",
                     "generation": 1,
                     "labels": {"app": "web"},
-                    "managedFields": [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}],
+                    "managedFields": _MANAGED,
                 },
                 "spec": {"nodeName": "node-a", "serviceAccountName": "web"},
                 "status": {"phase": "Running", "podIP": f"10.0.0.{i}"},
             }
             for i in (1, 2)
         ],
-    }
-)
+    ),
+    "Namespace": _page(
+        "Namespace",
+        [
+            {
+                "metadata": {
+                    "name": f"tenant-{i}",
+                    "uid": "0c0ffee0-0000-4000-8000-000000000001",
+                    "resourceVersion": f"{80 + i}",
+                    "labels": {"kubernetes.io/metadata.name": f"tenant-{i}"},
+                    "managedFields": _MANAGED,
+                },
+                "spec": {"finalizers": ["kubernetes"]},
+                "status": {"phase": "Active"},
+            }
+            for i in (1, 2)
+        ],
+    ),
+    "ServiceAccount": _page(
+        "ServiceAccount",
+        [
+            {
+                "metadata": {
+                    "name": "default",
+                    "namespace": f"tenant-{i}",
+                    "resourceVersion": f"{80 + i}",
+                    "labels": {"team": "a"},
+                    "managedFields": _MANAGED,
+                },
+                "secrets": [{"name": "token"}],
+                "automountServiceAccountToken": False,
+            }
+            for i in (1, 2)
+        ],
+    ),
+}
 
 
+@pytest.mark.parametrize("kind", sorted(_PAGES))
 @settings(max_examples=1000, deadline=None)
 @given(edits=EDITS)
 def test_the_listing_reader_agrees_on_corrupted_pages_or_leaves_them(
-    edits: list[tuple[float, str, str]],
+    kind: str, edits: list[tuple[float, str, str]]
 ) -> None:
-    """A pod listing's page with a few characters replaced, deleted or inserted: where the
-    compiled reader reads it, every pod it reads is what the syncer's direct path makes of
-    the item as it parses it, with the item's resourceVersion."""
+    """A listing's page (of pods, namespaces or service accounts) with a few characters
+    replaced, deleted or inserted: where the compiled reader reads it, every item it reads
+    is what the syncer's direct path makes of the item as it parses it, with the item's
+    resourceVersion."""
     from pyfelix.syncer.kubernetes import WATCHED, listed_document  # noqa: PLC0415
-    from pyfelix.syncer.plain_pods import plain_pod_fields  # noqa: PLC0415
-    from tests.compiled_reader import READ_PAGE  # noqa: PLC0415
+    from pyfelix.syncer.plain_namespaces import plain_digest  # noqa: PLC0415
+    from pyfelix.syncer.plain_native import listing_reader  # noqa: PLC0415
 
-    assert READ_PAGE is not None
-    pods = next(w for w in WATCHED if w.kind == "Pod")
-    text = _corrupted(_PAGE, edits)
-    read = READ_PAGE(text.encode())
+    read_page = listing_reader(kind)
+    assert read_page is not None
+    watched = next(w for w in WATCHED if w.kind == kind)
+    text = _corrupted(_PAGES[kind], edits)
+    read = read_page(text.encode())
     if read is None:
         return  # parsed whole by the client
     items = json.loads(text)["items"]
@@ -246,5 +295,5 @@ def test_the_listing_reader_agrees_on_corrupted_pages_or_leaves_them(
             assert type(parsed) is dict
             assert item == (
                 parsed["metadata"]["resourceVersion"],
-                plain_pod_fields(listed_document(pods, parsed)),
+                plain_digest(listed_document(watched, parsed)),
             )

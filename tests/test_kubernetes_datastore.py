@@ -43,6 +43,7 @@ from pyfelix.syncer.kubernetes import (
     KubernetesSyncer,
     decode_object,
     listed_document,
+    object_source,
     page_reader,
 )
 from pyfelix.syncer.plain_namespaces import plain_entry
@@ -342,15 +343,19 @@ def test_objects_as_the_api_lists_them_take_the_direct_path(kube: KubeServer) ->
         assert resource is not None, problems
         assert [(key, _without_origin(value)) for key, value in convert(resource)] == list(entry[1])
         assert decode_object(watched[kind], item, "<api>") == entry[1]
-    # The syncer's compiled reader of a pod listing's pages reads the pod as it is listed.
-    read = page_reader(watched["Pod"])
-    assert read is not None
-    body = kube.request("GET", "/api/v1/namespaces/listed/pods")
-    page = read(json.dumps(body).encode())
-    assert page is not None
-    ((version, fields),) = page["items"]
-    assert version == body["items"][0]["metadata"]["resourceVersion"]
-    assert plain_entry(fields) == plain_entry(listed_document(watched["Pod"], body["items"][0]))
+        # The syncer's compiled reader of a listing's pages reads the object as it is
+        # listed: the same entry, under the same source.
+        read = page_reader(watched[kind])
+        assert read is not None
+        body = kube.request("GET", path)
+        page = read(json.dumps(body).encode())
+        assert page is not None
+        ((version, fields),) = page["items"]
+        assert version == body["items"][0]["metadata"]["resourceVersion"]
+        assert plain_entry(fields) == plain_entry(listed_document(watched[kind], body["items"][0]))
+        assert object_source(watched[kind], (version, fields)) == object_source(
+            watched[kind], body["items"][0]
+        )
 
 
 def _without_origin(value: object) -> object:

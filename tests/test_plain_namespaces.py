@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import marshal
 from typing import Any
 
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 from pyfelix import model
 from pyfelix.resources.meta import load_document
+from pyfelix.syncer.kubernetes import WATCHED, listed_document
 from pyfelix.syncer.plain_namespaces import (
     plain_digest,
     plain_entry,
@@ -19,6 +21,7 @@ from pyfelix.syncer.plain_namespaces import (
 )
 from pyfelix.syncer.processors import convert
 from pyfelix.validation.kinds import ValidationContext, check_resource
+from tests.compiled_reader import listed_form, listed_item
 
 Doc = dict[str, Any]
 ABSENT = object()
@@ -107,13 +110,30 @@ def assert_the_paths_agree(doc: Doc) -> None:
     assert plain_entry(marshal.loads(marshal.dumps(fields))) == entry
 
 
+def assert_the_listing_reader_agrees(doc: Doc, kind: str) -> None:
+    """As an API server lists the object (no kind or apiVersion, its managedFields), the
+    compiled reader of a listing's pages gives the fields the syncer's direct path gives
+    the document it makes of it, with its resourceVersion; and the item parsed where that
+    path declines it."""
+    listed = listed_form(doc)
+    read = listed_item(json.dumps(listed), kind)
+    watched = next(w for w in WATCHED if w.kind == kind)
+    expected = plain_digest(listed_document(watched, copy.deepcopy(listed)))
+    if expected is None:
+        assert read == listed
+    else:
+        assert read == (listed["metadata"].get("resourceVersion", ""), expected)
+
+
 @settings(max_examples=2000, deadline=None)
 @given(doc=DOCUMENTS)
 def test_the_direct_path_gives_what_the_general_path_gives(doc: Doc) -> None:
     """Where the direct path takes a namespace, the general path accepts it and converts it
     to the same profile; where it does not, the general path decides. The fields the child
-    hands on marshal and give the same, and the child's identity is the same."""
+    hands on marshal and give the same, and the child's identity is the same; the reader of
+    a listing's pages reads the namespace as the syncer's direct path does."""
     assert_the_paths_agree(doc)
+    assert_the_listing_reader_agrees(doc, "Namespace")
 
 
 def test_a_namespace_as_kubernetes_lists_it_takes_the_direct_path() -> None:
@@ -143,6 +163,9 @@ def test_a_namespace_as_kubernetes_lists_it_takes_the_direct_path() -> None:
         "pcns.projectcalico.org/name": "prod",
     }
     assert entry == (general_path(doc)[0], tuple(general_path(doc)[1]))  # type: ignore[index]
+    # As an API server lists it, the compiled reader of its listing reads it.
+    read = listed_item(json.dumps(listed_form(doc)), "Namespace")
+    assert read == ("12", plain_namespace_fields(doc))
 
 
 def test_a_managed_namespace_is_left_to_the_general_path() -> None:
@@ -198,8 +221,9 @@ ACCOUNTS = st.builds(
 def test_a_service_account_s_direct_path_gives_what_the_general_path_gives(doc: Doc) -> None:
     """As for namespaces: where the direct path takes a service account, the general path
     accepts it and converts it to the same ksa. profile, and the child's fields give the
-    same."""
+    same; and as for namespaces, the listing's reader agrees."""
     assert_the_paths_agree(doc)
+    assert_the_listing_reader_agrees(doc, "ServiceAccount")
 
 
 def test_a_service_account_as_kubernetes_lists_it_takes_the_direct_path() -> None:
@@ -227,3 +251,5 @@ def test_a_service_account_as_kubernetes_lists_it_takes_the_direct_path() -> Non
     assert isinstance(labels, model.ProfileLabels)
     assert dict(labels.labels) == {"pcsa.team": "a", "pcsa.projectcalico.org/name": "web"}
     assert general_path(doc) == (entry[0], list(entry[1]))
+    read = listed_item(json.dumps(listed_form(doc)), "ServiceAccount")
+    assert read == ("5088", plain_digest(doc))

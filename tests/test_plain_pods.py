@@ -25,7 +25,13 @@ from pyfelix.syncer.plain_pods import plain_pod_fields, pod_entry
 from pyfelix.syncer.plain_pods_typed import typed_pod_fields
 from pyfelix.syncer.processors import convert
 from pyfelix.validation.kinds import ValidationContext, check_resource
-from tests.compiled_reader import SPLIT, compiled_item, listed_item
+from tests.compiled_reader import (
+    MANAGED_FIELDS,
+    SPLIT,
+    compiled_item,
+    listed_form,
+    listed_item,
+)
 
 Doc = dict[str, Any]
 
@@ -96,17 +102,6 @@ def _nested(depth: int) -> object:
     return value
 
 
-#: What an API server adds to a pod created through it (a listing holds it).
-MANAGED_FIELDS = [
-    {
-        "apiVersion": "v1",
-        "fieldsType": "FieldsV1",
-        "fieldsV1": {"f:metadata": {"f:labels": {".": {}, "f:app": {}}}},
-        "manager": "kubectl-create",
-        "operation": "Update",
-        "time": "2026-01-05T09:23:21Z",
-    }
-]
 PODS = next(w for w in WATCHED if w.kind == "Pod")
 NAMES = ["node-a", "Node", "a" * 64, "pod.x", "-x", "", None, 7]
 PORT = {"containerPort": 8080, "protocol": "TCP", "name": "http"}
@@ -267,9 +262,7 @@ def test_the_direct_path_gives_what_the_general_path_gives(
         assert compiled_item(text) in (fields, text.encode())
     # As an API server lists it: no kind or apiVersion, managedFields; the reader of a
     # listing's pages gives the fields the syncer's direct path gives, or the item parsed.
-    listed = {k: v for k, v in doc.items() if k not in ("apiVersion", "kind")}
-    if type(listed.get("metadata")) is dict:
-        listed["metadata"] = {**listed["metadata"], "managedFields": MANAGED_FIELDS}
+    listed = listed_form(doc)
     read = listed_item(json.dumps(listed))
     if read != listed:
         expected = plain_pod_fields(listed_document(PODS, listed))

@@ -1,4 +1,5 @@
-"""The compiled reader of plain pods and WorkloadEndpoints (src/native); see
+"""The compiled reader of plain pods and WorkloadEndpoints, and of listed namespaces and
+service accounts (src/native); see
 syncer/plain_native.py."""
 
 from typing import Any
@@ -18,5 +19,5 @@ class PlainReader:
         endpoint_unread_strings: list[str],
     ) -> None: ...
     def read_list(
-        self, text: str, prefix: str, listed: bool = False
+        self, text: str, prefix: str, listed: bool = False, kind: str = "Pod"
     ) -> tuple[list[tuple[str, bytes | None]] | None, list[Any]] | None: ...

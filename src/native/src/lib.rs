@@ -435,7 +435,7 @@ struct Meta<'a> {
     annotations: Vec<(Cow<'a, str>, Cow<'a, str>)>,
 }
 
-/// A pod's or an endpoint's metadata: the name, namespace, resourceVersion, labels and
+/// An item's metadata: the name, (``namespaced``) namespace, resourceVersion, labels and
 /// annotations read, the other string fields (``strings``) checked and stepped over, and
 /// (``pod``) a pod's ownerReferences an array of objects of scalars and its generation an
 /// integer, both stepped over, and (``listed``) the managedFields an API server's listing
@@ -446,11 +446,12 @@ fn metadata<'a>(
     strings: impl Fn(&str) -> bool,
     pod: bool,
     listed: bool,
+    namespaced: bool,
 ) -> R<()> {
     let mut seen = 0u32;
     s.object(|s, key| match key.as_ref() {
         "name" => text_once(s, &mut seen, 1, &mut meta.name),
-        "namespace" => text_once(s, &mut seen, 2, &mut meta.namespace),
+        "namespace" if namespaced => text_once(s, &mut seen, 2, &mut meta.namespace),
         "labels" => {
             once(&mut seen, 4)?;
             meta.labels = s.map()?;
@@ -483,6 +484,19 @@ fn metadata<'a>(
         other if strings(other) => s.text().map(drop),
         _ => Err(Fail::Decline),
     })
+}
+
+/// The bookkeeping strings of a namespace's and a service account's metadata.
+fn bookkeeping(key: &str) -> bool {
+    matches!(key, "uid" | "resourceVersion" | "creationTimestamp")
+}
+
+/// The kind of the items of an API server's listing (which name none).
+#[derive(Clone, Copy, PartialEq)]
+enum Listing {
+    Pod,
+    Namespace,
+    ServiceAccount,
 }
 
 /// A read string field, once (``once``).
@@ -559,7 +573,7 @@ impl PlainReader {
             "metadata" if pod.endpoint.is_some() => {
                 once(&mut seen, 4)?;
                 let strings = |k: &str| self.endpoint_metadata_strings.iter().any(|m| m == k);
-                metadata(s, &mut pod.meta, strings, false, false)
+                metadata(s, &mut pod.meta, strings, false, false, true)
             }
             "spec" if pod.endpoint.is_some() => {
                 once(&mut seen, 8)?;
@@ -602,7 +616,7 @@ impl PlainReader {
             "metadata" => {
                 once(&mut seen, 4)?;
                 let strings = |k: &str| self.metadata_strings.iter().any(|m| m == k);
-                metadata(s, &mut pod.meta, strings, true, listed)
+                metadata(s, &mut pod.meta, strings, true, listed, true)
             }
             "spec" => {
                 once(&mut seen, 8)?;
@@ -672,6 +686,140 @@ impl PlainReader {
             return Err(Fail::Decline); // an endpoint has exactly its four top-level fields
         }
         Ok(pod)
+    }
+
+    /// An item's resourceVersion and fields' tuple, read as ``kind`` is.
+    fn item<'a>(
+        &self,
+        py: Python<'_>,
+        s: &mut Scanner<'a>,
+        kind: Listing,
+        listed: bool,
+        prefix: &str,
+    ) -> R<(Cow<'a, str>, PyObject)> {
+        let meta = match kind {
+            Listing::Pod => {
+                let pod = self.pod(s, listed)?;
+                let fields = self.fields(py, &pod, prefix)?;
+                return Ok((pod.meta.resource_version, fields));
+            }
+            Listing::Namespace => self.namespace(s)?,
+            Listing::ServiceAccount => self.account(s)?,
+        };
+        let fields = self.profile_fields(py, kind, &meta)?;
+        Ok((meta.resource_version, fields))
+    }
+
+    /// A listed Namespace's metadata, as ``plain_namespace_fields`` takes the document
+    /// ``listed_document`` makes of it: its uid, resourceVersion and creationTimestamp
+    /// strings, managedFields stepped over, finalizers and a phase the only spec and status,
+    /// its name a DNS label and its labels and annotations valid; anything else declines.
+    fn namespace<'a>(&self, s: &mut Scanner<'a>) -> R<Meta<'a>> {
+        let mut meta = Meta::default();
+        let mut seen = 0u32;
+        s.object(|s, key| match key.as_ref() {
+            "metadata" => {
+                once(&mut seen, 1)?;
+                metadata(s, &mut meta, bookkeeping, false, true, false)
+            }
+            "spec" => {
+                once(&mut seen, 2)?;
+                let mut seen = 0u32;
+                s.object(|s, key| match key.as_ref() {
+                    "finalizers" => {
+                        once(&mut seen, 1)?;
+                        s.array(|s| s.text().map(drop))
+                    }
+                    _ => Err(Fail::Decline),
+                })
+            }
+            "status" => {
+                once(&mut seen, 4)?;
+                let mut seen = 0u32;
+                s.object(|s, key| match key.as_ref() {
+                    "phase" => {
+                        once(&mut seen, 1)?;
+                        s.text().map(drop)
+                    }
+                    _ => Err(Fail::Decline),
+                })
+            }
+            _ => Err(Fail::Decline),
+        })?;
+        if seen & 1 == 0 || !label(&meta.name, 63) || !labels_ok(&meta.labels, &meta.annotations) {
+            return Err(Fail::Decline);
+        }
+        Ok(meta)
+    }
+
+    /// A listed ServiceAccount's metadata, as ``plain_account_fields`` takes the document
+    /// ``listed_document`` makes of it: its secrets' and image pull secrets' arrays stepped
+    /// over, its automount flag a boolean, its namespace given and its metadata valid.
+    fn account<'a>(&self, s: &mut Scanner<'a>) -> R<Meta<'a>> {
+        let mut meta = Meta::default();
+        let mut seen = 0u32;
+        s.object(|s, key| match key.as_ref() {
+            "metadata" => {
+                once(&mut seen, 1)?;
+                metadata(s, &mut meta, bookkeeping, false, true, true)
+            }
+            "secrets" | "imagePullSecrets" => {
+                once(&mut seen, if key == "secrets" { 2 } else { 4 })?;
+                if s.peek() != Some(b'[') {
+                    return Err(Fail::Decline);
+                }
+                s.skip()
+            }
+            "automountServiceAccountToken" => {
+                once(&mut seen, 8)?;
+                match s.peek() {
+                    Some(b't') => s.literal(b"true"),
+                    Some(b'f') => s.literal(b"false"),
+                    _ => Err(Fail::Decline),
+                }
+            }
+            _ => Err(Fail::Decline),
+        })?;
+        if seen & 1 == 0
+            || meta.namespace.is_empty()
+            || !metadata_ok(&meta.name, &meta.namespace, &meta.labels, &meta.annotations)
+        {
+            return Err(Fail::Decline);
+        }
+        Ok(meta)
+    }
+
+    /// A read namespace's or service account's fields' tuple, as the Python readers make
+    /// it: the kind, (an account's namespace,) its name interned, and its labels.
+    fn profile_fields(&self, py: Python<'_>, kind: Listing, meta: &Meta<'_>) -> R<PyObject> {
+        let labels = PyDict::new_bound(py);
+        for (k, v) in &meta.labels {
+            labels
+                .set_item(k.as_ref(), v.as_ref())
+                .map_err(|_| Fail::Decline)?;
+        }
+        let name = self.intern(py, &meta.name).into_any();
+        let labels = labels.into_any();
+        let tuple = match kind {
+            Listing::Namespace => PyTuple::new_bound(
+                py,
+                [
+                    PyString::new_bound(py, "Namespace").into_any(),
+                    name,
+                    labels,
+                ],
+            ),
+            _ => PyTuple::new_bound(
+                py,
+                [
+                    PyString::new_bound(py, "ServiceAccount").into_any(),
+                    self.intern(py, &meta.namespace).into_any(),
+                    name,
+                    labels,
+                ],
+            ),
+        };
+        Ok(tuple.into_any().unbind())
     }
 
     /// A string interned, as Python's ``sys.intern`` would give it (remembered here: a
@@ -1001,9 +1149,14 @@ fn metadata_ok(
     labels: &[(Cow<'_, str>, Cow<'_, str>)],
     annotations: &[(Cow<'_, str>, Cow<'_, str>)],
 ) -> bool {
-    if !(subdomain(name) && label(namespace, 63)) {
-        return false;
-    }
+    subdomain(name) && label(namespace, 63) && labels_ok(labels, annotations)
+}
+
+/// What ``good_labels`` and ``good_annotations`` accept, ASCII only.
+fn labels_ok(
+    labels: &[(Cow<'_, str>, Cow<'_, str>)],
+    annotations: &[(Cow<'_, str>, Cow<'_, str>)],
+) -> bool {
     if !labels.iter().all(|(k, v)| qualified(k) && label_value(v)) {
         return false;
     }
@@ -1265,16 +1418,24 @@ impl PlainReader {
 
     /// (the List's own fields as (key, text) pairs, or None for a top-level array; each
     /// item as its fields' tuple or its text), or None for text left to the Python path.
-    /// ``listed``: a page of an API server's listing, each pod read (as ``pod`` says) given
-    /// as its resourceVersion and its fields' tuple.
-    #[pyo3(signature = (text, prefix, listed = false))]
+    /// ``listed``: a page of an API server's listing of ``kind`` (Pod, Namespace or
+    /// ServiceAccount), each item read (as ``pod``, ``namespace`` or ``account`` says)
+    /// given as its resourceVersion and its fields' tuple.
+    #[pyo3(signature = (text, prefix, listed = false, kind = "Pod"))]
     fn read_list(
         &self,
         py: Python<'_>,
         text: &str,
         prefix: &str,
         listed: bool,
+        kind: &str,
     ) -> Option<(PyObject, PyObject)> {
+        let kind = match kind {
+            "Pod" => Listing::Pod,
+            "Namespace" if listed => Listing::Namespace,
+            "ServiceAccount" if listed => Listing::ServiceAccount,
+            _ => return None, // a kind it does not read: the page is left to Python
+        };
         let mut s = Scanner {
             s: text,
             b: text.as_bytes(),
@@ -1287,18 +1448,17 @@ impl PlainReader {
                 s.ws();
                 let start = s.i;
                 let depth = s.depth;
-                let read = self.pod(s, listed).and_then(|pod| {
-                    let fields = self.fields(py, &pod, prefix)?;
-                    if !listed {
-                        return Ok(fields);
-                    }
-                    let version = PyString::new_bound(py, &pod.meta.resource_version);
-                    Ok(
+                let read = self
+                    .item(py, s, kind, listed, prefix)
+                    .map(|(version, fields)| {
+                        if !listed {
+                            return fields;
+                        }
+                        let version = PyString::new_bound(py, &version);
                         PyTuple::new_bound(py, [version.into_any().unbind(), fields])
                             .into_any()
-                            .unbind(),
-                    )
-                });
+                            .unbind()
+                    });
                 match read {
                     Ok(fields) => items.append(fields).map_err(|_| Fail::Invalid),
                     Err(Fail::Invalid) => Err(Fail::Invalid),

@@ -37,7 +37,7 @@ from pyfelix.datastore.kubernetes import (
 )
 from pyfelix.resources.meta import CRD_API_VERSION, load_document
 from pyfelix.syncer.api import SyncerCallbacks, SyncStatus, Update
-from pyfelix.syncer.plain_namespaces import plain_entry
+from pyfelix.syncer.plain_namespaces import plain_entry, plain_identity
 from pyfelix.syncer.processors import (
     DEFAULT_ALLOW_PROFILE,
     KV,
@@ -131,7 +131,7 @@ def listed_document(watched: Watched, obj: Mapping[str, Any]) -> dict[str, Any]:
 
 
 #: An object as the API server lists it, or the compiled reader's (resourceVersion, fields)
-#: of a plain pod (``page_reader``).
+#: of a plain pod, namespace or service account (``page_reader``).
 Listed = Mapping[str, Any] | tuple[str, Any]
 
 #: The kinds the file datastore's direct path reads (``plain_entry``): a cluster's bulk.
@@ -145,10 +145,10 @@ def decode_object(watched: Watched, obj: Listed, source: str) -> tuple[KV, ...]:
     A plain pod, namespace or service account takes the direct path the dry-run's files take
     (the same values, in half the time of a pod decoded whole: bench/RESULTS.md); anything
     it declines is decoded whole, which names every problem. ``obj`` may be the compiled
-    reader's (resourceVersion, fields) of a plain pod (``page_reader``)."""
+    reader's (resourceVersion, fields) of a plain item (``page_reader``)."""
     if isinstance(obj, tuple):
         entry = plain_entry(obj[1])
-        assert entry is not None  # a plain pod's fields always convert
+        assert entry is not None  # a plain item's fields always convert
         return entry[1]
     doc = listed_document(watched, obj)
     if watched.kind in _PLAIN_KINDS:
@@ -163,9 +163,12 @@ def decode_object(watched: Watched, obj: Listed, source: str) -> tuple[KV, ...]:
 
 
 def object_source(watched: Watched, obj: Listed) -> str:
-    """The source an object is held under (also for the compiled reader's plain pods)."""
+    """The source an object is held under (also for the compiled reader's plain items)."""
     if isinstance(obj, tuple):
-        return named_source(watched, obj[1][2], obj[1][1])
+        identity = plain_identity(obj[1])
+        assert identity is not None  # the reader's fields are a plain item's
+        _, namespace, name = identity[0]
+        return named_source(watched, namespace, name)
     metadata = obj.get("metadata") or {}
     return named_source(watched, metadata.get("namespace", ""), metadata.get("name", ""))
 
@@ -175,19 +178,20 @@ def named_source(watched: Watched, namespace: str, name: str) -> str:
 
 
 def page_reader(watched: Watched) -> PageReader | None:
-    """The compiled reader of a pod listing's pages, for the pods (None for another kind,
-    or without the compiled module): each plain pod comes as (resourceVersion, the fields
-    ``plain_entry`` takes), as ``listed_document`` and the direct path would make them."""
-    if watched.kind != "Pod" or watched.api_version != "v1":
+    """The compiled reader of a listing's pages, for pods, namespaces and service accounts
+    (None for another kind, or without the compiled module): each plain one comes as
+    (resourceVersion, the fields ``plain_entry`` takes), as ``listed_document`` and the
+    direct path would make them."""
+    if watched.kind not in _PLAIN_KINDS or watched.api_version != "v1":
         return None
     from pyfelix.syncer.plain_native import listing_reader  # noqa: PLC0415
 
-    return listing_reader()
+    return listing_reader(watched.kind)
 
 
 def _version(obj: Listed) -> str:
     if isinstance(obj, tuple):
-        return str(obj[0])  # the compiled reader's plain pod
+        return str(obj[0])  # the compiled reader's plain item
     return str((obj.get("metadata") or {}).get("resourceVersion", ""))
 
 

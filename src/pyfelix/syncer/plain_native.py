@@ -94,19 +94,24 @@ def _prefix() -> str:
     return os.environ.get("FELIX_INTERFACEPREFIX", "").split(",")[0] or "cali"
 
 
-def listing_reader() -> Callable[[bytes], dict[str, Any] | None] | None:
-    """A reader of one page of an API server's pod listing (a PodList's JSON), or None
-    without the compiled module: the page's own fields parsed, its plain pods as
-    (resourceVersion, the fields' tuple ``plain_pod_fields`` gives the pod as the syncer
-    decodes it: its managedFields dropped, a v1 Pod), every other item parsed; None for a
-    body the reader does not follow (the client then parses it whole)."""
-    if _COMPILED is None:
+#: The kinds whose listings the compiled reader reads.
+LISTED_KINDS = frozenset({"Pod", "Namespace", "ServiceAccount"})
+
+
+def listing_reader(kind: str = "Pod") -> Callable[[bytes], dict[str, Any] | None] | None:
+    """A reader of one page of an API server's listing of v1 ``kind`` (a PodList's JSON,
+    a NamespaceList's or a ServiceAccountList's), or None without the compiled module: the
+    page's own fields parsed, its plain items as (resourceVersion, the fields' tuple
+    ``plain_digest`` gives the item as the syncer decodes it: its managedFields dropped, of
+    ``kind``), every other item parsed; None for a body the reader does not follow (the
+    client then parses it whole)."""
+    if _COMPILED is None or kind not in LISTED_KINDS:
         return None
     reader = _reader(_COMPILED)
 
     def read(body: bytes) -> dict[str, Any] | None:
         try:
-            read = reader.read_list(body.decode("utf-8"), _prefix(), True)
+            read = reader.read_list(body.decode("utf-8"), _prefix(), True, kind)
         except ValueError:  # not UTF-8, or a lone surrogate
             return None
         except BaseException as exc:
