@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pyfelix.ipnet import IPV4_CIDR, canonical_network, canonical_networks, parse_network
-from pyfelix.validation.common import Checker, check_cidr, check_net
+from pyfelix.validation.common import Checker, check_cidr, check_net, check_nets
 
 _OCTETS = st.one_of(st.integers(0, 300).map(str), st.sampled_from(["00", "01", "010", "", "-1"]))
 _SUFFIX = st.sampled_from(
@@ -44,6 +44,17 @@ def test_a_network_told_by_pattern_is_one_ipaddress_takes(text: str) -> None:
     check_net(by_pattern, text)
     check_cidr(by_parse, text)
     assert by_pattern.problems == by_parse.problems
+
+
+@given(st.lists(st.one_of(_TEXT, st.ip_addresses().map(str)), max_size=4))
+def test_a_list_of_networks_gets_each_one_s_problems_at_its_index(texts: list[str]) -> None:
+    by_pattern, by_parse = Checker(), Checker()
+    check_nets(by_pattern.at("spec.nets"), texts)
+    for index, text in enumerate(texts):
+        check_cidr(by_parse.at("spec.nets").at(index), text)
+    assert [(p.field, p.message) for p in by_pattern.problems] == [
+        (p.field, p.message) for p in by_parse.problems
+    ]
 
 
 def test_the_pattern_takes_canonical_ipv4_networks() -> None:

@@ -32,7 +32,7 @@ from pyfelix.validation.common import (
     check_cidr,
     check_enum,
     check_labels,
-    check_net,
+    check_nets,
     port_name_problem,
     qualified_name_problem,
 )
@@ -172,8 +172,7 @@ def _check_cluster_peer(c: Checker, peer: ClusterPeer, egress: bool) -> None:
     if peer.pods is not None:
         _check_pods_peer(c.at("pods"), peer.pods)
     c.at("networks").check(len(peer.networks) <= MAX_CLUSTER_RULES, "at most 25 networks")
-    for index, cidr in enumerate(peer.networks):
-        check_net(c.at("networks").at(index), cidr)
+    check_nets(c.at("networks"), peer.networks)
 
 
 def _check_cluster_protocol(c: Checker, protocol: ClusterProtocol) -> None:
@@ -254,8 +253,7 @@ def _check_admin_peer(c: Checker, peer: AdminPeer, egress: bool) -> None:
         _check_pods_peer(c.at("pods"), peer.pods)
     if peer.nodes is not None:
         check_label_selector(c.at("nodes"), peer.nodes)
-    for index, cidr in enumerate(peer.networks):
-        check_net(c.at("networks").at(index), cidr)
+    check_nets(c.at("networks"), peer.networks)
 
 
 def _check_admin_port(c: Checker, port: AdminPolicyPort) -> None:

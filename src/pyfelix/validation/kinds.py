@@ -26,6 +26,7 @@ from pyfelix.validation.common import (
     check_mac,
     check_name,
     check_net,
+    check_nets,
     check_port_number,
     check_protocol,
     check_selector,
@@ -343,8 +344,7 @@ def _workload(c: Checker, wep: WorkloadEndpoint, context: ValidationContext) -> 
         _endpoint_port(spec.at("ports").at(index), port, workload=True)
         if port.host_ip:
             check_ip(spec.at("ports").at(index).at("hostIP"), port.host_ip)
-    for index, prefix in enumerate(s.allow_spoofed_source_prefixes):
-        check_net(spec.at("allowSpoofedSourcePrefixes").at(index), prefix)
+    check_nets(spec.at("allowSpoofedSourcePrefixes"), s.allow_spoofed_source_prefixes)
     _spoofing(spec, s, context)
 
 
@@ -391,8 +391,7 @@ def _host_endpoint(c: Checker, hep: HostEndpoint, _: ValidationContext) -> None:
 
 @_for("GlobalNetworkSet", "NetworkSet")
 def _network_set(c: Checker, netset: Any, _: ValidationContext) -> None:
-    for index, net in enumerate(netset.spec.nets):
-        check_net(c.at("spec.nets").at(index), net)
+    check_nets(c.at("spec.nets"), netset.spec.nets)
     if NAMESPACE_LABEL in netset.labels:
         c.at("metadata.labels").at(NAMESPACE_LABEL).error(
             f"{NAMESPACE_LABEL} is not a valid label name"
