@@ -486,6 +486,22 @@ fn metadata<'a>(
     })
 }
 
+/// An object holding at most ``name``, once, its value read by ``read``.
+fn only_field<'a>(
+    s: &mut Scanner<'a>,
+    name: &str,
+    mut read: impl FnMut(&mut Scanner<'a>) -> R<()>,
+) -> R<()> {
+    let mut seen = 0u32;
+    s.object(|s, key| {
+        if key != name {
+            return Err(Fail::Decline);
+        }
+        once(&mut seen, 1)?;
+        read(s)
+    })
+}
+
 /// The bookkeeping strings of a namespace's and a service account's metadata.
 fn bookkeeping(key: &str) -> bool {
     matches!(key, "uid" | "resourceVersion" | "creationTimestamp")
@@ -724,25 +740,11 @@ impl PlainReader {
             }
             "spec" => {
                 once(&mut seen, 2)?;
-                let mut seen = 0u32;
-                s.object(|s, key| match key.as_ref() {
-                    "finalizers" => {
-                        once(&mut seen, 1)?;
-                        s.array(|s| s.text().map(drop))
-                    }
-                    _ => Err(Fail::Decline),
-                })
+                only_field(s, "finalizers", |s| s.array(|s| s.text().map(drop)))
             }
             "status" => {
                 once(&mut seen, 4)?;
-                let mut seen = 0u32;
-                s.object(|s, key| match key.as_ref() {
-                    "phase" => {
-                        once(&mut seen, 1)?;
-                        s.text().map(drop)
-                    }
-                    _ => Err(Fail::Decline),
-                })
+                only_field(s, "phase", |s| s.text().map(drop))
             }
             _ => Err(Fail::Decline),
         })?;

@@ -580,7 +580,7 @@ class LabelIndex:
                 self._start(sel_id, item_id)
             return
         item_matches = self._item_matches
-        for item_id in item_ids:
+        for item_id in item_ids:  # _bucket_add written out, as in _start
             bucket = item_matches.get(item_id)
             if bucket is None:
                 item_matches[item_id] = sel_id
