@@ -92,10 +92,10 @@ class Selector:
     @property
     def is_one_restriction(self) -> bool:
         """Whether the selector says no more than its one label restriction (``has(k)``,
-        ``k == "v"``, ``k in {...}``): whatever carries that label (with one of the values)
-        matches, without evaluating the selector."""
+        ``k == "v"``, ``k in {...}``), or none (``all()``, ``global()``): whatever carries
+        that label (with one of the values) matches, without evaluating the selector."""
         root = self.root
-        if isinstance(root, HasNode):
+        if isinstance(root, HasNode | AllNode | GlobalNode):
             return True
         if isinstance(root, CompareNode):
             return root.op == "=="
