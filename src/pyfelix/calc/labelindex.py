@@ -454,6 +454,17 @@ class LabelIndex:
             if not parent:
                 return own
             merged = {**parent, **own}
+        elif len(parents) == 2:  # a pod's namespace and service account profiles, so too
+            first = self._parent_labels.get(parents[0])
+            second = self._parent_labels.get(parents[1])
+            if not first:
+                if not second:
+                    return own
+                merged = {**second, **own}
+            elif not second:
+                merged = {**first, **own}
+            else:
+                merged = {**second, **first, **own}
         else:
             inherited = [self._parent_labels[p] for p in parents if p in self._parent_labels]
             if not inherited:
