@@ -16,7 +16,7 @@ from pyfelix.calc.config_batcher import startup_config
 from pyfelix.calc.graph import GraphSettings
 from pyfelix.calc.pipeline import Pipeline, build_pipeline
 from pyfelix.config import NFTablesMode, parse_config
-from pyfelix.jsontext import TextPieces, write_indented
+from pyfelix.jsontext import TextPieces, WrittenAhead, write_indented
 from pyfelix.resources import Resource
 from pyfelix.resources.config_sources import STARTUP_KINDS
 from pyfelix.resources.loader import Direct, Identity, LoadResult, Located
@@ -272,10 +272,24 @@ def _view(
     return view
 
 
+#: From how many active policies the last IP version's tables are written by a worker.
+AHEAD_MIN_POLICIES = 1000
+
+
 def write_json(view: dict[str, Any], out: BinaryIO) -> None:
     """The snapshot as indented JSON with sorted keys, ASCII, written in pieces (as bytes: at
     130 MB a decode and encode cost more than the writing, and the whole text held at once
-    was the dry-run's peak)."""
+    was the dry-run's peak). With many policies, the last IP version's tables are written
+    ahead by a forked worker (``WrittenAhead``) while this process writes the rest."""
+    tables = view.get("iptables")
+    if (
+        isinstance(tables, dict)
+        and len(tables) > 1
+        and len(view["policies"]) >= AHEAD_MIN_POLICIES
+        and any(isinstance(t, TextPieces) for t in tables[max(tables)].values())
+    ):
+        last = max(tables)
+        view = {**view, "iptables": {**tables, last: WrittenAhead(tables[last], depth=2)}}
     write_indented(view, out.write)
 
 

@@ -15,6 +15,8 @@ the dry-run's largest views (130 MB) take 0.1 s where the standard library takes
 from __future__ import annotations
 
 import json
+import os
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -64,6 +66,65 @@ def _write_pieces(value: TextPieces, write: Callable[[bytes | memoryview], objec
     write(b'"')
 
 
+#: How much of a worker's text is copied at a time.
+_COPY_BYTES = 1 << 20
+
+
+class WrittenAhead:
+    """A value of a view whose text a forked worker writes while this process writes what
+    comes before it; ``write_indented`` copies the worker's text in its place, or, if there is
+    no worker or it failed, writes the value itself: the same text either way. A dry-run's
+    IPv6 tables (a third of its writing, rendered from the same state as the IPv4 ones) are
+    so made on the second core, idle by then."""
+
+    __slots__ = ("_depth", "_file", "_pid", "value")
+
+    def __init__(self, value: Any, depth: int) -> None:
+        """Fork the worker now (none where another thread runs: a forked copy of it would
+        not run, and could hold a lock the worker needs). ``depth``: where the value is."""
+        self.value, self._depth = value, depth
+        self._pid, self._file = 0, -1
+        if threading.active_count() > 1:
+            return
+        try:
+            file = os.memfd_create("pyfelix-ahead", os.MFD_CLOEXEC)
+        except (OSError, AttributeError):
+            return
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(file)
+            return
+        if pid == 0:  # the worker: write, leave without running any cleanup
+            status = 1
+            try:
+                with open(file, "wb", buffering=_COPY_BYTES, closefd=False) as out:
+                    _write(value, depth, out.write)
+                status = 0
+            finally:
+                os._exit(status)
+        self._pid, self._file = pid, file
+
+    def write_to(self, depth: int, write: Callable[[bytes | memoryview], object]) -> None:
+        """The value's text: the worker's once it has written it all, else made here."""
+        assert depth == self._depth, "written ahead for another place"
+        file, self._file = self._file, -1
+        if not self._pid:
+            _write(self.value, depth, write)
+            return
+        _, status = os.waitpid(self._pid, 0)
+        self._pid = 0
+        try:
+            if status != 0:
+                _write(self.value, depth, write)
+                return
+            os.lseek(file, 0, os.SEEK_SET)
+            while chunk := os.read(file, _COPY_BYTES):
+                write(chunk)
+        finally:
+            os.close(file)
+
+
 def write_indented(value: Any, write: Callable[[bytes | memoryview], object]) -> None:
     """``dumps_indented(value)`` handed to ``write`` in pieces: a dict's values one by one
     (a dict among them so too), and a list among them item by item, so that the whole text
@@ -98,6 +159,8 @@ def _write(value: Any, depth: int, write: Callable[[bytes | memoryview], object]
         write(b"  " * depth + b"}")
     elif isinstance(value, TextPieces):
         _write_pieces(value, write)
+    elif isinstance(value, WrittenAhead):
+        value.write_to(depth, write)
     else:
         write(_nested(value, depth))
 
