@@ -251,3 +251,36 @@ def test_an_item_that_comes_after_selectors_asked_is_found_by_a_later_one() -> N
     index.update_selector("later", parse_selector('a in {"1", "3"} && !has(c)'))
     assert index.matches("later") == {"before", "own", "inherited"}
     assert index.matches("first") == {"before", "own", "inherited"}
+
+
+def test_an_item_that_comes_while_no_selector_is_left_is_found_by_the_next() -> None:
+    """An item that comes when no selector is left to test it against (the last one
+    deleted) is still filed under the labels asked about before, for the next selector."""
+    index = LabelIndex(lambda s, i: None, lambda s, i: None)
+    index.update_item("before", {"a": "1"})
+    index.update_selector("first", parse_selector('a == "1"'))
+    index.delete_selector("first")
+    index.update_item("after", {"a": "1"})
+    index.update_item("inherited", {}, ["P"])
+    index.update_parent_labels("P", {"a": "1"})
+    index.update_selector("next", parse_selector('a == "1"'))
+    assert index.matches("next") == {"before", "after", "inherited"}
+
+
+def test_a_change_of_any_parent_reaches_the_items_that_came_before_it() -> None:
+    """Items name their parents before the parents' labels change (a snapshot's profiles
+    come first, and nothing asks which items a parent has until one changes): a change of
+    the second parent of an item, then of the first, is still an item's change."""
+    started: list[tuple[Hashable, Hashable]] = []
+    index = LabelIndex(lambda s, i: started.append((s, i)), lambda s, i: None)
+    index.update_item("pod", {}, ["kns.a", "ksa.a.default"])
+    index.update_item("other", {}, ["kns.b"])
+    index.update_selector("account", parse_selector('sa == "default"'))
+    index.update_selector("namespace", parse_selector('ns == "a"'))
+    index.update_parent_labels("ksa.a.default", {"sa": "default"})
+    assert started == [("account", "pod")]
+    index.update_parent_labels("kns.a", {"ns": "a"})
+    assert started == [("account", "pod"), ("namespace", "pod")]
+    index.delete_item("pod")
+    index.update_parent_labels("ksa.a.default", {"sa": "other"})
+    assert index.matches("account") == frozenset()
