@@ -91,6 +91,29 @@ def test_tables_written_ahead_by_a_worker_are_the_same_view() -> None:
     assert ahead.stdout == plain.stdout
 
 
+#: ``pyfelix`` where the compiled module is not built.
+_PURE = """
+import sys
+sys.modules["pyfelix._native"] = None
+from pyfelix.cli import console
+sys.argv = ["pyfelix", *sys.argv[1:]]
+console()
+"""
+
+
+def test_without_the_compiled_module_the_view_is_the_same() -> None:
+    """Where ``make`` could not build src/native, the pure paths (the readers' and the
+    model's kept hashes) give the very same view."""
+    args = ("dry-run", "--hostname", "node-a", "--format", "json", "examples/")
+    compiled = pyfelix(*args)
+    assert compiled.returncode == 0, compiled.stderr
+    pure = subprocess.run(
+        [sys.executable, "-c", _PURE, *args], capture_output=True, text=True, cwd=REPO, check=False
+    )
+    assert pure.returncode == 0, pure.stderr
+    assert pure.stdout == compiled.stdout
+
+
 def test_dry_run_text_names_tiers_in_order() -> None:
     """The text form shows each endpoint's tiers in evaluation order."""
     result = pyfelix("dry-run", "--hostname", "node-b", "examples/")

@@ -4,7 +4,10 @@ content; a rule, a value of every field though it keeps only those it sets."""
 from __future__ import annotations
 
 import copy
+import json
 import pickle
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -13,6 +16,7 @@ import pytest
 
 from pyfelix import model
 from pyfelix.values import FrozenMap, Port
+from tests.conftest import REPO
 
 
 @pytest.mark.parametrize(
@@ -95,3 +99,69 @@ def test_a_rule_is_a_value_of_every_field(fields: dict[str, Any]) -> None:
         rule.action = "deny"
     # A field given its default is the same rule as one left out.
     assert model.Rule(**fields, not_src_nets=()) == rule
+
+
+#: Each kept-hash class's value, hashed in a process of its own, with the compiled module or
+#: without it (``pure``): what each hash is, and whether it is kept in C.
+_KEPT_HASHES = """
+import copy, json, pickle, sys
+if sys.argv[1] == "pure":
+    sys.modules["pyfelix._native"] = None  # as where it is not built
+import attrs
+from pyfelix import model
+values = [
+    model.WorkloadEndpointKey("node", "k8s", "ns/pod", "eth0"),
+    model.HostEndpointKey("node", "eth0"),
+    model.PolicyKey("p", "ns", "NetworkPolicy", "default"),
+    model.HostConfigKey("node", "LogSeverityScreen"),
+    model.ReadyFlagKey(),
+    model.ResourceKey("Node", "", "node"),
+    model.Policy("ns", "default", 1.0, (), (), "all()", origin="where it came from"),
+]
+out = []
+for value in values:
+    cls = type(value)
+    eq = [getattr(value, f.name) for f in attrs.fields(cls) if f.eq]
+    fields = eq[0] if len(eq) == 1 else tuple(eq)
+    again = pickle.loads(pickle.dumps(value))
+    other = attrs.evolve(value, **{f.name: "x" for f in attrs.fields(cls)[:1]}) if eq else None
+    out.append({
+        "class": cls.__name__,
+        "hash is the fields'": hash(value) == hash(fields) == hash(value),
+        "equal copies hash alike": hash(copy.deepcopy(value)) == hash(again) == hash(value)
+        and again == value,
+        "another differs": other is None
+        or (other != value and hash(other) == hash(attrs.evolve(other))),
+        "in C": type(cls.__dict__["__hash__"]).__name__ == "wrapper_descriptor",
+    })
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("build", ["compiled", "pure"])
+def test_a_kept_hash_is_the_hash_of_the_fields_equality_compares(build: str) -> None:
+    """The keys (and policies) keep their hash: the hash of the fields their equality
+    compares (a policy's origin is not one), the same for equal values however made; kept
+    and read in C by the compiled base, or by Python where that is not built."""
+    run = subprocess.run(
+        [sys.executable, "-c", _KEPT_HASHES, build],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=True,
+    )
+    found = json.loads(run.stdout)
+    assert [v["class"] for v in found] == [
+        "WorkloadEndpointKey",
+        "HostEndpointKey",
+        "PolicyKey",
+        "HostConfigKey",
+        "ReadyFlagKey",
+        "ResourceKey",
+        "Policy",
+    ]
+    for value in found:
+        assert value["hash is the fields'"], value
+        assert value["equal copies hash alike"], value
+        assert value["another differs"], value
+        assert value["in C"] == (build == "compiled"), value

@@ -21,3 +21,9 @@ class PlainReader:
     def read_list(
         self, text: str, prefix: str, listed: bool = False, kind: str = "Pod"
     ) -> tuple[list[tuple[str, bytes | None]] | None, list[Any]] | None: ...
+
+class KeptHash:
+    """The base of the model's kept-hash classes: their hash kept, and read, in C."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+    def __hash__(self) -> int: ...

@@ -53,6 +53,15 @@ def _no_fields(_: object) -> tuple[()]:
     return ()
 
 
+def _hashed(self: Any) -> Any:
+    """The values of the fields equality compares (what a kept hash is the hash of)."""
+    fields = _HASHED.get(type(self))
+    if fields is None:
+        names = [f.name for f in attrs.fields(type(self)) if f.eq]
+        fields = _HASHED[type(self)] = operator.attrgetter(*names) if names else _no_fields
+    return fields(self)
+
+
 def _kept_hash(self: Any) -> int:
     """The hash of the fields equality compares, computed on first use and kept as a plain
     int: attrs' own cached hash is an int subclass, 36 bytes more for each of the 400,000
@@ -60,18 +69,30 @@ def _kept_hash(self: Any) -> int:
     own; keys never cross to another (the dry-run's child hands on fields)."""
     kept: int | None = self._hash
     if kept is None:
-        fields = _HASHED.get(type(self))
-        if fields is None:
-            names = [f.name for f in attrs.fields(type(self)) if f.eq]
-            fields = _HASHED[type(self)] = operator.attrgetter(*names) if names else _no_fields
-        kept = hash(fields(self))
+        kept = hash(_hashed(self))
         object.__setattr__(self, "_hash", kept)
     return kept
 
 
+if TYPE_CHECKING:
+    KeptHash = object
+else:
+    try:
+        from pyfelix._native import KeptHash
+    except ImportError:  # not built: the hash is kept in a slot, by ``_kept_hash``
+        KeptHash = object
+
+
 def _hash_kept(cls: type[T]) -> type[T]:
-    """A class ``attrs.frozen`` then makes with ``_kept_hash`` for its hash (its own
-    ``__hash__``: attrs generates none) and a slot to keep it in."""
+    """A class ``attrs.frozen`` then makes with a kept hash for its hash (its own
+    ``__hash__``: attrs generates none). Declared on ``KeptHash``, the compiled base, it is
+    that base's, kept there and read in C (8M hashes of a dry-run's keys were a Python frame
+    each); on ``object`` (the compiled module not built), ``_kept_hash``, with a slot to
+    keep it in. The same hash either way."""
+    if KeptHash is not object and issubclass(cls, KeptHash):
+        cls._hashed = _hashed  # type: ignore[attr-defined]
+        cls.__hash__ = KeptHash.__hash__  # type: ignore[method-assign]
+        return cls
     cls.__annotations__ = {**inspect.get_annotations(cls), "_hash": "int | None"}
     cls._hash = attrs.field(default=None, init=False, eq=False, repr=False)  # type: ignore[attr-defined]
     cls.__hash__ = _kept_hash  # type: ignore[method-assign]
@@ -96,7 +117,7 @@ def _hash_of_its_string(cls: type[T]) -> type[T]:
 
 @attrs.frozen(weakref_slot=False)
 @_hash_kept
-class WorkloadEndpointKey:
+class WorkloadEndpointKey(KeptHash):
     hostname: str
     orchestrator: str
     workload: str
@@ -115,7 +136,7 @@ class WorkloadEndpointKey:
 
 @attrs.frozen(weakref_slot=False)
 @_hash_kept
-class HostEndpointKey:
+class HostEndpointKey(KeptHash):
     hostname: str
     endpoint: str
 
@@ -129,7 +150,7 @@ EndpointKey = WorkloadEndpointKey | HostEndpointKey
 
 @attrs.frozen(weakref_slot=False)
 @_hash_kept
-class PolicyKey:
+class PolicyKey(KeptHash):
     name: str
     namespace: str
     kind: str
@@ -247,7 +268,7 @@ class HostNetworkV6Key:
 
 @attrs.frozen(weakref_slot=False)
 @_hash_kept
-class HostConfigKey:
+class HostConfigKey(KeptHash):
     hostname: str
     name: str
 
@@ -266,7 +287,7 @@ class GlobalConfigKey:
 
 @attrs.frozen(weakref_slot=False)
 @_hash_kept
-class ReadyFlagKey:
+class ReadyFlagKey(KeptHash):
     def __str__(self) -> str:
         return "/calico/v1/Ready"
 
@@ -282,7 +303,7 @@ class WireguardKey:
 
 @attrs.frozen(weakref_slot=False)
 @_hash_kept
-class ResourceKey:
+class ResourceKey(KeptHash):
     """A v3 resource passed through unconverted (Node, Service, EndpointSlice, ...)."""
 
     kind: str
@@ -523,7 +544,7 @@ def _rule_shape(given: tuple[bool, ...]) -> type[Rule]:
 
 @attrs.frozen(weakref_slot=False)
 @_hash_kept
-class Policy:
+class Policy(KeptHash):
     namespace: str
     tier: str
     order: float | None

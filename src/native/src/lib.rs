@@ -15,6 +15,7 @@ use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicIsize, Ordering};
 
 /// A multiply-rotate hash (as rustc's own maps use), its result mixed once more: the keys
 /// here are short field names and label strings, which SipHash hashes several times slower.
@@ -1516,8 +1517,46 @@ impl PlainReader {
     }
 }
 
+/// The base of the model's kept-hash classes (pyfelix/model.py): the hash of the fields
+/// equality compares, computed on first use by the class's `_hashed` and kept here, so that
+/// every later hash is read in C (a Python `__hash__` was a frame for each of 8M lookups of
+/// a dry-run's keys) and kept as a machine word rather than an int object.
+#[pyclass(subclass, frozen, module = "pyfelix._native")]
+struct KeptHash {
+    /// -1 until computed (no hash is -1: Python keeps it for errors).
+    hash: AtomicIsize,
+}
+
+#[pymethods]
+impl KeptHash {
+    #[new]
+    #[pyo3(signature = (*_args, **_kwargs))]
+    fn new(_args: &Bound<'_, PyTuple>, _kwargs: Option<&Bound<'_, PyDict>>) -> Self {
+        KeptHash {
+            hash: AtomicIsize::new(-1),
+        }
+    }
+
+    fn __hash__(slf: &Bound<'_, Self>) -> PyResult<isize> {
+        let this = slf.get();
+        let kept = this.hash.load(Ordering::Relaxed);
+        if kept != -1 {
+            return Ok(kept);
+        }
+        let py = slf.py();
+        let fields = slf
+            .get_type()
+            .getattr(pyo3::intern!(py, "_hashed"))?
+            .call1((slf,))?;
+        let hash = fields.hash()?;
+        this.hash.store(hash, Ordering::Relaxed);
+        Ok(hash)
+    }
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PlainReader>()?;
+    m.add_class::<KeptHash>()?;
     Ok(())
 }
