@@ -348,3 +348,8 @@ def test_scripts_made_in_pieces_are_the_rendered_scripts(tmp_path: Path) -> None
                 assert "".join(made()) == rendered.iptables[version][table]
         assert "".join(ipsets()) == rendered.ipset_restore
         assert rendered.ipset_restore.count("create ") > 3
+        # Given the sets' members sorted already (as the dry-run's view lists them).
+        listed = {i: sorted(members) for i, (_, members) in dataplane.ipsets.items()}
+        assert listed
+        _, ipsets = script_pieces(dataplane, listed)
+        assert "".join(ipsets()) == rendered.ipset_restore

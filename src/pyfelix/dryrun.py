@@ -257,7 +257,8 @@ def _view(
         }
         return view
     if pieces:
-        tables, ipsets = script_pieces(dataplane)
+        members = {ipset["id"]: ipset["members"] for ipset in view["ipsets"]}
+        tables, ipsets = script_pieces(dataplane, members)
         view["iptables"] = {
             f"ipv{version}": {table: TextPieces(made) for table, made in by_table.items()}
             for version, by_table in sorted(tables.items())

@@ -9,7 +9,7 @@ table together in a fixed order and writes the restore scripts.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 
 import attrs
 
@@ -92,12 +92,16 @@ def render(
 Pieces = Callable[[], Iterator[str]]
 
 
-def script_pieces(dp: NodeState) -> tuple[dict[int, dict[str, Pieces]], Pieces]:
+def script_pieces(
+    dp: NodeState, sorted_members: Mapping[str, Sequence[str]] | None = None
+) -> tuple[dict[int, dict[str, Pieces]], Pieces]:
     """``render``'s restore scripts (per version and table, and the IP sets'), each made
     when it is read, one IP version's chains held at a time: a writer that takes them one
     by one, versions in order, never holds more than a piece of the text. A cluster's filter
     tables are 18 MB a version, and with their lines and the IP sets' script the dry-run's
-    peak. ``dp`` must not change until the last is read."""
+    peak. ``dp`` must not change until the last is read. ``sorted_members``: sets' members
+    sorted already (the dry-run's view lists them), which the script then sorts in one pass
+    (sorting a dump's 1.1M network set members again was 0.15 s)."""
     settings = Settings.for_node(dp)
     held: dict[int, dict[str, tuple[Chain, ...]]] = {}
 
@@ -114,7 +118,10 @@ def script_pieces(dp: NodeState) -> tuple[dict[int, dict[str, Pieces]], Pieces]:
     iptables = {version: {name: table(version, name) for name in TABLES} for version in versions}
 
     def ipsets() -> Iterator[str]:
-        return ipset_rendering.restore_pieces(_all_sets(dp), versions, dp.config.max_ipset_size)
+        sets: Mapping[str, tuple[str, Collection[str]]] = _all_sets(dp)
+        if sorted_members:
+            sets = {i: (kind, sorted_members.get(i, m)) for i, (kind, m) in sets.items()}
+        return ipset_rendering.restore_pieces(sets, versions, dp.config.max_ipset_size)
 
     return iptables, ipsets
 
