@@ -7,6 +7,7 @@ from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 import attrs
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -284,3 +285,26 @@ def test_a_change_of_any_parent_reaches_the_items_that_came_before_it() -> None:
     index.delete_item("pod")
     index.update_parent_labels("ksa.a.default", {"sa": "other"})
     assert index.matches("account") == frozenset()
+
+
+@pytest.mark.parametrize("kind", [LabelIndex, FewItemsLabelIndex])
+def test_a_selector_after_others_adds_to_each_items_matches(kind: type[LabelIndex]) -> None:
+    """Policies arriving after a node's endpoints, each selecting all of them (the third
+    and later find every endpoint matching two already): each endpoint's matches hold
+    every one, and a policy's going takes it from each."""
+    started: list[tuple[Hashable, list[Hashable]]] = []
+    index = kind(
+        lambda s, i: None,
+        lambda s, i: None,
+        on_selector_matches_started=lambda s, items: started.append((s, sorted(items))),
+    )
+    for endpoint in ("a", "b", "c"):
+        index.update_item(endpoint, {"app": endpoint})
+    for policy in range(4):
+        index.update_selector(policy, parse_selector("all()"))
+    assert started == [(p, ["a", "b", "c"]) for p in range(4)]
+    for endpoint in ("a", "b", "c"):
+        assert index.item_matches(endpoint) == {0, 1, 2, 3}
+    index.delete_selector(2)
+    assert index.item_matches("b") == {0, 1, 3}
+    assert index.matches(3) == {"a", "b", "c"}
