@@ -1,6 +1,6 @@
 """The compiled reader of plain pods and WorkloadEndpoints, and of listed namespaces and
-service accounts (src/native); see
-syncer/plain_native.py."""
+service accounts (src/native; see syncer/plain_native.py), and the model keys' kept-hash
+base (model.py)."""
 
 from typing import Any
 
