@@ -292,17 +292,17 @@ def test_a_selector_after_others_adds_to_each_items_matches(kind: type[LabelInde
     """Policies arriving after a node's endpoints, each selecting all of them (the third
     and later find every endpoint matching two already): each endpoint's matches hold
     every one, and a policy's going takes it from each."""
-    started: list[tuple[Hashable, list[Hashable]]] = []
+    started: list[tuple[Hashable, frozenset[Hashable]]] = []
     index = kind(
         lambda s, i: None,
         lambda s, i: None,
-        on_selector_matches_started=lambda s, items: started.append((s, sorted(items))),
+        on_selector_matches_started=lambda s, items: started.append((s, frozenset(items))),
     )
     for endpoint in ("a", "b", "c"):
         index.update_item(endpoint, {"app": endpoint})
     for policy in range(4):
         index.update_selector(policy, parse_selector("all()"))
-    assert started == [(p, ["a", "b", "c"]) for p in range(4)]
+    assert started == [(p, frozenset({"a", "b", "c"})) for p in range(4)]
     for endpoint in ("a", "b", "c"):
         assert index.item_matches(endpoint) == {0, 1, 2, 3}
     index.delete_selector(2)
