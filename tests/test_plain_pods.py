@@ -433,6 +433,7 @@ def test_pods_with_the_same_labels_share_one_map(monkeypatch: pytest.MonkeyPatch
     """A workload's pods carry the same labels: their endpoints hold one map between them
     (memory), and a pod with other labels gets its own, the others' untouched. The maps
     remembered are bounded: past the bound, equal maps are made again, still equal."""
+    monkeypatch.setattr(values, "_SHARING", values._Sharing())  # as a process starts
 
     def labels_of(name: str, labels: dict[str, str]) -> Mapping[str, str]:
         doc = copy.deepcopy(BASE)

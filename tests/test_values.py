@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 import pytest
 
-from pyfelix import model
+from pyfelix import model, values
 from pyfelix.values import FrozenMap, Port
 from tests.conftest import REPO
 
@@ -60,13 +60,42 @@ def test_a_map_is_a_dict_equal_and_hashed_by_its_content() -> None:
     assert repr(first) == "FrozenMap({'a': '1', 'b': '2'})"
 
 
-def test_empty_maps_are_one_map_and_a_dict_given_is_copied() -> None:
+def test_empty_maps_are_one_map_and_a_dict_given_is_copied(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     assert FrozenMap() is FrozenMap({}) is FrozenMap(None)
     made = {"app": "web"}
     labels = FrozenMap(made)
     made["app"] = "db"
     assert labels == {"app": "web"}
+    monkeypatch.setattr(values, "_SHARING", values._Sharing())  # as a process starts
     assert FrozenMap.shared({"x": "1"}) is FrozenMap.shared({"x": "1"})
+
+
+def test_sharing_pauses_where_equal_maps_are_rare(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Maps that almost never repeat (a dump's pods, each with labels of its own) are not
+    looked for after several windows of them, for a while; then they are again. A cluster's
+    first maps, all new, do not pause it while a later window finds its equals."""
+    monkeypatch.setattr(values, "_SHARING", values._Sharing())
+    monkeypatch.setattr(values, "SHARED_WINDOW", 4)
+    monkeypatch.setattr(values, "SHARED_RARE", 2)
+    monkeypatch.setattr(values, "SHARED_POOR", 2)
+    monkeypatch.setattr(values, "SHARED_PAUSE", 3)
+
+    def share(n: int) -> FrozenMap[str]:
+        return FrozenMap.shared({"pod": str(n)})
+
+    for n in range(4):  # one poor window: still looking
+        share(n)
+    assert share(0) is share(0)
+    for n in range(10, 12):  # the window's end: 2 found in 4, not poor
+        share(n)
+    for n in range(20, 28):  # two poor windows in a row: a pause
+        share(n)
+    paused = [share(1) for _ in range(3)]
+    assert paused[0] == paused[1] == paused[2] == {"pod": "1"}
+    assert paused[0] is not paused[1] is not paused[2]
+    assert share(1) is share(1)  # looking again
 
 
 _RULE_VALUES: list[dict[str, Any]] = [

@@ -55,9 +55,29 @@ class FrozenMap(dict[str, T]):
     def shared(cls, data: dict[str, T]) -> FrozenMap[T]:
         """A map of ``data``, or the map made earlier for an equal dict if it is among the last
         ``SHARED_KEPT`` distinct ones: the endpoints of one workload (a ReplicaSet's pods)
-        carry the same labels, and one map then serves them all (bench/RESULTS.md)."""
+        carry the same labels, and one map then serves them all (bench/RESULTS.md). Where
+        almost none is found (fewer than one in ``SHARED_RARE`` in each of the last
+        ``SHARED_POOR`` windows of ``SHARED_WINDOW`` maps), the next ``SHARED_PAUSE`` maps
+        are made without looking: a dump of pods whose every label set differs shared 1% of
+        them, at the cost of hashing each (7% of its computing process). Several windows,
+        as the first maps of a cluster of equal ones are all new."""
+        sharing = _SHARING
+        if sharing.paused:
+            sharing.paused -= 1
+            return cls(data)
         made = cls(data)
         kept = _SHARED.get(made)
+        sharing.asked += 1
+        if kept is not None:
+            sharing.found += 1
+        if sharing.asked >= SHARED_WINDOW:
+            if sharing.found * SHARED_RARE >= sharing.asked:
+                sharing.poor = 0
+            else:
+                sharing.poor += 1
+                if sharing.poor >= SHARED_POOR:
+                    sharing.paused, sharing.poor = SHARED_PAUSE, 0
+            sharing.asked = sharing.found = 0
         if kept is not None:
             return kept
         if len(_SHARED) >= SHARED_KEPT:
@@ -82,6 +102,25 @@ class FrozenMap(dict[str, T]):
 
 #: How many distinct maps ``FrozenMap.shared`` remembers (a few MB of table at most).
 SHARED_KEPT = 1 << 16
+#: How many maps ``FrozenMap.shared`` judges its finds over, how rare they must be, in how
+#: many windows in a row, for it to pause, and for how many maps.
+SHARED_WINDOW = 4096
+SHARED_RARE = 32
+SHARED_POOR = 4
+SHARED_PAUSE = 16 * SHARED_WINDOW
+
+
+class _Sharing:
+    """How ``FrozenMap.shared`` has fared: asked and found in the current window, the poor
+    windows in a row before it, and how many maps are left to make without looking."""
+
+    __slots__ = ("asked", "found", "paused", "poor")
+
+    def __init__(self) -> None:
+        self.asked = self.found = self.paused = self.poor = 0
+
+
+_SHARING = _Sharing()
 _SHARED: dict[FrozenMap[Any], FrozenMap[Any]] = {}
 _SHARED_NAMES: dict[tuple[str, ...], tuple[str, ...]] = {}
 
